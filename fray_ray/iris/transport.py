@@ -1,0 +1,249 @@
+"""Serving Connect apps: a uvicorn server on a background thread, plus bearer-token auth.
+
+Both the embedded controller and every actor host serve their Connect application this way.
+The listening socket is bound before the server starts, so the port is known (and owned) at
+once and no other process can take it in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import hmac
+import json
+import logging
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import uvicorn
+
+logger = logging.getLogger(__name__)
+
+ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
+
+#: Request bodies above this size are refused before they are parsed.
+DEFAULT_MAX_REQUEST_BYTES = 512 * 1024 * 1024
+
+
+def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A listening TCP socket on host:port (port 0 picks a free one)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(False)
+    return sock
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago. Prefer `bind_socket` where the caller can hold it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def bearer_headers(token: str | None) -> dict[str, str]:
+    """Request headers carrying `token`, or none."""
+    return {"authorization": f"Bearer {token}"} if token else {}
+
+
+def connect_error_body(code: str, message: str) -> bytes:
+    return json.dumps({"code": code, "message": message}).encode()
+
+
+_HTTP_STATUS = {"unauthenticated": 401, "not_found": 404, "unimplemented": 501}
+
+
+async def send_connect_error(send: Callable[[dict], Awaitable[None]], code: str, message: str) -> None:
+    """Answer an HTTP request with a Connect unary error envelope."""
+    body = connect_error_body(code, message)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": _HTTP_STATUS.get(code, 400),
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class BearerAuth:
+    """ASGI middleware: every request must carry `Authorization: Bearer <token>`.
+
+    Paths in `public_paths` (health checks) are let through. The comparison is constant-time.
+    """
+
+    def __init__(self, app: ASGIApp, token: str, public_paths: tuple[str, ...] = ("/health",)) -> None:
+        self._app = app
+        self._expected = f"Bearer {token}".encode()
+        self._public_paths = public_paths
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope.get("path") not in self._public_paths:
+            provided = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), b"")
+            if not hmac.compare_digest(provided, self._expected):
+                await send_connect_error(send, "unauthenticated", "missing or invalid bearer token")
+                return
+        await self._app(scope, receive, send)
+
+
+class ThreadedService:
+    """Adapts a synchronous Connect service to the async protocol the ASGI app expects.
+
+    Each handler runs on `executor`, so a slow handler never stalls the event loop. Handler
+    names are the generated snake_case method names (`launch_job`, `call`, ...).
+    """
+
+    def __init__(self, service: object, executor: concurrent.futures.Executor) -> None:
+        self._service = service
+        self._executor = executor
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        handler = getattr(self._service, name)
+
+        async def run(request: Any, ctx: Any) -> Any:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, functools.partial(handler, request, ctx))
+
+        return run
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, woken by an event instead of its 100 ms polling tick."""
+
+    def __init__(self, config: uvicorn.Config, started: threading.Event) -> None:
+        super().__init__(config)
+        self._started_event = started
+        self._exit_event: asyncio.Event | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._exit_event = asyncio.Event()
+        await super().startup(sockets=sockets)
+        self._started_event.set()
+
+    async def main_loop(self) -> None:
+        assert self._exit_event is not None
+        if not self.should_exit:
+            await self._exit_event.wait()
+
+    def request_exit(self) -> None:
+        self.should_exit = True
+        if self.loop is not None and self._exit_event is not None:
+            try:
+                self.loop.call_soon_threadsafe(self._exit_event.set)
+            except RuntimeError:  # loop already closed
+                pass
+
+
+class RpcServer:
+    """One uvicorn server for one ASGI app, on a daemon thread with its own event loop.
+
+    `start()` returns once the server accepts connections; `stop()` closes the socket and
+    joins the thread. Usable as a context manager.
+    """
+
+    def __init__(self, app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0, name: str = "rpc-server") -> None:
+        self._app = app
+        self._host = host
+        self._requested_port = port
+        self._name = name
+        self._socket: socket.socket | None = None
+        self._port: int | None = None
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._failure: BaseException | None = None
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("server not started")
+        return self._port
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self._host in ("0.0.0.0", "") else self._host
+        return f"http://{host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> RpcServer:
+        if self._thread is not None:
+            raise RuntimeError("server already started")
+        self._socket = bind_socket(self._host, self._requested_port)
+        self._port = self._socket.getsockname()[1]
+        config = uvicorn.Config(
+            self._app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            http="httptools",
+            loop="asyncio",
+            timeout_keep_alive=120,
+            timeout_graceful_shutdown=1,
+        )
+        self._server = _Server(config, self._started)
+        # uvicorn installs signal handlers only on the main thread; this one never is.
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+        if not self._started.wait(timeout) or self._failure is not None:
+            failure = self._failure
+            self.stop()
+            raise RuntimeError(f"{self._name} failed to start") from failure
+        return self
+
+    def _run(self) -> None:
+        assert self._server is not None and self._socket is not None
+        try:
+            asyncio.run(self._server.serve(sockets=[self._socket]))
+        except BaseException as exc:  # noqa: BLE001 - reported to start()
+            self._failure = exc
+            logger.exception("%s stopped with an error", self._name)
+        finally:
+            self._started.set()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop serving and release the port. Idempotent."""
+        if self._server is not None:
+            self._server.request_exit()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        if self._socket is not None:
+            self._socket.close()
+        self._thread = None
+
+    def __enter__(self) -> RpcServer:
+        return self.start() if self._thread is None else self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def route_by_prefix(routes: Mapping[str, ASGIApp], fallback: ASGIApp | None = None) -> ASGIApp:
+    """Dispatch HTTP requests to the app whose path prefix matches (longest first)."""
+    ordered = sorted(routes.items(), key=lambda item: -len(item[0]))
+
+    async def app(scope: dict, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        for prefix, target in ordered:
+            if path.startswith(prefix):
+                await target(scope, receive, send)
+                return
+        if fallback is not None:
+            await fallback(scope, receive, send)
+        else:
+            await send_connect_error(send, "unimplemented", f"no service at {path}")
+
+    return app
