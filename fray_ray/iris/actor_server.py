@@ -243,7 +243,7 @@ class _ActorService:
             self._server._operations[operation_id] = _Operation(operation_id, future, cancel_flag)
         return actor_pb2.Operation(operation_id=operation_id, state=actor_pb2.Operation.RUNNING)
 
-    def _report(self, operation: _Operation) -> actor_pb2.Operation:
+    def _report(self, operation: _Operation, *, forget_if_done: bool = True) -> actor_pb2.Operation:
         message = actor_pb2.Operation(operation_id=operation.operation_id)
         future = operation.future
         if not future.done():
@@ -263,8 +263,9 @@ class _ActorService:
             except Exception as exc:  # noqa: BLE001 - an unpicklable result is the caller's failure
                 message.state = actor_pb2.Operation.FAILED
                 message.error.CopyFrom(encode_error(exc))
-        with self._server._lock:  # a terminal state is reported once, then forgotten
-            self._server._operations.pop(operation.operation_id, None)
+        if forget_if_done:  # a terminal state is reported once by GetOperation, then forgotten
+            with self._server._lock:
+                self._server._operations.pop(operation.operation_id, None)
         return message
 
     def _operation(self, operation_id: str) -> _Operation:
@@ -281,7 +282,7 @@ class _ActorService:
         operation = self._operation(request.operation_id)
         operation.cancel_flag.set()
         operation.future.cancel()  # only succeeds while still queued
-        return self._report(operation)
+        return self._report(operation, forget_if_done=False)
 
     async def health_check(self, request: actor_pb2.Empty, ctx: Any) -> actor_pb2.HealthResponse:
         return actor_pb2.HealthResponse(healthy=True)

@@ -1,0 +1,108 @@
+"""The Fray API layer: a `Client` protocol for jobs and actors, its value types, and backends.
+
+`LocalClient` runs everything in this process; `FrayIrisClient` (in `fray_ray.fray.iris_backend`)
+runs on an Iris cluster. `current_client()` picks one. This package may import `fray_ray.iris`,
+never the Ray layer above it.
+"""
+
+from __future__ import annotations
+
+from fray_ray.fray.actor import (
+    ActorContext,
+    ActorFuture,
+    ActorGroup,
+    ActorHandle,
+    ActorMethod,
+    ActorUnavailableError,
+    HostedActor,
+    current_actor,
+)
+from fray_ray.fray.client import Client, FrayError, JobAlreadyExists, JobFailed, JobHandle, wait_all
+from fray_ray.fray.current_client import current_client, set_current_client
+from fray_ray.fray.local_backend import LocalClient
+from fray_ray.fray.types import (
+    ANY_REGION,
+    DEFAULT_TPU_HOST_FRACTION,
+    TPU_HBM_BYTES_PER_CHIP,
+    TPU_HOST_RESOURCES,
+    TPU_TOPOLOGIES,
+    ActorConfig,
+    BinaryEntrypoint,
+    CallableEntrypoint,
+    CpuConfig,
+    DeviceConfig,
+    DeviceKind,
+    Entrypoint,
+    EnvironmentConfig,
+    GpuConfig,
+    GpuType,
+    JobRequest,
+    JobStatus,
+    ResourceConfig,
+    TpuConfig,
+    TpuFamily,
+    TpuHostResources,
+    TpuTopologyInfo,
+    TpuType,
+    create_environment,
+    format_bytes,
+    get_tpu_topology,
+    parse_bytes,
+    tpu_family,
+    tpu_hbm_bytes_per_chip,
+    tpu_hbm_capacity_bytes,
+)
+
+#: Fray's own name for `Entrypoint`, for code ported from Fray.
+FrayEntrypoint = Entrypoint
+
+__all__ = [
+    "ANY_REGION",
+    "DEFAULT_TPU_HOST_FRACTION",
+    "TPU_HBM_BYTES_PER_CHIP",
+    "TPU_HOST_RESOURCES",
+    "TPU_TOPOLOGIES",
+    "ActorConfig",
+    "ActorContext",
+    "ActorFuture",
+    "ActorGroup",
+    "ActorHandle",
+    "ActorMethod",
+    "ActorUnavailableError",
+    "BinaryEntrypoint",
+    "CallableEntrypoint",
+    "Client",
+    "CpuConfig",
+    "DeviceConfig",
+    "DeviceKind",
+    "Entrypoint",
+    "EnvironmentConfig",
+    "FrayEntrypoint",
+    "FrayError",
+    "GpuConfig",
+    "GpuType",
+    "HostedActor",
+    "JobAlreadyExists",
+    "JobFailed",
+    "JobHandle",
+    "JobRequest",
+    "JobStatus",
+    "LocalClient",
+    "ResourceConfig",
+    "TpuConfig",
+    "TpuFamily",
+    "TpuHostResources",
+    "TpuTopologyInfo",
+    "TpuType",
+    "create_environment",
+    "current_actor",
+    "current_client",
+    "format_bytes",
+    "get_tpu_topology",
+    "parse_bytes",
+    "set_current_client",
+    "tpu_family",
+    "tpu_hbm_bytes_per_chip",
+    "tpu_hbm_capacity_bytes",
+    "wait_all",
+]

@@ -1,0 +1,669 @@
+"""Fray's value types: what a job or actor needs (resources, devices, environment) and how it starts.
+
+Everything here is a frozen dataclass checked when it is built, so a bad request fails at the
+call site rather than on a worker. Copies are made with `dataclasses.replace` or the named
+helpers (`ResourceConfig.scale`, `ResourceConfig.with_tpu`, ...).
+
+The TPU variant table is not repeated here: `TpuTopologyInfo`, `TPU_TOPOLOGIES`,
+`get_tpu_topology` and `tpu_family` come from `fray_ray.iris.tpu` and are re-exported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+from fray_ray.iris.tpu import TPU_TOPOLOGIES, TpuTopologyInfo, get_tpu_topology, tpu_family
+
+__all__ = [
+    "ANY_REGION",
+    "DEFAULT_TPU_HOST_FRACTION",
+    "TPU_HBM_BYTES_PER_CHIP",
+    "TPU_HOST_RESOURCES",
+    "TPU_TOPOLOGIES",
+    "ActorConfig",
+    "BinaryEntrypoint",
+    "CallableEntrypoint",
+    "CpuConfig",
+    "DeviceConfig",
+    "DeviceKind",
+    "Entrypoint",
+    "EnvironmentConfig",
+    "GpuConfig",
+    "GpuType",
+    "JobRequest",
+    "JobStatus",
+    "ResourceConfig",
+    "TpuConfig",
+    "TpuFamily",
+    "TpuHostResources",
+    "TpuTopologyInfo",
+    "TpuType",
+    "create_environment",
+    "format_bytes",
+    "get_tpu_topology",
+    "parse_bytes",
+    "tpu_family",
+    "tpu_hbm_bytes_per_chip",
+    "tpu_hbm_capacity_bytes",
+]
+
+# ---------------------------------------------------------------------------------------------
+# Names and tables
+
+#: A TPU variant name such as `"v5p-16"`. Kept as `str`, not a `Literal`, so that
+#: `fray_ray.iris.tpu.TPU_TOPOLOGIES` stays the one list of valid names.
+TpuType = str
+TpuFamily = Literal["v4", "v5e", "v5p", "v6e"]
+#: Known GPU names. Not enforced: any string is passed to the scheduler as it is.
+GpuType = Literal["A10", "A100-40G", "A100-80G", "A10G", "B100", "H100", "H200", "L4", "T4", "V100", "auto"]
+DeviceKind = Literal["cpu", "gpu", "tpu"]
+
+#: `ResourceConfig.regions == [ANY_REGION]` means "run in any region, do not inherit the parent's".
+ANY_REGION = "*"
+
+_GIB = 1024**3
+
+#: High-bandwidth memory on one chip of each TPU family, in bytes.
+TPU_HBM_BYTES_PER_CHIP: Mapping[str, int] = MappingProxyType(
+    {"v4": 32 * _GIB, "v5e": 16 * _GIB, "v5p": 95 * _GIB, "v6e": 32 * _GIB}
+)
+
+
+@dataclass(frozen=True)
+class TpuHostResources:
+    """The CPUs and RAM (GB) of one host VM of a TPU family."""
+
+    cpu: int
+    ram_gb: int
+
+
+#: Host VM sizes per TPU family; `ResourceConfig.with_tpu` asks for a fraction of one.
+TPU_HOST_RESOURCES: Mapping[str, TpuHostResources] = MappingProxyType(
+    {
+        "v4": TpuHostResources(cpu=240, ram_gb=400),
+        "v5e": TpuHostResources(cpu=112, ram_gb=192),
+        "v5p": TpuHostResources(cpu=208, ram_gb=448),
+        "v6e": TpuHostResources(cpu=180, ram_gb=720),
+    }
+)
+
+#: The share of a TPU host's CPUs and RAM that `with_tpu` requests by default.
+DEFAULT_TPU_HOST_FRACTION = 0.5
+
+# Peak dense bf16 FLOP/s per chip or GPU, from vendors' published specifications.
+_TPU_BF16_FLOPS: Mapping[str, float] = MappingProxyType({"v4": 275e12, "v5e": 197e12, "v5p": 459e12, "v6e": 918e12})
+_GPU_BF16_FLOPS: Mapping[str, float] = MappingProxyType(
+    {"A100": 312e12, "H100": 989e12, "H200": 989e12, "B200": 2250e12, "L4": 121e12}
+)
+# What `ResourceConfig.total_flops` reports for a CPU-only request (a nominal figure).
+_CPU_NOMINAL_FLOPS = 100e9
+
+# LIBTPU_INIT_ARGS default per TPU family; v4 gets none.
+_LIBTPU_SCOPED_VMEM_KIB: Mapping[str, int] = MappingProxyType({"v5e": 50000, "v5p": 50000, "v6e": 98304})
+
+
+def tpu_hbm_bytes_per_chip(family: str) -> int:
+    """HBM bytes on one chip of `family` (`"v4"`, `"v5e"`, `"v5p"`, `"v6e"`); KeyError otherwise."""
+    try:
+        return TPU_HBM_BYTES_PER_CHIP[family]
+    except KeyError:
+        raise KeyError(f"unknown TPU family {family!r}; known: {sorted(TPU_HBM_BYTES_PER_CHIP)}") from None
+
+
+def tpu_hbm_capacity_bytes(tpu_type: str) -> int:
+    """Total HBM bytes of one slice of `tpu_type`; ValueError for an unknown variant."""
+    return get_tpu_topology(tpu_type).chip_count * tpu_hbm_bytes_per_chip(tpu_family(tpu_type))
+
+
+# ---------------------------------------------------------------------------------------------
+# Byte sizes ("4g", "512m")
+
+_UNITS: tuple[tuple[str, int], ...] = (("t", 1024**4), ("g", 1024**3), ("m", 1024**2), ("k", 1024))
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtKMGT]?)(?:[iI]?[bB])?\s*$")
+
+
+def parse_bytes(size: str | int) -> int:
+    """Bytes in a size such as `"4g"`, `"512M"`, `"1.5GiB"` or `1024` (binary units).
+
+    Returns the byte count; raises ValueError for anything else.
+    """
+    if isinstance(size, bool):
+        raise ValueError(f"not a byte size: {size!r}")
+    if isinstance(size, int):
+        if size < 0:
+            raise ValueError(f"a byte size cannot be negative: {size!r}")
+        return size
+    match = _SIZE.match(size) if isinstance(size, str) else None
+    if match is None:
+        raise ValueError(f"not a byte size: {size!r}; write a number with an optional k/m/g/t suffix, e.g. '4g'")
+    number, suffix = match.groups()
+    unit = dict(_UNITS).get(suffix.lower(), 1)
+    return int(round(float(number) * unit))
+
+
+def format_bytes(n: int) -> str:
+    """The most compact suffix form of `n` bytes: `format_bytes(8 * 1024**3) == "8g"`.
+
+    Uses the largest unit that divides `n` exactly; otherwise the largest unit not above `n`
+    with up to three decimals (`"1.2g"`).
+    """
+    for suffix, unit in _UNITS:
+        if n >= unit and n % unit == 0:
+            return f"{n // unit}{suffix}"
+    for suffix, unit in _UNITS:
+        if n >= unit:
+            return f"{n / unit:.3f}".rstrip("0").rstrip(".") + suffix
+    return str(n)
+
+
+# ---------------------------------------------------------------------------------------------
+# Devices
+
+
+def _check_kind(obj: CpuConfig | GpuConfig | TpuConfig, expected: str) -> None:
+    if obj.kind != expected:
+        raise ValueError(f"{type(obj).__name__}.kind must be {expected!r}, got {obj.kind!r}")
+
+
+@dataclass(frozen=True)
+class CpuConfig:
+    """No accelerator."""
+
+    variant: str = "cpu"
+    kind: Literal["cpu"] = field(default="cpu", kw_only=True)
+
+    def __post_init__(self) -> None:
+        _check_kind(self, "cpu")
+
+    def chip_count(self) -> int:
+        return 0
+
+    def device_flops(self, dtype: str = "bf16") -> float:
+        raise NotImplementedError("CPU FLOP/s are not tabulated; ResourceConfig.total_flops reports a nominal value")
+
+    def total_flops(self, dtype: str = "bf16") -> float:
+        return _CPU_NOMINAL_FLOPS
+
+    def default_env_vars(self) -> dict[str, str]:
+        return {"JAX_PLATFORMS": "cpu"}
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    """`count` GPUs of `variant` (e.g. `"H100"`; `"auto"` means any) on each replica:
+    `GpuConfig("H100", 8)`."""
+
+    variant: str = "auto"
+    count: int = 1
+    kind: Literal["gpu"] = field(default="gpu", kw_only=True)
+
+    def __post_init__(self) -> None:
+        _check_kind(self, "gpu")
+        if not isinstance(self.variant, str) or not self.variant:
+            raise ValueError(f"GpuConfig.variant must be a non-empty string, got {self.variant!r}")
+        if not isinstance(self.count, int) or self.count < 1:
+            raise ValueError(f"GpuConfig.count must be a positive integer, got {self.count!r}")
+
+    def chip_count(self) -> int:
+        return self.count
+
+    def device_flops(self, dtype: str = "bf16") -> float:
+        """Peak dense FLOP/s of one GPU; NotImplementedError for untabulated variants or dtypes."""
+        key = self.variant.upper().split("-", 1)[0]
+        if dtype != "bf16" or key not in _GPU_BF16_FLOPS:
+            raise NotImplementedError(f"no FLOP/s figure for GPU {self.variant!r} in {dtype}")
+        return _GPU_BF16_FLOPS[key]
+
+    def total_flops(self, dtype: str = "bf16") -> float:
+        return self.device_flops(dtype) * self.count
+
+    def default_env_vars(self) -> dict[str, str]:
+        return {"JAX_PLATFORMS": ""}
+
+
+@dataclass(frozen=True)
+class TpuConfig:
+    """One VM's share of a TPU slice of `variant` (e.g. `"v5p-16"`); ValueError for unknown variants.
+
+    `chip_count()` counts the chips on one VM and `vm_count()` the VMs in one slice.
+    """
+
+    variant: str
+    topology: str | None = None
+    kind: Literal["tpu"] = field(default="tpu", kw_only=True)
+
+    def __post_init__(self) -> None:
+        _check_kind(self, "tpu")
+        get_tpu_topology(self.variant)
+
+    @property
+    def info(self) -> TpuTopologyInfo:
+        return get_tpu_topology(self.variant)
+
+    @property
+    def family(self) -> str:
+        return tpu_family(self.variant)
+
+    def chip_count(self) -> int:
+        return self.info.chips_per_vm
+
+    def vm_count(self) -> int:
+        return self.info.vm_count
+
+    def device_flops(self, dtype: str = "bf16") -> float:
+        """Peak dense FLOP/s of one chip; NotImplementedError for dtypes other than bf16."""
+        if dtype != "bf16":
+            raise NotImplementedError(f"no FLOP/s figure for TPU {self.variant!r} in {dtype}")
+        return _TPU_BF16_FLOPS[self.family]
+
+    def total_flops(self, dtype: str = "bf16") -> float:
+        """Peak FLOP/s of the chips on one VM."""
+        return self.device_flops(dtype) * self.chip_count()
+
+    def default_env_vars(self) -> dict[str, str]:
+        env = {"JAX_PLATFORMS": ""}
+        vmem = _LIBTPU_SCOPED_VMEM_KIB.get(self.family)
+        if vmem is not None:
+            env["LIBTPU_INIT_ARGS"] = f"--xla_tpu_scoped_vmem_limit_kib={vmem}"
+        return env
+
+
+#: One of the device configs; `kind` ("cpu", "gpu", "tpu") tells them apart and is keyword-only,
+#: so `GpuConfig("H100", 8)` means eight H100s.
+DeviceConfig = CpuConfig | GpuConfig | TpuConfig
+
+
+# ---------------------------------------------------------------------------------------------
+# Resources
+
+
+def _check_str_sequence(value: object, what: str) -> None:
+    if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{what} must be a list of strings, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ResourceConfig:
+    """What one task (one replica of a job) needs, plus how many replicas the job has.
+
+    `regions` has three states: None inherits the parent job's region, a list pins the job
+    there, and `[ANY_REGION]` lets it run anywhere.
+    """
+
+    cpu: float = 1
+    ram: str = "4g"
+    disk: str = "16g"
+    device: DeviceConfig = CpuConfig()
+    preemptible: bool = True
+    regions: Sequence[str] | None = None
+    zone: str | None = None
+    target_cluster: str | None = None
+    replicas: int = 1
+    device_alternatives: Sequence[str] | None = None
+    image: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.cpu, bool) or not isinstance(self.cpu, int | float) or self.cpu < 0:
+            raise ValueError(f"ResourceConfig.cpu must be a non-negative number, got {self.cpu!r}")
+        for name in ("ram", "disk"):
+            value = getattr(self, name)
+            try:
+                if not isinstance(value, str):
+                    raise ValueError(f"not a string: {value!r}")
+                parse_bytes(value)
+            except ValueError as exc:
+                raise ValueError(f"ResourceConfig.{name} must be a size such as '4g' or '512m': {exc}") from None
+        if not isinstance(self.device, CpuConfig | GpuConfig | TpuConfig):
+            raise ValueError(f"ResourceConfig.device must be a CpuConfig, GpuConfig or TpuConfig, got {self.device!r}")
+        if not isinstance(self.replicas, int) or isinstance(self.replicas, bool) or self.replicas < 1:
+            raise ValueError(f"ResourceConfig.replicas must be a positive integer, got {self.replicas!r}")
+        if self.regions is not None:
+            _check_str_sequence(self.regions, "ResourceConfig.regions")
+            if ANY_REGION in self.regions and len(self.regions) > 1:
+                raise ValueError(
+                    f"ResourceConfig.regions mixes ANY_REGION ({ANY_REGION!r}) with named regions "
+                    f"{list(self.regions)!r}; "
+                    "use [ANY_REGION] alone to run anywhere, or list the regions"
+                )
+        if self.device_alternatives is not None:
+            _check_str_sequence(self.device_alternatives, "ResourceConfig.device_alternatives")
+
+    # -- sizes --------------------------------------------------------------------------------
+
+    def chip_count(self) -> int:
+        """Accelerator chips across all replicas."""
+        return self.device.chip_count() * self.replicas
+
+    def device_flops(self, dtype: str = "bf16") -> float:
+        """Peak FLOP/s of one device (chip or GPU); NotImplementedError for CPU."""
+        return self.device.device_flops(dtype)
+
+    def total_flops(self, dtype: str = "bf16") -> float:
+        """Peak FLOP/s across all replicas; a nominal 100 GFLOP/s for CPU-only requests."""
+        if isinstance(self.device, CpuConfig):
+            return _CPU_NOMINAL_FLOPS
+        return self.device.total_flops(dtype) * self.replicas
+
+    def scale(
+        self,
+        factor: float | None = None,
+        /,
+        *,
+        cpu: float | None = None,
+        ram: float | None = None,
+        disk: float | None = None,
+    ) -> ResourceConfig:
+        """A copy with cpu, ram and disk multiplied: all by `factor`, or each by its own keyword.
+
+        Sizes keep compact suffixes (`"4g"` scaled by 2 is `"8g"`). Raises ValueError when
+        `factor` is combined with keyword factors, or for a factor that is not positive.
+        """
+        if factor is not None and (cpu is not None or ram is not None or disk is not None):
+            raise ValueError("Pass either a single factor or per-field factors (cpu=, ram=, disk=), not both")
+        if factor is not None:
+            cpu = ram = disk = factor
+        for name, value in (("factor", factor), ("cpu", cpu), ("ram", ram), ("disk", disk)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
+                raise ValueError(f"scale {name} must be a positive number, got {value!r}")
+        changes: dict[str, Any] = {}
+        if cpu is not None:
+            changes["cpu"] = self.cpu * cpu
+        if ram is not None:
+            changes["ram"] = format_bytes(round(parse_bytes(self.ram) * ram))
+        if disk is not None:
+            changes["disk"] = format_bytes(round(parse_bytes(self.disk) * disk))
+        return dataclasses.replace(self, **changes)
+
+    # -- named constructors -------------------------------------------------------------------
+
+    @staticmethod
+    def with_tpu(tpu_type: str | Sequence[str], *, slice_count: int = 1, **kwargs: Any) -> ResourceConfig:
+        """Resources for `slice_count` slices of a TPU variant, one replica per VM.
+
+        `tpu_type` may be a list: the first variant is the one requested and the rest become
+        `device_alternatives` the scheduler may use instead; all must have the same VM count
+        and chips per VM. `replicas = slice_count * vm_count`. By default each replica asks
+        for half a host's CPUs and RAM and 50g of disk; `kwargs` override any field.
+        Raises ValueError for an empty list, unknown variants (naming the valid ones), or
+        variants of different shapes.
+        """
+        variants = [tpu_type] if isinstance(tpu_type, str) else list(tpu_type)
+        if not variants:
+            raise ValueError("with_tpu needs a TPU type or a non-empty list of TPU types")
+        if not isinstance(slice_count, int) or isinstance(slice_count, bool) or slice_count < 1:
+            raise ValueError(f"slice_count must be a positive integer, got {slice_count!r}")
+        shapes = [get_tpu_topology(v) for v in variants]
+        first = shapes[0]
+        mismatched = [s.name for s in shapes if (s.vm_count, s.chips_per_vm) != (first.vm_count, first.chips_per_vm)]
+        if mismatched:
+            raise ValueError(
+                f"TPU alternatives must share vm_count and chips_per_vm with {first.name} "
+                f"({first.vm_count} VMs x {first.chips_per_vm} chips); these differ: {mismatched}"
+            )
+        host = TPU_HOST_RESOURCES[tpu_family(first.name)]
+        fields: dict[str, Any] = {
+            "cpu": max(1, int(host.cpu * DEFAULT_TPU_HOST_FRACTION)),
+            "ram": f"{int(host.ram_gb * DEFAULT_TPU_HOST_FRACTION)}g",
+            "disk": "50g",
+            "device": TpuConfig(variant=first.name),
+            "replicas": slice_count * first.vm_count,
+            "device_alternatives": variants[1:] or None,
+        }
+        fields.update(kwargs)
+        return ResourceConfig(**fields)
+
+    @staticmethod
+    def with_gpu(gpu_type: str = "auto", count: int = 1, **kwargs: Any) -> ResourceConfig:
+        """Resources with `count` GPUs of `gpu_type` per replica; `kwargs` set other fields."""
+        return ResourceConfig(device=GpuConfig(variant=gpu_type, count=count), **kwargs)
+
+    @staticmethod
+    def with_cpu(**kwargs: Any) -> ResourceConfig:
+        """CPU-only resources; `kwargs` set fields (`cpu=`, `ram=`, ...)."""
+        return ResourceConfig(device=CpuConfig(), **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Environment
+
+
+@dataclass(frozen=True)
+class EnvironmentConfig:
+    """Where a job's code comes from (a workspace directory or a Docker image) and its setup.
+
+    Exactly one of `workspace` and `docker_image` must be set. `setup_scripts=None` means the
+    backend's default setup; `[]` means none.
+    """
+
+    workspace: str | None = None
+    docker_image: str | None = None
+    pip_packages: Sequence[str] = field(default_factory=list)
+    env_vars: Mapping[str, str] = field(default_factory=dict)
+    extras: Sequence[str] = field(default_factory=list)
+    setup_scripts: Sequence[str] | None = None
+    sync_packages: Sequence[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if (self.workspace is None) == (self.docker_image is None):
+            raise ValueError(
+                "EnvironmentConfig needs exactly one of workspace= or docker_image= "
+                f"(got workspace={self.workspace!r}, docker_image={self.docker_image!r})"
+            )
+        for name in ("pip_packages", "extras", "sync_packages"):
+            _check_str_sequence(getattr(self, name), f"EnvironmentConfig.{name}")
+        if self.setup_scripts is not None:
+            _check_str_sequence(self.setup_scripts, "EnvironmentConfig.setup_scripts")
+        if not isinstance(self.env_vars, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.env_vars.items()
+        ):
+            raise ValueError(f"EnvironmentConfig.env_vars must map strings to strings, got {self.env_vars!r}")
+
+
+# Set in every environment unless the caller overrides them.
+_DEFAULT_ENV_VARS: Mapping[str, str] = MappingProxyType(
+    {"HF_DATASETS_TRUST_REMOTE_CODE": "1", "TOKENIZERS_PARALLELISM": "false"}
+)
+# Copied from the submitting process when present.
+_INHERITED_ENV_VARS = ("HF_TOKEN", "WANDB_API_KEY", "MARIN_CI_DISABLE_RUNTIME_ENVS")
+
+
+def create_environment(
+    workspace: str | None = None,
+    docker_image: str | None = None,
+    pip_packages: Sequence[str] | None = None,
+    env_vars: Mapping[str, str | None] | None = None,
+    extras: Sequence[str] | None = None,
+    setup_scripts: Sequence[str] | None = None,
+    sync_packages: Sequence[str] | None = None,
+) -> EnvironmentConfig:
+    """An `EnvironmentConfig` with the usual defaults filled in.
+
+    The workspace defaults to the current directory unless a Docker image is given. The
+    environment starts with `HF_DATASETS_TRUST_REMOTE_CODE=1` and `TOKENIZERS_PARALLELISM=false`,
+    copies `HF_TOKEN`, `WANDB_API_KEY` and `MARIN_CI_DISABLE_RUNTIME_ENVS` from this process, then
+    applies `env_vars`; a None value removes a variable. Raises ValueError as `EnvironmentConfig` does.
+    """
+    if workspace is None and docker_image is None:
+        workspace = os.getcwd()
+    merged: dict[str, str | None] = dict(_DEFAULT_ENV_VARS)
+    merged.update({name: os.environ.get(name) for name in _INHERITED_ENV_VARS})
+    merged.update(env_vars or {})
+    return EnvironmentConfig(
+        workspace=workspace,
+        docker_image=docker_image,
+        pip_packages=list(pip_packages or []),
+        env_vars={k: v for k, v in merged.items() if v is not None},
+        extras=list(extras or []),
+        setup_scripts=None if setup_scripts is None else list(setup_scripts),
+        sync_packages=list(sync_packages or []),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Entrypoints
+
+
+@dataclass(frozen=True)
+class BinaryEntrypoint:
+    """Run a program: `command` with `args` (no shell)."""
+
+    command: str
+    args: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.command, str) or not self.command:
+            raise ValueError(f"BinaryEntrypoint.command must be a non-empty string, got {self.command!r}")
+        _check_str_sequence(self.args, "BinaryEntrypoint.args")
+        object.__setattr__(self, "args", tuple(self.args))
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return (self.command, *self.args)
+
+
+@dataclass(frozen=True)
+class CallableEntrypoint:
+    """Call a Python function: `callable(*args, **kwargs)`."""
+
+    callable: Callable[..., Any]
+    args: Sequence[Any] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not callable(self.callable):
+            raise ValueError(f"CallableEntrypoint.callable must be callable, got {self.callable!r}")
+        object.__setattr__(self, "args", tuple(self.args))
+        object.__setattr__(self, "kwargs", dict(self.kwargs))
+
+
+@dataclass(frozen=True)
+class Entrypoint:
+    """How a job starts: exactly one of a callable or a binary entrypoint."""
+
+    callable_entrypoint: CallableEntrypoint | None = None
+    binary_entrypoint: BinaryEntrypoint | None = None
+
+    def __post_init__(self) -> None:
+        if (self.callable_entrypoint is None) == (self.binary_entrypoint is None):
+            raise ValueError("Entrypoint needs exactly one of callable_entrypoint= or binary_entrypoint=")
+
+    @staticmethod
+    def from_callable(
+        c: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
+    ) -> Entrypoint:
+        """An entrypoint that calls `c(*args, **kwargs)`."""
+        return Entrypoint(callable_entrypoint=CallableEntrypoint(c, tuple(args), dict(kwargs or {})))
+
+    @staticmethod
+    def from_binary(command: str, args: Sequence[str] = ()) -> Entrypoint:
+        """An entrypoint that runs `command` with `args`."""
+        return Entrypoint(binary_entrypoint=BinaryEntrypoint(command, tuple(args)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Jobs and actors
+
+
+def _check_count(value: object, what: str, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A job to submit: a name unique among running jobs, an entrypoint, and its needs.
+
+    `replicas` defaults to `resources.replicas`. Retries are split: `max_retries_failure` for
+    the job's own failures, `max_retries_preemption` for lost workers; `max_task_failures` is
+    how many tasks may fail before the job does. `timeout` (seconds) stops the job when it runs
+    longer. Raises ValueError for a name with whitespace and for out-of-range numbers.
+    """
+
+    name: str
+    entrypoint: Entrypoint
+    resources: ResourceConfig = ResourceConfig()
+    environment: EnvironmentConfig | None = None
+    replicas: int | None = None
+    processes_per_task: int = 1
+    max_retries_failure: int = 0
+    max_retries_preemption: int = 100
+    max_task_failures: int = 0
+    priority: int = 0
+    timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"JobRequest.name must be a non-empty string, got {self.name!r}")
+        if any(ch.isspace() for ch in self.name):
+            raise ValueError(f"JobRequest.name must not contain spaces, got {self.name!r}; use '-' or '_' instead")
+        if not isinstance(self.entrypoint, Entrypoint):
+            raise ValueError(f"JobRequest.entrypoint must be an Entrypoint, got {self.entrypoint!r}")
+        if not isinstance(self.resources, ResourceConfig):
+            raise ValueError(f"JobRequest.resources must be a ResourceConfig, got {self.resources!r}")
+        if self.environment is not None and not isinstance(self.environment, EnvironmentConfig):
+            raise ValueError(f"JobRequest.environment must be an EnvironmentConfig, got {self.environment!r}")
+        if self.replicas is None:
+            object.__setattr__(self, "replicas", self.resources.replicas)
+        _check_count(self.replicas, "JobRequest.replicas", 1)
+        _check_count(self.processes_per_task, "JobRequest.processes_per_task", 1)
+        for name in ("max_retries_failure", "max_retries_preemption", "max_task_failures"):
+            _check_count(getattr(self, name), f"JobRequest.{name}", 0)
+        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
+            raise ValueError(f"JobRequest.priority must be an integer, got {self.priority!r}")
+        if self.timeout is not None and (
+            isinstance(self.timeout, bool)
+            or not isinstance(self.timeout, int | float)
+            or not math.isfinite(self.timeout)
+            or self.timeout <= 0
+        ):
+            raise ValueError(f"JobRequest.timeout must be a positive number of seconds or None, got {self.timeout!r}")
+
+
+class JobStatus(enum.StrEnum):
+    """Where a job is in its life; SUCCEEDED, FAILED and STOPPED are final."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    def finished(self) -> bool:
+        """True for SUCCEEDED, FAILED and STOPPED; also callable as `JobStatus.finished(status)`."""
+        return self in _FINISHED
+
+
+_FINISHED = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED})
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    """How actors of a group behave.
+
+    `max_concurrency` calls may run at once on one actor (1: one at a time, in submission
+    order). `max_restarts` is how often a failed actor is rebuilt (None: the backend's default,
+    no restarts locally; -1: without limit). `max_task_retries` is how often a call is retried
+    (None: backend default). `priority` is the scheduling priority of the actors' job.
+    """
+
+    max_concurrency: int = 1
+    max_restarts: int | None = None
+    max_task_retries: int | None = None
+    priority: int = 0
+
+    def __post_init__(self) -> None:
+        _check_count(self.max_concurrency, "ActorConfig.max_concurrency", 1)
+        if self.max_restarts is not None:
+            _check_count(self.max_restarts, "ActorConfig.max_restarts", -1)
+        if self.max_task_retries is not None:
+            _check_count(self.max_task_retries, "ActorConfig.max_task_retries", -1)
+        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
+            raise ValueError(f"ActorConfig.priority must be an integer, got {self.priority!r}")

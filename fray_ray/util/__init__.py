@@ -1,0 +1,1 @@
+"""Ray's utility modules: placement groups, actor pools, queues, TPU helpers, scheduling strategies."""
