@@ -1,3 +1,60 @@
-"""fray_ray: Ray's API on Iris clusters."""
+"""fray_ray: Ray's API on Iris clusters.
+
+`import fray_ray as ray` and Ray code keeps working: tasks and actors run as Iris jobs, on an
+embedded Iris-compatible cluster by default (`fray_ray.init()`) or on a real Iris cluster
+(`fray_ray.init("iris://host:port")`).
+"""
+
+from __future__ import annotations
 
 __version__ = "0.1.0"
+
+from fray_ray import exceptions
+from fray_ray._api import (
+    RayContext,
+    available_resources,
+    cancel,
+    cluster_resources,
+    get,
+    get_actor,
+    get_gpu_ids,
+    init,
+    is_initialized,
+    kill,
+    nodes,
+    put,
+    remote,
+    shutdown,
+    timeline,
+    wait,
+)
+from fray_ray._private.generators import ObjectRefGenerator
+from fray_ray._private.object_ref import ObjectID, ObjectRef
+from fray_ray.actor import method
+from fray_ray.runtime_context import get_runtime_context
+
+__all__ = [
+    "ObjectID",
+    "ObjectRef",
+    "ObjectRefGenerator",
+    "RayContext",
+    "__version__",
+    "available_resources",
+    "cancel",
+    "cluster_resources",
+    "exceptions",
+    "get",
+    "get_actor",
+    "get_gpu_ids",
+    "get_runtime_context",
+    "init",
+    "is_initialized",
+    "kill",
+    "method",
+    "nodes",
+    "put",
+    "remote",
+    "shutdown",
+    "timeline",
+    "wait",
+]

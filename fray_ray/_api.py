@@ -1,0 +1,320 @@
+"""The top-level functions: init and shutdown, get, put, wait, remote, kill, cancel, ...
+
+Each is a few lines handing off to the process's runtime (`fray_ray._private.runtime_state`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from fray_ray._private import runtime_state
+from fray_ray._private.object_ref import ObjectRef
+
+logger = logging.getLogger(__name__)
+
+_init_lock = threading.RLock()  # serialises init/shutdown
+
+
+# ---- init and shutdown ---------------------------------------------------------------------
+
+_INIT_KEYWORDS = {
+    "labels", "object_store_memory", "include_dashboard", "dashboard_host", "dashboard_port", "job_config",
+    "configure_logging", "logging_level", "logging_format", "logging_config", "enable_resource_isolation",
+    "cgroup_path", "system_reserved_cpu", "system_reserved_memory", "proxy_server_url",
+}
+
+
+class RayContext(Mapping):
+    """What init() returns: address information, usable as a dict and a context manager."""
+
+    def __init__(self, address_info: Mapping[str, Any]) -> None:
+        self.address_info = dict(address_info)
+        self.dashboard_url = ""
+        import platform
+
+        self.python_version = platform.python_version()
+        from fray_ray import __version__
+
+        self.ray_version = __version__
+        self.ray_commit = "fray_ray"
+
+    def __getitem__(self, key: str) -> Any:
+        return self.address_info[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.address_info)
+
+    def __len__(self) -> int:
+        return len(self.address_info)
+
+    def __enter__(self) -> RayContext:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        shutdown()
+
+    def disconnect(self) -> None:
+        shutdown()
+
+    def __repr__(self) -> str:
+        return f"RayContext({self.address_info!r})"
+
+
+_context: RayContext | None = None
+
+
+def is_initialized() -> bool:
+    """True between init() (or auto-init) and shutdown()."""
+    runtime = runtime_state.current_or_none()
+    return runtime is not None
+
+
+def init(
+    address: str | None = None,
+    *,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    resources: Mapping[str, float] | None = None,
+    namespace: str | None = None,
+    runtime_env: Mapping[str, Any] | None = None,
+    ignore_reinit_error: bool = False,
+    local_mode: bool = False,
+    log_to_driver: bool | None = None,
+    **kwargs: Any,
+) -> RayContext:
+    """Start or connect to a session and return its context.
+
+    - no address (and no RAY_ADDRESS/FRAY_RAY_ADDRESS): start an embedded Iris-compatible
+      cluster in this process, sized from the machine or from num_cpus/num_gpus/resources;
+    - `"local"`: always start a new embedded cluster;
+    - `"iris://host:port"`, `"http://host:port"` or `"host:port"`: use that Iris controller;
+    - `"auto"`: RAY_ADDRESS/FRAY_RAY_ADDRESS, else the surrounding Iris task's controller;
+    - inside an Iris task with no address: attach to the task's job;
+    - `local_mode=True`: run everything in this process on threads (for debuggers).
+
+    Raises RuntimeError when called twice without ignore_reinit_error=True, or for an
+    unknown keyword argument.
+
+    >>> ctx = fray_ray.init(num_cpus=2)  # doctest: +SKIP
+    """
+    global _context
+    unknown = [k for k in kwargs if not k.startswith("_") and k not in _INIT_KEYWORDS]
+    if unknown:
+        raise RuntimeError(f"Unknown keyword argument(s): {', '.join(unknown)}")
+    with _init_lock:
+        if runtime_state.current_or_none() is not None:
+            if ignore_reinit_error:
+                logger.info("Calling ray.init() again after it has already been called.")
+                return _context or RayContext({})
+            raise RuntimeError(
+                "Maybe you called ray.init twice by accident? This error can be suppressed by passing in "
+                "'ignore_reinit_error=True' or by calling 'ray.shutdown()' prior to 'ray.init()'."
+            )
+        from fray_ray._private.bootstrap import start_driver
+
+        runtime = start_driver(
+            address=address,
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            resources=resources,
+            namespace=namespace or os.environ.get("RAY_NAMESPACE") or str(uuid.uuid4()),
+            runtime_env=runtime_env,
+            local_mode=local_mode,
+            log_to_driver=True if log_to_driver is None else log_to_driver,
+        )
+        runtime_state.install(runtime)
+        _context = RayContext(runtime.address_info)
+        return _context
+
+
+def _auto_init() -> Any:
+    with _init_lock:
+        runtime = runtime_state.current_or_none()
+        if runtime is None:
+            if os.environ.get("RAY_ENABLE_AUTO_CONNECT", "1") == "0":
+                raise RuntimeError("Ray has not been started yet. You can start Ray with 'ray.init()'.")
+            init()
+            runtime = runtime_state.current_or_none()
+        return runtime
+
+
+def shutdown(*, wait_for_processes: bool = False, _exiting_interpreter: bool = False) -> None:
+    """Stop the session: workers, actors (except detached ones) and the embedded cluster.
+
+    Idempotent; afterwards is_initialized() is False.
+    """
+    global _context
+    with _init_lock:
+        runtime = runtime_state.current_or_none()
+        if runtime is None or not runtime.is_driver:
+            return
+        runtime_state.uninstall(runtime)
+        _context = None
+        runtime.shutdown()
+
+
+# ---- objects -------------------------------------------------------------------------------
+
+
+def put(value: Any, *, _owner: Any = None, _tensor_transport: Any = None) -> ObjectRef:
+    """Store a snapshot of `value` in the session; returns a ref to it.
+
+    >>> fray_ray.get(fray_ray.put([1, 2]))  # doctest: +SKIP
+    [1, 2]
+    """
+    return runtime_state.current().put(value)
+
+
+def get(object_refs: Any, *, timeout: float | None = None, _use_object_store: bool = False) -> Any:
+    """Block until the values are ready and return them (a list for a list of refs).
+
+    Raises the task's error as soon as one is found, GetTimeoutError after `timeout` seconds,
+    ValueError/TypeError for arguments that are not refs.
+    """
+    from fray_ray._private.generators import ObjectRefGenerator
+
+    if isinstance(object_refs, ObjectRef):
+        return runtime_state.current().get([object_refs], timeout)[0]
+    if isinstance(object_refs, ObjectRefGenerator):
+        raise TypeError("ray.get() does not accept an ObjectRefGenerator; iterate it and get each ref instead.")
+    if not isinstance(object_refs, list):
+        raise ValueError(
+            f"Invalid type of object refs, {type(object_refs)}, is given. 'object_refs' must either be an "
+            "ObjectRef or a list of ObjectRefs. "
+        )
+    for ref in object_refs:
+        if not isinstance(ref, ObjectRef):
+            raise TypeError(
+                f"Attempting to call `get` on the value {ref}, which is not an ray.ObjectRef."
+            )
+    if timeout is not None and timeout < 0:
+        raise ValueError("'timeout' must be a non-negative number, got %r" % timeout)
+    if not object_refs:
+        return []
+    return runtime_state.current().get(object_refs, timeout)
+
+
+def wait(
+    ray_waitables: Any, *, num_returns: int = 1, timeout: float | None = None, fetch_local: bool = True
+) -> tuple[list[ObjectRef], list[ObjectRef]]:
+    """Block until `num_returns` of the refs are ready or `timeout` passes.
+
+    Returns (ready, not_ready), each in input order.
+    """
+    if isinstance(ray_waitables, ObjectRef) or not isinstance(ray_waitables, list):
+        raise TypeError(
+            f"wait() expected a list of ray.ObjectRef or ray.ObjectRefGenerator, got {type(ray_waitables)}"
+        )
+    for ref in ray_waitables:
+        if not isinstance(ref, ObjectRef):
+            raise TypeError(
+                f"wait() expected a list of ray.ObjectRef or ray.ObjectRefGenerator, got list containing {type(ref)}"
+            )
+    if timeout is not None and timeout < 0:
+        raise ValueError(f"The 'timeout' argument must be nonnegative. Received {timeout}")
+    if len(ray_waitables) != len(set(ray_waitables)):
+        raise ValueError("Wait requires a list of unique ray_waitables.")
+    if num_returns <= 0:
+        raise ValueError("Invalid number of objects to return %d." % num_returns)
+    if num_returns > len(ray_waitables):
+        raise ValueError(
+            f"num_returns cannot be greater than the number of ray_waitables provided: {num_returns} > {len(ray_waitables)}"
+        )
+    if not ray_waitables:
+        return [], []
+    return runtime_state.current().wait(ray_waitables, num_returns, timeout, fetch_local)
+
+
+# ---- remote --------------------------------------------------------------------------------
+
+
+def remote(*args: Any, **kwargs: Any) -> Any:
+    """Make a function a remote task or a class an actor, optionally with options.
+
+    >>> @fray_ray.remote(num_cpus=2)  # doctest: +SKIP
+    ... def f(): ...
+    """
+    from fray_ray import _options
+    from fray_ray.actor import ActorClass
+    from fray_ray.remote_function import RemoteFunction
+
+    def make(target: Any, options: Mapping[str, Any]) -> Any:
+        if _options.check_remote_target(target) == "class":
+            return ActorClass(target, options)
+        return RemoteFunction(target, options)
+
+    target, options = _options.split_remote_args(args, kwargs)
+    if target is not _options.UNSET:
+        return make(target, {})
+    _options.check_decorator_options(options)
+    return lambda target: make(target, options)
+
+
+# ---- actors and tasks ----------------------------------------------------------------------
+
+
+def kill(actor: Any, *, no_restart: bool = True) -> None:
+    """Kill an actor at once (no atexit handlers run); later calls raise ActorDiedError."""
+    from fray_ray.actor import ActorHandle
+
+    if not isinstance(actor, ActorHandle):
+        raise ValueError(f"ray.kill() only supported for actors. For tasks, try ray.cancel(). Got: {type(actor)}.")
+    runtime_state.current().kill_actor(actor._actor_id, no_restart)
+
+
+def cancel(ray_waitable: Any, *, force: bool = False, recursive: bool = True) -> None:
+    """Cancel the task that produces this ref (queued: at once; running: interrupted)."""
+    if not isinstance(ray_waitable, ObjectRef):
+        raise TypeError(f"ray.cancel() only supported for object refs. For actors, try ray.kill(). Got: {type(ray_waitable)}.")
+    runtime_state.current().cancel(ray_waitable, force, recursive)
+
+
+def get_actor(name: str, namespace: str | None = None) -> Any:
+    """The handle of the live actor named `name`; ValueError if there is none."""
+    from fray_ray.actor import ActorHandle
+
+    if not isinstance(name, str) or not name:
+        raise ValueError("Please supply a non-empty value to get_actor")
+    info = runtime_state.current().get_named_actor(name, namespace)
+    return ActorHandle(info["actor_id"], info["class_name"], info["methods"], info["is_async"])
+
+
+# ---- cluster -------------------------------------------------------------------------------
+
+
+def cluster_resources() -> dict[str, float]:
+    """Total logical resources of the session."""
+    return runtime_state.current().cluster_resources()
+
+
+def available_resources() -> dict[str, float]:
+    """Free logical resources; resources with nothing free are left out."""
+    return runtime_state.current().available_resources()
+
+
+def nodes() -> list[dict[str, Any]]:
+    """One entry per node of the session."""
+    return runtime_state.current().nodes()
+
+
+def get_gpu_ids() -> list[int]:
+    """The GPUs assigned to the current task or actor."""
+    from fray_ray._private.worker import current_task
+
+    if current_task.get() is None:
+        return []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return [int(g) for g in visible.split(",") if g.strip().isdigit()]
+
+
+def timeline(filename: str | None = None) -> list[Any]:
+    """Task timeline; fray_ray records none, so this is empty (written to `filename` if given)."""
+    if filename:
+        with open(filename, "w") as f:
+            f.write("[]")
+    return []

@@ -1,0 +1,1 @@
+"""Internals of the Ray layer: wire protocol, serialization, object table, scheduler, workers."""

@@ -1,0 +1,329 @@
+"""RayActorHost: the object a Ray actor's Iris job (a Fray actor group of one) hosts.
+
+It connects to the driver's session, builds the user's instance when told to, and runs method
+calls the driver pushes, with Ray's semantics: one call at a time in arrival order by default,
+`max_concurrency` threads for threaded actors, one event loop for async actors, and a pool per
+concurrency group. Its public `call()` also lets Iris and Fray clients call the actor over
+ActorService.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import logging
+import os
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import cloudpickle
+
+from fray_ray._private import runtime_state
+from fray_ray._private.execution import error_results, make_task_error, package_results, resolve_arguments
+from fray_ray._private.logs import flush_forwarded, forward_output
+from fray_ray._private.protocol import Connection, ConnectionClosed
+from fray_ray._private.serialization import SerializedValue, WireBatch, deserialize, serialize_error, unpack_values
+from fray_ray._private.worker import TaskContext, WorkerRuntime, current_task, open_session
+
+logger = logging.getLogger(__name__)
+
+
+class ActorExit(BaseException):
+    """Raised by exit_actor() to end the actor after the current call."""
+
+
+class RayActorHost:
+    """Hosts one Ray actor. Constructed by the Fray backend inside the actor's job."""
+
+    def __init__(self, session_address: str, token: str, actor_id: bytes, in_process: bool = False) -> None:
+        from fray_ray.fray import current_actor
+
+        self._actor_id = actor_id
+        self._in_process = in_process
+        try:
+            self._fray_context = current_actor()
+        except RuntimeError:
+            self._fray_context = None
+        self._instance: Any = None
+        self._handle: Any = None
+        self._class_name = "Actor"
+        self._is_async = False
+        self._default_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._group_pools: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._semaphores: dict[str | None, asyncio.Semaphore] = {}
+        self._created = threading.Event()
+        self._creation_error: BaseException | None = None
+        self._stopped = threading.Event()
+        handlers = {"create": self._on_create, "call": self._on_call, "die": self._on_die}
+        self._runtime: WorkerRuntime = open_session(
+            session_address, token, {"kind": "actor", "id": actor_id}, handlers, on_runtime=self._set_runtime
+        )
+        self._runtime.connection.add_close_callback(lambda _: self._stop())
+        if in_process:
+            self._context_token = None
+        else:
+            runtime_state.install(self._runtime)
+            forward_output(self._runtime)
+
+    def _set_runtime(self, runtime: WorkerRuntime) -> None:
+        self._runtime = runtime
+
+    # ---- creation ------------------------------------------------------------------------
+
+    def _on_create(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        options = body["options"]
+        self._class_name = body["class_name"]
+        from fray_ray.actor import ActorHandle
+
+        self._handle = ActorHandle(self._actor_id, self._class_name, cloudpickle.loads(body["methods"]), bool(options.get("is_async")))
+        self._is_async = bool(options.get("is_async"))
+        groups: Mapping[str, int] = options.get("concurrency_groups") or {}
+        max_concurrency = int(options.get("max_concurrency") or 1)
+        if self._is_async:
+            self._loop = asyncio.new_event_loop()
+            self._loop_thread = threading.Thread(target=self._run_loop, name="actor-loop", daemon=True)
+            self._loop_thread.start()
+            self._semaphores[None] = _make_semaphore(self._loop, max_concurrency)
+            for name, size in groups.items():
+                self._semaphores[name] = _make_semaphore(self._loop, size)
+        else:
+            self._default_pool = concurrent.futures.ThreadPoolExecutor(max_concurrency, thread_name_prefix="actor")
+            for name, size in groups.items():
+                self._group_pools[name] = concurrent.futures.ThreadPoolExecutor(size, thread_name_prefix=f"actor-{name}")
+        (arguments,) = unpack_values(body["values"], buffers)
+        self._submit_sync(None, self._create, body, arguments)
+
+    def _create(self, body: Mapping[str, Any], arguments: SerializedValue) -> None:
+        context = TaskContext(task_id=None, function_name=f"{self._class_name}.__init__", actor_id=self._actor_id,
+                              actor_name=self._class_name, resources=body.get("resources") or {},
+                              actor_handle=self._handle)
+        token = current_task.set(context)
+        runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
+        try:
+            cls = cloudpickle.loads(body["code"])
+            args, kwargs = resolve_arguments(arguments, self._resolve, body["top_level"])
+            self._instance = cls.__new__(cls)
+            _set_actor_env(body.get("env") or {})
+            self._instance.__init__(*args, **kwargs)
+            self._send("actor_ready", {"actor": self._actor_id, "pid": os.getpid()})
+        except BaseException as exc:  # noqa: BLE001 - the creation error is every later call's error
+            self._creation_error = exc
+            error = make_task_error(exc, f"{self._class_name}.__init__")
+            batch = WireBatch()
+            batch.add(serialize_error(error))
+            self._send("actor_failed", {"actor": self._actor_id, "error": batch.descriptions}, batch.buffers)
+        finally:
+            current_task.reset(token)
+            if runtime_token is not None:
+                runtime_state.reset_context_runtime(runtime_token)
+            self._created.set()
+
+    # ---- calls ---------------------------------------------------------------------------
+
+    def _on_call(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        values = unpack_values(body["values"], buffers)
+        if self._is_async:
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(
+                lambda: self._loop.create_task(self._run_async_call(body, values))  # type: ignore[union-attr]
+            )
+        else:
+            self._submit_sync(body.get("group"), self._run_sync_call, body, values)
+
+    def _submit_sync(self, group: str | None, fn: Any, *args: Any) -> None:
+        pool = self._group_pools.get(group) if group else None
+        pool = pool or self._default_pool
+        if pool is None:  # async actors build their instance on the loop thread
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(lambda: fn(*args))
+            return
+        try:
+            pool.submit(fn, *args)
+        except RuntimeError:
+            pass  # shutting down
+
+    def _resolve(self, ids: Sequence[bytes], inline: Mapping[bytes, SerializedValue] | None = None) -> dict[bytes, Any]:
+        stored = dict(inline or {})
+        missing = [i for i in ids if i not in stored]
+        if missing:
+            stored.update(self._runtime.fetch(missing, None))
+        out = {}
+        for object_id in ids:
+            value = stored[object_id]
+            if value.is_error:
+                raise deserialize(value)
+            out[object_id] = deserialize(value)
+        return out
+
+    def _prepare(self, body: Mapping[str, Any], values: list[SerializedValue]) -> tuple[Any, tuple, dict]:
+        if self._creation_error is not None or self._instance is None:
+            raise _creation_failed(self._class_name)
+        inline = dict(zip(body["resolved"], values[1:]))
+        args, kwargs = resolve_arguments(values[0], lambda ids: self._resolve(ids, inline), body["top_level"])
+        method = getattr(self._instance, body["method"])
+        return method, args, kwargs
+
+    def _context(self, body: Mapping[str, Any]) -> TaskContext:
+        return TaskContext(
+            task_id=body["call"], function_name=f"{self._class_name}.{body['method']}", actor_id=self._actor_id,
+            actor_name=self._class_name, actor_handle=self._handle,
+        )
+
+    def _run_sync_call(self, body: Mapping[str, Any], values: list[SerializedValue]) -> None:
+        token = current_task.set(self._context(body))
+        runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
+        try:
+            method, args, kwargs = self._prepare(body, values)
+            result = method(*args, **kwargs)
+            if inspect.iscoroutine(result):
+                result = asyncio.run(result)
+            self._complete(body, package_results(result, body["num_returns"], body["method"]), None)
+        except ActorExit:
+            self._exit_requested(body)
+        except BaseException as exc:  # noqa: BLE001 - delivered to the caller
+            self._complete(body, None, self._wrap(exc, body))
+        finally:
+            current_task.reset(token)
+            if runtime_token is not None:
+                runtime_state.reset_context_runtime(runtime_token)
+
+    async def _run_async_call(self, body: Mapping[str, Any], values: list[SerializedValue]) -> None:
+        semaphore = self._semaphores.get(body.get("group")) or self._semaphores[None]
+        async with semaphore:
+            token = current_task.set(self._context(body))
+            runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
+            try:
+                loop = asyncio.get_running_loop()
+                if body["top_level"]:
+                    method, args, kwargs = await loop.run_in_executor(None, self._prepare, body, values)
+                else:
+                    method, args, kwargs = self._prepare(body, values)
+                result = method(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+                self._complete(body, package_results(result, body["num_returns"], body["method"]), None)
+            except ActorExit:
+                self._exit_requested(body)
+            except BaseException as exc:  # noqa: BLE001 - delivered to the caller
+                self._complete(body, None, self._wrap(exc, body))
+            finally:
+                current_task.reset(token)
+                if runtime_token is not None:
+                    runtime_state.reset_context_runtime(runtime_token)
+
+    def _wrap(self, exc: BaseException, body: Mapping[str, Any]) -> BaseException:
+        from fray_ray.exceptions import RayActorError
+
+        if isinstance(exc, RayActorError) and self._creation_error is not None:
+            return exc
+        return make_task_error(exc, f"{self._class_name}.{body['method']}", actor_repr=f"{self._class_name}")
+
+    def _complete(self, body: Mapping[str, Any], results: list[SerializedValue] | None, error: BaseException | None) -> None:
+        batch = WireBatch()
+        if error is not None:
+            for value in error_results(error, len(body["returns"])):
+                batch.add(value)
+        else:
+            for value in results or []:
+                batch.add(value)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        flush_forwarded()
+        self._send("call_done", {"call": body["call"], "results": batch.descriptions, "user_error": error is not None},
+                   batch.buffers)
+
+    def _exit_requested(self, body: Mapping[str, Any]) -> None:
+        self._send("actor_exiting", {"actor": self._actor_id, "call": body["call"]})
+        self._stop()
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def _on_die(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        if self._in_process:
+            self._stop()
+        else:
+            os._exit(1 if body.get("restart") else 0)
+
+    def _run_loop(self) -> None:
+        assert self._loop is not None
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def _send(self, method: str, body: Mapping[str, Any], buffers: Sequence[Any] = ()) -> None:
+        try:
+            self._runtime.connection.notify(method, dict(body), buffers)
+        except ConnectionClosed:
+            pass
+
+    def _stop(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self._fray_context is not None and self._fray_context.shutdown_event is not None:
+            self._fray_context.shutdown_event.set()
+        for pool in [self._default_pool, *self._group_pools.values()]:
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+    # ---- ActorService (Iris and Fray clients) ------------------------------------------
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call a method of the hosted instance (for Iris/Fray clients), in the actor's order."""
+        self._created.wait()
+        if self._creation_error is not None:
+            raise _creation_failed(self._class_name)
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                result = getattr(self._instance, method)(*args, **kwargs)
+                if inspect.iscoroutine(result):
+                    result = asyncio.run(result)
+                future.set_result(result)
+            except BaseException as exc:  # noqa: BLE001 - delivered to the caller
+                future.set_exception(exc)
+
+        if self._is_async and self._loop is not None:
+            async def run_async() -> None:
+                try:
+                    result = getattr(self._instance, method)(*args, **kwargs)
+                    if inspect.isawaitable(result):
+                        result = await result
+                    future.set_result(result)
+                except BaseException as exc:  # noqa: BLE001 - delivered to the caller
+                    future.set_exception(exc)
+
+            self._loop.call_soon_threadsafe(lambda: self._loop.create_task(run_async()))  # type: ignore[union-attr]
+        else:
+            self._submit_sync(None, run)
+        return future.result()
+
+    def ping(self) -> bool:
+        """True once the instance exists (for health checks)."""
+        return self._created.is_set() and self._creation_error is None
+
+
+def _make_semaphore(loop: asyncio.AbstractEventLoop, size: int) -> asyncio.Semaphore:
+    async def build() -> asyncio.Semaphore:
+        return asyncio.Semaphore(size)
+
+    return asyncio.run_coroutine_threadsafe(build(), loop).result()
+
+
+def _creation_failed(class_name: str) -> BaseException:
+    from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError
+
+    return ActorDiedError(ActorDeathInfo(
+        ActorDeathReason.PROCESS_DIED, class_name=class_name, detail="Its creation task failed."
+    ))
+
+
+def _set_actor_env(env: Mapping[str, str]) -> None:
+    os.environ.update(env)

@@ -1,0 +1,440 @@
+"""Actors in the driver: creation through Fray, call routing, names, death and restarts.
+
+Each actor is a Fray actor group of one (an Iris job) hosting a RayActorHost, which connects
+back to this session. Calls are sent on that connection in submission order, so each caller's
+calls run in order; calls made before the actor is up wait in its queue. When the host goes
+away the actor restarts (if `max_restarts` allows: Iris reruns the job) or dies, and its calls
+fail with ActorDiedError.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+
+from fray_ray._private.object_table import ObjectTable
+from fray_ray._private.protocol import Connection, ConnectionClosed
+from fray_ray._private.resources import Ledger
+from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue, WireBatch, serialize_error
+from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec
+
+if TYPE_CHECKING:
+    from fray_ray._private.launcher import WorkerLauncher
+
+logger = logging.getLogger(__name__)
+
+
+class ActorState(enum.Enum):
+    STARTING = "starting"  # launched, host not connected yet
+    ALIVE = "alive"
+    RESTARTING = "restarting"
+    DEAD = "dead"
+
+
+@dataclass(eq=False)
+class ActorRecord:
+    spec: ActorCreationSpec
+    state: ActorState = ActorState.STARTING
+    connection: Connection | None = None
+    group: Any = None  # the Fray ActorGroup
+    queued: list[ActorCallSpec] = field(default_factory=list)
+    in_flight: dict[bytes, ActorCallSpec] = field(default_factory=dict)
+    restarts: int = 0
+    death: SerializedValue | None = None
+    pid: int | None = None
+    ready: threading.Event = field(default_factory=threading.Event)
+    killed: bool = False
+    #: held while sending to the host, so calls leave in the order they were accepted
+    send_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class ActorManager:
+    def __init__(
+        self,
+        objects: ObjectTable,
+        ledger: Ledger,
+        launcher: WorkerLauncher,
+        *,
+        namespace: str,
+        session_id: str,
+    ) -> None:
+        self._objects = objects
+        self._ledger = ledger
+        self._launcher = launcher
+        self._namespace = namespace
+        self._session_id = session_id
+        self._lock = threading.Lock()
+        self._actors: dict[bytes, ActorRecord] = {}
+        self._by_connection: dict[Connection, ActorRecord] = {}
+        self._names: dict[tuple[str, str], bytes] = {}
+        self._closed = False
+        #: called after an actor's resources return to the ledger (so tasks can use them)
+        self.on_resources_released: Callable[[], None] | None = None
+
+    # ---- creation ------------------------------------------------------------------------
+
+    def create(self, spec: ActorCreationSpec) -> bytes:
+        """Register and launch an actor; returns its id (an existing one for get_if_exists)."""
+        from fray_ray.exceptions import ActorAlreadyExistsError
+
+        namespace = spec.namespace or self._namespace
+        with self._lock:
+            if spec.name:
+                existing = self._names.get((namespace, spec.name))
+                if existing is not None and self._actors[existing].state is not ActorState.DEAD:
+                    if spec.get_if_exists:
+                        return existing
+                    raise ActorAlreadyExistsError(
+                        f"The name {spec.name} (namespace={namespace}) is already taken. Please use a different name "
+                        "or get the existing actor using ray.get_actor('{spec.name}', namespace='{namespace}')"
+                    )
+            record = ActorRecord(spec)
+            self._actors[spec.actor_id] = record
+            if spec.name:
+                self._names[(namespace, spec.name)] = spec.actor_id
+        self._ledger.force_acquire(spec.shape.as_dict())
+        group_name = f"{self._session_id}-{(spec.name or spec.class_name)}-{spec.actor_id.hex()[:8]}"
+        group_name = "".join(c if c.isalnum() or c in "-_." else "-" for c in group_name)
+
+        def launched(group: Any, error: BaseException | None) -> None:
+            if error is not None:
+                self._mark_dead(record, self._death_error(record, "process_died", f"its worker could not be started: {error}"))
+                return
+            with self._lock:
+                record.group = group
+                dead = record.state is ActorState.DEAD
+            if dead:
+                self._launcher.terminate(group)
+
+        self._launcher.launch_actor(
+            spec.actor_id,
+            group_name,
+            spec.shape,
+            env_vars=spec.env_vars,
+            max_restarts=spec.max_restarts,
+            accelerator=spec.accelerator,
+            callback=launched,
+        )
+        return spec.actor_id
+
+    def host_connected(self, actor_id: bytes, connection: Connection, pid: int | None) -> bool:
+        """A host said hello: send it the class and every queued call, in order."""
+        with self._lock:
+            record = self._actors.get(actor_id)
+            if record is None or record.state is ActorState.DEAD:
+                return False
+        with record.send_lock:
+            with self._lock:
+                if record.state is ActorState.DEAD:
+                    return False
+                restarting = record.state is ActorState.RESTARTING
+                record.state = ActorState.ALIVE
+                record.connection = connection
+                record.pid = pid
+                self._by_connection[connection] = record
+                resend = list(record.in_flight.values()) if restarting else []
+                queued, record.queued = record.queued, []
+                for call in queued:
+                    record.in_flight[call.call_id] = call
+            connection.add_close_callback(self._host_disconnected)
+            self._send_create(record, connection)
+            for call in [*resend, *queued]:
+                self._send_call(connection, call)
+        return True
+
+    def _send_create(self, record: ActorRecord, connection: Connection) -> None:
+        spec = record.spec
+        batch = WireBatch()
+        batch.add(spec.arguments.value)
+        body = {
+            "code": spec.cls.payload,
+            "class_name": spec.class_name,
+            "methods": cloudpickle.dumps(dict(spec.methods)),
+            "top_level": list(spec.arguments.top_level),
+            "values": batch.descriptions,
+            "env": dict(spec.env_vars),
+            "resources": spec.shape.as_dict(),
+            "options": {
+                "is_async": spec.is_async,
+                "max_concurrency": spec.max_concurrency,
+                "concurrency_groups": dict(spec.concurrency_groups),
+            },
+        }
+        try:
+            connection.notify("create", body, batch.buffers)
+        except ConnectionClosed:
+            pass
+
+    def ready(self, actor_id: bytes, pid: int | None) -> None:
+        with self._lock:
+            record = self._actors.get(actor_id)
+        if record is not None:
+            record.pid = pid or record.pid
+            record.ready.set()
+
+    def creation_failed(self, actor_id: bytes, error: SerializedValue) -> None:
+        from fray_ray._private.serialization import deserialize
+        from fray_ray.exceptions import ActorDiedError, RayTaskError
+
+        with self._lock:
+            record = self._actors.get(actor_id)
+        if record is None:
+            return
+        try:
+            cause = deserialize(error)
+        except Exception:  # noqa: BLE001 - still report a death
+            cause = None
+        if isinstance(cause, RayTaskError):
+            death = serialize_error(ActorDiedError(cause))
+        else:
+            death = self._death_error(record, "process_died", f"its creation task failed: {cause}")
+        self._mark_dead(record, death, terminate=True)
+
+    # ---- calls ---------------------------------------------------------------------------
+
+    def submit_call(self, call: ActorCallSpec) -> None:
+        """Send (or queue) a call whose return objects already exist (pending)."""
+        self._objects.incref(call.arguments.value.contained_refs)
+        with self._lock:
+            record = self._actors.get(call.actor_id)
+            if record is None:
+                death = serialize_error(_unknown_actor(call.actor_id))
+            elif record.state is ActorState.DEAD:
+                death = record.death
+            else:
+                death = None
+        if death is not None:
+            self._fail_call(call, death)
+            return
+        with record.send_lock:
+            with self._lock:
+                if record.state is ActorState.DEAD:
+                    death = record.death
+                elif record.state is ActorState.ALIVE and record.connection is not None:
+                    record.in_flight[call.call_id] = call
+                    connection = record.connection
+                else:
+                    record.queued.append(call)
+                    return
+            if death is None:
+                self._send_call(connection, call)
+        if death is not None:
+            self._fail_call(call, death)
+
+    def _send_call(self, connection: Connection, call: ActorCallSpec) -> None:
+        batch = WireBatch()
+        batch.add(call.arguments.value)
+        resolved = []
+        for object_id in call.arguments.top_level:
+            value = self._objects.value(object_id)
+            if value is not None and value.size <= INLINE_LIMIT:
+                batch.add(value)
+                resolved.append(object_id)
+        body = {
+            "call": call.call_id,
+            "method": call.method,
+            "values": batch.descriptions,
+            "resolved": resolved,
+            "top_level": list(call.arguments.top_level),
+            "returns": list(call.return_ids),
+            "num_returns": call.num_returns,
+            "group": call.concurrency_group,
+        }
+        try:
+            connection.notify("call", body, batch.buffers)
+        except ConnectionClosed:
+            pass  # the close callback decides about the call
+
+    def call_done(self, connection: Connection, call_id: bytes, results: Sequence[SerializedValue]) -> None:
+        with self._lock:
+            record = self._by_connection.get(connection)
+            call = record.in_flight.pop(call_id, None) if record is not None else None
+        if call is not None:
+            self._complete_call(call, results)
+
+    def _complete_call(self, call: ActorCallSpec, results: SerializedValue | Sequence[SerializedValue]) -> None:
+        values = [results] * len(call.return_ids) if isinstance(results, SerializedValue) else list(results)
+        for object_id, value in zip(call.return_ids, values):
+            self._objects.fulfil(object_id, value)
+        self._objects.decref(call.arguments.value.contained_refs)
+
+    def _fail_call(self, call: ActorCallSpec, error: SerializedValue | None) -> None:
+        from fray_ray.exceptions import ActorDiedError
+
+        self._complete_call(call, error or serialize_error(ActorDiedError()))
+
+    # ---- death ---------------------------------------------------------------------------
+
+    def _host_disconnected(self, connection: Connection) -> None:
+        from fray_ray.exceptions import ActorDiedError
+
+        with self._lock:
+            record = self._by_connection.pop(connection, None)
+            if record is None or self._closed:
+                return
+            record.connection = None
+            if record.state is ActorState.DEAD:
+                return
+            budget = record.spec.max_restarts
+            can_restart = not record.killed and (budget < 0 or record.restarts < budget)
+            if can_restart:
+                record.restarts += 1
+                record.state = ActorState.RESTARTING
+                # Calls in flight are retried on the new instance only if max_task_retries says so.
+                retry = record.spec.max_task_retries != 0
+                dropped = [] if retry else list(record.in_flight.values())
+                if not retry:
+                    record.in_flight.clear()
+        if can_restart:
+            error = self._death_error(record, "process_died", "The actor is restarting.")
+            for call in dropped:
+                self._fail_call(call, error)
+            return
+        self._mark_dead(record, self._death_error(record, "process_died"), terminate=True)
+
+    def _death_error(self, record: ActorRecord, reason: str, detail: str = "") -> SerializedValue:
+        return serialize_error(_died(record.spec.class_name, record.spec.actor_id, reason, detail, record.pid,
+                                     record.spec.namespace or self._namespace))
+
+    def _mark_dead(self, record: ActorRecord, death: SerializedValue, *, terminate: bool = False) -> None:
+        with self._lock:
+            if record.state is ActorState.DEAD:
+                return
+            record.state = ActorState.DEAD
+            record.death = death
+            calls = [*record.queued, *record.in_flight.values()]
+            record.queued = []
+            record.in_flight = {}
+            group = record.group
+            connection = record.connection
+            namespace = record.spec.namespace or self._namespace
+            if record.spec.name and self._names.get((namespace, record.spec.name)) == record.spec.actor_id:
+                del self._names[(namespace, record.spec.name)]
+        self._ledger_release(record)
+        record.ready.set()
+        for call in calls:
+            self._fail_call(call, death)
+        if terminate:
+            if connection is not None and not self._launcher.in_process:
+                try:
+                    connection.notify("die", {"restart": False})
+                except ConnectionClosed:
+                    pass
+            elif connection is not None:
+                try:
+                    connection.notify("die", {"restart": False})
+                except ConnectionClosed:
+                    pass
+            if group is not None:
+                self._launcher.terminate(group)
+
+    def _ledger_release(self, record: ActorRecord) -> None:
+        self._ledger.release(record.spec.shape.as_dict())
+        if self.on_resources_released is not None:
+            self.on_resources_released()
+
+    def kill(self, actor_id: bytes, no_restart: bool) -> None:
+        from fray_ray.exceptions import ActorDiedError
+
+        with self._lock:
+            record = self._actors.get(actor_id)
+            if record is None:
+                raise ValueError(f"no actor with id {actor_id.hex()} in this session")
+            if record.state is ActorState.DEAD:
+                return
+            connection = record.connection
+            restartable = not no_restart and (record.spec.max_restarts < 0 or record.restarts < record.spec.max_restarts)
+            if not restartable:
+                record.killed = True
+        if restartable and connection is not None:
+            try:
+                connection.notify("die", {"restart": True})
+            except ConnectionClosed:
+                pass
+            return
+        self._mark_dead(record, self._death_error(record, "killed"), terminate=True)
+
+    def exiting(self, actor_id: bytes, call_id: bytes | None) -> None:
+        """The actor called exit_actor(): it is done, cleanly."""
+        from fray_ray.exceptions import ActorDiedError
+
+        with self._lock:
+            record = self._actors.get(actor_id)
+            if record is not None:
+                record.killed = True
+        if record is None:
+            return
+        self._mark_dead(record, self._death_error(record, "exited"), terminate=False)
+
+    # ---- lookup --------------------------------------------------------------------------
+
+    def named(self, name: str, namespace: str | None) -> ActorCreationSpec | None:
+        with self._lock:
+            actor_id = self._names.get((namespace or self._namespace, name))
+            record = self._actors.get(actor_id) if actor_id else None
+            return record.spec if record is not None and record.state is not ActorState.DEAD else None
+
+    def list_named(self, all_namespaces: bool) -> list[Any]:
+        with self._lock:
+            items = [
+                (namespace, name)
+                for (namespace, name), actor_id in self._names.items()
+                if self._actors[actor_id].state is not ActorState.DEAD
+            ]
+        if all_namespaces:
+            return [{"name": name, "namespace": namespace} for namespace, name in items]
+        return [name for namespace, name in items if namespace == self._namespace]
+
+    def spec(self, actor_id: bytes) -> ActorCreationSpec | None:
+        with self._lock:
+            record = self._actors.get(actor_id)
+            return None if record is None else record.spec
+
+    def pid(self, actor_id: bytes) -> int | None:
+        with self._lock:
+            record = self._actors.get(actor_id)
+            return None if record is None else record.pid
+
+    def wait_ready(self, actor_id: bytes, timeout: float | None) -> bool:
+        with self._lock:
+            record = self._actors.get(actor_id)
+        return record is not None and record.ready.wait(timeout)
+
+    def close(self) -> list[Any]:
+        """Forget every actor (detached ones keep running); returns groups to terminate."""
+        with self._lock:
+            self._closed = True
+            records = list(self._actors.values())
+            self._actors.clear()
+            self._by_connection.clear()
+            self._names.clear()
+        groups = []
+        for record in records:
+            if record.connection is not None:
+                try:
+                    record.connection.notify("die", {"restart": False})
+                except ConnectionClosed:
+                    pass
+            if record.group is not None and not record.spec.detached:
+                groups.append(record.group)
+        return groups
+
+
+def _died(class_name: str, actor_id: bytes, reason: str, detail: str = "", pid: int | None = None,
+          namespace: str | None = None) -> BaseException:
+    from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError
+
+    return ActorDiedError(ActorDeathInfo(
+        ActorDeathReason(reason), class_name=class_name, actor_id=actor_id.hex(), pid=pid, namespace=namespace,
+        detail=detail,
+    ))
+
+
+def _unknown_actor(actor_id: bytes) -> BaseException:
+    return _died("?", actor_id, "process_died", "The actor is not known to this session (it may have ended).")

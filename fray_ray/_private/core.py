@@ -1,0 +1,79 @@
+"""CoreRuntime: what the public API (get, put, remote, actors...) needs from a runtime.
+
+Two implementations: the driver runtime owns the session (objects, scheduling, workers);
+the worker runtime, inside executors and actors, forwards each operation to its driver over
+the session connection. The public API never knows which one it talks to.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from fray_ray._private.object_ref import ObjectRef
+    from fray_ray._private.refcount import LocalReferenceCounter
+    from fray_ray._private.task_spec import ActorCreationSpec, ActorCallSpec, TaskSpec
+
+
+class CoreRuntime(Protocol):
+    """Operations behind the public API; each says whether it blocks."""
+
+    references: LocalReferenceCounter
+    namespace: str
+    is_driver: bool
+
+    def put(self, value: Any) -> ObjectRef:
+        """Store `value` (a snapshot) and return a ref to it. Does not block on other work."""
+        ...
+
+    def get(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
+        """Block until every ref is ready; return values in order. Raises the first error
+        found, or GetTimeoutError."""
+        ...
+
+    def wait(
+        self, refs: Sequence[ObjectRef], num_returns: int, timeout: float | None, fetch_local: bool
+    ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        """Block until `num_returns` refs are ready or the timeout passes."""
+        ...
+
+    def object_future(self, ref: ObjectRef) -> concurrent.futures.Future:
+        """A future for the ref's value; does not block."""
+        ...
+
+    def submit_task(self, spec: TaskSpec) -> list[ObjectRef]:
+        """Queue a task; returns its return refs at once."""
+        ...
+
+    def create_actor(self, spec: ActorCreationSpec) -> bytes:
+        """Start creating an actor; returns its id at once (calls queue until it is up).
+        Raises ValueError for a taken name unless get_if_exists is set."""
+        ...
+
+    def submit_actor_call(self, spec: ActorCallSpec) -> list[ObjectRef]:
+        """Queue a method call; returns its return refs at once."""
+        ...
+
+    def kill_actor(self, actor_id: bytes, no_restart: bool) -> None: ...
+
+    def cancel(self, ref: ObjectRef, force: bool, recursive: bool) -> None: ...
+
+    def get_named_actor(self, name: str, namespace: str | None) -> Mapping[str, Any]:
+        """Describe a named actor (id, class name, methods); ValueError if there is none."""
+        ...
+
+    def list_named_actors(self, all_namespaces: bool) -> list[Any]: ...
+
+    def cluster_resources(self) -> dict[str, float]: ...
+
+    def available_resources(self) -> dict[str, float]: ...
+
+    def nodes(self) -> list[dict[str, Any]]: ...
+
+    def context_info(self) -> dict[str, Any]:
+        """Ids and resources for get_runtime_context(): job, task, actor, node, ..."""
+        ...
+
+    def shutdown(self) -> None: ...

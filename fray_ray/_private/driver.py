@@ -1,0 +1,400 @@
+"""The driver runtime: the session that owns objects, schedules tasks and runs actors.
+
+Lifecycle: `DriverRuntime(...)` builds the parts, `start()` opens the session service and
+pre-starts one executor, `shutdown()` stops everything it started in reverse order (executors
+and actors, the session service, the Fray client, and the embedded cluster if it owns one).
+Only one driver runtime exists per process; `fray_ray.init()` creates it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import enum
+import logging
+import os
+import secrets
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from fray_ray._private import ids
+from fray_ray._private.actors import ActorManager
+from fray_ray._private.launcher import WorkerLauncher
+from fray_ray._private.logs import print_forwarded
+from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.object_table import ObjectTable
+from fray_ray._private.refcount import LocalReferenceCounter
+from fray_ray._private.resources import Ledger
+from fray_ray._private.scheduler import TaskScheduler
+from fray_ray._private.serialization import SerializedValue, deserialize, serialize, serialize_error
+from fray_ray._private.session import SessionService
+from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, PoolKey, ResourceShape, TaskSpec
+from fray_ray._private.timers import TimerQueue
+
+logger = logging.getLogger(__name__)
+
+REFERENCE_FLUSH_S = 0.1
+
+
+class DriverState(enum.Enum):
+    CREATED = "created"
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+class DriverRuntime:
+    """The CoreRuntime of a driver process."""
+
+    is_driver = True
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        capacity: Mapping[str, float],
+        namespace: str,
+        session_name: str,
+        log_to_driver: bool = True,
+        host: str = "127.0.0.1",
+        owned: Sequence[Any] = (),
+        node_ip: str = "127.0.0.1",
+        address_info: Mapping[str, Any] | None = None,
+        warm_executors: int = 1,
+    ) -> None:
+        self.state = DriverState.CREATED
+        self.client = client
+        self.namespace = namespace
+        self.session_name = session_name
+        self.job_id = ids.JOB_ID_HEX
+        self.node_id = ids.new_node_id()
+        self.node_ip = node_ip
+        self.address_info = dict(address_info or {})
+        self._log_to_driver = log_to_driver
+        self._owned = list(owned)  # things to stop after the client (the embedded cluster)
+        self._token = secrets.token_hex(16)
+        self.objects = ObjectTable()
+        self.references = LocalReferenceCounter(self.objects.incref, self.objects.decref)
+        self.ledger = Ledger(capacity)
+        self.timers = TimerQueue("driver-timers")
+        self.session = SessionService(self, host=host, token=self._token)
+        self.launcher = WorkerLauncher(client, self.session.address, self._token, job_prefix=session_name)
+        self.scheduler = TaskScheduler(
+            self.objects, self.ledger, self.launcher, self.timers, error_for=self._error_value, warm_executors=warm_executors
+        )
+        self.actors = ActorManager(self.objects, self.ledger, self.launcher, namespace=namespace, session_id=session_name)
+        self.actors.on_resources_released = self.scheduler.schedule
+        self._flush_timer = None
+        self._warm_executors = warm_executors
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> DriverRuntime:
+        self.session.start()
+        self.state = DriverState.RUNNING
+        self._flush_timer = self.timers.call_later(REFERENCE_FLUSH_S, self._flush_references)
+        if self._warm_executors:
+            self.scheduler.prestart(default_pool(), self._warm_executors)
+        return self
+
+    def _flush_references(self) -> None:
+        if self.state is not DriverState.RUNNING:
+            return
+        self.references.flush()
+        self._flush_timer = self.timers.call_later(REFERENCE_FLUSH_S, self._flush_references)
+
+    def shutdown(self) -> None:
+        """Stop executors and actors, the session, the client and what this driver owns."""
+        if self.state is DriverState.STOPPED:
+            return
+        self.state = DriverState.STOPPED
+        from fray_ray.exceptions import RaySystemError
+
+        jobs = self.scheduler.close() + self.actors.close()
+        self.objects.fail_all_pending(lambda _: serialize_error(RaySystemError("The session was shut down.")))
+        self.launcher.shutdown(jobs, wait=True)
+        self.session.close()
+        self.timers.stop()
+        try:
+            self.client.shutdown(wait=False)
+        except Exception:  # noqa: BLE001 - shutting down must not fail half-way
+            logger.debug("client shutdown failed", exc_info=True)
+        for resource in reversed(self._owned):
+            try:
+                resource.stop()
+            except Exception:  # noqa: BLE001 - keep releasing the rest
+                logger.debug("stopping %r failed", resource, exc_info=True)
+
+    def worker_info(self, worker_id: bytes | None) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "job_id": self.job_id,
+            "node_id": self.node_id,
+            "worker_id": worker_id or b"",
+            "session_address": self.session.address,
+            "sys_path": [p for p in sys.path if p and "site-packages" not in p and "lib/python" not in p],
+        }
+
+    # ---- objects -------------------------------------------------------------------------
+
+    @staticmethod
+    def _error_value(kind: str, error: BaseException) -> SerializedValue:
+        return serialize_error(error)
+
+    def store(self, value: SerializedValue) -> bytes:
+        object_id = ids.new_put_id()
+        self.objects.put(object_id, value.snapshot())
+        return object_id
+
+    def put(self, value: Any) -> ObjectRef:
+        if isinstance(value, ObjectRef):
+            raise TypeError(
+                "Calling 'put' on an ray.ObjectRef is not allowed. If you really want to do this, you can wrap "
+                "the ray.ObjectRef in a list and call 'put' on it."
+            )
+        self.references.flush()
+        object_id = self.store(serialize(value))
+        return ObjectRef(object_id)
+
+    def _lost(self, object_id: bytes) -> BaseException:
+        from fray_ray.exceptions import ObjectFreedError
+
+        return ObjectFreedError(object_id.hex(), None, "")
+
+    def get(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
+        from fray_ray.exceptions import GetTimeoutError
+
+        self.references.flush()
+        object_ids = [r.binary() for r in refs]
+        pending = [oid for oid in dict.fromkeys(object_ids) if not self.objects.is_done(oid)]
+        for object_id in pending:
+            if not self.objects.known(object_id):
+                raise self._lost(object_id)
+        if pending:
+            event = threading.Event()
+            remaining = set(pending)
+            lock = threading.Lock()
+
+            def done(object_id: bytes) -> None:
+                value = self.objects.value(object_id)
+                with lock:
+                    remaining.discard(object_id)
+                    finished = not remaining or (value is not None and value.is_error)
+                if finished:
+                    event.set()
+
+            for object_id in pending:
+                self.objects.add_done_callback(object_id, done)
+            # Errors already present are raised at once, without waiting for the rest.
+            if not any((v := self.objects.value(oid)) is not None and v.is_error for oid in object_ids):
+                if not event.wait(timeout):
+                    for object_id in pending:
+                        self.objects.remove_done_callback(object_id, done)
+                    raise GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} seconds.")
+        values = []
+        for object_id in object_ids:
+            value = self.objects.value(object_id)
+            if value is None:
+                # Pending (an earlier error ended the wait) or freed meanwhile.
+                if self.objects.known(object_id):
+                    continue
+                raise self._lost(object_id)
+            if value.is_error:
+                raise deserialize(value)
+            values.append(value)
+        if len(values) != len(object_ids):
+            # An error among pending objects ended the wait; find and raise it.
+            for object_id in object_ids:
+                value = self.objects.value(object_id)
+                if value is not None and value.is_error:
+                    raise deserialize(value)
+        return [deserialize(v) for v in values]
+
+    def wait_async(
+        self, object_ids: Sequence[bytes], num_returns: int, timeout: float | None, callback: Callable[[list[bytes]], None]
+    ) -> None:
+        """Call `callback(ready_ids)` once num_returns objects are done or the timeout passes."""
+        lock = threading.Lock()
+        state = {"fired": False}
+        ready: list[bytes] = []
+
+        def fire() -> None:
+            with lock:
+                if state["fired"]:
+                    return
+                state["fired"] = True
+                chosen = [oid for oid in object_ids if self.objects.is_done(oid) or oid in ready]
+            for object_id in object_ids:
+                self.objects.remove_done_callback(object_id, done)
+            callback(chosen)
+
+        def done(object_id: bytes) -> None:
+            with lock:
+                if object_id not in ready:
+                    ready.append(object_id)
+                enough = len(ready) >= num_returns
+            if enough:
+                fire()
+
+        for object_id in object_ids:
+            self.objects.add_done_callback(object_id, done)
+        with lock:
+            enough = len(ready) >= num_returns
+        if enough or timeout == 0:
+            fire()
+        elif timeout is not None:
+            self.timers.call_later(timeout, fire)
+
+    def wait(
+        self, refs: Sequence[ObjectRef], num_returns: int, timeout: float | None, fetch_local: bool
+    ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        self.references.flush()
+        done_event = threading.Event()
+        result: list[list[bytes]] = []
+
+        def answer(ready: list[bytes]) -> None:
+            result.append(ready)
+            done_event.set()
+
+        self.wait_async([r.binary() for r in refs], num_returns, timeout, answer)
+        done_event.wait()
+        ready_ids = set(result[0])
+        ready = [r for r in refs if r.binary() in ready_ids][:num_returns]
+        chosen = {r.binary() for r in ready}
+        return ready, [r for r in refs if r.binary() not in chosen]
+
+    def object_future(self, ref: ObjectRef) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        keep_alive = ref  # the ref must live until the value is read
+
+        def done(object_id: bytes) -> None:
+            value = self.objects.value(object_id)
+            if future.done():
+                return
+            if value is None:
+                future.set_exception(self._lost(object_id))
+            elif value.is_error:
+                future.set_exception(deserialize(value))
+            else:
+                try:
+                    future.set_result(deserialize(value))
+                except BaseException as exc:  # noqa: BLE001 - delivered through the future
+                    future.set_exception(exc)
+            del keep_alive_box[:]
+
+        keep_alive_box = [keep_alive]
+        if not self.objects.known(ref.binary()):
+            future.set_exception(self._lost(ref.binary()))
+            return future
+        self.objects.add_done_callback(ref.binary(), done)
+        return future
+
+    # ---- tasks and actors ----------------------------------------------------------------
+
+    def submit_task(self, spec: TaskSpec) -> list[ObjectRef]:
+        self.references.flush()
+        self.objects.create_pending(spec.return_ids, producer=spec.task_id)
+        refs = [ObjectRef(oid) for oid in spec.return_ids]  # counted before the task can finish
+        self.scheduler.submit(spec)
+        return refs
+
+    def create_actor(self, spec: ActorCreationSpec) -> bytes:
+        self.references.flush()
+        return self.actors.create(spec)
+
+    def submit_actor_call(self, spec: ActorCallSpec) -> list[ObjectRef]:
+        self.references.flush()
+        self.objects.create_pending(spec.return_ids)
+        refs = [ObjectRef(oid) for oid in spec.return_ids]
+        self.actors.submit_call(spec)
+        return refs
+
+    def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
+        self.actors.kill(actor_id, no_restart)
+
+    def cancel_by_id(self, object_id: bytes, force: bool, recursive: bool) -> None:
+        task_id = self.objects.producer(object_id)
+        if task_id is None:
+            return
+        targets = [task_id]
+        while targets:
+            current = targets.pop()
+            self.scheduler.cancel(current, force)
+            if recursive:
+                targets.extend(self.scheduler.children_of(current))
+
+    def cancel(self, ref: ObjectRef, force: bool, recursive: bool) -> None:
+        self.cancel_by_id(ref.binary(), force, recursive)
+
+    def get_named_actor(self, name: str, namespace: str | None) -> Mapping[str, Any]:
+        spec = self.actors.named(name, namespace)
+        if spec is None:
+            raise ValueError(
+                f"Failed to look up actor with name '{name}'. This could because 1. You are trying to look up a "
+                "named actor you didn't create. 2. The named actor died. 3. You did not use a namespace matching "
+                "the namespace of the actor."
+            )
+        return {"actor_id": spec.actor_id, "class_name": spec.class_name, "methods": spec.methods, "is_async": spec.is_async}
+
+    def list_named_actors(self, all_namespaces: bool) -> list[Any]:
+        return self.actors.list_named(all_namespaces)
+
+    # ---- cluster -------------------------------------------------------------------------
+
+    def cluster_resources(self) -> dict[str, float]:
+        resources = self.ledger.capacity()
+        resources[f"node:{self.node_ip}"] = 1.0
+        resources["node:__internal_head__"] = 1.0
+        return resources
+
+    def available_resources(self) -> dict[str, float]:
+        resources = self.ledger.available()
+        resources[f"node:{self.node_ip}"] = 1.0
+        resources["node:__internal_head__"] = 1.0
+        return resources
+
+    def nodes(self) -> list[dict[str, Any]]:
+        node_id = self.node_id.hex()
+        return [
+            {
+                "NodeID": node_id,
+                "Alive": True,
+                "alive": True,
+                "NodeManagerAddress": self.node_ip,
+                "NodeManagerHostname": os.uname().nodename,
+                "NodeName": self.node_ip,
+                "NodeManagerPort": 0,
+                "ObjectManagerPort": 0,
+                "Resources": self.cluster_resources(),
+                "Labels": {"ray.io/node-id": node_id},
+                "DeathReason": 0,
+                "DeathReasonMessage": "",
+            }
+        ]
+
+    def context_info(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "node_id": self.node_id,
+            "worker_id": b"\xff" * 28,
+            "namespace": self.namespace,
+            "task_id": None,
+            "task_name": None,
+            "actor_id": None,
+            "actor_name": None,
+            "resources": {},
+            "placement_group_id": None,
+            "cancelled": False,
+            "is_driver": True,
+            "session_address": self.session.address,
+        }
+
+    # ---- output --------------------------------------------------------------------------
+
+    def print_worker_output(self, body: Mapping[str, Any]) -> None:
+        if self._log_to_driver:
+            print_forwarded(body, sys.stdout, sys.stderr)
+
+
+def default_pool() -> PoolKey:
+    return PoolKey(ResourceShape(cpu=1.0))

@@ -1,0 +1,101 @@
+"""Running user code in a worker: resolving arguments, packaging results and errors."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import socket
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.serialization import SerializedValue, deserialize, serialize, serialize_error
+
+_HOSTNAME_IP: str | None = None
+
+
+def node_ip() -> str:
+    global _HOSTNAME_IP
+    if _HOSTNAME_IP is None:
+        _HOSTNAME_IP = os.environ.get("IRIS_ADVERTISE_HOST") or "127.0.0.1"
+    return _HOSTNAME_IP
+
+
+def resolve_arguments(
+    arguments: SerializedValue, resolve: Callable[[Sequence[bytes]], Mapping[bytes, Any]], top_level: Sequence[bytes]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Unpickle `(args, kwargs)` and replace top-level ObjectRefs by their values.
+
+    `resolve(ids)` returns the values (raising the first error) for the top-level ref ids.
+    Refs nested inside containers are left as refs.
+    """
+    args, kwargs = deserialize(arguments)
+    if not top_level:
+        return args, kwargs
+    values = resolve(top_level)
+    args = tuple(values[a.binary()] if isinstance(a, ObjectRef) else a for a in args)
+    kwargs = {k: values[v.binary()] if isinstance(v, ObjectRef) else v for k, v in kwargs.items()}
+    return args, kwargs
+
+
+def make_task_error(exc: BaseException, function_name: str, actor_repr: str | None = None) -> BaseException:
+    """The error a caller of a failed task sees: RayTaskError, dual-typed with the cause."""
+    from fray_ray import exceptions
+
+    if isinstance(exc, exceptions.RayError) and not isinstance(exc, exceptions.RayTaskError):
+        # System errors (an actor died, a task was cancelled...) pass through as they are.
+        if isinstance(exc, exceptions.TaskCancelledError):
+            return exc
+    traceback_text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    error = exceptions.RayTaskError(
+        function_name,
+        traceback_text,
+        exc,
+        proctitle=None,
+        pid=os.getpid(),
+        ip=node_ip(),
+        actor_repr=actor_repr,
+    )
+    return error.as_instanceof_cause()
+
+
+def package_results(result: Any, num_returns: int | str, function_name: str) -> list[SerializedValue]:
+    """Serialize a call's result into one value per declared return."""
+    if num_returns == 1:
+        return [serialize(result)]
+    if num_returns == 0:
+        return []
+    if isinstance(num_returns, int):
+        if inspect.isgenerator(result):
+            items = []
+            for item in result:
+                items.append(item)
+                if len(items) > num_returns:
+                    break
+            if len(items) < num_returns:
+                raise ValueError(
+                    f"Task {function_name} returned {len(items)} objects from its generator, "
+                    f"but num_returns={num_returns}."
+                )
+            result = items[:num_returns]
+        try:
+            count = len(result)
+        except TypeError:
+            raise ValueError(
+                f"Task {function_name} returned a {type(result).__name__}, but num_returns={num_returns} "
+                "expects a sequence of that length."
+            ) from None
+        if count != num_returns:
+            raise ValueError(f"Task {function_name} returned {count} objects, but num_returns={num_returns}.")
+        return [serialize(item) for item in result]
+    raise ValueError(f"unsupported num_returns={num_returns!r}")
+
+
+def error_results(error: BaseException, count: int) -> list[SerializedValue]:
+    value = serialize_error(error)
+    return [value] * max(count, 1)
+
+
+def hostname() -> str:
+    return socket.gethostname()

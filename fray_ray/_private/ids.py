@@ -1,0 +1,32 @@
+"""Ids in Ray's formats: objects 28 bytes, tasks 24, actors 16, nodes 28 (hex is twice that)."""
+
+from __future__ import annotations
+
+import os
+
+OBJECT_ID_SIZE = 28
+TASK_ID_SIZE = 24
+ACTOR_ID_SIZE = 16
+NODE_ID_SIZE = 28
+JOB_ID_HEX = "01000000"
+
+
+def new_task_id() -> bytes:
+    return os.urandom(TASK_ID_SIZE)
+
+
+def object_id_for(task_id: bytes, index: int) -> bytes:
+    """The id of return value `index` (1-based) of a task; index 0 is reserved for puts."""
+    return task_id + index.to_bytes(4, "little")
+
+
+def new_put_id() -> bytes:
+    return object_id_for(new_task_id(), 0)
+
+
+def new_actor_id() -> bytes:
+    return os.urandom(ACTOR_ID_SIZE)
+
+
+def new_node_id() -> bytes:
+    return os.urandom(NODE_ID_SIZE)

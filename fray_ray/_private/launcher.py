@@ -1,0 +1,162 @@
+"""Starting worker processes through the Fray client: executors as jobs, actors as actor groups.
+
+Everything the Ray layer starts on the cluster goes through here, so the rest of the driver
+never touches Fray or Iris. Fray calls can block on the controller, so they run on one
+launcher thread, in order, and report back through callbacks.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fray_ray._private.task_spec import PoolKey, ResourceShape
+from fray_ray.fray import (
+    ActorConfig,
+    Entrypoint,
+    EnvironmentConfig,
+    GpuConfig,
+    JobRequest,
+    JobStatus,
+    ResourceConfig,
+)
+
+logger = logging.getLogger(__name__)
+
+LaunchCallback = Callable[[Any, BaseException | None], None]
+
+
+def _ram(memory_bytes: int) -> str:
+    """Fray size string for a memory request; executors ask for little unless told."""
+    if memory_bytes <= 0:
+        return "64m"
+    return f"{max(1, memory_bytes // (1024 * 1024))}m"
+
+
+def resource_config(shape: ResourceShape, accelerator: str | None = None) -> ResourceConfig:
+    """What a worker process asks the cluster for.
+
+    CPU is accounted logically by the driver's ledger (Ray's model), so processes ask Iris for
+    no CPU; GPUs are real devices and are requested as such.
+    """
+    if shape.gpu >= 1:
+        return ResourceConfig(cpu=0, ram=_ram(shape.memory), disk="0", device=GpuConfig(accelerator or "auto", int(shape.gpu)))
+    return ResourceConfig(cpu=0, ram=_ram(shape.memory), disk="0")
+
+
+class WorkerLauncher:
+    """Launches executors and actor hosts for one session."""
+
+    def __init__(self, client: Any, session_address: str, token: str, *, job_prefix: str) -> None:
+        from fray_ray.fray.local_backend import LocalClient
+
+        self._client = client
+        self._session_address = session_address
+        self._token = token
+        self._prefix = job_prefix
+        self.in_process = isinstance(client, LocalClient)
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="launcher")
+        self._workspace = os.getcwd()
+
+    def _environment(self, env_vars: Mapping[str, str]) -> EnvironmentConfig:
+        return EnvironmentConfig(workspace=self._workspace, env_vars=dict(env_vars))
+
+    def launch_executor(self, executor_id: bytes, pool: PoolKey, callback: LaunchCallback) -> None:
+        from fray_ray._private.worker import executor_main
+
+        request = JobRequest(
+            name=f"{self._prefix}-exec-{executor_id.hex()[:12]}",
+            entrypoint=Entrypoint.from_callable(
+                executor_main,
+                args=(self._session_address, self._token, executor_id, pool.max_calls, self.in_process),
+            ),
+            resources=resource_config(pool.shape, pool.accelerator),
+            environment=self._environment(dict(pool.env_vars)),
+            max_retries_failure=0,
+            max_retries_preemption=0,
+        )
+        self._submit(lambda: self._client.submit(request, adopt_existing=False), callback)
+
+    def launch_actor(
+        self,
+        actor_id: bytes,
+        group_name: str,
+        shape: ResourceShape,
+        *,
+        env_vars: Mapping[str, str],
+        max_restarts: int,
+        accelerator: str | None,
+        callback: LaunchCallback,
+    ) -> None:
+        from fray_ray._private.actor_host import RayActorHost
+
+        def create() -> Any:
+            return self._client.create_actor_group(
+                RayActorHost,
+                self._session_address,
+                self._token,
+                actor_id,
+                self.in_process,
+                name=group_name,
+                count=1,
+                resources=resource_config(shape, accelerator),
+                environment=self._environment(env_vars),
+                actor_config=ActorConfig(
+                    max_concurrency=1_000_000,
+                    max_restarts=max_restarts,
+                ),
+            )
+
+        self._submit(create, callback)
+
+    def _submit(self, action: Callable[[], Any], callback: LaunchCallback) -> None:
+        def run() -> None:
+            try:
+                result = action()
+            except BaseException as exc:  # noqa: BLE001 - reported to the caller's callback
+                callback(None, exc)
+                return
+            callback(result, None)
+
+        try:
+            self._pool.submit(run)
+        except RuntimeError as exc:  # shut down
+            callback(None, exc)
+
+    def job_failure(self, job: Any) -> str | None:
+        """If the job has ended, why (with the tail of its logs); None while it runs."""
+        try:
+            status = job.status()
+        except Exception as exc:  # noqa: BLE001 - a lost controller is a failure too
+            return f"its job could not be queried: {exc}"
+        if not JobStatus.finished(status):
+            return None
+        try:
+            tail = "\n".join(job.logs(max_lines=20))
+        except Exception:  # noqa: BLE001 - logs are a courtesy
+            tail = ""
+        return f"its job {getattr(job, 'job_id', '?')} ended {status}" + (f"; last output:\n{tail}" if tail else "")
+
+    def terminate(self, job: Any) -> None:
+        def stop() -> None:
+            try:
+                if hasattr(job, "terminate"):
+                    job.terminate()
+                elif hasattr(job, "shutdown"):
+                    job.shutdown()
+            except Exception:  # noqa: BLE001 - best effort; the job may be gone already
+                logger.debug("terminating %r failed", job, exc_info=True)
+
+        try:
+            self._pool.submit(stop)
+        except RuntimeError:
+            stop()
+
+    def shutdown(self, jobs: list[Any], wait: bool = True) -> None:
+        """Terminate the given jobs/groups and stop the launcher thread."""
+        for job in jobs:
+            self.terminate(job)
+        self._pool.shutdown(wait=wait)

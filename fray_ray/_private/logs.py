@@ -1,0 +1,123 @@
+"""Task output in the driver: workers forward what tasks print, the driver prints it prefixed.
+
+As with Ray's `log_to_driver`, a line `hello` printed by task `f` in process 1234 appears in
+the driver as `(f pid=1234) hello`. The worker still writes to its own stdout/stderr, so the
+task's Iris logs keep everything.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from fray_ray._private.worker import WorkerRuntime
+
+FLUSH_INTERVAL_S = 0.05
+
+
+class _ForwardingStream(io.TextIOBase):
+    """A text stream that writes through and queues complete lines for the driver."""
+
+    def __init__(self, original: TextIO, stream_name: str, forwarder: _Forwarder) -> None:
+        self._original = original
+        self._stream_name = stream_name
+        self._forwarder = forwarder
+        self._partial = ""
+        self._lock = threading.Lock()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._original.write(text)
+        with self._lock:
+            text = self._partial + text
+            *lines, self._partial = text.split("\n")
+        if lines:
+            self._forwarder.add(self._stream_name, lines)
+        return len(text)
+
+    def flush(self) -> None:
+        self._original.flush()
+
+    def fileno(self) -> int:
+        return self._original.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._original, "encoding", "utf-8")
+
+    def isatty(self) -> bool:
+        return False
+
+
+class _Forwarder:
+    """Batches lines with their task prefix and sends them to the driver every few ms."""
+
+    def __init__(self, runtime: WorkerRuntime) -> None:
+        self._runtime = runtime
+        self._lock = threading.Lock()
+        self._lines: list[list[Any]] = []
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="log-forwarder", daemon=True)
+        self._thread.start()
+
+    def add(self, stream_name: str, lines: Sequence[str]) -> None:
+        from fray_ray._private.worker import current_task
+
+        context = current_task.get()
+        if context is None:
+            return  # output outside any task (startup noise) stays in the worker's own logs
+        prefix = context.actor_name or context.function_name
+        with self._lock:
+            self._lines.extend([stream_name, prefix, line] for line in lines)
+        self._wake.set()
+
+    def flush(self) -> None:
+        """Send queued lines now (before a task's result, so they print before `get` returns)."""
+        from fray_ray._private.protocol import ConnectionClosed
+
+        with self._lock:
+            lines, self._lines = self._lines, []
+            if lines:
+                try:
+                    self._runtime.connection.notify("log", {"pid": os.getpid(), "lines": lines})
+                except ConnectionClosed:
+                    pass
+
+    def _run(self) -> None:
+        while not self._runtime.connection.closed:
+            self._wake.wait()
+            self._wake.clear()
+            self.flush()
+            self._wake.wait(FLUSH_INTERVAL_S)
+
+
+_active: _Forwarder | None = None
+
+
+def flush_forwarded() -> None:
+    """Send lines printed so far; call before reporting a task's result."""
+    if _active is not None:
+        _active.flush()
+
+
+def forward_output(runtime: WorkerRuntime) -> None:
+    """Route this worker process's stdout/stderr lines to the driver as well."""
+    global _active
+    forwarder = _active = _Forwarder(runtime)
+    sys.stdout = _ForwardingStream(sys.stdout, "stdout", forwarder)
+    sys.stderr = _ForwardingStream(sys.stderr, "stderr", forwarder)
+
+
+def print_forwarded(body: Mapping[str, Any], out: TextIO | None = None, err: TextIO | None = None) -> None:
+    """Driver side: print forwarded lines with Ray's `(name pid=N)` prefix."""
+    pid = body.get("pid")
+    for stream_name, prefix, line in body.get("lines", ()):
+        target = (err or sys.stderr) if stream_name == "stderr" else (out or sys.stdout)
+        print(f"({prefix} pid={pid}) {line}", file=target)

@@ -1,0 +1,59 @@
+"""The one runtime object of this process (or of this executor thread, in local mode).
+
+`init()` installs a driver runtime; a worker process installs a worker runtime. Code running
+on an in-process executor thread (local mode) sees its own worker runtime through a
+ContextVar, so the same task code behaves the same in every mode.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fray_ray._private.core import CoreRuntime
+
+_lock = threading.Lock()  # guards _process_runtime changes (init/shutdown)
+_process_runtime: CoreRuntime | None = None
+_context_runtime: contextvars.ContextVar[CoreRuntime | None] = contextvars.ContextVar("fray_ray_runtime", default=None)
+
+
+def current_or_none() -> CoreRuntime | None:
+    runtime = _context_runtime.get()
+    return runtime if runtime is not None else _process_runtime
+
+
+def current() -> CoreRuntime:
+    """The runtime, auto-initialising a local session like Ray does on first use."""
+    runtime = current_or_none()
+    if runtime is not None:
+        return runtime
+    from fray_ray._api import _auto_init
+
+    return _auto_init()
+
+
+def install(runtime: CoreRuntime) -> None:
+    global _process_runtime
+    with _lock:
+        _process_runtime = runtime
+
+
+def uninstall(runtime: CoreRuntime) -> None:
+    global _process_runtime
+    with _lock:
+        if _process_runtime is runtime:
+            _process_runtime = None
+
+
+def set_context_runtime(runtime: CoreRuntime | None) -> Any:
+    return _context_runtime.set(runtime)
+
+
+def reset_context_runtime(token: Any) -> None:
+    _context_runtime.reset(token)
+
+
+def process_lock() -> threading.Lock:
+    return _lock

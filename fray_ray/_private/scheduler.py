@@ -1,0 +1,550 @@
+"""Task scheduling in the driver: dependencies, logical resources, warm executor pools.
+
+A task waits until its top-level ref arguments are ready, then queues in the pool for its
+resource shape. It is dispatched when the ledger has room and an idle executor of that shape
+exists; otherwise a new executor is launched (an Iris job through the Fray client), up to
+what the ledger allows. A task blocked in `get` lends its resources back, so a parent waiting
+on its children never starves them. Executors idle too long are retired.
+
+One lock guards all scheduler state. Messages to executors and Fray calls happen after it is
+released.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import threading
+
+from fray_ray._private.object_table import ObjectTable
+from fray_ray._private.protocol import Connection, ConnectionClosed
+from fray_ray._private.resources import Ledger
+from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue, WireBatch, serialize_error
+from fray_ray._private.task_spec import PoolKey, TaskSpec
+from fray_ray._private.timers import TimerQueue
+
+if TYPE_CHECKING:
+    from fray_ray._private.launcher import WorkerLauncher
+
+logger = logging.getLogger(__name__)
+
+#: Idle executors above the warm set are retired after this many seconds.
+IDLE_TIMEOUT_S = 30.0
+#: How often executors that have not said hello are checked on.
+STARTUP_CHECK_S = 0.5
+
+
+class TaskState(enum.Enum):
+    WAITING = "waiting"  # for its arguments
+    READY = "ready"  # queued for an executor
+    RUNNING = "running"
+    DONE = "done"
+
+
+class ExecutorState(enum.Enum):
+    STARTING = "starting"  # launched, not yet connected
+    IDLE = "idle"
+    BUSY = "busy"
+    DEAD = "dead"
+
+
+@dataclass(eq=False)
+class TaskRecord:
+    spec: TaskSpec
+    demand: dict[str, float]
+    state: TaskState = TaskState.WAITING
+    waiting_on: set[bytes] = field(default_factory=set)
+    executor: ExecutorRecord | None = None
+    blocked: bool = False
+    system_failures: int = 0
+    user_failures: int = 0
+    cancelled: bool = False
+
+
+@dataclass(eq=False)
+class ExecutorRecord:
+    executor_id: bytes
+    pool: PoolKey
+    state: ExecutorState = ExecutorState.STARTING
+    connection: Connection | None = None
+    job: Any = None  # the Fray JobHandle
+    task: TaskRecord | None = None
+    sent_code: set[bytes] = field(default_factory=set)
+    calls: int = 0
+    idle_since: float = 0.0
+    launched_at: float = field(default_factory=time.monotonic)
+    pid: int | None = None
+
+
+class TaskScheduler:
+    def __init__(
+        self,
+        objects: ObjectTable,
+        ledger: Ledger,
+        launcher: WorkerLauncher,
+        timers: TimerQueue,
+        *,
+        error_for: Callable[[str, Any], SerializedValue],
+        warm_executors: int = 1,
+    ) -> None:
+        self._objects = objects
+        self._ledger = ledger
+        self._launcher = launcher
+        self._timers = timers
+        self._error_for = error_for
+        self._warm = warm_executors
+        self._lock = threading.Lock()
+        self._tasks: dict[bytes, TaskRecord] = {}
+        self._ready: dict[PoolKey, collections.deque[TaskRecord]] = collections.defaultdict(collections.deque)
+        self._executors: dict[bytes, ExecutorRecord] = {}
+        self._by_connection: dict[Connection, ExecutorRecord] = {}
+        self._closed = False
+        self._maintenance = timers.call_later(IDLE_TIMEOUT_S / 3, self._maintain)
+
+    # ---- submission ----------------------------------------------------------------------
+
+    def submit(self, spec: TaskSpec) -> None:
+        """Queue a task whose return objects already exist (pending) in the object table."""
+        demand = spec.pool.shape.as_dict()
+        problem = self._ledger_infeasible(demand)
+        self._objects.incref(spec.arguments.value.contained_refs)
+        record = TaskRecord(spec, demand)
+        if problem is not None:
+            from fray_ray.exceptions import TaskUnschedulableError
+
+            self._finish(record, self._error_for("unschedulable", TaskUnschedulableError(
+                f"Task {spec.name} cannot run: it asks for {problem}, more than the cluster will ever have."
+            )))
+            return
+        with self._lock:
+            self._tasks[spec.task_id] = record
+            record.waiting_on = {oid for oid in spec.arguments.top_level if not self._objects.is_done(oid)}
+            if not record.waiting_on:
+                self._make_ready_locked(record)
+        if record.waiting_on:
+            for object_id in list(record.waiting_on):
+                self._objects.add_done_callback(object_id, lambda oid, r=record: self._dependency_done(r, oid))
+        self._check_failed_dependencies(record)
+        self.schedule()
+
+    def _ledger_infeasible(self, demand: dict[str, float]) -> str | None:
+        with self._lock:
+            return self._ledger.infeasible(demand)
+
+    def _dependency_done(self, record: TaskRecord, object_id: bytes) -> None:
+        with self._lock:
+            if record.state is not TaskState.WAITING:
+                return
+            record.waiting_on.discard(object_id)
+            ready = not record.waiting_on
+            if ready:
+                self._make_ready_locked(record)
+        if not self._check_failed_dependencies(record) and ready:
+            self.schedule()
+
+    def _check_failed_dependencies(self, record: TaskRecord) -> bool:
+        """A task whose argument failed fails with that error, without running."""
+        for object_id in record.spec.arguments.top_level:
+            value = self._objects.value(object_id)
+            if value is not None and value.is_error:
+                with self._lock:
+                    if record.state in (TaskState.RUNNING, TaskState.DONE):
+                        return False
+                    self._remove_queued_locked(record)
+                self._finish(record, value)
+                return True
+        return False
+
+    def _make_ready_locked(self, record: TaskRecord) -> None:
+        record.state = TaskState.READY
+        self._ready[record.spec.pool].append(record)
+
+    def _remove_queued_locked(self, record: TaskRecord) -> None:
+        if record.state is TaskState.READY:
+            try:
+                self._ready[record.spec.pool].remove(record)
+            except ValueError:
+                pass
+        record.state = TaskState.DONE
+
+    # ---- dispatch ------------------------------------------------------------------------
+
+    def schedule(self) -> None:
+        """Match ready tasks with idle executors; launch executors where the ledger allows."""
+        dispatches: list[tuple[ExecutorRecord, TaskRecord]] = []
+        launches: list[ExecutorRecord] = []
+        with self._lock:
+            if self._closed:
+                return
+            for pool, queue in self._ready.items():
+                if not queue:
+                    continue
+                members = [e for e in self._executors.values() if e.pool == pool]
+                idle = [e for e in members if e.state is ExecutorState.IDLE]
+                while queue and idle and self._ledger.try_acquire(queue[0].demand):
+                    record = queue.popleft()
+                    executor = idle.pop()
+                    record.state = TaskState.RUNNING
+                    record.executor = executor
+                    executor.state = ExecutorState.BUSY
+                    executor.task = record
+                    dispatches.append((executor, record))
+                if not queue or idle:
+                    continue
+                # Tasks wait for executors: launch as many as could run now, within a cap on
+                # live processes (the ledger's CPUs plus those lent by blocked tasks).
+                starting = sum(1 for e in members if e.state is ExecutorState.STARTING)
+                blocked = sum(1 for e in members if e.task is not None and e.task.blocked)
+                runnable = self._ledger.count_fits(queue[0].demand, len(queue))
+                cap = max(1, int(self._ledger.capacity().get("CPU", 1))) + blocked
+                wanted = min(runnable, cap - (len(members) - starting)) - starting
+                for _ in range(max(0, wanted)):
+                    executor = ExecutorRecord(uuid.uuid4().bytes, pool)
+                    self._executors[executor.executor_id] = executor
+                    launches.append(executor)
+        for executor, record in dispatches:
+            self._send_task(executor, record)
+        for executor in launches:
+            self._launch(executor)
+
+    def _launch(self, executor: ExecutorRecord) -> None:
+        def launched(job: Any, error: BaseException | None) -> None:
+            if error is not None:
+                self._executor_failed_to_start(executor, f"launching it failed: {error}")
+                return
+            with self._lock:
+                executor.job = job
+        self._launcher.launch_executor(executor.executor_id, executor.pool, launched)
+        self._timers.call_later(STARTUP_CHECK_S, lambda: self._check_startup(executor))
+
+    def _check_startup(self, executor: ExecutorRecord) -> None:
+        with self._lock:
+            if executor.state is not ExecutorState.STARTING or self._closed:
+                return
+            job = executor.job
+        problem = self._launcher.job_failure(job) if job is not None else None
+        if problem is not None:
+            self._executor_failed_to_start(executor, problem)
+        else:
+            self._timers.call_later(STARTUP_CHECK_S, lambda: self._check_startup(executor))
+
+    def _executor_failed_to_start(self, executor: ExecutorRecord, problem: str) -> None:
+        """An executor died before connecting: fail the tasks that were waiting for it."""
+        from fray_ray.exceptions import RaySystemError
+
+        with self._lock:
+            if executor.state is not ExecutorState.STARTING:
+                return
+            executor.state = ExecutorState.DEAD
+            self._executors.pop(executor.executor_id, None)
+            queue = self._ready.get(executor.pool)
+            victims = list(queue) if queue else []
+            still_starting = any(
+                e.pool == executor.pool and e.state is ExecutorState.STARTING for e in self._executors.values()
+            )
+            if still_starting or not victims:
+                victims = []
+            else:
+                queue.clear()
+                for record in victims:
+                    record.state = TaskState.DONE
+        message = f"A worker process for these tasks could not start: {problem}"
+        logger.error(message)
+        for record in victims:
+            self._finish(record, self._error_for("system", RaySystemError(message)))
+
+    def _send_task(self, executor: ExecutorRecord, record: TaskRecord) -> None:
+        spec = record.spec
+        batch = WireBatch()
+        batch.add(spec.arguments.value)
+        resolved = []
+        for object_id in spec.arguments.top_level:
+            value = self._objects.value(object_id)
+            if value is not None and value.size <= INLINE_LIMIT:
+                batch.add(value)
+                resolved.append(object_id)
+        send_code = spec.function.code_id not in executor.sent_code
+        body = {
+            "task": spec.task_id,
+            "fn": spec.function.code_id,
+            "code": spec.function.payload if send_code else None,
+            "name": spec.name,
+            "num_returns": spec.num_returns,
+            "returns": list(spec.return_ids),
+            "values": batch.descriptions,
+            "resolved": resolved,
+            "top_level": list(spec.arguments.top_level),
+            "env": dict(spec.pool.env_vars),
+            "resources": record.demand,
+        }
+        try:
+            assert executor.connection is not None
+            executor.connection.notify("execute", body, batch.buffers)
+            executor.sent_code.add(spec.function.code_id)
+        except ConnectionClosed:
+            pass  # the close callback requeues the task
+
+    # ---- executors -----------------------------------------------------------------------
+
+    def executor_connected(self, executor_id: bytes, connection: Connection, pid: int | None) -> bool:
+        with self._lock:
+            executor = self._executors.get(executor_id)
+            if executor is None or executor.state is not ExecutorState.STARTING:
+                return False
+            executor.connection = connection
+            executor.pid = pid
+            executor.state = ExecutorState.IDLE
+            executor.idle_since = time.monotonic()
+            self._by_connection[connection] = executor
+        connection.add_close_callback(self._connection_closed)
+        self.schedule()
+        return True
+
+    def _connection_closed(self, connection: Connection) -> None:
+        from fray_ray.exceptions import WorkerCrashedError
+
+        with self._lock:
+            executor = self._by_connection.pop(connection, None)
+            if executor is None:
+                return
+            executor.state = ExecutorState.DEAD
+            self._executors.pop(executor.executor_id, None)
+            record = executor.task
+            executor.task = None
+            retry = False
+            if record is not None and record.state is TaskState.RUNNING:
+                if not record.blocked:
+                    self._ledger.release(record.demand)
+                record.blocked = False
+                record.executor = None
+                record.system_failures += 1
+                max_retries = record.spec.max_retries
+                retry = not record.cancelled and (max_retries < 0 or record.system_failures <= max_retries)
+                if retry:
+                    self._make_ready_locked(record)
+                    self._ready[record.spec.pool].rotate(1)  # retried work goes first
+                else:
+                    record.state = TaskState.DONE
+            job = executor.job
+        if job is not None and not self._closed:
+            self._launcher.terminate(job)
+        if record is not None and not retry and record.state is TaskState.DONE:
+            if record.cancelled:
+                from fray_ray.exceptions import TaskCancelledError
+
+                error = TaskCancelledError(record.spec.task_id.hex())
+            else:
+                error = WorkerCrashedError(
+                    f"The worker running task {record.spec.name} died unexpectedly "
+                    f"(attempt {record.system_failures} of {record.spec.max_retries + 1})."
+                )
+            self._finish(record, self._error_for("system", error))
+        self.schedule()
+
+    def task_done(self, connection: Connection, task_id: bytes, results: Sequence[SerializedValue], user_error: bool) -> None:
+        with self._lock:
+            executor = self._by_connection.get(connection)
+            record = self._tasks.get(task_id)
+            if record is not None and record.state is TaskState.RUNNING:
+                if not record.blocked:
+                    self._ledger.release(record.demand)
+                record.blocked = False
+                record.executor = None
+            if executor is not None:
+                executor.task = None
+                executor.calls += 1
+                if executor.pool.max_calls and executor.calls >= executor.pool.max_calls:
+                    executor.state = ExecutorState.DEAD  # it exits by itself
+                    self._executors.pop(executor.executor_id, None)
+                    self._by_connection.pop(connection, None)
+                else:
+                    executor.state = ExecutorState.IDLE
+                    executor.idle_since = time.monotonic()
+            retry = False
+            if record is not None and record.state is TaskState.RUNNING:
+                if user_error and not record.cancelled and self._should_retry_exception(record, results):
+                    record.user_failures += 1
+                    self._make_ready_locked(record)
+                    retry = True
+                else:
+                    record.state = TaskState.DONE
+        if record is not None and not retry and record.state is TaskState.DONE:
+            self._finish(record, results)
+        self.schedule()
+
+    def _should_retry_exception(self, record: TaskRecord, results: Sequence[SerializedValue]) -> bool:
+        retry_exceptions = record.spec.retry_exceptions
+        max_retries = record.spec.max_retries
+        if not retry_exceptions or (0 <= max_retries <= record.user_failures + record.system_failures):
+            return False
+        if retry_exceptions is True:
+            return True
+        from fray_ray._private.serialization import deserialize
+
+        try:
+            error = deserialize(results[0])
+        except Exception:  # noqa: BLE001 - an unreadable error is not one we were asked to retry
+            return False
+        cause = getattr(error, "cause", error)
+        return isinstance(cause, tuple(retry_exceptions))
+
+    def _finish(self, record: TaskRecord, results: SerializedValue | Sequence[SerializedValue]) -> None:
+        """Complete the task's return objects and drop its hold on its arguments."""
+        with self._lock:
+            self._tasks.pop(record.spec.task_id, None)
+            record.state = TaskState.DONE
+        values = [results] * len(record.spec.return_ids) if isinstance(results, SerializedValue) else list(results)
+        if len(values) < len(record.spec.return_ids):
+            values += [values[-1] if values else self._error_for("system", RuntimeError("missing result"))] * (
+                len(record.spec.return_ids) - len(values)
+            )
+        for object_id, value in zip(record.spec.return_ids, values):
+            self._objects.fulfil(object_id, value)
+        self._objects.decref(record.spec.arguments.value.contained_refs)
+
+    # ---- blocking inside tasks -----------------------------------------------------------
+
+    def task_blocked(self, task_id: bytes | None) -> None:
+        """The task waits in `get`: lend its resources to others."""
+        if task_id is None:
+            return
+        with self._lock:
+            record = self._tasks.get(task_id)
+            if record is None or record.state is not TaskState.RUNNING or record.blocked:
+                return
+            record.blocked = True
+            self._ledger.release(record.demand)
+        self.schedule()
+
+    def task_unblocked(self, task_id: bytes | None) -> None:
+        if task_id is None:
+            return
+        with self._lock:
+            record = self._tasks.get(task_id)
+            if record is None or not record.blocked:
+                return
+            record.blocked = False
+            if record.state is TaskState.RUNNING:
+                self._ledger.force_acquire(record.demand)
+
+    # ---- cancel --------------------------------------------------------------------------
+
+    def cancel(self, task_id: bytes, force: bool) -> bool:
+        """Cancel a queued or running task; returns False if it already finished."""
+        from fray_ray.exceptions import TaskCancelledError
+
+        with self._lock:
+            record = self._tasks.get(task_id)
+            if record is None or record.state is TaskState.DONE:
+                return False
+            record.cancelled = True
+            if record.state in (TaskState.WAITING, TaskState.READY):
+                self._remove_queued_locked(record)
+                queued = True
+            else:
+                queued = False
+                executor = record.executor
+        if queued:
+            self._finish(record, self._error_for("system", TaskCancelledError(task_id.hex())))
+            self.schedule()
+            return True
+        if executor is not None and executor.connection is not None:
+            try:
+                executor.connection.notify("cancel", {"task": task_id, "force": force})
+            except ConnectionClosed:
+                pass
+        return True
+
+    def children_of(self, task_id: bytes) -> list[bytes]:
+        with self._lock:
+            return [t for t, r in self._tasks.items() if r.spec.parent_task_id == task_id]
+
+    # ---- maintenance ---------------------------------------------------------------------
+
+    def _maintain(self) -> None:
+        retire: list[ExecutorRecord] = []
+        now = time.monotonic()
+        with self._lock:
+            if self._closed:
+                return
+            idle = sorted(
+                (e for e in self._executors.values() if e.state is ExecutorState.IDLE), key=lambda e: e.idle_since
+            )
+            keep = self._warm
+            for executor in reversed(idle):
+                if keep > 0 and not executor.pool.max_calls:
+                    keep -= 1
+                    continue
+                if now - executor.idle_since >= IDLE_TIMEOUT_S:
+                    executor.state = ExecutorState.DEAD
+                    self._executors.pop(executor.executor_id, None)
+                    if executor.connection is not None:
+                        self._by_connection.pop(executor.connection, None)
+                    retire.append(executor)
+        for executor in retire:
+            self._retire(executor)
+        self._maintenance = self._timers.call_later(IDLE_TIMEOUT_S / 3, self._maintain)
+
+    def _retire(self, executor: ExecutorRecord) -> None:
+        if executor.connection is not None:
+            try:
+                executor.connection.notify("exit", {})
+            except ConnectionClosed:
+                pass
+
+    def prestart(self, pool: PoolKey, count: int) -> None:
+        """Launch executors ahead of demand (so the first task finds one warm)."""
+        launches = []
+        with self._lock:
+            existing = sum(1 for e in self._executors.values() if e.pool == pool)
+            for _ in range(max(0, count - existing)):
+                executor = ExecutorRecord(uuid.uuid4().bytes, pool)
+                self._executors[executor.executor_id] = executor
+                launches.append(executor)
+        for executor in launches:
+            self._launch(executor)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            states = collections.Counter(e.state.value for e in self._executors.values())
+            return {"tasks": len(self._tasks), **{f"executors_{k}": v for k, v in states.items()}}
+
+    def executor_pids(self) -> list[int]:
+        with self._lock:
+            return [e.pid for e in self._executors.values() if e.pid]
+
+    def close(self) -> list[Any]:
+        """Stop scheduling; tell executors to exit; returns their Fray jobs for cleanup."""
+        with self._lock:
+            self._closed = True
+            executors = list(self._executors.values())
+            self._executors.clear()
+            self._by_connection.clear()
+            self._ready.clear()
+            self._maintenance.cancel()
+        jobs = []
+        for executor in executors:
+            if executor.connection is not None:
+                try:
+                    executor.connection.notify("exit", {})
+                except ConnectionClosed:
+                    pass
+            if executor.job is not None:
+                jobs.append(executor.job)
+        return jobs
+
+    def pending_task_ids(self) -> list[bytes]:
+        with self._lock:
+            return list(self._tasks)
+
+
+def current_pid() -> int:
+    return os.getpid()

@@ -1,0 +1,123 @@
+"""Values on the wire and in the object table: cloudpickle protocol 5 with out-of-band buffers.
+
+Large binary data (numpy arrays, PickleBuffers) stays out of the pickle stream, so storing a
+value costs one copy and reading it back none: `get` rebuilds arrays as read-only views of
+the stored buffers, which also makes every stored value immutable to its readers.
+
+While a value is pickled, the ObjectRefs and ActorHandles inside it are recorded, so the owner
+can keep what the value refers to alive for as long as the value itself lives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import pickle
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+
+#: Values up to this size (pickle plus buffers) travel inside the messages that use them.
+INLINE_LIMIT = 100 * 1024
+
+_contained_refs: contextvars.ContextVar[list[bytes] | None] = contextvars.ContextVar("contained_refs", default=None)
+
+
+def note_contained_ref(object_id: bytes) -> None:
+    """Called by ObjectRef.__reduce__: record that the value being pickled holds this ref."""
+    collected = _contained_refs.get()
+    if collected is not None:
+        collected.append(object_id)
+
+
+@contextlib.contextmanager
+def collecting_refs() -> Iterator[list[bytes]]:
+    collected: list[bytes] = []
+    token = _contained_refs.set(collected)
+    try:
+        yield collected
+    finally:
+        _contained_refs.reset(token)
+
+
+@dataclass(frozen=True)
+class SerializedValue:
+    """A pickled value: the pickle stream, its out-of-band buffers, and the refs it holds."""
+
+    payload: bytes
+    buffers: Sequence[bytes | bytearray | memoryview] = ()
+    contained_refs: tuple[bytes, ...] = ()
+    is_error: bool = False
+
+    @property
+    def size(self) -> int:
+        return len(self.payload) + sum(memoryview(b).nbytes for b in self.buffers)
+
+    def to_wire(self, buffers: list) -> list[Any]:
+        """A msgpack-able description; appends this value's buffers to `buffers`."""
+        buffers.extend(self.buffers)
+        return [self.payload, len(self.buffers), list(self.contained_refs), self.is_error]
+
+    @classmethod
+    def from_wire(cls, description: Sequence[Any], buffers: Sequence[bytearray], offset: int) -> tuple[SerializedValue, int]:
+        """Rebuild from `to_wire` output; returns the value and the next buffer offset."""
+        payload, count, contained, is_error = description
+        own = [memoryview(b).toreadonly() for b in buffers[offset : offset + count]]
+        return cls(bytes(payload), own, tuple(contained), bool(is_error)), offset + count
+
+    def snapshot(self) -> SerializedValue:
+        """A copy whose buffers no longer alias the original object's memory."""
+        if all(isinstance(b, bytes) for b in self.buffers):
+            return self
+        return SerializedValue(self.payload, [bytes(b) for b in self.buffers], self.contained_refs, self.is_error)
+
+
+def serialize(value: Any) -> SerializedValue:
+    """Pickle `value` (cloudpickle, protocol 5); buffers may alias `value`'s memory."""
+    buffers: list[pickle.PickleBuffer] = []
+    with collecting_refs() as refs:
+        payload = cloudpickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    return SerializedValue(payload, [b.raw() for b in buffers], tuple(dict.fromkeys(refs)))
+
+
+def serialize_error(error: BaseException) -> SerializedValue:
+    """Pickle an exception to be raised by whoever reads the object."""
+    with collecting_refs():
+        try:
+            payload = cloudpickle.dumps(error, protocol=5)
+        except Exception as exc:  # noqa: BLE001 - keep the type name and message at least
+            payload = cloudpickle.dumps(RuntimeError(f"{type(error).__name__}: {error} (unpicklable: {exc})"))
+    return SerializedValue(payload, (), (), True)
+
+
+def deserialize(value: SerializedValue) -> Any:
+    """Rebuild the value; arrays become read-only views of the stored buffers."""
+    return pickle.loads(value.payload, buffers=value.buffers)
+
+
+def describe_unpicklable(value: Any, what: str) -> str:
+    """A message naming which part of `value` cannot be pickled."""
+    return f"{what} cannot be serialized with cloudpickle: {type(value).__name__} {value!r:.80}"
+
+
+@dataclass
+class WireBatch:
+    """Several SerializedValues packed into one frame: descriptions plus one buffer list."""
+
+    descriptions: list[Any] = field(default_factory=list)
+    buffers: list[Any] = field(default_factory=list)
+
+    def add(self, value: SerializedValue) -> int:
+        self.descriptions.append(value.to_wire(self.buffers))
+        return len(self.descriptions) - 1
+
+
+def unpack_values(descriptions: Sequence[Any], buffers: Sequence[bytearray]) -> list[SerializedValue]:
+    values = []
+    offset = 0
+    for description in descriptions:
+        value, offset = SerializedValue.from_wire(description, buffers, offset)
+        values.append(value)
+    return values

@@ -1,0 +1,300 @@
+"""The session service: the driver's end of every worker connection.
+
+Workers (executors and actor hosts) connect here and introduce themselves with `hello`. The
+driver then pushes work down the same connection, and answers the worker's own requests:
+fetch objects (`get`), `wait`, `put`, submit tasks, create and call actors, and the
+reference-counting notices `borrow`/`release`. Handlers never block the connection's reader:
+a `get` on pending objects is answered later, from the callback that completes them.
+"""
+
+from __future__ import annotations
+
+import collections
+import hmac
+import logging
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+
+from fray_ray._private.protocol import Connection, ConnectionClosed, StreamServer
+from fray_ray._private.serialization import WireBatch, unpack_values
+from fray_ray._private.worker import unpack_spec
+
+if TYPE_CHECKING:
+    from fray_ray._private.driver import DriverRuntime
+
+logger = logging.getLogger(__name__)
+
+
+class SessionService:
+    """Accepts worker connections for one driver and serves their requests."""
+
+    def __init__(self, driver: DriverRuntime, *, host: str, token: str) -> None:
+        self._driver = driver
+        self._token = token
+        self._lock = threading.Lock()  # guards _borrows and _connections
+        self._borrows: dict[Connection, collections.Counter[bytes]] = {}
+        self._connections: set[Connection] = set()
+        self._server = StreamServer(self._accept, host=host)
+        self._handlers = {
+            "hello": self._hello,
+            "task_done": self._task_done,
+            "call_done": self._call_done,
+            "actor_ready": self._actor_ready,
+            "actor_failed": self._actor_failed,
+            "actor_exiting": self._actor_exiting,
+            "get": self._get,
+            "get_abandoned": self._get_abandoned,
+            "wait": self._wait,
+            "put": self._put,
+            "submit": self._submit,
+            "create_actor": self._create_actor,
+            "actor_call": self._actor_call,
+            "kill_actor": self._kill_actor,
+            "cancel": self._cancel,
+            "get_actor": self._get_actor,
+            "list_actors": self._list_actors,
+            "resources": self._resources,
+            "nodes": self._nodes,
+            "borrow": self._borrow,
+            "release": self._release,
+            "log": self._log,
+        }
+
+    @property
+    def address(self) -> str:
+        return self._server.address
+
+    def start(self) -> SessionService:
+        self._server.start()
+        return self
+
+    def close(self) -> None:
+        self._server.close()
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            connection.close()
+
+    def _accept(self, connection: Connection) -> None:
+        with self._lock:
+            self._connections.add(connection)
+            self._borrows[connection] = collections.Counter()
+        connection.add_close_callback(self._closed)
+        connection.start(self._handlers)
+
+    def _closed(self, connection: Connection) -> None:
+        with self._lock:
+            self._connections.discard(connection)
+            borrowed = self._borrows.pop(connection, None)
+        if borrowed:
+            self._driver.objects.decref(list(borrowed.elements()))
+
+    def _count_borrow(self, connection: Connection, object_ids: list[bytes]) -> None:
+        with self._lock:
+            counter = self._borrows.get(connection)
+            if counter is None:
+                return
+            counter.update(object_ids)
+        self._driver.objects.incref(object_ids)
+
+    # ---- introductions -------------------------------------------------------------------
+
+    def _hello(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        assert message_id is not None
+        if not hmac.compare_digest(str(body.get("token", "")), self._token):
+            connection.reply_error(message_id, "Unauthenticated", "wrong session token")
+            connection.close()
+            return
+        kind, worker_id, pid = body.get("kind"), body.get("id"), body.get("pid")
+        connection.peer_info = {"kind": kind, "id": worker_id, "pid": pid}
+        connection.reply(message_id, self._driver.worker_info(worker_id))
+        if kind == "executor":
+            accepted = self._driver.scheduler.executor_connected(worker_id, connection, pid)
+        elif kind == "actor":
+            accepted = self._driver.actors.host_connected(worker_id, connection, pid)
+        else:
+            accepted = False
+        if not accepted:
+            try:
+                connection.notify("exit" if kind == "executor" else "die", {"restart": False})
+            except ConnectionClosed:
+                pass
+
+    # ---- results -------------------------------------------------------------------------
+
+    def _task_done(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        results = unpack_values(body["results"], buffers)
+        self._driver.scheduler.task_done(connection, body["task"], results, body["user_error"])
+
+    def _call_done(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        results = unpack_values(body["results"], buffers)
+        self._driver.actors.call_done(connection, body["call"], results)
+
+    def _actor_ready(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        self._driver.actors.ready(body["actor"], body.get("pid"))
+
+    def _actor_failed(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        (error,) = unpack_values(body["error"], buffers)
+        self._driver.actors.creation_failed(body["actor"], error)
+
+    def _actor_exiting(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        self._driver.actors.exiting(body["actor"], body.get("call"))
+
+    # ---- objects -------------------------------------------------------------------------
+
+    def _get(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        assert message_id is not None
+        object_ids: list[bytes] = body["ids"]
+        task_id = body.get("task")
+        objects = self._driver.objects
+        state = {"remaining": set(), "replied": False}
+        lock = threading.Lock()
+
+        def reply() -> None:
+            batch = WireBatch()
+            ids = []
+            for object_id in object_ids:
+                value = objects.value(object_id)
+                if value is None:
+                    continue
+                ids.append(object_id)
+                batch.add(value)
+            connection.reply(message_id, {"ids": ids, "values": batch.descriptions}, batch.buffers)
+
+        def done(object_id: bytes) -> None:
+            value = objects.value(object_id)
+            with lock:
+                if state["replied"]:
+                    return
+                state["remaining"].discard(object_id)
+                failed = value is not None and value.is_error
+                if state["remaining"] and not failed:
+                    return
+                state["replied"] = True
+            reply()
+            self._driver.scheduler.task_unblocked(task_id)
+
+        missing = [oid for oid in object_ids if not objects.is_done(oid)]
+        unknown = [oid for oid in missing if not objects.known(oid)]
+        if unknown:
+            from fray_ray.exceptions import ObjectLostError
+
+            connection.reply_error(
+                message_id, "ObjectLostError",
+                f"Object {unknown[0].hex()} is not known to the driver (it was freed or never existed).",
+            )
+            return
+        if not missing or any((v := objects.value(oid)) is not None and v.is_error for oid in object_ids):
+            reply()
+            return
+        with lock:
+            state["remaining"] = set(missing)
+        self._driver.scheduler.task_blocked(task_id)
+        for object_id in missing:
+            objects.add_done_callback(object_id, done)
+
+    def _get_abandoned(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        self._driver.scheduler.task_unblocked(body.get("task"))
+
+    def _wait(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        assert message_id is not None
+
+        def answer(ready: list[bytes]) -> None:
+            connection.reply(message_id, {"ready": ready})
+
+        self._driver.wait_async(body["ids"], body["num_returns"], body.get("timeout"), answer)
+
+    def _put(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        assert message_id is not None
+        (value,) = unpack_values([body["value"]], buffers)
+        object_id = self._driver.store(value)
+        self._count_borrow(connection, [object_id])
+        connection.reply(message_id, {"id": object_id})
+
+    # ---- tasks and actors ----------------------------------------------------------------
+
+    def _submit(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        assert message_id is not None
+        spec = unpack_spec(body, buffers)
+        spec.parent_task_id = body.get("parent")
+        self._driver.objects.create_pending(spec.return_ids, producer=spec.task_id)
+        self._count_borrow(connection, list(spec.return_ids))
+        self._driver.scheduler.submit(spec)
+        connection.reply(message_id, {"returns": list(spec.return_ids)})
+
+    def _create_actor(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        assert message_id is not None
+        spec = unpack_spec(body, buffers)
+        try:
+            actor_id = self._driver.actors.create(spec)
+        except ValueError as exc:
+            connection.reply_error(message_id, type(exc).__name__, str(exc))
+            return
+        connection.reply(message_id, {"actor_id": actor_id})
+
+    def _actor_call(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        assert message_id is not None
+        spec = unpack_spec(body, buffers)
+        self._driver.objects.create_pending(spec.return_ids)
+        self._count_borrow(connection, list(spec.return_ids))
+        self._driver.actors.submit_call(spec)
+        connection.reply(message_id, {"returns": list(spec.return_ids)})
+
+    def _kill_actor(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        assert message_id is not None
+        self._driver.actors.kill(body["actor_id"], body["no_restart"])
+        connection.reply(message_id, {})
+
+    def _cancel(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        assert message_id is not None
+        self._driver.cancel_by_id(body["id"], body["force"], body["recursive"])
+        connection.reply(message_id, {})
+
+    def _get_actor(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        assert message_id is not None
+        try:
+            info = self._driver.get_named_actor(body["name"], body.get("namespace"))
+        except ValueError as exc:
+            connection.reply_error(message_id, "ValueError", str(exc))
+            return
+        connection.reply(message_id, {"info": cloudpickle.dumps(info)})
+
+    def _list_actors(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        assert message_id is not None
+        connection.reply(message_id, {"actors": self._driver.list_named_actors(body["all_namespaces"])})
+
+    def _resources(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        assert message_id is not None
+        if body["kind"] == "cluster":
+            resources = self._driver.cluster_resources()
+        else:
+            resources = self._driver.available_resources()
+        connection.reply(message_id, {"resources": resources})
+
+    def _nodes(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        assert message_id is not None
+        connection.reply(message_id, {"nodes": cloudpickle.dumps(self._driver.nodes())})
+
+    # ---- references and logs -------------------------------------------------------------
+
+    def _borrow(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        self._count_borrow(connection, body["ids"])
+
+    def _release(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        object_ids: list[bytes] = body["ids"]
+        with self._lock:
+            counter = self._borrows.get(connection)
+            if counter is None:
+                return
+            released = [oid for oid in object_ids if counter[oid] > 0]
+            counter.subtract(released)
+            for oid in released:
+                if counter[oid] <= 0:
+                    del counter[oid]
+        self._driver.objects.decref(released)
+
+    def _log(self, connection: Connection, message_id: int | None, body: Mapping[str, Any], buffers: list[bytearray]) -> None:
+        self._driver.print_worker_output(body)

@@ -1,0 +1,123 @@
+"""What a task, an actor creation and an actor call carry, and how they travel.
+
+Specs are built once at `.remote()` time. Arguments are pickled together as `(args, kwargs)`;
+the ids of top-level ref arguments are listed so the worker can swap in their values before
+the call (refs nested deeper stay refs, as in Ray). Functions and classes are pickled once and
+shipped to each worker once, keyed by a content hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+
+from fray_ray._private.serialization import SerializedValue, serialize
+
+
+@dataclass(frozen=True)
+class CodeBlob:
+    """A pickled function or class plus its content id; shipped to a worker at most once."""
+
+    code_id: bytes
+    payload: bytes
+    name: str
+
+    @classmethod
+    def of(cls, obj: Any, name: str) -> CodeBlob:
+        payload = cloudpickle.dumps(obj)
+        return cls(hashlib.blake2b(payload, digest_size=16).digest(), payload, name)
+
+
+@dataclass(frozen=True)
+class ResourceShape:
+    """The logical resources one task or actor holds while it runs (Ray's accounting)."""
+
+    cpu: float = 1.0
+    gpu: float = 0.0
+    memory: int = 0
+    custom: tuple[tuple[str, float], ...] = ()
+
+    def as_dict(self) -> dict[str, float]:
+        demand = {"CPU": self.cpu, "GPU": self.gpu, "memory": float(self.memory), **dict(self.custom)}
+        return {key: value for key, value in demand.items() if value}
+
+
+@dataclass(frozen=True)
+class PoolKey:
+    """Tasks with equal keys can share warm executor processes."""
+
+    shape: ResourceShape
+    env_vars: tuple[tuple[str, str], ...] = ()
+    max_calls: int = 0
+    accelerator: str | None = None
+
+
+@dataclass
+class Arguments:
+    """`(args, kwargs)` pickled; `top_level` lists the ref ids to resolve before the call."""
+
+    value: SerializedValue
+    top_level: tuple[bytes, ...] = ()
+
+    @classmethod
+    def pack(cls, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Arguments:
+        from fray_ray._private.object_ref import ObjectRef
+
+        top_level = [a.binary() for a in args if isinstance(a, ObjectRef)]
+        top_level += [v.binary() for v in kwargs.values() if isinstance(v, ObjectRef)]
+        return cls(serialize((tuple(args), dict(kwargs))), tuple(dict.fromkeys(top_level)))
+
+
+@dataclass
+class TaskSpec:
+    task_id: bytes
+    function: CodeBlob
+    arguments: Arguments
+    return_ids: tuple[bytes, ...]
+    num_returns: int | str
+    name: str
+    pool: PoolKey
+    max_retries: int = 3
+    retry_exceptions: bool | tuple[type, ...] = False
+    scheduling_strategy: Any = None
+    runtime_env: Mapping[str, Any] = field(default_factory=dict)
+    #: the task (if any) that submitted this one, for recursive cancel
+    parent_task_id: bytes | None = None
+
+
+@dataclass
+class ActorCreationSpec:
+    actor_id: bytes
+    cls: CodeBlob
+    class_name: str
+    arguments: Arguments
+    shape: ResourceShape
+    methods: Mapping[str, Mapping[str, Any]]
+    is_async: bool = False
+    max_concurrency: int = 1
+    concurrency_groups: Mapping[str, int] = field(default_factory=dict)
+    max_restarts: int = 0
+    max_task_retries: int = 0
+    name: str | None = None
+    namespace: str | None = None
+    get_if_exists: bool = False
+    detached: bool = False
+    env_vars: Mapping[str, str] = field(default_factory=dict)
+    scheduling_strategy: Any = None
+    accelerator: str | None = None
+
+
+@dataclass
+class ActorCallSpec:
+    actor_id: bytes
+    call_id: bytes
+    method: str
+    arguments: Arguments
+    return_ids: tuple[bytes, ...]
+    num_returns: int | str
+    concurrency_group: str | None = None
+    max_task_retries: int | None = None

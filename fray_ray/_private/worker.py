@@ -1,0 +1,527 @@
+"""Worker processes: the runtime seen by task and actor code, and the executor loop.
+
+A worker (an executor or an actor host) opens one session connection to its driver. Over it
+the driver pushes work, and the worker's `ray.get`/`put`/`remote` calls go back as requests:
+the driver owns every object. Values fetched by `get` are cached here by object id while a
+ref to them is alive, so a large argument crosses the wire once per worker.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextvars
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+import traceback
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+
+from fray_ray._private import runtime_state
+from fray_ray._private.logs import flush_forwarded
+from fray_ray._private.execution import error_results, make_task_error, node_ip, package_results, resolve_arguments
+from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError, connect
+from fray_ray._private.refcount import LocalReferenceCounter
+from fray_ray._private.serialization import (
+    SerializedValue,
+    WireBatch,
+    deserialize,
+    serialize,
+    unpack_values,
+)
+from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, TaskSpec
+
+logger = logging.getLogger(__name__)
+
+#: Fetched values kept per worker (bytes); least recently used go first.
+CACHE_BYTES = 512 * 1024 * 1024
+
+
+@dataclass
+class TaskContext:
+    """What `get_runtime_context()` reports inside a running task or actor call."""
+
+    task_id: bytes | None = None
+    function_name: str = ""
+    actor_id: bytes | None = None
+    actor_name: str | None = None
+    resources: Mapping[str, float] = field(default_factory=dict)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    placement_group_id: str | None = None
+    actor_handle: Any = None
+
+
+current_task: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar("fray_ray_task", default=None)
+
+
+def pack_spec(spec: Any) -> tuple[dict[str, Any], list[Any]]:
+    """A spec as a request body: the arguments' buffers out of band, the rest pickled."""
+    batch = WireBatch()
+    arguments = getattr(spec, "arguments", None)
+    if arguments is not None:
+        batch.add(arguments.value)
+        stripped = _replace(spec, arguments=type(arguments)(SerializedValue(b""), arguments.top_level))
+    else:
+        stripped = spec
+    return {"spec": cloudpickle.dumps(stripped), "args": batch.descriptions}, batch.buffers
+
+
+def unpack_spec(body: Mapping[str, Any], buffers: Sequence[bytearray]) -> Any:
+    spec = cloudpickle.loads(body["spec"])
+    if body.get("args"):
+        (value,) = unpack_values(body["args"], buffers)
+        spec.arguments.value = value
+    return spec
+
+
+def _replace(spec: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(spec, **changes)
+
+
+class WorkerRuntime:
+    """The CoreRuntime inside a worker: every operation is a request to the driver."""
+
+    is_driver = False
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.namespace = ""
+        self.job_id = "01000000"
+        self.node_id = b""
+        self.worker_id = b""
+        self.session_address = ""
+        self.sys_path: list[str] = []
+        self.references = LocalReferenceCounter(self._on_first_ref, self._on_last_ref)
+        self._cache_lock = threading.Lock()
+        self._cache: OrderedDict[bytes, SerializedValue] = OrderedDict()
+        self._cache_bytes = 0
+
+    def set_info(self, info: Mapping[str, Any]) -> None:
+        """Session facts from the driver's reply to hello."""
+        self.namespace = info.get("namespace", "")
+        self.job_id = info.get("job_id", "01000000")
+        self.node_id = info.get("node_id", b"")
+        self.worker_id = info.get("worker_id", b"")
+        self.session_address = info.get("session_address", "")
+        # Code the driver can import must be importable here too (same machine, same files).
+        for entry in reversed(info.get("sys_path") or []):
+            if entry not in sys.path:
+                sys.path.insert(0, entry)
+
+    # ---- references ----------------------------------------------------------------------
+
+    def _on_first_ref(self, object_ids: list[bytes]) -> None:
+        try:
+            self.connection.notify("borrow", {"ids": object_ids})
+        except ConnectionClosed:
+            pass
+
+    def _on_last_ref(self, object_ids: list[bytes]) -> None:
+        with self._cache_lock:
+            for object_id in object_ids:
+                value = self._cache.pop(object_id, None)
+                if value is not None:
+                    self._cache_bytes -= value.size
+        try:
+            self.connection.notify("release", {"ids": object_ids})
+        except ConnectionClosed:
+            pass
+
+    # ---- objects -------------------------------------------------------------------------
+
+    def put(self, value: Any) -> ObjectRef:
+        from fray_ray._private.object_ref import ObjectRef
+
+        if isinstance(value, ObjectRef):
+            raise TypeError(
+                "Calling 'put' on an ray.ObjectRef is not allowed. If you really want to do this, you can wrap "
+                "the ray.ObjectRef in a list and call 'put' on it."
+            )
+        self.references.flush()
+        batch = WireBatch()
+        batch.add(serialize(value))
+        body, _ = self.connection.call("put", {"value": batch.descriptions[0]}, batch.buffers)
+        return ObjectRef(body["id"], _announced=True)
+
+    def _remember(self, object_id: bytes, value: SerializedValue) -> None:
+        if value.is_error or self.references.count(object_id) == 0:
+            return
+        with self._cache_lock:
+            if object_id in self._cache:
+                return
+            self._cache[object_id] = value
+            self._cache_bytes += value.size
+            while self._cache_bytes > CACHE_BYTES and self._cache:
+                _, old = self._cache.popitem(last=False)
+                self._cache_bytes -= old.size
+
+    def fetch(self, object_ids: Sequence[bytes], timeout: float | None) -> dict[bytes, SerializedValue]:
+        """The stored values (or errors) of `object_ids`, from the cache or the driver."""
+        from fray_ray.exceptions import GetTimeoutError
+
+        self.references.flush()
+        found: dict[bytes, SerializedValue] = {}
+        with self._cache_lock:
+            for object_id in object_ids:
+                value = self._cache.get(object_id)
+                if value is not None:
+                    self._cache.move_to_end(object_id)
+                    found[object_id] = value
+        missing = [oid for oid in dict.fromkeys(object_ids) if oid not in found]
+        if not missing:
+            return found
+        context = current_task.get()
+        request = self.connection.request("get", {"ids": missing, "task": context.task_id if context else None})
+        try:
+            body, buffers = request.result(timeout)
+        except concurrent.futures.TimeoutError:
+            self._notify_quietly("get_abandoned", {"task": context.task_id if context else None})
+            raise GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} seconds.") from None
+        except ConnectionClosed as exc:
+            from fray_ray.exceptions import RaySystemError
+
+            raise RaySystemError(f"lost the connection to the driver: {exc}") from exc
+        for object_id, value in zip(body["ids"], unpack_values(body["values"], buffers)):
+            found[object_id] = value
+            self._remember(object_id, value)
+        return found
+
+    def get(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
+        values = self.fetch([r.binary() for r in refs], timeout)
+        results = []
+        for ref in refs:
+            value = values[ref.binary()]
+            if value.is_error:
+                raise deserialize(value)
+            results.append(deserialize(value))
+        return results
+
+    def wait(
+        self, refs: Sequence[ObjectRef], num_returns: int, timeout: float | None, fetch_local: bool
+    ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        self.references.flush()
+        ids = [r.binary() for r in refs]
+        body, _ = self.connection.call("wait", {"ids": ids, "num_returns": num_returns, "timeout": timeout})
+        ready = set(body["ready"])
+        ready_refs = [r for r in refs if r.binary() in ready][:num_returns]
+        chosen = {r.binary() for r in ready_refs}
+        return ready_refs, [r for r in refs if r.binary() not in chosen]
+
+    def object_future(self, ref: ObjectRef) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def resolve() -> None:
+            try:
+                future.set_result(self.get([ref], None)[0])
+            except BaseException as exc:  # noqa: BLE001 - delivered through the future
+                future.set_exception(exc)
+
+        threading.Thread(target=resolve, name="object-future", daemon=True).start()
+        return future
+
+    # ---- tasks and actors ----------------------------------------------------------------
+
+    def _request_spec(self, method: str, spec: Any) -> Mapping[str, Any]:
+        self.references.flush()
+        body, buffers = pack_spec(spec)
+        context = current_task.get()
+        body["parent"] = context.task_id if context else None
+        try:
+            reply, _ = self.connection.call(method, body, buffers)
+        except RemoteError as exc:
+            raise _rebuild_remote_error(exc) from None
+        return reply
+
+    def submit_task(self, spec: TaskSpec) -> list[ObjectRef]:
+        reply = self._request_spec("submit", spec)
+        return [ObjectRef(oid, _announced=True) for oid in reply["returns"]]
+
+    def create_actor(self, spec: ActorCreationSpec) -> bytes:
+        return self._request_spec("create_actor", spec)["actor_id"]
+
+    def submit_actor_call(self, spec: ActorCallSpec) -> list[ObjectRef]:
+        reply = self._request_spec("actor_call", spec)
+        return [ObjectRef(oid, _announced=True) for oid in reply["returns"]]
+
+    def _simple(self, method: str, body: Mapping[str, Any]) -> Any:
+        self.references.flush()
+        try:
+            reply, _ = self.connection.call(method, dict(body))
+        except RemoteError as exc:
+            raise _rebuild_remote_error(exc) from None
+        return reply
+
+    def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
+        self._simple("kill_actor", {"actor_id": actor_id, "no_restart": no_restart})
+
+    def cancel(self, ref: ObjectRef, force: bool, recursive: bool) -> None:
+        self._simple("cancel", {"id": ref.binary(), "force": force, "recursive": recursive})
+
+    def get_named_actor(self, name: str, namespace: str | None) -> Mapping[str, Any]:
+        return cloudpickle.loads(self._simple("get_actor", {"name": name, "namespace": namespace})["info"])
+
+    def list_named_actors(self, all_namespaces: bool) -> list[Any]:
+        return self._simple("list_actors", {"all_namespaces": all_namespaces})["actors"]
+
+    def cluster_resources(self) -> dict[str, float]:
+        return self._simple("resources", {"kind": "cluster"})["resources"]
+
+    def available_resources(self) -> dict[str, float]:
+        return self._simple("resources", {"kind": "available"})["resources"]
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return cloudpickle.loads(self._simple("nodes", {})["nodes"])
+
+    def context_info(self) -> dict[str, Any]:
+        context = current_task.get()
+        return {
+            "job_id": self.job_id,
+            "node_id": self.node_id,
+            "worker_id": self.worker_id,
+            "namespace": self.namespace,
+            "task_id": context.task_id if context else None,
+            "task_name": context.function_name if context else None,
+            "actor_id": context.actor_id if context else None,
+            "actor_name": context.actor_name if context else None,
+            "resources": dict(context.resources) if context else {},
+            "placement_group_id": context.placement_group_id if context else None,
+            "cancelled": context.cancelled.is_set() if context else False,
+            "is_driver": False,
+            "session_address": self.session_address,
+        }
+
+    def _notify_quietly(self, method: str, body: Mapping[str, Any]) -> None:
+        try:
+            self.connection.notify(method, dict(body))
+        except ConnectionClosed:
+            pass
+
+    def shutdown(self) -> None:
+        self.connection.close()
+
+
+def _rebuild_remote_error(error: RemoteError) -> BaseException:
+    """Errors the driver reports for worker requests, as the exception types users expect."""
+    from fray_ray import exceptions
+
+    kind = error.kind
+    if kind == "ValueError":
+        return ValueError(error.message)
+    if kind == "TypeError":
+        return TypeError(error.message)
+    if hasattr(exceptions, kind) and isinstance(getattr(exceptions, kind), type):
+        try:
+            return getattr(exceptions, kind)(error.message)
+        except TypeError:
+            pass
+    return exceptions.RaySystemError(f"{kind}: {error.message}")
+
+
+# ---- the executor process -----------------------------------------------------------------
+
+
+class Executor:
+    """Runs tasks the driver pushes, one at a time, on the thread that calls `serve()`."""
+
+    def __init__(self, *, max_calls: int = 0) -> None:
+        self.runtime: WorkerRuntime | None = None  # set once the session is open
+        self._max_calls = max_calls
+        self._functions: dict[bytes, Any] = {}
+        self._tasks: queue.SimpleQueue[tuple[dict[str, Any], list[bytearray]] | None] = queue.SimpleQueue()
+        self._running: TaskContext | None = None
+        self._running_lock = threading.Lock()
+        self._main_thread_id = threading.get_ident()
+
+    def handlers(self) -> dict[str, Any]:
+        return {"execute": self._on_execute, "cancel": self._on_cancel, "exit": self._on_exit}
+
+    def _on_execute(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        self._tasks.put((body, buffers))
+
+    def _on_exit(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        self._tasks.put(None)
+
+    def _on_cancel(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        with self._running_lock:
+            running = self._running
+            if running is None or running.task_id != body["task"]:
+                return
+            running.cancelled.set()
+        if body.get("force"):
+            os._exit(1)
+        _interrupt_thread(self._main_thread_id)
+
+    def serve(self) -> None:
+        """Run tasks until told to exit, the driver goes away, or max_calls is reached."""
+        self._main_thread_id = threading.get_ident()
+        self.runtime.connection.add_close_callback(lambda _: self._tasks.put(None))
+        calls = 0
+        while True:
+            item = self._tasks.get()
+            if item is None:
+                return
+            self._run(*item)
+            calls += 1
+            if self._max_calls and calls >= self._max_calls:
+                return
+
+    def _function(self, body: Mapping[str, Any]) -> Any:
+        code_id = body["fn"]
+        function = self._functions.get(code_id)
+        if function is None:
+            function = cloudpickle.loads(body["code"])
+            self._functions[code_id] = function
+        return function
+
+    def _run(self, body: dict[str, Any], buffers: list[bytearray]) -> None:
+        from fray_ray.exceptions import TaskCancelledError
+
+        task_id: bytes = body["task"]
+        name: str = body["name"]
+        num_returns = body["num_returns"]
+        values = unpack_values(body["values"], buffers)
+        arguments = values[0]
+        inline = dict(zip(body["resolved"], values[1:]))
+        context = TaskContext(task_id=task_id, function_name=name, resources=body.get("resources") or {})
+        token = current_task.set(context)
+        env_backup = _apply_env(body.get("env") or {})
+        with self._running_lock:
+            self._running = context
+        try:
+            function = self._function(body)
+
+            def resolve(ids: Sequence[bytes]) -> dict[bytes, Any]:
+                stored = dict(inline)
+                missing = [i for i in ids if i not in stored]
+                if missing:
+                    stored.update(self.runtime.fetch(missing, None))
+                out = {}
+                for object_id in ids:
+                    value = stored[object_id]
+                    if value.is_error:
+                        raise deserialize(value)
+                    out[object_id] = deserialize(value)
+                return out
+
+            args, kwargs = resolve_arguments(arguments, resolve, body["top_level"])
+            result = function(*args, **kwargs)
+            results = package_results(result, num_returns, name)
+            error = None
+        except KeyboardInterrupt:
+            results, error = None, TaskCancelledError(task_id.hex() if task_id else None)
+            if not context.cancelled.is_set():
+                raise
+            error = make_task_error(error, name)
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the owner
+            results, error = None, make_task_error(exc, name)
+        finally:
+            with self._running_lock:
+                self._running = None
+            _restore_env(env_backup)
+            current_task.reset(token)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        flush_forwarded()
+        self._send_done(task_id, results, error, len(body["returns"]))
+
+    def _send_done(self, task_id: bytes, results: list[SerializedValue] | None, error: BaseException | None, count: int) -> None:
+        batch = WireBatch()
+        if error is not None:
+            for value in error_results(error, count):
+                batch.add(value)
+        else:
+            for value in results or []:
+                batch.add(value)
+        try:
+            self.runtime.connection.notify(
+                "task_done", {"task": task_id, "results": batch.descriptions, "user_error": error is not None}, batch.buffers
+            )
+        except ConnectionClosed:
+            pass
+        except Exception as exc:  # noqa: BLE001 - e.g. a result msgpack cannot carry
+            logger.exception("cannot send the result of task %s", task_id.hex())
+            fallback = WireBatch()
+            for value in error_results(make_task_error(exc, "result serialization"), count):
+                fallback.add(value)
+            self.runtime.connection.notify(
+                "task_done", {"task": task_id, "results": fallback.descriptions, "user_error": True}, fallback.buffers
+            )
+
+
+def _apply_env(env: Mapping[str, str]) -> dict[str, str | None]:
+    backup = {}
+    for key, value in env.items():
+        backup[key] = os.environ.get(key)
+        os.environ[key] = value
+    return backup
+
+
+def _restore_env(backup: Mapping[str, str | None]) -> None:
+    for key, value in backup.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def _interrupt_thread(thread_id: int) -> None:
+    """Raise KeyboardInterrupt in the task's thread at its next bytecode."""
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(KeyboardInterrupt))
+
+
+def open_session(
+    session_address: str,
+    token: str,
+    hello: Mapping[str, Any],
+    handlers: Mapping[str, Any],
+    on_runtime: Any = None,
+) -> WorkerRuntime:
+    """Connect to the driver, introduce this worker, and return its runtime.
+
+    `on_runtime(runtime)` runs before any message is handled, so handlers can rely on the
+    runtime existing; the session info from the driver's reply is filled in before the next
+    message is read.
+    """
+    connection = connect(session_address, name=f"{hello.get('kind', 'worker')}-session")
+    runtime = WorkerRuntime(connection)
+    if on_runtime is not None:
+        on_runtime(runtime)
+    connection.start(dict(handlers))
+    reply = connection.request("hello", {**hello, "token": token, "pid": os.getpid(), "ip": node_ip()})
+    reply.add_done_callback(lambda f: f.exception() is None and runtime.set_info(f.result()[0]))
+    reply.result(timeout=60)
+    return runtime
+
+
+def executor_main(session_address: str, token: str, executor_id: bytes, max_calls: int = 0, in_process: bool = False) -> None:
+    """Entry point of an executor: an Iris task (or a LocalClient thread) that runs tasks."""
+    executor = Executor(max_calls=max_calls)
+    runtime = open_session(
+        session_address, token, {"kind": "executor", "id": executor_id}, executor.handlers(),
+        on_runtime=lambda r: setattr(executor, "runtime", r),
+    )
+    if in_process:
+        context_token = runtime_state.set_context_runtime(runtime)
+    else:
+        runtime_state.install(runtime)
+        from fray_ray._private.logs import forward_output
+
+        forward_output(runtime)
+    try:
+        executor.serve()
+    finally:
+        if in_process:
+            runtime_state.reset_context_runtime(context_token)
+        runtime.shutdown()

@@ -1,0 +1,309 @@
+"""Actors: `@fray_ray.remote` classes, their handles and methods.
+
+>>> @fray_ray.remote
+... class Counter:
+...     def __init__(self):
+...         self.n = 0
+...     def incr(self):
+...         self.n += 1
+...         return self.n
+>>> counter = Counter.remote()
+>>> fray_ray.get([counter.incr.remote(), counter.incr.remote()])
+[1, 2]
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fray_ray._private import ids, runtime_state
+from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, CodeBlob, ResourceShape
+from fray_ray.remote_function import pack_arguments
+
+__all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod", "exit_actor", "method"]
+
+_METHOD_OPTIONS = ("num_returns", "concurrency_group", "max_task_retries", "retry_exceptions",
+                   "_generator_backpressure_num_objects", "_num_objects_per_yield", "enable_task_events",
+                   "tensor_transport")
+
+
+class ActorClassInheritanceException(TypeError):
+    """Raised when a class tries to inherit from an actor class."""
+
+
+def method(*args: Any, **kwargs: Any) -> Callable[[Any], Any]:
+    """Annotate an actor method, e.g. `@fray_ray.method(num_returns=2)`."""
+    if args or not kwargs:
+        raise ValueError(
+            "The @ray.method decorator must be applied using at least one of the arguments in "
+            f"{list(_METHOD_OPTIONS)}, for example '@ray.method(num_returns=2)'."
+        )
+    for key in kwargs:
+        if key not in _METHOD_OPTIONS:
+            raise ValueError(f"Unexpected keyword argument to @ray.method: '{key}'. Valid ones: {list(_METHOD_OPTIONS)}")
+
+    def decorate(function: Any) -> Any:
+        function.__ray_method_options__ = {**getattr(function, "__ray_method_options__", {}), **kwargs}
+        return function
+
+    return decorate
+
+
+def _method_table(cls: type) -> dict[str, dict[str, Any]]:
+    """Per-method metadata a handle needs: signature, num_returns, concurrency group, async."""
+    table: dict[str, dict[str, Any]] = {}
+    for name, member in inspect.getmembers(cls):
+        if name.startswith("__") and name not in ("__call__",):
+            continue
+        function = member
+        if not (inspect.isfunction(function) or inspect.ismethod(function)):
+            continue
+        options = dict(getattr(function, "__ray_method_options__", {}))
+        try:
+            signature = inspect.signature(function)
+            static = isinstance(inspect.getattr_static(cls, name), staticmethod)
+            if not static and not inspect.ismethod(function):
+                parameters = list(signature.parameters.values())[1:]
+                signature = signature.replace(parameters=parameters)
+        except (TypeError, ValueError):
+            signature = None
+        table[name] = {
+            "signature": signature,
+            "num_returns": options.get("num_returns", 1),
+            "concurrency_group": options.get("concurrency_group"),
+            "max_task_retries": options.get("max_task_retries"),
+            "is_async": inspect.iscoroutinefunction(function),
+            "is_generator": inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function),
+        }
+    return table
+
+
+class ActorClass:
+    """What `@fray_ray.remote` makes of a class. Create actors with `.remote(...)`."""
+
+    def __init__(self, cls: type, options: Mapping[str, Any], *_subclass_args: Any) -> None:
+        if _subclass_args or not isinstance(cls, type):
+            raise ActorClassInheritanceException(
+                "Inheriting from actor classes is not allowed. Apply @ray.remote to the subclass instead."
+            )
+        from fray_ray import _options
+
+        self._cls = cls
+        self._methods = _method_table(cls)
+        self._is_async = any(m["is_async"] for m in self._methods.values())
+        self._default_options = _options.validate_actor_options(dict(options), is_async=self._is_async)
+        self._code: CodeBlob | None = None
+        self.__doc__ = cls.__doc__
+        self.__name__ = cls.__name__
+        self.__qualname__ = cls.__qualname__
+        self.__module__ = cls.__module__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            "Actors cannot be instantiated directly. Instead of "
+            f"'{self._cls.__name__}()', use '{self._cls.__name__}.remote()'."
+        )
+
+    def __dir__(self) -> list[str]:
+        return sorted({*self._methods, "options", "remote", "bind"})
+
+    def __repr__(self) -> str:
+        return f"ActorClass({self._cls.__name__})"
+
+    def options(self, **options: Any) -> _ActorOptions:
+        """This class with options overridden for the next `.remote()`."""
+        from fray_ray import _options
+
+        merged = _options.validate_actor_options({**self._default_options, **options}, is_async=self._is_async)
+        return _ActorOptions(self, merged)
+
+    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
+        """Create an actor; returns its handle at once (calls queue until it is up)."""
+        return self._create(args, kwargs, self._default_options)
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("fray_ray does not support Ray DAGs (.bind()); call .remote() instead")
+
+    def _code_blob(self) -> CodeBlob:
+        if self._code is None:
+            try:
+                self._code = CodeBlob.of(self._cls, self._cls.__name__)
+            except Exception as exc:
+                raise TypeError(f"Could not serialize the actor class {self._cls.__name__}: {exc}") from exc
+        return self._code
+
+    def _create(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]) -> ActorHandle:
+        init = getattr(self._cls, "__init__", None)
+        if init is not None and init is not object.__init__:
+            try:
+                signature = inspect.signature(init)
+                signature = signature.replace(parameters=list(signature.parameters.values())[1:])
+                signature.bind(*args, **kwargs)
+            except (ValueError,):
+                pass
+        elif args or kwargs:
+            raise TypeError(f"{self._cls.__name__}() takes no arguments")
+        runtime = runtime_state.current()
+        resources = dict(options.get("resources") or {})
+        num_cpus = options.get("num_cpus")
+        spec = ActorCreationSpec(
+            actor_id=ids.new_actor_id(),
+            cls=self._code_blob(),
+            class_name=self._cls.__name__,
+            arguments=pack_arguments(args, kwargs, f"{self._cls.__name__}.__init__"),
+            shape=ResourceShape(
+                cpu=float(num_cpus) if num_cpus is not None else 0.0,
+                gpu=float(options.get("num_gpus") or 0),
+                memory=int(options.get("memory") or 0),
+                custom=tuple(sorted((k, float(v)) for k, v in resources.items())),
+            ),
+            methods=self._methods,
+            is_async=self._is_async,
+            max_concurrency=int(options.get("max_concurrency") or (1000 if self._is_async else 1)),
+            concurrency_groups=_concurrency_groups(options.get("concurrency_groups")),
+            max_restarts=int(options.get("max_restarts") or 0),
+            max_task_retries=int(options.get("max_task_retries") or 0),
+            name=options.get("name"),
+            namespace=options.get("namespace"),
+            get_if_exists=bool(options.get("get_if_exists")),
+            detached=options.get("lifetime") == "detached",
+            env_vars=dict((options.get("runtime_env") or {}).get("env_vars") or {}),
+            scheduling_strategy=options.get("scheduling_strategy"),
+            accelerator=options.get("accelerator_type"),
+        )
+        actor_id = runtime.create_actor(spec)
+        if actor_id != spec.actor_id:  # get_if_exists found a live actor
+            info = runtime.get_named_actor(spec.name, spec.namespace)
+            return ActorHandle(info["actor_id"], info["class_name"], info["methods"], info["is_async"])
+        return ActorHandle(actor_id, self._cls.__name__, self._methods, self._is_async)
+
+
+class _ActorOptions:
+    def __init__(self, actor_class: ActorClass, options: Mapping[str, Any]) -> None:
+        self._actor_class = actor_class
+        self._options = options
+
+    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
+        return self._actor_class._create(args, kwargs, self._options)
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        return self._actor_class.bind(*args, **kwargs)
+
+
+def _concurrency_groups(value: Any) -> dict[str, int]:
+    if not value:
+        return {}
+    if isinstance(value, Mapping):
+        return {str(k): int(v) for k, v in value.items()}
+    return {str(name): 1 for name in value}
+
+
+class ActorHandle:
+    """A reference to an actor; `handle.method.remote(...)` calls it. Picklable."""
+
+    def __init__(self, actor_id: bytes, class_name: str, methods: Mapping[str, Mapping[str, Any]], is_async: bool = False) -> None:
+        self._actor_id = actor_id
+        self._class_name = class_name
+        self._methods = methods
+        self._is_async = is_async
+
+    def __getattr__(self, name: str) -> ActorMethod:
+        methods = self.__dict__.get("_methods") or {}
+        if name in methods:
+            return ActorMethod(self, name, methods[name])
+        if name == "__ray_terminate__":
+            return ActorMethod(self, name, {"num_returns": 1, "signature": None})
+        raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
+
+    def __dir__(self) -> list[str]:
+        return sorted(self._methods)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ActorHandle, (self._actor_id, self._class_name, self._methods, self._is_async))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
+
+    def __hash__(self) -> int:
+        return hash(self._actor_id)
+
+    def __repr__(self) -> str:
+        return f"Actor({self._class_name}, {self._actor_id.hex()})"
+
+    @property
+    def _ray_actor_id(self) -> Any:
+        return _ActorID(self._actor_id)
+
+
+class _ActorID:
+    def __init__(self, binary: bytes) -> None:
+        self._binary = binary
+
+    def hex(self) -> str:
+        return self._binary.hex()
+
+    def binary(self) -> bytes:
+        return self._binary
+
+
+class ActorMethod:
+    """One method of an actor; call it with `.remote(...)`."""
+
+    def __init__(self, handle: ActorHandle, name: str, info: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> None:
+        self._handle = handle
+        self._name = name
+        self._info = info
+        self._options = dict(options or {})
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            "Actor methods cannot be called directly. Instead of running 'object.{0}()', try "
+            "'object.{0}.remote()'.".format(self._name)
+        )
+
+    def options(self, **options: Any) -> ActorMethod:
+        for key in options:
+            if key not in ("num_returns", "name", "concurrency_group", "max_task_retries", "retry_exceptions",
+                           "enable_task_events", "_generator_backpressure_num_objects"):
+                raise ValueError(f"Invalid option keyword {key} for actor method {self._name}.")
+        return ActorMethod(self._handle, self._name, self._info, {**self._options, **options})
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        signature = self._info.get("signature")
+        if signature is not None:
+            signature.bind(*args, **kwargs)
+        num_returns = self._options.get("num_returns", self._info.get("num_returns", 1))
+        if num_returns in ("streaming", "dynamic") or num_returns is None:
+            raise NotImplementedError(f"num_returns={num_returns!r} is not supported yet")
+        call_id = ids.new_task_id()
+        count = int(num_returns)
+        spec = ActorCallSpec(
+            actor_id=self._handle._actor_id,
+            call_id=call_id,
+            method=self._name,
+            arguments=pack_arguments(args, kwargs, f"{self._handle._class_name}.{self._name}"),
+            return_ids=tuple(ids.object_id_for(call_id, i + 1) for i in range(count)),
+            num_returns=count,
+            concurrency_group=self._options.get("concurrency_group", self._info.get("concurrency_group")),
+        )
+        refs = runtime_state.current().submit_actor_call(spec)
+        if count == 1:
+            return refs[0]
+        return refs
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("fray_ray does not support Ray DAGs (.bind()); call .remote() instead")
+
+
+def exit_actor() -> None:
+    """End the current actor after this call (callers then see ActorDiedError)."""
+    from fray_ray._private.actor_host import ActorExit
+    from fray_ray._private.worker import current_task
+
+    context = current_task.get()
+    if context is None or context.actor_id is None:
+        raise TypeError("exit_actor API is called on a non-actor worker.")
+    raise ActorExit()

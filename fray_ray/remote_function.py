@@ -1,0 +1,195 @@
+"""RemoteFunction: what `@fray_ray.remote` makes of a function.
+
+>>> @fray_ray.remote
+... def add(a, b):
+...     return a + b
+>>> fray_ray.get(add.remote(1, 2))
+3
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from fray_ray._private import ids, runtime_state
+from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.task_spec import Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec
+from fray_ray._private.worker import current_task
+
+__all__ = ["RemoteFunction"]
+
+
+class RemoteFunction:
+    """A function that runs as a task: `f.remote(...)` returns ObjectRefs at once."""
+
+    def __init__(self, function: Any, options: Mapping[str, Any]) -> None:
+        from fray_ray import _options
+
+        if inspect.iscoroutinefunction(function):
+            raise ValueError(
+                "'async def' should not be used for remote tasks. You can wrap the async function with "
+                "`asyncio.run(f())`. See more at:https://docs.ray.io/en/latest/ray-core/actors/async_api.html "
+            )
+        self._function = function
+        self._is_generator = inspect.isgeneratorfunction(function)
+        self._default_options = _options.validate_task_options(dict(options), is_generator=self._is_generator)
+        self._function_name = f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', repr(function))}"
+        self._display_name = getattr(function, "__name__", "task")
+        try:
+            self._signature: inspect.Signature | None = inspect.signature(function)
+        except (TypeError, ValueError):
+            self._signature = None
+        self._code: CodeBlob | None = None
+        self.__doc__ = getattr(function, "__doc__", None)
+        self.__name__ = self._display_name
+        self.__qualname__ = getattr(function, "__qualname__", self._display_name)
+        self.__module__ = getattr(function, "__module__", __name__)
+        self.__wrapped__ = function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            "Remote functions cannot be called directly. Instead of running "
+            f"'{self._function_name}()', try '{self._function_name}.remote()'."
+        )
+
+    def __repr__(self) -> str:
+        return f"<fray_ray.remote_function.RemoteFunction object for {self._function_name}>"
+
+    def options(self, **options: Any) -> _BoundOptions:
+        """A view of this function with some options overridden for the next calls.
+
+        >>> add.options(num_cpus=2).remote(1, 2)  # doctest: +SKIP
+        """
+        from fray_ray import _options
+
+        merged = _options.validate_task_options({**self._default_options, **options}, is_generator=self._is_generator)
+        return _BoundOptions(self, merged)
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """Submit a call; returns an ObjectRef (or a list of them for num_returns > 1)."""
+        return self._submit(args, kwargs, self._default_options)
+
+    def _remote(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        if options:
+            return self.options(**options).remote(*(args or ()), **(kwargs or {}))
+        return self.remote(*(args or ()), **(kwargs or {}))
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("fray_ray does not support Ray DAGs (.bind()); call .remote() instead")
+
+    def _code_blob(self) -> CodeBlob:
+        if self._code is None:
+            try:
+                self._code = CodeBlob.of(self._function, self._display_name)
+            except Exception as exc:
+                raise TypeError(
+                    f"Could not serialize the function {self._function_name}: {exc}. Functions sent to workers must "
+                    "be picklable with cloudpickle (check what the function refers to)."
+                ) from exc
+        return self._code
+
+    def _submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]) -> Any:
+        if self._signature is not None:
+            self._signature.bind(*args, **kwargs)  # TypeError here, at submit time, as in Ray
+        runtime = runtime_state.current()
+        arguments = pack_arguments(args, kwargs, self._function_name)
+        num_returns = options.get("num_returns", 1)
+        if num_returns in ("streaming", "dynamic") or num_returns is None:
+            raise NotImplementedError(f"num_returns={num_returns!r} is not supported yet")
+        task_id = ids.new_task_id()
+        count = int(num_returns)
+        return_ids = tuple(ids.object_id_for(task_id, i + 1) for i in range(max(count, 0)))
+        context = current_task.get()
+        spec = TaskSpec(
+            task_id=task_id,
+            function=self._code_blob(),
+            arguments=arguments,
+            return_ids=return_ids,
+            num_returns=count,
+            name=options.get("name") or self._display_name,
+            pool=pool_key(options),
+            max_retries=int(options.get("max_retries", 3)),
+            retry_exceptions=_retry_exceptions(options.get("retry_exceptions", False)),
+            scheduling_strategy=options.get("scheduling_strategy"),
+            runtime_env=dict(options.get("runtime_env") or {}),
+            parent_task_id=context.task_id if context else None,
+        )
+        refs = runtime.submit_task(spec)
+        if count == 1:
+            return refs[0]
+        return refs
+
+
+class _BoundOptions:
+    """`f.options(...)`: submits with the merged options."""
+
+    def __init__(self, function: RemoteFunction, options: Mapping[str, Any]) -> None:
+        self._function = function
+        self._options = options
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._function._submit(args, kwargs, self._options)
+
+    def options(self, **options: Any) -> _BoundOptions:
+        from fray_ray import _options
+
+        merged = _options.validate_task_options(
+            {**self._options, **options}, is_generator=self._function._is_generator
+        )
+        return _BoundOptions(self._function, merged)
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        return self._function.bind(*args, **kwargs)
+
+
+def pack_arguments(args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> Arguments:
+    """Pickle call arguments, naming the argument that cannot be pickled if one fails."""
+    try:
+        return Arguments.pack(args, kwargs)
+    except Exception as exc:
+        for position, value in enumerate(args):
+            if not _picklable(value):
+                raise TypeError(
+                    f"Could not serialize argument {position} ({type(value).__name__}) of {what}: {exc}"
+                ) from exc
+        for name, value in kwargs.items():
+            if not _picklable(value):
+                raise TypeError(
+                    f"Could not serialize argument '{name}' ({type(value).__name__}) of {what}: {exc}"
+                ) from exc
+        raise TypeError(f"Could not serialize the arguments of {what}: {exc}") from exc
+
+
+def _picklable(value: Any) -> bool:
+    import cloudpickle
+
+    try:
+        cloudpickle.dumps(value)
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "not picklable"
+        return False
+
+
+def _retry_exceptions(value: Any) -> bool | tuple[type, ...]:
+    if isinstance(value, bool):
+        return value
+    return tuple(value)
+
+
+def pool_key(options: Mapping[str, Any]) -> PoolKey:
+    """Which executor pool runs a task with these options."""
+    resources = dict(options.get("resources") or {})
+    shape = ResourceShape(
+        cpu=float(options.get("num_cpus", 1) if options.get("num_cpus") is not None else 1),
+        gpu=float(options.get("num_gpus") or 0),
+        memory=int(options.get("memory") or 0),
+        custom=tuple(sorted((k, float(v)) for k, v in resources.items())),
+    )
+    env_vars = tuple(sorted(((options.get("runtime_env") or {}).get("env_vars") or {}).items()))
+    max_calls = int(options.get("max_calls") or 0)
+    accelerator = options.get("accelerator_type")
+    if shape.gpu > 0 and not max_calls:
+        max_calls = 1  # tasks holding devices get their own process
+    return PoolKey(shape=shape, env_vars=env_vars, max_calls=max_calls, accelerator=accelerator)
