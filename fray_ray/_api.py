@@ -95,7 +95,8 @@ def init(
     - `"iris://host:port"`, `"http://host:port"` or `"host:port"`: use that Iris controller;
     - `"auto"`: RAY_ADDRESS/FRAY_RAY_ADDRESS, else the surrounding Iris task's controller;
     - inside an Iris task with no address: attach to the task's job;
-    - `local_mode=True`: run everything in this process on threads (for debuggers).
+    - `local_mode=True` (or FRAY_RAY_LOCAL_MODE=1): run everything in this process on threads,
+      for debuggers.
 
     Raises RuntimeError when called twice without ignore_reinit_error=True, or for an
     unknown keyword argument.
@@ -116,6 +117,8 @@ def init(
                 "'ignore_reinit_error=True' or by calling 'ray.shutdown()' prior to 'ray.init()'."
             )
         from fray_ray._private.bootstrap import start_driver
+
+        local_mode = local_mode or os.environ.get("FRAY_RAY_LOCAL_MODE", "") not in ("", "0")
 
         runtime = start_driver(
             address=address,

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fray_ray._private import ids, runtime_state
+from fray_ray._private.serialization import note_contained_ref
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, CodeBlob, ResourceShape
 from fray_ray.remote_function import pack_arguments
 
@@ -117,6 +118,7 @@ class ActorClass:
         """This class with options overridden for the next `.remote()`."""
         from fray_ray import _options
 
+        _options.validate_actor_options(options, is_async=self._is_async, in_options=True)
         merged = _options.validate_actor_options({**self._default_options, **options}, is_async=self._is_async)
         return _ActorOptions(self, merged)
 
@@ -202,13 +204,37 @@ def _concurrency_groups(value: Any) -> dict[str, int]:
 
 
 class ActorHandle:
-    """A reference to an actor; `handle.method.remote(...)` calls it. Picklable."""
+    """A reference to an actor; `handle.method.remote(...)` calls it. Picklable.
 
-    def __init__(self, actor_id: bytes, class_name: str, methods: Mapping[str, Mapping[str, Any]], is_async: bool = False) -> None:
+    A non-detached actor lives while a handle to it exists anywhere (here, in a task, inside a
+    stored value); when the last one goes, the actor ends after its pending calls.
+    """
+
+    def __init__(
+        self,
+        actor_id: bytes,
+        class_name: str,
+        methods: Mapping[str, Mapping[str, Any]],
+        is_async: bool = False,
+        *,
+        _register: bool = True,
+    ) -> None:
         self._actor_id = actor_id
         self._class_name = class_name
         self._methods = methods
         self._is_async = is_async
+        self._registered = False
+        if _register:
+            runtime = runtime_state.current_or_none()
+            if runtime is not None:
+                runtime.references.add(actor_id)
+                self._registered = True
+
+    def __del__(self) -> None:
+        if self.__dict__.get("_registered"):
+            runtime = runtime_state.current_or_none()
+            if runtime is not None:
+                runtime.references.release_later(self._actor_id)
 
     def __getattr__(self, name: str) -> ActorMethod:
         methods = self.__dict__.get("_methods") or {}
@@ -222,6 +248,7 @@ class ActorHandle:
         return sorted(self._methods)
 
     def __reduce__(self) -> tuple[Any, ...]:
+        note_contained_ref(self._actor_id)
         return (ActorHandle, (self._actor_id, self._class_name, self._methods, self._is_async))
 
     def __eq__(self, other: object) -> bool:
@@ -292,7 +319,7 @@ class ActorMethod:
         refs = runtime_state.current().submit_actor_call(spec)
         if count == 1:
             return refs[0]
-        return refs
+        return refs if count else None
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("fray_ray does not support Ray DAGs (.bind()); call .remote() instead")

@@ -119,7 +119,7 @@ class RemoteFunction:
         refs = runtime.submit_task(spec)
         if count == 1:
             return refs[0]
-        return refs
+        return refs if count else None
 
 
 class _BoundOptions:

@@ -53,9 +53,8 @@ class RayActorHost:
         self._is_async = False
         self._default_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._group_pools: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: threading.Thread | None = None
-        self._semaphores: dict[str | None, asyncio.Semaphore] = {}
+        #: async actors: one event loop thread per concurrency group (None: the default group)
+        self._loops: dict[str | None, _GroupLoop] = {}
         self._created = threading.Event()
         self._creation_error: BaseException | None = None
         self._stopped = threading.Event()
@@ -80,17 +79,17 @@ class RayActorHost:
         self._class_name = body["class_name"]
         from fray_ray.actor import ActorHandle
 
-        self._handle = ActorHandle(self._actor_id, self._class_name, cloudpickle.loads(body["methods"]), bool(options.get("is_async")))
+        self._handle = ActorHandle(
+            self._actor_id, self._class_name, cloudpickle.loads(body["methods"]), bool(options.get("is_async")),
+            _register=False,  # the actor's own handle must not keep it alive
+        )
         self._is_async = bool(options.get("is_async"))
         groups: Mapping[str, int] = options.get("concurrency_groups") or {}
         max_concurrency = int(options.get("max_concurrency") or 1)
         if self._is_async:
-            self._loop = asyncio.new_event_loop()
-            self._loop_thread = threading.Thread(target=self._run_loop, name="actor-loop", daemon=True)
-            self._loop_thread.start()
-            self._semaphores[None] = _make_semaphore(self._loop, max_concurrency)
+            self._loops[None] = _GroupLoop("actor-loop", max_concurrency)
             for name, size in groups.items():
-                self._semaphores[name] = _make_semaphore(self._loop, size)
+                self._loops[name] = _GroupLoop(f"actor-loop-{name}", size)
         else:
             self._default_pool = concurrent.futures.ThreadPoolExecutor(max_concurrency, thread_name_prefix="actor")
             for name, size in groups.items():
@@ -128,19 +127,16 @@ class RayActorHost:
     def _on_call(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
         values = unpack_values(body["values"], buffers)
         if self._is_async:
-            assert self._loop is not None
-            self._loop.call_soon_threadsafe(
-                lambda: self._loop.create_task(self._run_async_call(body, values))  # type: ignore[union-attr]
-            )
+            group = self._loops.get(body.get("group")) or self._loops[None]
+            group.spawn(lambda: self._run_async_call(body, values, group.semaphore))
         else:
             self._submit_sync(body.get("group"), self._run_sync_call, body, values)
 
     def _submit_sync(self, group: str | None, fn: Any, *args: Any) -> None:
         pool = self._group_pools.get(group) if group else None
         pool = pool or self._default_pool
-        if pool is None:  # async actors build their instance on the loop thread
-            assert self._loop is not None
-            self._loop.call_soon_threadsafe(lambda: fn(*args))
+        if pool is None:  # async actors build their instance on the default loop thread
+            self._loops[None].call(lambda: fn(*args))
             return
         try:
             pool.submit(fn, *args)
@@ -161,6 +157,8 @@ class RayActorHost:
         return out
 
     def _prepare(self, body: Mapping[str, Any], values: list[SerializedValue]) -> tuple[Any, tuple, dict]:
+        # Calls in other concurrency groups run on other threads; none may start before __init__ ends.
+        self._created.wait()
         if self._creation_error is not None or self._instance is None:
             raise _creation_failed(self._class_name)
         inline = dict(zip(body["resolved"], values[1:]))
@@ -192,8 +190,9 @@ class RayActorHost:
             if runtime_token is not None:
                 runtime_state.reset_context_runtime(runtime_token)
 
-    async def _run_async_call(self, body: Mapping[str, Any], values: list[SerializedValue]) -> None:
-        semaphore = self._semaphores.get(body.get("group")) or self._semaphores[None]
+    async def _run_async_call(
+        self, body: Mapping[str, Any], values: list[SerializedValue], semaphore: asyncio.Semaphore
+    ) -> None:
         async with semaphore:
             token = current_task.set(self._context(body))
             runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
@@ -249,11 +248,6 @@ class RayActorHost:
         else:
             os._exit(1 if body.get("restart") else 0)
 
-    def _run_loop(self) -> None:
-        assert self._loop is not None
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_forever()
-
     def _send(self, method: str, body: Mapping[str, Any], buffers: Sequence[Any] = ()) -> None:
         try:
             self._runtime.connection.notify(method, dict(body), buffers)
@@ -269,8 +263,8 @@ class RayActorHost:
         for pool in [self._default_pool, *self._group_pools.values()]:
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
+        for group in self._loops.values():
+            group.stop()
 
     # ---- ActorService (Iris and Fray clients) ------------------------------------------
 
@@ -290,7 +284,7 @@ class RayActorHost:
             except BaseException as exc:  # noqa: BLE001 - delivered to the caller
                 future.set_exception(exc)
 
-        if self._is_async and self._loop is not None:
+        if self._is_async:
             async def run_async() -> None:
                 try:
                     result = getattr(self._instance, method)(*args, **kwargs)
@@ -300,7 +294,7 @@ class RayActorHost:
                 except BaseException as exc:  # noqa: BLE001 - delivered to the caller
                     future.set_exception(exc)
 
-            self._loop.call_soon_threadsafe(lambda: self._loop.create_task(run_async()))  # type: ignore[union-attr]
+            self._loops[None].spawn(run_async)
         else:
             self._submit_sync(None, run)
         return future.result()
@@ -310,11 +304,36 @@ class RayActorHost:
         return self._created.is_set() and self._creation_error is None
 
 
-def _make_semaphore(loop: asyncio.AbstractEventLoop, size: int) -> asyncio.Semaphore:
-    async def build() -> asyncio.Semaphore:
-        return asyncio.Semaphore(size)
+class _GroupLoop:
+    """An event loop on its own thread, with a limit on coroutines running at once."""
 
-    return asyncio.run_coroutine_threadsafe(build(), loop).result()
+    def __init__(self, name: str, max_concurrency: int) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+        async def build() -> asyncio.Semaphore:
+            return asyncio.Semaphore(max(1, max_concurrency))
+
+        self.semaphore = asyncio.run_coroutine_threadsafe(build(), self.loop).result()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def call(self, fn: Any) -> None:
+        """Run a plain callable on the loop thread."""
+        self.loop.call_soon_threadsafe(fn)
+
+    def spawn(self, make_coroutine: Any) -> None:
+        """Start `make_coroutine()` as a task on the loop."""
+        self.loop.call_soon_threadsafe(lambda: self.loop.create_task(make_coroutine()))
+
+    def stop(self) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        except RuntimeError:
+            pass
 
 
 def _creation_failed(class_name: str) -> BaseException:

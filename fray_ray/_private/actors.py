@@ -52,6 +52,10 @@ class ActorRecord:
     killed: bool = False
     #: held while sending to the host, so calls leave in the order they were accepted
     send_lock: threading.Lock = field(default_factory=threading.Lock)
+    #: live handles (in the driver, in workers, inside stored values)
+    handles: int = 0
+    out_of_scope: bool = False
+    args_released: bool = False
 
 
 class ActorManager:
@@ -98,6 +102,8 @@ class ActorManager:
             self._actors[spec.actor_id] = record
             if spec.name:
                 self._names[(namespace, spec.name)] = spec.actor_id
+        # What the constructor's arguments refer to stays alive until the constructor has run.
+        self._objects.incref(spec.arguments.value.contained_refs)
         self._ledger.force_acquire(spec.shape.as_dict())
         group_name = f"{self._session_id}-{(spec.name or spec.class_name)}-{spec.actor_id.hex()[:8]}"
         group_name = "".join(c if c.isalnum() or c in "-_." else "-" for c in group_name)
@@ -176,7 +182,19 @@ class ActorManager:
             record = self._actors.get(actor_id)
         if record is not None:
             record.pid = pid or record.pid
+            self._creation_finished(record)
+
+    def _creation_finished(self, record: ActorRecord, *, final: bool = False) -> None:
+        """The constructor ran (or never will again): wake waiters, release its arguments.
+
+        A restartable actor keeps its arguments until it dies: a restart runs the constructor again.
+        """
+        with self._lock:
             record.ready.set()
+            release = not record.args_released and (final or record.spec.max_restarts == 0)
+            record.args_released = record.args_released or release
+        if release:
+            self._objects.decref(record.spec.arguments.value.contained_refs)
 
     def creation_failed(self, actor_id: bytes, error: SerializedValue) -> None:
         from fray_ray._private.serialization import deserialize
@@ -255,8 +273,37 @@ class ActorManager:
         with self._lock:
             record = self._by_connection.get(connection)
             call = record.in_flight.pop(call_id, None) if record is not None else None
+            retire = record is not None and record.out_of_scope and not record.in_flight and not record.queued
         if call is not None:
             self._complete_call(call, results)
+        if retire:
+            self._mark_dead(record, self._death_error(record, "out_of_scope"), terminate=True)
+
+    # ---- handles -------------------------------------------------------------------------
+
+    def incref(self, actor_ids: list[bytes]) -> None:
+        with self._lock:
+            for actor_id in actor_ids:
+                record = self._actors.get(actor_id)
+                if record is not None:
+                    record.handles += 1
+
+    def decref(self, actor_ids: list[bytes]) -> None:
+        """When the last handle to a non-detached actor goes, it ends after its pending calls."""
+        retire = []
+        with self._lock:
+            for actor_id in actor_ids:
+                record = self._actors.get(actor_id)
+                if record is None:
+                    continue
+                record.handles -= 1
+                if record.handles > 0 or record.spec.detached or record.state is ActorState.DEAD:
+                    continue
+                record.out_of_scope = True
+                if not record.in_flight and not record.queued:
+                    retire.append(record)
+        for record in retire:
+            self._mark_dead(record, self._death_error(record, "out_of_scope"), terminate=True)
 
     def _complete_call(self, call: ActorCallSpec, results: SerializedValue | Sequence[SerializedValue]) -> None:
         values = [results] * len(call.return_ids) if isinstance(results, SerializedValue) else list(results)
@@ -317,7 +364,7 @@ class ActorManager:
             if record.spec.name and self._names.get((namespace, record.spec.name)) == record.spec.actor_id:
                 del self._names[(namespace, record.spec.name)]
         self._ledger_release(record)
-        record.ready.set()
+        self._creation_finished(record, final=True)
         for call in calls:
             self._fail_call(call, death)
         if terminate:

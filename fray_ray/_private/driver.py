@@ -84,6 +84,7 @@ class DriverRuntime:
         )
         self.actors = ActorManager(self.objects, self.ledger, self.launcher, namespace=namespace, session_id=session_name)
         self.actors.on_resources_released = self.scheduler.schedule
+        self.objects.foreign = self.actors  # actor handles are counted like objects
         self._flush_timer = None
         self._warm_executors = warm_executors
 

@@ -14,9 +14,22 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from fray_ray._private.ids import ACTOR_ID_SIZE
 from fray_ray._private.serialization import SerializedValue
 
 DoneCallback = Callable[[bytes], None]
+
+
+class ForeignReferences:
+    """Receives reference counts for ids that are not objects (actor handles)."""
+
+    def incref(self, ids: list[bytes]) -> None: ...
+
+    def decref(self, ids: list[bytes]) -> None: ...
+
+
+def _is_foreign(reference_id: bytes) -> bool:
+    return len(reference_id) == ACTOR_ID_SIZE
 
 
 class ObjectState(enum.Enum):
@@ -39,10 +52,14 @@ class ObjectEntry:
 class ObjectTable:
     """Thread-safe map of object id → entry, with reference counting and completion callbacks."""
 
-    def __init__(self, on_freed: Callable[[bytes], None] | None = None) -> None:
+    def __init__(
+        self, on_freed: Callable[[bytes], None] | None = None, foreign: ForeignReferences | None = None
+    ) -> None:
         self._lock = threading.Lock()
         self._entries: dict[bytes, ObjectEntry] = {}
         self._on_freed = on_freed
+        #: where counts for actor handles (held by values, tasks, workers) go
+        self.foreign = foreign
         self.bytes_stored = 0
 
     # ---- creation and completion ---------------------------------------------------------
@@ -57,8 +74,8 @@ class ObjectTable:
         with self._lock:
             self._entries[object_id] = ObjectEntry(state=ObjectState.READY, value=value)
             self.bytes_stored += value.size
-            for inner in value.contained_refs:
-                self._incref_locked(inner)
+            foreign = self._incref_all_locked(value.contained_refs)
+        self._forward_incref(foreign)
 
     def fulfil(self, object_id: bytes, value: SerializedValue) -> None:
         """Complete a pending object with a value or an error (value.is_error)."""
@@ -73,10 +90,10 @@ class ObjectTable:
             entry.state = ObjectState.FAILED if value.is_error else ObjectState.READY
             entry.value = value
             self.bytes_stored += value.size
-            for inner in value.contained_refs:
-                self._incref_locked(inner)
+            foreign = self._incref_all_locked(value.contained_refs)
             callbacks, entry.callbacks = entry.callbacks, []
             free_now = entry.references <= 0
+        self._forward_incref(foreign)
         for callback in callbacks:
             callback(object_id)
         if free_now:
@@ -132,24 +149,41 @@ class ObjectTable:
 
     def incref(self, object_ids: Iterable[bytes]) -> None:
         with self._lock:
-            for object_id in object_ids:
-                self._incref_locked(object_id)
+            foreign = self._incref_all_locked(object_ids)
+        self._forward_incref(foreign)
 
-    def _incref_locked(self, object_id: bytes) -> None:
-        entry = self._entries.get(object_id)
-        if entry is not None:
-            entry.references += 1
+    def _incref_all_locked(self, object_ids: Iterable[bytes]) -> list[bytes]:
+        """Count references; returns the foreign ids, to forward after the lock is released."""
+        foreign = []
+        for object_id in object_ids:
+            if _is_foreign(object_id):
+                foreign.append(object_id)
+                continue
+            entry = self._entries.get(object_id)
+            if entry is not None:
+                entry.references += 1
+        return foreign
+
+    def _forward_incref(self, foreign: list[bytes]) -> None:
+        if foreign and self.foreign is not None:
+            self.foreign.incref(foreign)
 
     def decref(self, object_ids: Iterable[bytes]) -> None:
         to_free = []
+        foreign = []
         with self._lock:
             for object_id in object_ids:
+                if _is_foreign(object_id):
+                    foreign.append(object_id)
+                    continue
                 entry = self._entries.get(object_id)
                 if entry is None:
                     continue
                 entry.references -= 1
                 if entry.references <= 0 and entry.state is not ObjectState.PENDING:
                     to_free.append(object_id)
+        if foreign and self.foreign is not None:
+            self.foreign.decref(foreign)
         for object_id in to_free:
             self._maybe_free(object_id)
 

@@ -333,9 +333,10 @@ def _rebuild_remote_error(error: RemoteError) -> BaseException:
 class Executor:
     """Runs tasks the driver pushes, one at a time, on the thread that calls `serve()`."""
 
-    def __init__(self, *, max_calls: int = 0) -> None:
+    def __init__(self, *, max_calls: int = 0, in_process: bool = False) -> None:
         self.runtime: WorkerRuntime | None = None  # set once the session is open
         self._max_calls = max_calls
+        self._in_process = in_process
         self._functions: dict[bytes, Any] = {}
         self._tasks: queue.SimpleQueue[tuple[dict[str, Any], list[bytearray]] | None] = queue.SimpleQueue()
         self._running: TaskContext | None = None
@@ -357,8 +358,8 @@ class Executor:
             if running is None or running.task_id != body["task"]:
                 return
             running.cancelled.set()
-        if body.get("force"):
-            os._exit(1)
+        if body.get("force") and not self._in_process:
+            os._exit(1)  # a forced cancel kills the worker, as in Ray
         _interrupt_thread(self._main_thread_id)
 
     def serve(self) -> None:
@@ -507,7 +508,7 @@ def open_session(
 
 def executor_main(session_address: str, token: str, executor_id: bytes, max_calls: int = 0, in_process: bool = False) -> None:
     """Entry point of an executor: an Iris task (or a LocalClient thread) that runs tasks."""
-    executor = Executor(max_calls=max_calls)
+    executor = Executor(max_calls=max_calls, in_process=in_process)
     runtime = open_session(
         session_address, token, {"kind": "executor", "id": executor_id}, executor.handlers(),
         on_runtime=lambda r: setattr(executor, "runtime", r),
