@@ -209,12 +209,14 @@ def wait(
 
     Returns (ready, not_ready), each in input order.
     """
-    if isinstance(ray_waitables, ObjectRef) or not isinstance(ray_waitables, list):
+    from fray_ray._private.generators import ObjectRefGenerator
+
+    if isinstance(ray_waitables, (ObjectRef, ObjectRefGenerator)) or not isinstance(ray_waitables, list):
         raise TypeError(
             f"wait() expected a list of ray.ObjectRef or ray.ObjectRefGenerator, got {type(ray_waitables)}"
         )
     for ref in ray_waitables:
-        if not isinstance(ref, ObjectRef):
+        if not isinstance(ref, (ObjectRef, ObjectRefGenerator)):
             raise TypeError(
                 f"wait() expected a list of ray.ObjectRef or ray.ObjectRefGenerator, got list containing {type(ref)}"
             )
@@ -272,7 +274,9 @@ def kill(actor: Any, *, no_restart: bool = True) -> None:
 
 def cancel(ray_waitable: Any, *, force: bool = False, recursive: bool = True) -> None:
     """Cancel the task that produces this ref (queued: at once; running: interrupted)."""
-    if not isinstance(ray_waitable, ObjectRef):
+    from fray_ray._private.generators import ObjectRefGenerator
+
+    if not isinstance(ray_waitable, (ObjectRef, ObjectRefGenerator)):
         raise TypeError(f"ray.cancel() only supported for object refs. For actors, try ray.kill(). Got: {type(ray_waitable)}.")
     runtime_state.current().cancel(ray_waitable, force, recursive)
 

@@ -22,7 +22,7 @@ from typing import Any
 from fray_ray._private import ids, runtime_state
 from fray_ray._private.serialization import note_contained_ref
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, CodeBlob, ResourceShape
-from fray_ray.remote_function import pack_arguments
+from fray_ray.remote_function import pack_arguments, return_ids_for
 
 __all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod", "exit_actor", "method"]
 
@@ -73,7 +73,7 @@ def _method_table(cls: type) -> dict[str, dict[str, Any]]:
             signature = None
         table[name] = {
             "signature": signature,
-            "num_returns": options.get("num_returns", 1),
+            "num_returns": options.get("num_returns"),
             "concurrency_group": options.get("concurrency_group"),
             "max_task_retries": options.get("max_task_retries"),
             "is_async": inspect.iscoroutinefunction(function),
@@ -302,22 +302,22 @@ class ActorMethod:
         signature = self._info.get("signature")
         if signature is not None:
             signature.bind(*args, **kwargs)
-        num_returns = self._options.get("num_returns", self._info.get("num_returns", 1))
-        if num_returns in ("streaming", "dynamic") or num_returns is None:
-            raise NotImplementedError(f"num_returns={num_returns!r} is not supported yet")
+        num_returns = self._options.get("num_returns", self._info.get("num_returns"))
+        if num_returns is None:
+            num_returns = "streaming" if self._info.get("is_generator") else 1
         call_id = ids.new_task_id()
-        count = int(num_returns)
+        return_ids, count = return_ids_for(call_id, num_returns)
         spec = ActorCallSpec(
             actor_id=self._handle._actor_id,
             call_id=call_id,
             method=self._name,
             arguments=pack_arguments(args, kwargs, f"{self._handle._class_name}.{self._name}"),
-            return_ids=tuple(ids.object_id_for(call_id, i + 1) for i in range(count)),
-            num_returns=count,
+            return_ids=return_ids,
+            num_returns=num_returns if isinstance(num_returns, str) else count,
             concurrency_group=self._options.get("concurrency_group", self._info.get("concurrency_group")),
         )
         refs = runtime_state.current().submit_actor_call(spec)
-        if count == 1:
+        if isinstance(num_returns, str) or count == 1:
             return refs[0]
         return refs if count else None
 

@@ -95,19 +95,18 @@ class RemoteFunction:
             self._signature.bind(*args, **kwargs)  # TypeError here, at submit time, as in Ray
         runtime = runtime_state.current()
         arguments = pack_arguments(args, kwargs, self._function_name)
-        num_returns = options.get("num_returns", 1)
-        if num_returns in ("streaming", "dynamic") or num_returns is None:
-            raise NotImplementedError(f"num_returns={num_returns!r} is not supported yet")
+        num_returns = options.get("num_returns")
+        if num_returns is None:
+            num_returns = "streaming" if self._is_generator else 1
         task_id = ids.new_task_id()
-        count = int(num_returns)
-        return_ids = tuple(ids.object_id_for(task_id, i + 1) for i in range(max(count, 0)))
+        return_ids, count = return_ids_for(task_id, num_returns)
         context = current_task.get()
         spec = TaskSpec(
             task_id=task_id,
             function=self._code_blob(),
             arguments=arguments,
             return_ids=return_ids,
-            num_returns=count,
+            num_returns=num_returns if isinstance(num_returns, str) else count,
             name=options.get("name") or self._display_name,
             pool=pool_key(options),
             max_retries=int(options.get("max_retries", 3)),
@@ -117,7 +116,7 @@ class RemoteFunction:
             parent_task_id=context.task_id if context else None,
         )
         refs = runtime.submit_task(spec)
-        if count == 1:
+        if isinstance(num_returns, str) or count == 1:
             return refs[0]
         return refs if count else None
 
@@ -142,6 +141,17 @@ class _BoundOptions:
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         return self._function.bind(*args, **kwargs)
+
+
+def return_ids_for(task_id: bytes, num_returns: int | str) -> tuple[tuple[bytes, ...], int]:
+    """The ids a call's results get: one per return; none for a stream (items come later);
+    one container (index 0) for "dynamic"."""
+    if num_returns == "streaming":
+        return (), 0
+    if num_returns == "dynamic":
+        return (ids.object_id_for(task_id, 0),), 1
+    count = int(num_returns)
+    return tuple(ids.object_id_for(task_id, i + 1) for i in range(max(count, 0))), count
 
 
 def pack_arguments(args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> Arguments:

@@ -26,7 +26,14 @@ from fray_ray._private.execution import error_results, make_task_error, package_
 from fray_ray._private.logs import flush_forwarded, forward_output
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.serialization import SerializedValue, WireBatch, deserialize, serialize_error, unpack_values
-from fray_ray._private.worker import TaskContext, WorkerRuntime, current_task, open_session
+from fray_ray._private.worker import (
+    TaskContext,
+    WorkerRuntime,
+    current_task,
+    open_session,
+    send_item,
+    send_items_async,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +187,14 @@ class RayActorHost:
             result = method(*args, **kwargs)
             if inspect.iscoroutine(result):
                 result = asyncio.run(result)
-            self._complete(body, package_results(result, body["num_returns"], body["method"]), None)
+            if body["num_returns"] == "streaming":
+                if inspect.isasyncgen(result):
+                    asyncio.run(send_items_async(self._runtime.connection, body["call"], result))
+                else:
+                    send_item(self._runtime.connection, body["call"], result)
+                self._complete(body, [], None)
+            else:
+                self._complete(body, package_results(result, body["num_returns"], body["method"]), None)
         except ActorExit:
             self._exit_requested(body)
         except BaseException as exc:  # noqa: BLE001 - delivered to the caller
@@ -205,7 +219,14 @@ class RayActorHost:
                 result = method(*args, **kwargs)
                 if inspect.isawaitable(result):
                     result = await result
-                self._complete(body, package_results(result, body["num_returns"], body["method"]), None)
+                if body["num_returns"] == "streaming":
+                    if inspect.isasyncgen(result):
+                        await send_items_async(self._runtime.connection, body["call"], result)
+                    else:
+                        send_item(self._runtime.connection, body["call"], result)
+                    self._complete(body, [], None)
+                else:
+                    self._complete(body, package_results(result, body["num_returns"], body["method"]), None)
             except ActorExit:
                 self._exit_requested(body)
             except BaseException as exc:  # noqa: BLE001 - delivered to the caller

@@ -21,6 +21,7 @@ import cloudpickle
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.resources import Ledger
+from fray_ray._private.streams import StreamTable
 from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue, WireBatch, serialize_error
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec
 
@@ -64,10 +65,12 @@ class ActorManager:
         objects: ObjectTable,
         ledger: Ledger,
         launcher: WorkerLauncher,
+        streams: StreamTable,
         *,
         namespace: str,
         session_id: str,
     ) -> None:
+        self._streams = streams
         self._objects = objects
         self._ledger = ledger
         self._launcher = launcher
@@ -306,6 +309,9 @@ class ActorManager:
             self._mark_dead(record, self._death_error(record, "out_of_scope"), terminate=True)
 
     def _complete_call(self, call: ActorCallSpec, results: SerializedValue | Sequence[SerializedValue]) -> None:
+        if call.num_returns == "streaming":
+            error = results if isinstance(results, SerializedValue) else next((r for r in results if r.is_error), None)
+            self._streams.finish(call.call_id, error)
         values = [results] * len(call.return_ids) if isinstance(results, SerializedValue) else list(results)
         for object_id, value in zip(call.return_ids, values):
             self._objects.fulfil(object_id, value)

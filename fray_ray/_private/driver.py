@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fray_ray._private import ids
+from fray_ray._private import ids as ids_module
+from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.actors import ActorManager
 from fray_ray._private.launcher import WorkerLauncher
 from fray_ray._private.logs import print_forwarded
@@ -29,6 +31,7 @@ from fray_ray._private.resources import Ledger
 from fray_ray._private.scheduler import TaskScheduler
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize, serialize_error
 from fray_ray._private.session import SessionService
+from fray_ray._private.streams import END, StreamTable
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, PoolKey, ResourceShape, TaskSpec
 from fray_ray._private.timers import TimerQueue
 
@@ -79,12 +82,22 @@ class DriverRuntime:
         self.timers = TimerQueue("driver-timers")
         self.session = SessionService(self, host=host, token=self._token)
         self.launcher = WorkerLauncher(client, self.session.address, self._token, job_prefix=session_name)
+        self.streams = StreamTable(self.objects)
         self.scheduler = TaskScheduler(
-            self.objects, self.ledger, self.launcher, self.timers, error_for=self._error_value, warm_executors=warm_executors
+            self.objects,
+            self.ledger,
+            self.launcher,
+            self.timers,
+            error_for=self._error_value,
+            stream_finished=self.streams.finish,
+            stream_released=self.streams.release,
+            warm_executors=warm_executors,
         )
-        self.actors = ActorManager(self.objects, self.ledger, self.launcher, namespace=namespace, session_id=session_name)
+        self.actors = ActorManager(
+            self.objects, self.ledger, self.launcher, self.streams, namespace=namespace, session_id=session_name
+        )
         self.actors.on_resources_released = self.scheduler.schedule
-        self.objects.foreign = self.actors  # actor handles are counted like objects
+        self.objects.foreign = _ReferenceRouter(self.actors, self.streams)
         self._flush_timer = None
         self._warm_executors = warm_executors
 
@@ -212,33 +225,51 @@ class DriverRuntime:
         return [deserialize(v) for v in values]
 
     def wait_async(
-        self, object_ids: Sequence[bytes], num_returns: int, timeout: float | None, callback: Callable[[list[bytes]], None]
+        self,
+        object_ids: Sequence[bytes],
+        num_returns: int,
+        timeout: float | None,
+        callback: Callable[[list[bytes]], None],
+        stream_indices: Mapping[bytes, int] | None = None,
     ) -> None:
-        """Call `callback(ready_ids)` once num_returns objects are done or the timeout passes."""
+        """Call `callback(ready_ids)` once num_returns are ready or the timeout passes.
+
+        Ids in `stream_indices` are generators: ready when their next item (or end) is there.
+        """
+        streams = dict(stream_indices or {})
         lock = threading.Lock()
         state = {"fired": False}
         ready: list[bytes] = []
+
+        def is_ready(item: bytes) -> bool:
+            if item in streams:
+                return self.stream_ready(item, streams[item]) != "pending"
+            return self.objects.is_done(item)
 
         def fire() -> None:
             with lock:
                 if state["fired"]:
                     return
                 state["fired"] = True
-                chosen = [oid for oid in object_ids if self.objects.is_done(oid) or oid in ready]
-            for object_id in object_ids:
-                self.objects.remove_done_callback(object_id, done)
+                chosen = [i for i in object_ids if i in ready or is_ready(i)]
+            for item in object_ids:
+                if item not in streams:
+                    self.objects.remove_done_callback(item, done)
             callback(chosen)
 
-        def done(object_id: bytes) -> None:
+        def done(item: bytes) -> None:
             with lock:
-                if object_id not in ready:
-                    ready.append(object_id)
+                if item not in ready:
+                    ready.append(item)
                 enough = len(ready) >= num_returns
             if enough:
                 fire()
 
-        for object_id in object_ids:
-            self.objects.add_done_callback(object_id, done)
+        for item in object_ids:
+            if item in streams:
+                self._when_stream_ready(item, streams[item], lambda item=item: done(item))
+            else:
+                self.objects.add_done_callback(item, done)
         with lock:
             enough = len(ready) >= num_returns
         if enough or timeout == 0:
@@ -246,9 +277,18 @@ class DriverRuntime:
         elif timeout is not None:
             self.timers.call_later(timeout, fire)
 
+    def _when_stream_ready(self, stream_id: bytes, index: int, callback: Callable[[], None]) -> None:
+        def check() -> None:
+            if self.stream_ready(stream_id, index) == "pending":
+                self.streams.on_change(stream_id, check)
+            else:
+                callback()
+
+        check()
+
     def wait(
-        self, refs: Sequence[ObjectRef], num_returns: int, timeout: float | None, fetch_local: bool
-    ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        self, refs: Sequence[Any], num_returns: int, timeout: float | None, fetch_local: bool
+    ) -> tuple[list[Any], list[Any]]:
         self.references.flush()
         done_event = threading.Event()
         result: list[list[bytes]] = []
@@ -257,12 +297,14 @@ class DriverRuntime:
             result.append(ready)
             done_event.set()
 
-        self.wait_async([r.binary() for r in refs], num_returns, timeout, answer)
+        keys = [_wait_key(r) for r in refs]
+        streams = {r._stream_id: r._next_index for r in refs if isinstance(r, ObjectRefGenerator)}
+        self.wait_async(keys, num_returns, timeout, answer, streams)
         done_event.wait()
-        ready_ids = set(result[0])
-        ready = [r for r in refs if r.binary() in ready_ids][:num_returns]
-        chosen = {r.binary() for r in ready}
-        return ready, [r for r in refs if r.binary() not in chosen]
+        ready_keys = set(result[0])
+        ready = [r for r, k in zip(refs, keys) if k in ready_keys][:num_returns]
+        chosen = {id(r) for r in ready}
+        return ready, [r for r in refs if id(r) not in chosen]
 
     def object_future(self, ref: ObjectRef) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -292,10 +334,14 @@ class DriverRuntime:
 
     # ---- tasks and actors ----------------------------------------------------------------
 
-    def submit_task(self, spec: TaskSpec) -> list[ObjectRef]:
+    def submit_task(self, spec: TaskSpec) -> list[Any]:
         self.references.flush()
         self.objects.create_pending(spec.return_ids, producer=spec.task_id)
-        refs = [ObjectRef(oid) for oid in spec.return_ids]  # counted before the task can finish
+        refs: list[Any] = [ObjectRef(oid) for oid in spec.return_ids]  # counted before the task can finish
+        if spec.num_returns in ("streaming", "dynamic"):
+            self.streams.open(spec.task_id)
+            if spec.num_returns == "streaming":
+                refs = [ObjectRefGenerator(spec.task_id)]
         self.scheduler.submit(spec)
         return refs
 
@@ -303,12 +349,52 @@ class DriverRuntime:
         self.references.flush()
         return self.actors.create(spec)
 
-    def submit_actor_call(self, spec: ActorCallSpec) -> list[ObjectRef]:
+    def submit_actor_call(self, spec: ActorCallSpec) -> list[Any]:
         self.references.flush()
         self.objects.create_pending(spec.return_ids)
-        refs = [ObjectRef(oid) for oid in spec.return_ids]
+        refs: list[Any] = [ObjectRef(oid) for oid in spec.return_ids]
+        if spec.num_returns == "streaming":
+            self.streams.open(spec.call_id)
+            refs = [ObjectRefGenerator(spec.call_id)]
         self.actors.submit_call(spec)
         return refs
+
+    # ---- streams -------------------------------------------------------------------------
+
+    def stream_next_future(self, stream_id: bytes, index: int) -> concurrent.futures.Future:
+        """A future for the ref to item `index` of a stream (None once the stream has ended)."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def check() -> None:
+            object_id = self.streams.poll(stream_id, index)
+            if object_id is None:
+                self.streams.on_change(stream_id, check)
+                return
+            if future.done():
+                return
+            if object_id == END:
+                future.set_result(None)
+                return
+            ref = ObjectRef(object_id)
+            self.streams.taken(stream_id, index)
+            future.set_result(ref)
+
+        check()
+        return future
+
+    def stream_next(self, stream_id: bytes, index: int, timeout: float | None) -> ObjectRef | None:
+        from fray_ray.exceptions import GetTimeoutError
+
+        self.references.flush()
+        try:
+            return self.stream_next_future(stream_id, index).result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise GetTimeoutError(f"No item of the generator arrived within {timeout} seconds.") from None
+
+    def stream_ready(self, stream_id: bytes, index: int) -> str:
+        """"item" if item `index` is there, "end" if the stream ended before it, else "pending"."""
+        object_id = self.streams.poll(stream_id, index)
+        return "pending" if object_id is None else ("end" if object_id == END else "item")
 
     def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
         self.actors.kill(actor_id, no_restart)
@@ -324,7 +410,15 @@ class DriverRuntime:
             if recursive:
                 targets.extend(self.scheduler.children_of(current))
 
-    def cancel(self, ref: ObjectRef, force: bool, recursive: bool) -> None:
+    def cancel(self, ref: Any, force: bool, recursive: bool) -> None:
+        if isinstance(ref, ObjectRefGenerator):
+            targets = [ref._stream_id]
+            while targets:
+                current = targets.pop()
+                self.scheduler.cancel(current, force)
+                if recursive:
+                    targets.extend(self.scheduler.children_of(current))
+            return
         self.cancel_by_id(ref.binary(), force, recursive)
 
     def get_named_actor(self, name: str, namespace: str | None) -> Mapping[str, Any]:
@@ -395,6 +489,26 @@ class DriverRuntime:
     def print_worker_output(self, body: Mapping[str, Any]) -> None:
         if self._log_to_driver:
             print_forwarded(body, sys.stdout, sys.stderr)
+
+
+def _wait_key(waitable: Any) -> bytes:
+    return waitable._stream_id if isinstance(waitable, ObjectRefGenerator) else waitable.binary()
+
+
+class _ReferenceRouter:
+    """Sends reference counts for actor handles and generators to their owners."""
+
+    def __init__(self, actors: ActorManager, streams: StreamTable) -> None:
+        self._actors = actors
+        self._streams = streams
+
+    def incref(self, ids: list[bytes]) -> None:
+        self._actors.incref([i for i in ids if len(i) == ids_module.ACTOR_ID_SIZE])
+        self._streams.incref([i for i in ids if len(i) == ids_module.TASK_ID_SIZE])
+
+    def decref(self, ids: list[bytes]) -> None:
+        self._actors.decref([i for i in ids if len(i) == ids_module.ACTOR_ID_SIZE])
+        self._streams.decref([i for i in ids if len(i) == ids_module.TASK_ID_SIZE])
 
 
 def default_pool() -> PoolKey:

@@ -68,17 +68,22 @@ def package_results(result: Any, num_returns: int | str, function_name: str) -> 
         return []
     if isinstance(num_returns, int):
         if inspect.isgenerator(result):
-            items = []
-            for item in result:
-                items.append(item)
-                if len(items) > num_returns:
-                    break
-            if len(items) < num_returns:
-                raise ValueError(
-                    f"Task {function_name} returned {len(items)} objects from its generator, "
-                    f"but num_returns={num_returns}."
-                )
-            result = items[:num_returns]
+            # Items yielded before a failure are kept; the failure fills the rest.
+            values: list[SerializedValue] = []
+            try:
+                for item in result:
+                    values.append(serialize(item))
+                    if len(values) == num_returns:
+                        break
+                if len(values) < num_returns:
+                    raise ValueError(
+                        f"Task {function_name} returned {len(values)} objects from its generator, "
+                        f"but num_returns={num_returns}."
+                    )
+            except Exception as exc:  # noqa: BLE001 - becomes the value of the remaining returns
+                error = serialize_error(make_task_error(exc, function_name))
+                values += [error] * (num_returns - len(values))
+            return values
         try:
             count = len(result)
         except TypeError:

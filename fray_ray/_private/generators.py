@@ -1,7 +1,89 @@
-"""ObjectRefGenerator: the refs a streaming generator task yields, one at a time."""
+"""ObjectRefGenerator: the refs a streaming generator task yields, one at a time.
+
+>>> @fray_ray.remote
+... def count(n):
+...     for i in range(n):
+...         yield i
+>>> [fray_ray.get(ref) for ref in count.remote(3)]
+[0, 1, 2]
+"""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+from fray_ray._private import runtime_state
+from fray_ray._private.object_ref import ObjectRef
+
 
 class ObjectRefGenerator:
-    """Iterates the ObjectRefs of a streaming generator's items as they are produced."""
+    """Iterates (sync or async) the ObjectRefs of a streaming generator's items as they come.
+
+    An error in the generator arrives as one last ref whose `get` raises it. Not picklable.
+    """
+
+    def __init__(self, stream_id: bytes, *, _register: bool = True) -> None:
+        self._stream_id = stream_id
+        self._next_index = 1
+        self._registered = False
+        if _register:
+            runtime = runtime_state.current_or_none()
+            if runtime is not None:
+                runtime.references.add(stream_id)
+                self._registered = True
+
+    def __del__(self) -> None:
+        if self._registered:
+            runtime = runtime_state.current_or_none()
+            if runtime is not None:
+                runtime.references.release_later(self._stream_id)
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "You cannot return or pass a generator to other task. Serializing a ObjectRefGenerator is not allowed."
+        )
+
+    def __iter__(self) -> ObjectRefGenerator:
+        return self
+
+    def __next__(self) -> ObjectRef:
+        ref = runtime_state.current().stream_next(self._stream_id, self._next_index, None)
+        if ref is None:
+            raise StopIteration
+        self._next_index += 1
+        return ref
+
+    def __aiter__(self) -> ObjectRefGenerator:
+        return self
+
+    async def __anext__(self) -> ObjectRef:
+        future = runtime_state.current().stream_next_future(self._stream_id, self._next_index)
+        ref = await asyncio.wrap_future(future)
+        if ref is None:
+            raise StopAsyncIteration
+        self._next_index += 1
+        return ref
+
+    def is_finished(self) -> bool:
+        """True once every item has been handed out and the stream has ended."""
+        return runtime_state.current().stream_ready(self._stream_id, self._next_index) == "end"
+
+    def _task_id_binary(self) -> bytes:
+        return self._stream_id
+
+    def __repr__(self) -> str:
+        return f"ObjectRefGenerator({self._stream_id.hex()})"
+
+
+class DynamicObjectRefGenerator:
+    """What `get` returns for a `num_returns="dynamic"` task: an iterable of item refs."""
+
+    def __init__(self, refs: list[ObjectRef]) -> None:
+        self._refs = list(refs)
+
+    def __iter__(self) -> Any:
+        return iter(self._refs)
+
+    def __len__(self) -> int:
+        return len(self._refs)

@@ -14,14 +14,14 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from fray_ray._private.ids import ACTOR_ID_SIZE
+from fray_ray._private.ids import OBJECT_ID_SIZE
 from fray_ray._private.serialization import SerializedValue
 
 DoneCallback = Callable[[bytes], None]
 
 
 class ForeignReferences:
-    """Receives reference counts for ids that are not objects (actor handles)."""
+    """Receives reference counts for ids that are not objects (actor handles, generators)."""
 
     def incref(self, ids: list[bytes]) -> None: ...
 
@@ -29,7 +29,7 @@ class ForeignReferences:
 
 
 def _is_foreign(reference_id: bytes) -> bool:
-    return len(reference_id) == ACTOR_ID_SIZE
+    return len(reference_id) != OBJECT_ID_SIZE
 
 
 class ObjectState(enum.Enum):

@@ -93,6 +93,8 @@ class TaskScheduler:
         timers: TimerQueue,
         *,
         error_for: Callable[[str, Any], SerializedValue],
+        stream_finished: Callable[[bytes, SerializedValue | None], None],
+        stream_released: Callable[[bytes], None],
         warm_executors: int = 1,
     ) -> None:
         self._objects = objects
@@ -100,6 +102,8 @@ class TaskScheduler:
         self._launcher = launcher
         self._timers = timers
         self._error_for = error_for
+        self._stream_finished = stream_finished
+        self._stream_released = stream_released
         self._warm = warm_executors
         self._lock = threading.Lock()
         self._tasks: dict[bytes, TaskRecord] = {}
@@ -408,6 +412,13 @@ class TaskScheduler:
             )
         for object_id, value in zip(record.spec.return_ids, values):
             self._objects.fulfil(object_id, value)
+        if record.spec.num_returns == "streaming":
+            error = results if isinstance(results, SerializedValue) else next((r for r in results if r.is_error), None)
+            self._stream_finished(record.spec.task_id, error)
+        elif record.spec.num_returns == "dynamic":
+            # The items are held by the DynamicObjectRefGenerator value; the stream is done.
+            self._stream_finished(record.spec.task_id, None)
+            self._stream_released(record.spec.task_id)
         self._objects.decref(record.spec.arguments.value.contained_refs)
 
     # ---- blocking inside tasks -----------------------------------------------------------

@@ -61,6 +61,9 @@ class SessionService:
             "borrow": self._borrow,
             "release": self._release,
             "log": self._log,
+            "yield": self._yield,
+            "stream_next": self._stream_next,
+            "stream_ready": self._stream_ready,
         }
 
     @property
@@ -205,7 +208,8 @@ class SessionService:
         def answer(ready: list[bytes]) -> None:
             connection.reply(message_id, {"ready": ready})
 
-        self._driver.wait_async(body["ids"], body["num_returns"], body.get("timeout"), answer)
+        streams = {stream_id: index for stream_id, index in body.get("streams") or ()}
+        self._driver.wait_async(body["ids"], body["num_returns"], body.get("timeout"), answer, streams)
 
     def _put(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
         assert message_id is not None
@@ -222,6 +226,8 @@ class SessionService:
         spec.parent_task_id = body.get("parent")
         self._driver.objects.create_pending(spec.return_ids, producer=spec.task_id)
         self._count_borrow(connection, list(spec.return_ids))
+        if spec.num_returns in ("streaming", "dynamic"):
+            self._driver.streams.open(spec.task_id)
         self._driver.scheduler.submit(spec)
         connection.reply(message_id, {"returns": list(spec.return_ids)})
 
@@ -240,6 +246,8 @@ class SessionService:
         spec = unpack_spec(body, buffers)
         self._driver.objects.create_pending(spec.return_ids)
         self._count_borrow(connection, list(spec.return_ids))
+        if spec.num_returns == "streaming":
+            self._driver.streams.open(spec.call_id)
         self._driver.actors.submit_call(spec)
         connection.reply(message_id, {"returns": list(spec.return_ids)})
 
@@ -295,6 +303,33 @@ class SessionService:
                 if counter[oid] <= 0:
                     del counter[oid]
         self._driver.objects.decref(released)
+
+    def _yield(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        (value,) = unpack_values([body["value"]], buffers)
+        self._driver.streams.add_item(body["stream"], body["index"], value)
+
+    def _stream_next(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        assert message_id is not None
+        stream_id, index = body["stream"], body["index"]
+        streams = self._driver.streams
+
+        def check() -> None:
+            from fray_ray._private.streams import END
+
+            object_id = streams.poll(stream_id, index)
+            if object_id is None:
+                streams.on_change(stream_id, check)
+                return
+            if object_id != END:
+                self._count_borrow(connection, [object_id])
+                streams.taken(stream_id, index)
+            connection.reply(message_id, {"id": object_id})
+
+        check()
+
+    def _stream_ready(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        assert message_id is not None
+        connection.reply(message_id, {"state": self._driver.stream_ready(body["stream"], body["index"])})
 
     def _log(self, connection: Connection, message_id: int | None, body: Mapping[str, Any], buffers: list[bytearray]) -> None:
         self._driver.print_worker_output(body)

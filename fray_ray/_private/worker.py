@@ -207,15 +207,47 @@ class WorkerRuntime:
         return results
 
     def wait(
-        self, refs: Sequence[ObjectRef], num_returns: int, timeout: float | None, fetch_local: bool
-    ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        self, refs: Sequence[Any], num_returns: int, timeout: float | None, fetch_local: bool
+    ) -> tuple[list[Any], list[Any]]:
+        from fray_ray._private.generators import ObjectRefGenerator
+
         self.references.flush()
-        ids = [r.binary() for r in refs]
-        body, _ = self.connection.call("wait", {"ids": ids, "num_returns": num_returns, "timeout": timeout})
+        keys = [r._stream_id if isinstance(r, ObjectRefGenerator) else r.binary() for r in refs]
+        streams = [[r._stream_id, r._next_index] for r in refs if isinstance(r, ObjectRefGenerator)]
+        body, _ = self.connection.call(
+            "wait", {"ids": keys, "num_returns": num_returns, "timeout": timeout, "streams": streams}
+        )
         ready = set(body["ready"])
-        ready_refs = [r for r in refs if r.binary() in ready][:num_returns]
-        chosen = {r.binary() for r in ready_refs}
-        return ready_refs, [r for r in refs if r.binary() not in chosen]
+        ready_refs = [r for r, k in zip(refs, keys) if k in ready][:num_returns]
+        chosen = {id(r) for r in ready_refs}
+        return ready_refs, [r for r in refs if id(r) not in chosen]
+
+    def stream_next_future(self, stream_id: bytes, index: int) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        request = self.connection.request("stream_next", {"stream": stream_id, "index": index})
+
+        def done(reply: concurrent.futures.Future) -> None:
+            try:
+                body, _ = reply.result()
+            except BaseException as exc:  # noqa: BLE001 - delivered through the future
+                future.set_exception(exc)
+                return
+            future.set_result(ObjectRef(body["id"], _announced=True) if body["id"] else None)
+
+        request.add_done_callback(done)
+        return future
+
+    def stream_next(self, stream_id: bytes, index: int, timeout: float | None) -> ObjectRef | None:
+        from fray_ray.exceptions import GetTimeoutError
+
+        self.references.flush()
+        try:
+            return self.stream_next_future(stream_id, index).result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise GetTimeoutError(f"No item of the generator arrived within {timeout} seconds.") from None
+
+    def stream_ready(self, stream_id: bytes, index: int) -> str:
+        return self._simple("stream_ready", {"stream": stream_id, "index": index})["state"]
 
     def object_future(self, ref: ObjectRef) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -242,15 +274,23 @@ class WorkerRuntime:
             raise _rebuild_remote_error(exc) from None
         return reply
 
-    def submit_task(self, spec: TaskSpec) -> list[ObjectRef]:
+    def submit_task(self, spec: TaskSpec) -> list[Any]:
+        from fray_ray._private.generators import ObjectRefGenerator
+
         reply = self._request_spec("submit", spec)
+        if spec.num_returns == "streaming":
+            return [ObjectRefGenerator(spec.task_id)]
         return [ObjectRef(oid, _announced=True) for oid in reply["returns"]]
 
     def create_actor(self, spec: ActorCreationSpec) -> bytes:
         return self._request_spec("create_actor", spec)["actor_id"]
 
-    def submit_actor_call(self, spec: ActorCallSpec) -> list[ObjectRef]:
+    def submit_actor_call(self, spec: ActorCallSpec) -> list[Any]:
+        from fray_ray._private.generators import ObjectRefGenerator
+
         reply = self._request_spec("actor_call", spec)
+        if spec.num_returns == "streaming":
+            return [ObjectRefGenerator(spec.call_id)]
         return [ObjectRef(oid, _announced=True) for oid in reply["returns"]]
 
     def _simple(self, method: str, body: Mapping[str, Any]) -> Any:
@@ -416,7 +456,13 @@ class Executor:
 
             args, kwargs = resolve_arguments(arguments, resolve, body["top_level"])
             result = function(*args, **kwargs)
-            results = package_results(result, num_returns, name)
+            if num_returns == "streaming":
+                self._stream(task_id, result)
+                results = []
+            elif num_returns == "dynamic":
+                results = [self._dynamic(task_id, result)]
+            else:
+                results = package_results(result, num_returns, name)
             error = None
         except KeyboardInterrupt:
             results, error = None, TaskCancelledError(task_id.hex() if task_id else None)
@@ -435,6 +481,24 @@ class Executor:
         flush_forwarded()
         self._send_done(task_id, results, error, len(body["returns"]))
 
+    def _stream(self, stream_id: bytes, generator: Any) -> None:
+        """Send each item of a streaming generator as it is produced."""
+        send_item(self.runtime.connection, stream_id, generator)
+
+    def _dynamic(self, task_id: bytes, generator: Any) -> SerializedValue:
+        """Store every item, then return a DynamicObjectRefGenerator holding refs to them."""
+        from fray_ray._private.generators import DynamicObjectRefGenerator
+        from fray_ray._private.ids import object_id_for
+
+        items = [serialize(item) for item in generator]  # a failure here fails (and retries) the task
+        for index, value in enumerate(items, start=1):
+            batch = WireBatch()
+            batch.add(value)
+            self.runtime.connection.notify("yield", {"stream": task_id, "index": index, "value": batch.descriptions[0]},
+                                           batch.buffers)
+        refs = [ObjectRef(object_id_for(task_id, i), _register=False) for i in range(1, len(items) + 1)]
+        return serialize(DynamicObjectRefGenerator(refs))
+
     def _send_done(self, task_id: bytes, results: list[SerializedValue] | None, error: BaseException | None, count: int) -> None:
         batch = WireBatch()
         if error is not None:
@@ -443,9 +507,10 @@ class Executor:
         else:
             for value in results or []:
                 batch.add(value)
+        user_error = error is not None or any(r.is_error for r in results or [])
         try:
             self.runtime.connection.notify(
-                "task_done", {"task": task_id, "results": batch.descriptions, "user_error": error is not None}, batch.buffers
+                "task_done", {"task": task_id, "results": batch.descriptions, "user_error": user_error}, batch.buffers
             )
         except ConnectionClosed:
             pass
@@ -457,6 +522,28 @@ class Executor:
             self.runtime.connection.notify(
                 "task_done", {"task": task_id, "results": fallback.descriptions, "user_error": True}, fallback.buffers
             )
+
+
+def send_item(connection: Connection, stream_id: bytes, generator: Any) -> int:
+    """Iterate a generator, sending each item as `yield`; returns how many were sent."""
+    index = 0
+    for item in generator:
+        index += 1
+        batch = WireBatch()
+        batch.add(serialize(item))
+        connection.notify("yield", {"stream": stream_id, "index": index, "value": batch.descriptions[0]}, batch.buffers)
+    return index
+
+
+async def send_items_async(connection: Connection, stream_id: bytes, generator: Any) -> int:
+    """The same for an async generator."""
+    index = 0
+    async for item in generator:
+        index += 1
+        batch = WireBatch()
+        batch.add(serialize(item))
+        connection.notify("yield", {"stream": stream_id, "index": index, "value": batch.descriptions[0]}, batch.buffers)
+    return index
 
 
 def _apply_env(env: Mapping[str, str]) -> dict[str, str | None]:
