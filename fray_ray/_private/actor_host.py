@@ -65,7 +65,10 @@ class RayActorHost:
         self._created = threading.Event()
         self._creation_error: BaseException | None = None
         self._stopped = threading.Event()
-        handlers = {"create": self._on_create, "call": self._on_call, "die": self._on_die}
+        handlers = {"create": self._on_create, "call": self._on_call, "die": self._on_die, "cancel_call": self._on_cancel}
+        self._calls_lock = threading.Lock()  # guards _cancelled and _running
+        self._cancelled: set[bytes] = set()
+        self._running: dict[bytes, Any] = {}  # call id -> TaskContext or asyncio.Task
         self._runtime: WorkerRuntime = open_session(
             session_address, token, {"kind": "actor", "id": actor_id}, handlers, on_runtime=self._set_runtime
         )
@@ -179,8 +182,36 @@ class RayActorHost:
             actor_name=self._class_name, actor_handle=self._handle,
         )
 
+    def _on_cancel(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        call_id = body["call"]
+        with self._calls_lock:
+            running = self._running.get(call_id)
+            if running is None:
+                self._cancelled.add(call_id)  # skipped when its turn comes
+                return
+        if isinstance(running, TaskContext):
+            running.cancelled.set()  # a sync method sees it through is_canceled()
+        else:
+            running.get_loop().call_soon_threadsafe(running.cancel)  # an asyncio.Task
+
+    def _start_call(self, body: Mapping[str, Any], handle: Any) -> bool:
+        """Record a call as running; False if it was cancelled before it started."""
+        with self._calls_lock:
+            if body["call"] in self._cancelled:
+                self._cancelled.discard(body["call"])
+                return False
+            self._running[body["call"]] = handle
+            return True
+
+    def _end_call(self, body: Mapping[str, Any]) -> None:
+        with self._calls_lock:
+            self._running.pop(body["call"], None)
+
     def _run_sync_call(self, body: Mapping[str, Any], values: list[SerializedValue]) -> None:
-        token = current_task.set(self._context(body))
+        context = self._context(body)
+        if not self._start_call(body, context):
+            return
+        token = current_task.set(context)
         runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
         try:
             method, args, kwargs = self._prepare(body, values)
@@ -200,6 +231,7 @@ class RayActorHost:
         except BaseException as exc:  # noqa: BLE001 - delivered to the caller
             self._complete(body, None, self._wrap(exc, body))
         finally:
+            self._end_call(body)
             current_task.reset(token)
             if runtime_token is not None:
                 runtime_state.reset_context_runtime(runtime_token)
@@ -207,6 +239,8 @@ class RayActorHost:
     async def _run_async_call(
         self, body: Mapping[str, Any], values: list[SerializedValue], semaphore: asyncio.Semaphore
     ) -> None:
+        if not self._start_call(body, asyncio.current_task()):
+            return
         async with semaphore:
             token = current_task.set(self._context(body))
             runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
@@ -229,9 +263,14 @@ class RayActorHost:
                     self._complete(body, package_results(result, body["num_returns"], body["method"]), None)
             except ActorExit:
                 self._exit_requested(body)
+            except asyncio.CancelledError:
+                from fray_ray.exceptions import TaskCancelledError
+
+                self._complete(body, None, TaskCancelledError(body["call"].hex()))
             except BaseException as exc:  # noqa: BLE001 - delivered to the caller
                 self._complete(body, None, self._wrap(exc, body))
             finally:
+                self._end_call(body)
                 current_task.reset(token)
                 if runtime_token is not None:
                     runtime_state.reset_context_runtime(runtime_token)

@@ -80,6 +80,8 @@ class ActorManager:
         self._actors: dict[bytes, ActorRecord] = {}
         self._by_connection: dict[Connection, ActorRecord] = {}
         self._names: dict[tuple[str, str], bytes] = {}
+        #: calls cancelled while running: their results are dropped when they arrive
+        self._cancelled: set[bytes] = set()
         self._closed = False
         #: called after an actor's resources return to the ledger (so tasks can use them)
         self.on_resources_released: Callable[[], None] | None = None
@@ -277,10 +279,46 @@ class ActorManager:
             record = self._by_connection.get(connection)
             call = record.in_flight.pop(call_id, None) if record is not None else None
             retire = record is not None and record.out_of_scope and not record.in_flight and not record.queued
+            if call_id in self._cancelled:
+                self._cancelled.discard(call_id)
+                call = None  # already completed as cancelled
         if call is not None:
             self._complete_call(call, results)
         if retire:
             self._mark_dead(record, self._death_error(record, "out_of_scope"), terminate=True)
+
+    # ---- cancel --------------------------------------------------------------------------
+
+    def owns_call(self, call_id: bytes) -> bool:
+        with self._lock:
+            return any(call_id in r.in_flight or any(c.call_id == call_id for c in r.queued) for r in self._actors.values())
+
+    def cancel_call(self, call_id: bytes) -> bool:
+        """Cancel an actor call: its refs fail with TaskCancelledError at once; the host skips
+        it if it has not started, cancels it if it is a coroutine, and flags it otherwise
+        (`get_runtime_context().is_canceled()`)."""
+        from fray_ray.exceptions import TaskCancelledError
+
+        with self._lock:
+            for record in self._actors.values():
+                queued = next((c for c in record.queued if c.call_id == call_id), None)
+                if queued is not None:
+                    record.queued.remove(queued)
+                    call, connection = queued, None
+                    break
+                if call_id in record.in_flight:
+                    call, connection = record.in_flight[call_id], record.connection
+                    self._cancelled.add(call_id)
+                    break
+            else:
+                return False
+        self._complete_call(call, serialize_error(TaskCancelledError(call_id.hex())))
+        if connection is not None:
+            try:
+                connection.notify("cancel_call", {"call": call_id})
+            except ConnectionClosed:
+                pass
+        return True
 
     # ---- handles -------------------------------------------------------------------------
 

@@ -351,7 +351,7 @@ class DriverRuntime:
 
     def submit_actor_call(self, spec: ActorCallSpec) -> list[Any]:
         self.references.flush()
-        self.objects.create_pending(spec.return_ids)
+        self.objects.create_pending(spec.return_ids, producer=spec.call_id)
         refs: list[Any] = [ObjectRef(oid) for oid in spec.return_ids]
         if spec.num_returns == "streaming":
             self.streams.open(spec.call_id)
@@ -403,6 +403,11 @@ class DriverRuntime:
         task_id = self.objects.producer(object_id)
         if task_id is None:
             return
+        if self.actors.owns_call(task_id):
+            if force:
+                raise ValueError("force=True is not supported for actor tasks.")
+            self.actors.cancel_call(task_id)
+            return
         targets = [task_id]
         while targets:
             current = targets.pop()
@@ -411,6 +416,11 @@ class DriverRuntime:
                 targets.extend(self.scheduler.children_of(current))
 
     def cancel(self, ref: Any, force: bool, recursive: bool) -> None:
+        if isinstance(ref, ObjectRefGenerator) and self.actors.owns_call(ref._stream_id):
+            if force:
+                raise ValueError("force=True is not supported for actor tasks.")
+            self.actors.cancel_call(ref._stream_id)
+            return
         if isinstance(ref, ObjectRefGenerator):
             targets = [ref._stream_id]
             while targets:

@@ -43,10 +43,6 @@ def make_task_error(exc: BaseException, function_name: str, actor_repr: str | No
     """The error a caller of a failed task sees: RayTaskError, dual-typed with the cause."""
     from fray_ray import exceptions
 
-    if isinstance(exc, exceptions.RayError) and not isinstance(exc, exceptions.RayTaskError):
-        # System errors (an actor died, a task was cancelled...) pass through as they are.
-        if isinstance(exc, exceptions.TaskCancelledError):
-            return exc
     traceback_text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     error = exceptions.RayTaskError(
         function_name,

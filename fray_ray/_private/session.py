@@ -244,7 +244,7 @@ class SessionService:
     def _actor_call(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
         assert message_id is not None
         spec = unpack_spec(body, buffers)
-        self._driver.objects.create_pending(spec.return_ids)
+        self._driver.objects.create_pending(spec.return_ids, producer=spec.call_id)
         self._count_borrow(connection, list(spec.return_ids))
         if spec.num_returns == "streaming":
             self._driver.streams.open(spec.call_id)
@@ -258,7 +258,11 @@ class SessionService:
 
     def _cancel(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
         assert message_id is not None
-        self._driver.cancel_by_id(body["id"], body["force"], body["recursive"])
+        try:
+            self._driver.cancel_by_id(body["id"], body["force"], body["recursive"])
+        except ValueError as exc:
+            connection.reply_error(message_id, "ValueError", str(exc))
+            return
         connection.reply(message_id, {})
 
     def _get_actor(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
