@@ -56,6 +56,8 @@ class RayActorHost:
             self._fray_context = None
         self._instance: Any = None
         self._handle: Any = None
+        self._placement_group: str | None = None
+        self._resources: Mapping[str, float] = {}
         self._class_name = "Actor"
         self._is_async = False
         self._default_pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -87,6 +89,8 @@ class RayActorHost:
     def _on_create(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
         options = body["options"]
         self._class_name = body["class_name"]
+        self._placement_group = body.get("placement_group")
+        self._resources = body.get("resources") or {}
         from fray_ray.actor import ActorHandle
 
         self._handle = ActorHandle(
@@ -109,8 +113,8 @@ class RayActorHost:
 
     def _create(self, body: Mapping[str, Any], arguments: SerializedValue) -> None:
         context = TaskContext(task_id=None, function_name=f"{self._class_name}.__init__", actor_id=self._actor_id,
-                              actor_name=self._class_name, resources=body.get("resources") or {},
-                              actor_handle=self._handle)
+                              actor_name=self._class_name, resources=self._resources,
+                              actor_handle=self._handle, placement_group_id=self._placement_group)
         token = current_task.set(context)
         runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
         try:
@@ -179,7 +183,8 @@ class RayActorHost:
     def _context(self, body: Mapping[str, Any]) -> TaskContext:
         return TaskContext(
             task_id=body["call"], function_name=f"{self._class_name}.{body['method']}", actor_id=self._actor_id,
-            actor_name=self._class_name, actor_handle=self._handle,
+            actor_name=self._class_name, actor_handle=self._handle, resources=self._resources,
+            placement_group_id=self._placement_group,
         )
 
     def _on_cancel(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:

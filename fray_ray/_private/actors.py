@@ -51,6 +51,9 @@ class ActorRecord:
     pid: int | None = None
     ready: threading.Event = field(default_factory=threading.Event)
     killed: bool = False
+    #: where the actor's resources come from (the session's ledger or a bundle's)
+    ledger: Ledger | None = None
+    placement_group: str | None = None
     #: held while sending to the host, so calls leave in the order they were accepted
     send_lock: threading.Lock = field(default_factory=threading.Lock)
     #: live handles (in the driver, in workers, inside stored values)
@@ -69,7 +72,9 @@ class ActorManager:
         *,
         namespace: str,
         session_id: str,
+        placement_groups: Any = None,
     ) -> None:
+        self._placement_groups = placement_groups
         self._streams = streams
         self._objects = objects
         self._ledger = ledger
@@ -109,7 +114,15 @@ class ActorManager:
                 self._names[(namespace, spec.name)] = spec.actor_id
         # What the constructor's arguments refer to stays alive until the constructor has run.
         self._objects.incref(spec.arguments.value.contained_refs)
-        self._ledger.force_acquire(spec.shape.as_dict())
+        record.ledger = self._ledger
+        group = getattr(spec.scheduling_strategy, "placement_group", None)
+        if group is not None and self._placement_groups is not None:
+            index = int(getattr(spec.scheduling_strategy, "placement_group_bundle_index", -1))
+            found = self._placement_groups.bundle_ledger(group.id.binary(), index, spec.shape.as_dict())
+            if found is not None:
+                record.ledger = found[0]
+            record.placement_group = group.id.hex()
+        record.ledger.force_acquire(spec.shape.as_dict())
         group_name = f"{self._session_id}-{(spec.name or spec.class_name)}-{spec.actor_id.hex()[:8]}"
         group_name = "".join(c if c.isalnum() or c in "-_." else "-" for c in group_name)
 
@@ -171,6 +184,7 @@ class ActorManager:
             "values": batch.descriptions,
             "env": dict(spec.env_vars),
             "resources": spec.shape.as_dict(),
+            "placement_group": record.placement_group,
             "options": {
                 "is_async": spec.is_async,
                 "max_concurrency": spec.max_concurrency,
@@ -426,7 +440,7 @@ class ActorManager:
                 self._launcher.terminate(group)
 
     def _ledger_release(self, record: ActorRecord) -> None:
-        self._ledger.release(record.spec.shape.as_dict())
+        (record.ledger or self._ledger).release(record.spec.shape.as_dict())
         if self.on_resources_released is not None:
             self.on_resources_released()
 

@@ -27,6 +27,7 @@ from fray_ray._private.logs import print_forwarded
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.refcount import LocalReferenceCounter
+from fray_ray._private.placement_groups import PlacementGroupManager
 from fray_ray._private.resources import Ledger
 from fray_ray._private.scheduler import TaskScheduler
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize, serialize_error
@@ -83,6 +84,7 @@ class DriverRuntime:
         self.session = SessionService(self, host=host, token=self._token)
         self.launcher = WorkerLauncher(client, self.session.address, self._token, job_prefix=session_name)
         self.streams = StreamTable(self.objects)
+        self.placement_groups = PlacementGroupManager(self.ledger, self.objects, on_released=self._resources_released)
         self.scheduler = TaskScheduler(
             self.objects,
             self.ledger,
@@ -92,9 +94,18 @@ class DriverRuntime:
             stream_finished=self.streams.finish,
             stream_released=self.streams.release,
             warm_executors=warm_executors,
+            placement_groups=self.placement_groups,
+            node_id=self.node_id.hex(),
         )
         self.actors = ActorManager(
-            self.objects, self.ledger, self.launcher, self.streams, namespace=namespace, session_id=session_name
+            self.objects,
+            self.ledger,
+            self.launcher,
+            self.streams,
+            namespace=namespace,
+            session_id=session_name,
+            placement_groups=self.placement_groups,
+            node_id=self.node_id.hex(),
         )
         self.actors.on_resources_released = self.scheduler.schedule
         self.objects.foreign = _ReferenceRouter(self.actors, self.streams)
@@ -493,6 +504,43 @@ class DriverRuntime:
             "is_driver": True,
             "session_address": self.session.address,
         }
+
+    # ---- placement groups ----------------------------------------------------------------
+
+    def _resources_released(self) -> None:
+        self.scheduler.schedule()
+
+    def placement_group(self, operation: str, **arguments: Any) -> Any:
+        """Create, remove, wait for, look up and list placement groups (see util.placement_group)."""
+        groups = self.placement_groups
+        if operation == "create":
+            group_id = ids.new_placement_group_id()
+            ready_id = ids.new_put_id()
+            groups.create(group_id, arguments["bundles"], arguments["strategy"], arguments["name"], ready_id,
+                          arguments.get("detached", False))
+            return {"id": group_id, "ready_id": ready_id}
+        if operation == "remove":
+            groups.remove(arguments["id"])
+            self.scheduler.schedule()
+            return None
+        if operation == "wait":
+            record = groups.get(arguments["id"])
+            if record is None:
+                return False
+            event = threading.Event()
+            self.objects.add_done_callback(record.ready_id, lambda _: event.set())
+            return event.wait(arguments["timeout"]) and record.state.value == "CREATED"
+        if operation == "table":
+            return groups.table(arguments.get("id"))
+        if operation == "get":
+            record = groups.by_name(arguments["name"])
+            if record is None:
+                raise ValueError(f"Failed to look up placement group with name: {arguments['name']}")
+            return {"id": record.group_id, "bundles": record.bundles, "ready_id": record.ready_id}
+        if operation == "info":
+            record = groups.get(arguments["id"])
+            return None if record is None else {"id": record.group_id, "bundles": record.bundles, "ready_id": record.ready_id}
+        raise ValueError(f"unknown placement group operation {operation!r}")
 
     # ---- output --------------------------------------------------------------------------
 

@@ -30,3 +30,10 @@ def new_actor_id() -> bytes:
 
 def new_node_id() -> bytes:
     return os.urandom(NODE_ID_SIZE)
+
+
+PLACEMENT_GROUP_ID_SIZE = 18
+
+
+def new_placement_group_id() -> bytes:
+    return os.urandom(PLACEMENT_GROUP_ID_SIZE)

@@ -15,14 +15,12 @@ from __future__ import annotations
 import collections
 import enum
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
 import threading
+from typing import TYPE_CHECKING, Any
 
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
@@ -61,6 +59,9 @@ class TaskRecord:
     spec: TaskSpec
     demand: dict[str, float]
     state: TaskState = TaskState.WAITING
+    #: where the task's resources come from: the session's ledger or a placement group bundle's
+    ledger: Ledger | None = None
+    placement: tuple[bytes, int] | None = None  # (group id, bundle index) it runs in
     waiting_on: set[bytes] = field(default_factory=set)
     executor: ExecutorRecord | None = None
     blocked: bool = False
@@ -96,7 +97,11 @@ class TaskScheduler:
         stream_finished: Callable[[bytes, SerializedValue | None], None],
         stream_released: Callable[[bytes], None],
         warm_executors: int = 1,
+        placement_groups: Any = None,
+        node_id: str = "",
     ) -> None:
+        self._placement_groups = placement_groups
+        self._node_id = node_id
         self._objects = objects
         self._ledger = ledger
         self._launcher = launcher
@@ -118,14 +123,22 @@ class TaskScheduler:
     def submit(self, spec: TaskSpec) -> None:
         """Queue a task whose return objects already exist (pending) in the object table."""
         demand = spec.pool.shape.as_dict()
-        problem = self._ledger_infeasible(demand)
+        problem = None if _placement_of(spec) else self._ledger_infeasible(demand)
+        affinity = spec.scheduling_strategy
+        if (
+            problem is None
+            and type(affinity).__name__ == "NodeAffinitySchedulingStrategy"
+            and not getattr(affinity, "soft", True)
+            and getattr(affinity, "node_id", self._node_id) != self._node_id
+        ):
+            problem = f"node {affinity.node_id} (hard node affinity), which is not part of this cluster"
         self._objects.incref(spec.arguments.value.contained_refs)
         record = TaskRecord(spec, demand)
         if problem is not None:
             from fray_ray.exceptions import TaskUnschedulableError
 
             self._finish(record, self._error_for("unschedulable", TaskUnschedulableError(
-                f"Task {spec.name} cannot run: it asks for {problem}, more than the cluster will ever have."
+                f"Task {spec.name} cannot run: it asks for {problem}; the cluster will never have that."
             )))
             return
         with self._lock:
@@ -181,10 +194,26 @@ class TaskScheduler:
 
     # ---- dispatch ------------------------------------------------------------------------
 
+    def _ledger_for(self, record: TaskRecord) -> Ledger | None:
+        """The ledger the task draws from now; None while its placement group is not placed."""
+        placement = _placement_of(record.spec)
+        if placement is None:
+            return self._ledger
+        group_id, index = placement
+        found = self._placement_groups.bundle_ledger(group_id, index, record.demand)
+        if found is None:
+            return None
+        ledger, position = found
+        record.placement = (group_id, position)
+        return ledger
+
     def schedule(self) -> None:
         """Match ready tasks with idle executors; launch executors where the ledger allows."""
+        if self._placement_groups is not None:
+            self._placement_groups.try_reserve()  # freed resources may complete pending groups
         dispatches: list[tuple[ExecutorRecord, TaskRecord]] = []
         launches: list[ExecutorRecord] = []
+        failures: list[tuple[TaskRecord, BaseException]] = []
         with self._lock:
             if self._closed:
                 return
@@ -193,27 +222,56 @@ class TaskScheduler:
                     continue
                 members = [e for e in self._executors.values() if e.pool == pool]
                 idle = [e for e in members if e.state is ExecutorState.IDLE]
-                while queue and idle and self._ledger.try_acquire(queue[0].demand):
+                waiting: collections.deque[TaskRecord] = collections.deque()
+                runnable = 0
+                while queue:
                     record = queue.popleft()
-                    executor = idle.pop()
-                    record.state = TaskState.RUNNING
-                    record.executor = executor
-                    executor.state = ExecutorState.BUSY
-                    executor.task = record
-                    dispatches.append((executor, record))
-                if not queue or idle:
+                    ledger = self._ledger_for(record)
+                    if ledger is None:
+                        if _placement_of(record.spec) and self._placement_groups.is_removed(_placement_of(record.spec)[0]):
+                            from fray_ray.exceptions import TaskPlacementGroupRemoved
+
+                            record.state = TaskState.DONE
+                            failures.append((record, TaskPlacementGroupRemoved()))
+                            continue
+                        waiting.append(record)  # its placement group is not placed yet
+                        continue
+                    problem = ledger.infeasible(record.demand) if ledger is not self._ledger else None
+                    if problem:
+                        from fray_ray.exceptions import TaskUnschedulableError
+
+                        record.state = TaskState.DONE
+                        failures.append((record, TaskUnschedulableError(
+                            f"Task {record.spec.name} cannot run in its placement group bundle: it asks for {problem}."
+                        )))
+                        continue
+                    if idle and ledger.try_acquire(record.demand):
+                        executor = idle.pop()
+                        record.state = TaskState.RUNNING
+                        record.executor = executor
+                        record.ledger = ledger
+                        executor.state = ExecutorState.BUSY
+                        executor.task = record
+                        dispatches.append((executor, record))
+                        continue
+                    if ledger.count_fits(record.demand, 1):
+                        runnable += 1
+                    waiting.append(record)
+                queue.extend(waiting)
+                if not runnable or idle:
                     continue
                 # Tasks wait for executors: launch as many as could run now, within a cap on
                 # live processes (the ledger's CPUs plus those lent by blocked tasks).
                 starting = sum(1 for e in members if e.state is ExecutorState.STARTING)
                 blocked = sum(1 for e in members if e.task is not None and e.task.blocked)
-                runnable = self._ledger.count_fits(queue[0].demand, len(queue))
                 cap = max(1, int(self._ledger.capacity().get("CPU", 1))) + blocked
                 wanted = min(runnable, cap - (len(members) - starting)) - starting
                 for _ in range(max(0, wanted)):
                     executor = ExecutorRecord(uuid.uuid4().bytes, pool)
                     self._executors[executor.executor_id] = executor
                     launches.append(executor)
+        for record, error in failures:
+            self._finish(record, self._error_for("system", error))
         for executor, record in dispatches:
             self._send_task(executor, record)
         for executor in launches:
@@ -288,6 +346,7 @@ class TaskScheduler:
             "top_level": list(spec.arguments.top_level),
             "env": dict(spec.pool.env_vars),
             "resources": record.demand,
+            "placement_group": record.placement[0].hex() if record.placement else None,
         }
         try:
             assert executor.connection is not None
@@ -326,7 +385,7 @@ class TaskScheduler:
             retry = False
             if record is not None and record.state is TaskState.RUNNING:
                 if not record.blocked:
-                    self._ledger.release(record.demand)
+                    (record.ledger or self._ledger).release(record.demand)
                 record.blocked = False
                 record.executor = None
                 record.system_failures += 1
@@ -359,7 +418,7 @@ class TaskScheduler:
             record = self._tasks.get(task_id)
             if record is not None and record.state is TaskState.RUNNING:
                 if not record.blocked:
-                    self._ledger.release(record.demand)
+                    (record.ledger or self._ledger).release(record.demand)
                 record.blocked = False
                 record.executor = None
             if executor is not None:
@@ -432,7 +491,7 @@ class TaskScheduler:
             if record is None or record.state is not TaskState.RUNNING or record.blocked:
                 return
             record.blocked = True
-            self._ledger.release(record.demand)
+            (record.ledger or self._ledger).release(record.demand)
         self.schedule()
 
     def task_unblocked(self, task_id: bytes | None) -> None:
@@ -444,7 +503,7 @@ class TaskScheduler:
                 return
             record.blocked = False
             if record.state is TaskState.RUNNING:
-                self._ledger.force_acquire(record.demand)
+                (record.ledger or self._ledger).force_acquire(record.demand)
 
     # ---- cancel --------------------------------------------------------------------------
 
@@ -557,5 +616,10 @@ class TaskScheduler:
             return list(self._tasks)
 
 
-def current_pid() -> int:
-    return os.getpid()
+def _placement_of(spec: TaskSpec) -> tuple[bytes, int] | None:
+    """(group id, bundle index) when the task is scheduled into a placement group."""
+    strategy = spec.scheduling_strategy
+    group = getattr(strategy, "placement_group", None)
+    if group is None:
+        return None
+    return group.id.binary(), int(getattr(strategy, "placement_group_bundle_index", -1))

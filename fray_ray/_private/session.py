@@ -64,6 +64,7 @@ class SessionService:
             "yield": self._yield,
             "stream_next": self._stream_next,
             "stream_ready": self._stream_ready,
+            "placement_group": self._placement_group,
         }
 
     @property
@@ -334,6 +335,24 @@ class SessionService:
     def _stream_ready(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
         assert message_id is not None
         connection.reply(message_id, {"state": self._driver.stream_ready(body["stream"], body["index"])})
+
+    def _placement_group(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        assert message_id is not None
+        arguments = cloudpickle.loads(body["args"])
+        operation = body["op"]
+
+        def run() -> None:  # wait() blocks, so it cannot run on the reader thread
+            try:
+                result = self._driver.placement_group(operation, **arguments)
+            except ValueError as exc:
+                connection.reply_error(message_id, "ValueError", str(exc))
+                return
+            connection.reply(message_id, {"result": cloudpickle.dumps(result)})
+
+        if operation == "wait":
+            threading.Thread(target=run, name="placement-group-wait", daemon=True).start()
+        else:
+            run()
 
     def _log(self, connection: Connection, message_id: int | None, body: Mapping[str, Any], buffers: list[bytearray]) -> None:
         self._driver.print_worker_output(body)

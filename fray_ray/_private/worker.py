@@ -249,6 +249,11 @@ class WorkerRuntime:
     def stream_ready(self, stream_id: bytes, index: int) -> str:
         return self._simple("stream_ready", {"stream": stream_id, "index": index})["state"]
 
+    def placement_group(self, operation: str, **arguments: Any) -> Any:
+        """Placement group operations run by the driver (create, remove, wait, table, get)."""
+        reply = self._simple("placement_group", {"op": operation, "args": cloudpickle.dumps(arguments)})
+        return cloudpickle.loads(reply["result"])
+
     def object_future(self, ref: ObjectRef) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
 
@@ -433,7 +438,12 @@ class Executor:
         values = unpack_values(body["values"], buffers)
         arguments = values[0]
         inline = dict(zip(body["resolved"], values[1:]))
-        context = TaskContext(task_id=task_id, function_name=name, resources=body.get("resources") or {})
+        context = TaskContext(
+            task_id=task_id,
+            function_name=name,
+            resources=body.get("resources") or {},
+            placement_group_id=body.get("placement_group"),
+        )
         token = current_task.set(context)
         env_backup = _apply_env(body.get("env") or {})
         with self._running_lock:

@@ -1,0 +1,160 @@
+"""Placement groups: reserve bundles of resources together, then schedule into them.
+
+>>> pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK")
+>>> fray_ray.get(pg.ready())
+True
+>>> remove_placement_group(pg)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fray_ray._private import runtime_state
+from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.placement_groups import STRATEGIES, validate_bundles
+
+__all__ = [
+    "PlacementGroup",
+    "get_current_placement_group",
+    "get_placement_group",
+    "placement_group",
+    "placement_group_table",
+    "remove_placement_group",
+]
+
+
+class PlacementGroupID:
+    """A placement group's id (18 bytes; 36 hex characters)."""
+
+    def __init__(self, binary: bytes) -> None:
+        self._binary = binary
+
+    def binary(self) -> bytes:
+        return self._binary
+
+    def hex(self) -> str:
+        return self._binary.hex()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PlacementGroupID) and other._binary == self._binary
+
+    def __hash__(self) -> int:
+        return hash(self._binary)
+
+    def __repr__(self) -> str:
+        return f"PlacementGroupID({self.hex()})"
+
+
+class PlacementGroup:
+    """A handle to a placement group; picklable, so tasks can schedule into it too."""
+
+    def __init__(self, id: PlacementGroupID, bundle_cache: Sequence[dict[str, float]] | None = None,
+                 _ready_id: bytes | None = None) -> None:
+        self.id = id
+        self._bundles = [dict(b) for b in bundle_cache] if bundle_cache is not None else None
+        self._ready_id = _ready_id
+
+    def _info(self) -> dict[str, Any]:
+        info = runtime_state.current().placement_group("info", id=self.id.binary())
+        if info is None:
+            raise ValueError(f"Placement group {self.id.hex()} does not exist.")
+        return info
+
+    @property
+    def bundle_specs(self) -> list[dict[str, float]]:
+        if self._bundles is None:
+            self._bundles = [dict(b) for b in self._info()["bundles"]]
+        return [dict(b) for b in self._bundles]
+
+    @property
+    def bundle_count(self) -> int:
+        return len(self.bundle_specs)
+
+    def ready(self) -> ObjectRef:
+        """A ref that becomes ready when every bundle is reserved."""
+        if self._ready_id is None:
+            self._ready_id = self._info()["ready_id"]
+        return ObjectRef(self._ready_id)
+
+    def wait(self, timeout_seconds: float | None = 30) -> bool:
+        """Block until the group is placed (True) or the timeout passes (False)."""
+        return bool(runtime_state.current().placement_group("wait", id=self.id.binary(), timeout=timeout_seconds))
+
+    def __reduce__(self) -> Any:
+        return (PlacementGroup, (self.id, self._bundles, self._ready_id))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PlacementGroup) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __repr__(self) -> str:
+        return f"PlacementGroup({self.id.hex()})"
+
+
+def placement_group(
+    bundles: list[dict[str, float]],
+    strategy: str = "PACK",
+    name: str = "",
+    lifetime: str | None = None,
+    _soft_target_node_id: str | None = None,
+    bundle_label_selector: Any = None,
+    **kwargs: Any,
+) -> PlacementGroup:
+    """Reserve `bundles` together (all or nothing); returns at once, see `.ready()`/`.wait()`.
+
+    A group that can never fit stays pending, with a warning naming the missing resource.
+    """
+    checked = validate_bundles(bundles)
+    if strategy not in STRATEGIES:
+        raise ValueError(f"Invalid placement group strategy {strategy}. Supported strategies are: {list(STRATEGIES)}.")
+    if lifetime not in (None, "detached"):
+        raise ValueError(
+            "Placement group `lifetime` argument must be either `None` or 'detached'. " f"Got {lifetime}."
+        )
+    result = runtime_state.current().placement_group(
+        "create", bundles=checked, strategy=strategy, name=name or "", detached=lifetime == "detached"
+    )
+    return PlacementGroup(PlacementGroupID(result["id"]), checked, result["ready_id"])
+
+
+def remove_placement_group(placement_group: PlacementGroup) -> None:
+    """Release the group's resources."""
+    if not isinstance(placement_group, PlacementGroup):
+        raise TypeError(f"remove_placement_group expects a PlacementGroup, got {type(placement_group).__name__}")
+    runtime_state.current().placement_group("remove", id=placement_group.id.binary())
+
+
+def get_placement_group(placement_group_name: str) -> PlacementGroup:
+    """The live group with this name; ValueError if there is none."""
+    if not placement_group_name:
+        raise ValueError("Please supply a non-empty value to get_placement_group")
+    info = runtime_state.current().placement_group("get", name=placement_group_name)
+    return PlacementGroup(PlacementGroupID(info["id"]), info["bundles"], info["ready_id"])
+
+
+def placement_group_table(placement_group: PlacementGroup | None = None) -> dict[str, Any]:
+    """One group's row, or every group keyed by id hex."""
+    group_id = None if placement_group is None else placement_group.id.binary()
+    return runtime_state.current().placement_group("table", id=group_id)
+
+
+def get_current_placement_group() -> PlacementGroup | None:
+    """The group the calling task or actor runs in, or None."""
+    runtime = runtime_state.current_or_none()
+    if runtime is None:
+        return None
+    group_hex = runtime.context_info().get("placement_group_id")
+    if not group_hex:
+        return None
+    return PlacementGroup(PlacementGroupID(bytes.fromhex(group_hex)))
+
+
+def check_placement_group_index(placement_group: PlacementGroup | None, bundle_index: int) -> None:
+    if placement_group is None and bundle_index != -1:
+        raise ValueError("If placement_group is not set, the value of bundle_index must be -1.")
+    if placement_group is not None and not (-1 <= bundle_index < placement_group.bundle_count):
+        raise ValueError(f"placement group bundle index {bundle_index} is invalid.")
