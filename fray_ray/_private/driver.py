@@ -105,7 +105,6 @@ class DriverRuntime:
             namespace=namespace,
             session_id=session_name,
             placement_groups=self.placement_groups,
-            node_id=self.node_id.hex(),
         )
         self.actors.on_resources_released = self.scheduler.schedule
         self.objects.foreign = _ReferenceRouter(self.actors, self.streams)
