@@ -33,6 +33,8 @@ from fray_ray._private.object_ref import ObjectID, ObjectRef
 from fray_ray.actor import method
 from fray_ray.runtime_context import get_runtime_context
 
+from fray_ray import util  # noqa: E402 - `ray.util` works after `import ray`, as in Ray
+
 __all__ = [
     "ObjectID",
     "ObjectRef",
@@ -56,5 +58,6 @@ __all__ = [
     "remote",
     "shutdown",
     "timeline",
+    "util",
     "wait",
 ]

@@ -223,18 +223,17 @@ class ActorHandle:
         self._class_name = class_name
         self._methods = methods
         self._is_async = is_async
-        self._registered = False
+        self._counter = None  # the reference counter this handle is counted in
         if _register:
             runtime = runtime_state.current_or_none()
             if runtime is not None:
                 runtime.references.add(actor_id)
-                self._registered = True
+                self._counter = runtime.references
 
     def __del__(self) -> None:
-        if self.__dict__.get("_registered"):
-            runtime = runtime_state.current_or_none()
-            if runtime is not None:
-                runtime.references.release_later(self._actor_id)
+        counter = self.__dict__.get("_counter")
+        if counter is not None:
+            counter.release_later(self._actor_id)
 
     def __getattr__(self, name: str) -> ActorMethod:
         methods = self.__dict__.get("_methods") or {}

@@ -173,6 +173,8 @@ class RayActorHost:
     def _prepare(self, body: Mapping[str, Any], values: list[SerializedValue]) -> tuple[Any, tuple, dict]:
         # Calls in other concurrency groups run on other threads; none may start before __init__ ends.
         self._created.wait()
+        if body["method"] == "__ray_terminate__":
+            raise ActorExit()  # a graceful end, queued behind earlier calls
         if self._creation_error is not None or self._instance is None:
             raise _creation_failed(self._class_name)
         inline = dict(zip(body["resolved"], values[1:]))
@@ -276,9 +278,9 @@ class RayActorHost:
                 self._complete(body, None, self._wrap(exc, body))
             finally:
                 self._end_call(body)
-                current_task.reset(token)
+                _reset_quietly(current_task.reset, token)
                 if runtime_token is not None:
-                    runtime_state.reset_context_runtime(runtime_token)
+                    _reset_quietly(runtime_state.reset_context_runtime, runtime_token)
 
     def _wrap(self, exc: BaseException, body: Mapping[str, Any]) -> BaseException:
         from fray_ray.exceptions import RayActorError
@@ -395,10 +397,27 @@ class _GroupLoop:
         self.loop.call_soon_threadsafe(lambda: self.loop.create_task(make_coroutine()))
 
     def stop(self) -> None:
+        """Cancel what still runs on the loop, then stop it."""
+
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self.loop.stop()
+
         try:
-            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.loop.call_soon_threadsafe(lambda: self.loop.create_task(cancel_all()))
         except RuntimeError:
             pass
+
+
+def _reset_quietly(reset: Any, token: Any) -> None:
+    """Reset a ContextVar; a coroutine torn down elsewhere (loop stopping) may not be able to."""
+    try:
+        reset(token)
+    except ValueError:
+        pass
 
 
 def _creation_failed(class_name: str) -> BaseException:

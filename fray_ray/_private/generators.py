@@ -26,18 +26,17 @@ class ObjectRefGenerator:
     def __init__(self, stream_id: bytes, *, _register: bool = True) -> None:
         self._stream_id = stream_id
         self._next_index = 1
-        self._registered = False
+        self._counter = None  # the reference counter this generator is counted in
         if _register:
             runtime = runtime_state.current_or_none()
             if runtime is not None:
                 runtime.references.add(stream_id)
-                self._registered = True
+                self._counter = runtime.references
 
     def __del__(self) -> None:
-        if self._registered:
-            runtime = runtime_state.current_or_none()
-            if runtime is not None:
-                runtime.references.release_later(self._stream_id)
+        counter = getattr(self, "_counter", None)
+        if counter is not None:
+            counter.release_later(self._stream_id)
 
     def __reduce__(self) -> Any:
         raise TypeError(

@@ -22,11 +22,13 @@ class ObjectRef:
     42
     """
 
-    __slots__ = ("_id", "_registered", "__weakref__")
+    __slots__ = ("_id", "_counter", "__weakref__")
 
     def __init__(self, object_id: bytes, *, _register: bool = True, _announced: bool = False) -> None:
         self._id = object_id
-        self._registered = False
+        #: the reference counter this ref was counted in (released there, whichever thread
+        #: or runtime the garbage collector happens to run in)
+        self._counter = None
         if _register:
             runtime = runtime_state.current_or_none()
             if runtime is not None:
@@ -34,13 +36,11 @@ class ObjectRef:
                     runtime.references.add_announced(object_id)
                 else:
                     runtime.references.add(object_id)
-                self._registered = True
+                self._counter = runtime.references
 
     def __del__(self) -> None:
-        if self._registered:
-            runtime = runtime_state.current_or_none()
-            if runtime is not None:
-                runtime.references.release_later(self._id)
+        if self._counter is not None:
+            self._counter.release_later(self._id)
 
     def __reduce__(self) -> tuple[Any, ...]:
         note_contained_ref(self._id)

@@ -1,0 +1,235 @@
+"""TPU helpers (`ray.util.tpu`, also reachable as `ray.util.accelerators.tpu`).
+
+On Iris a TPU slice is a gang: one job whose replicas are the slice's hosts, placed together
+or not at all. `run_on_slice` runs a function on every host of a slice and returns one ref
+per host; `SlicePlacementGroup` keeps a slice's hosts reserved for repeated runs. The
+`get_current_*` functions read the environment TPU hosts give their tasks.
+
+>>> @fray_ray.remote
+... def where():
+...     return fray_ray.util.tpu.get_current_pod_name()
+>>> refs = run_on_slice(where, topology="2x2x2", accelerator_version="v5p")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from fray_ray.iris.tpu import get_tpu_topology, tpu_family
+
+__all__ = [
+    "SlicePlacementGroup",
+    "get_chips_per_host",
+    "get_current_pod_name",
+    "get_current_pod_worker_count",
+    "get_num_chips_from_topology",
+    "get_num_tpu_chips_on_node",
+    "get_tpu_coordinator_env_vars",
+    "get_tpu_version_from_type",
+    "get_tpu_worker_resources",
+    "infer_tpu_pod_type_from_topology",
+    "init_jax_profiler",
+    "run_on_slice",
+    "slice_placement_group",
+]
+
+_VERSION_PREFIX = {"v4": "v4", "v5p": "v5p", "v5e": "v5litepod", "v5litepod": "v5litepod", "v6e": "v6e"}
+
+
+def get_current_pod_name() -> str | None:
+    """The name of the TPU slice this task runs on (None off TPU hosts)."""
+    return os.environ.get("TPU_NAME") or None
+
+
+def get_current_pod_worker_count() -> int | None:
+    """How many hosts the current slice has (None off TPU hosts)."""
+    hosts = os.environ.get("TPU_WORKER_HOSTNAMES")
+    if hosts:
+        return len([h for h in hosts.split(",") if h])
+    variant = os.environ.get("TPU_ACCELERATOR_TYPE")
+    return get_tpu_topology(variant).host_count if variant else None
+
+
+def get_num_tpu_chips_on_node() -> int:
+    """TPU chips on this host (0 off TPU hosts)."""
+    visible = os.environ.get("TPU_VISIBLE_CHIPS")
+    if visible:
+        return len([c for c in visible.split(",") if c])
+    bounds = os.environ.get("TPU_CHIPS_PER_HOST_BOUNDS")
+    if bounds:
+        return math.prod(int(d) for d in bounds.split(",") if d)
+    variant = os.environ.get("TPU_ACCELERATOR_TYPE")
+    return get_tpu_topology(variant).chips_per_vm if variant else 0
+
+
+def get_tpu_coordinator_env_vars(
+    coordinator_address: str, num_slices: int, slice_id: int, coordinator_port: str = "8081"
+) -> dict[str, str]:
+    """The MEGASCALE_* variables multi-slice JAX needs on every host of slice `slice_id`."""
+    return {
+        "MEGASCALE_COORDINATOR_ADDRESS": f"{coordinator_address}:{coordinator_port}",
+        "MEGASCALE_NUM_SLICES": str(num_slices),
+        "MEGASCALE_SLICE_ID": str(slice_id),
+        "MEGASCALE_PORT": str(coordinator_port),
+    }
+
+
+def get_tpu_version_from_type(accelerator_type: str) -> str:
+    """`"v5p-16"` → `"v5p"`; `"TPU-V6E"` → `"v6e"`."""
+    name = accelerator_type.lower().removeprefix("tpu-")
+    return tpu_family(name.split("-")[0] + "-") if name.startswith(("v5litepod", "v5e")) else name.split("-")[0]
+
+
+def get_num_chips_from_topology(topology: str) -> int:
+    """`"2x2x2"` → 8."""
+    try:
+        return math.prod(int(d) for d in topology.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"invalid TPU topology {topology!r}; expected a grid such as '2x2x2'") from None
+
+
+def infer_tpu_pod_type_from_topology(topology: str, accelerator_type: str) -> str | None:
+    """The variant name for a topology and TPU version: ("2x2x2", "v5p") → "v5p-16"."""
+    version = get_tpu_version_from_type(accelerator_type)
+    prefix = _VERSION_PREFIX.get(version)
+    if prefix is None:
+        return None
+    chips = get_num_chips_from_topology(topology)
+    # v4 and v5p names count TensorCores (two per chip); v5e and v6e names count chips.
+    variant = f"{prefix}-{chips * 2}" if prefix in ("v4", "v5p") else f"{prefix}-{chips}"
+    try:
+        get_tpu_topology(variant)
+    except ValueError:
+        return None
+    return variant
+
+
+def _variant(topology: str | None, accelerator_version: str | None) -> str:
+    if not topology or not accelerator_version:
+        raise ValueError("topology and accelerator_version are required, e.g. topology='2x2x2', accelerator_version='v5p'")
+    variant = infer_tpu_pod_type_from_topology(topology, accelerator_version)
+    if variant is None:
+        raise ValueError(f"no known TPU slice has topology {topology!r} and version {accelerator_version!r}")
+    return variant
+
+
+def get_chips_per_host(topology: str, accelerator_version: str) -> int:
+    return get_tpu_topology(_variant(topology, accelerator_version)).chips_per_vm
+
+
+def get_tpu_worker_resources(
+    topology: str,
+    accelerator_type: str,
+    resources_per_worker: dict[str, float] | None = None,
+    num_slices: int = 1,
+    chips_per_vm: int | None = None,
+    tpu_resource_per_chip: int | None = None,
+) -> tuple[int, dict[str, float]]:
+    """(number of workers, resources each) to cover `num_slices` slices, one worker per host."""
+    info = get_tpu_topology(_variant(topology, accelerator_type))
+    per_host = chips_per_vm or info.chips_per_vm
+    return info.host_count * num_slices, dict(resources_per_worker or {"TPU": float(per_host)})
+
+
+def init_jax_profiler(port: int | None = None) -> None:
+    """Start JAX's profiler server on this host (needs jax)."""
+    import jax  # noqa: PLC0415 - optional dependency
+
+    jax.profiler.start_server(port or 9999)
+
+
+class SlicePlacementGroup:
+    """Holds the hosts of `num_slices` TPU slices reserved, for `run_on_slice(tpu_slice=...)`.
+
+    Creating it starts one gang job per reservation (all hosts or none); `shutdown()` frees it.
+    """
+
+    def __init__(
+        self,
+        topology: str,
+        accelerator_version: str,
+        resources_per_bundle: dict[str, float] | None = None,
+        strategy: str = "SPREAD",
+        name: str = "",
+        lifetime: str | None = None,
+        num_slices: int = 1,
+        chips_per_vm: int | None = None,
+        head_reservation_timeout_s: float | None = 100.0,
+        bundle_label_selector: Any = None,
+        pg_per_slice: bool = False,
+        tpu_resource_per_chip: int | None = None,
+    ) -> None:
+        from fray_ray._private import runtime_state
+
+        self.topology = topology
+        self.accelerator_version = accelerator_version
+        self.variant = _variant(topology, accelerator_version)
+        info = get_tpu_topology(self.variant)
+        self.num_slices = num_slices
+        self.num_hosts = info.host_count
+        self.chips_per_host = chips_per_vm or info.chips_per_vm
+        self.num_bundles = self.num_hosts * num_slices
+        self.bundle_resources = dict(resources_per_bundle or {"TPU": float(self.chips_per_host)})
+        self.name = name
+        self._gang_id = runtime_state.current().reserve_gang(
+            tpu=self.variant, num_slices=num_slices, timeout=head_reservation_timeout_s
+        )
+
+    @property
+    def devices_per_host(self) -> int:
+        return self.chips_per_host
+
+    def shutdown(self) -> None:
+        """Release the reserved hosts."""
+        from fray_ray._private import runtime_state
+
+        runtime = runtime_state.current_or_none()
+        if runtime is not None and self._gang_id is not None:
+            runtime.release_gang(self._gang_id)
+        self._gang_id = None
+
+
+def slice_placement_group(
+    topology: str,
+    accelerator_version: str,
+    resources_per_bundle: dict[str, float] | None = None,
+    num_slices: int = 1,
+    chips_per_vm: int | None = None,
+    pg_per_slice: bool = False,
+    tpu_resource_per_chip: int | None = None,
+    **kwargs: Any,
+) -> SlicePlacementGroup:
+    """Reserve `num_slices` slices of `topology` TPUs (see SlicePlacementGroup)."""
+    return SlicePlacementGroup(
+        topology, accelerator_version, resources_per_bundle, num_slices=num_slices, chips_per_vm=chips_per_vm,
+        pg_per_slice=pg_per_slice, tpu_resource_per_chip=tpu_resource_per_chip, **kwargs,
+    )
+
+
+def run_on_slice(
+    fn: Any,
+    *args: Any,
+    topology: str | None = None,
+    accelerator_version: str | None = None,
+    tpu_slice: SlicePlacementGroup | None = None,
+    slice_index: int | None = None,
+    num_slices: int = 1,
+    chips_per_vm: int | None = None,
+    head_reservation_timeout_s: float | None = 100.0,
+    pg_ready_timeout_s: float | None = None,
+    **kwargs: Any,
+) -> list[Any]:
+    """Run remote function `fn` once on every host of the slice(s); one ref per host, in host order."""
+    from fray_ray.remote_function import RemoteFunction
+
+    if not isinstance(fn, RemoteFunction):
+        raise TypeError("run_on_slice expects a remote function (decorated with @remote)")
+    if tpu_slice is not None:
+        if tpu_slice._gang_id is None:
+            raise ValueError("this SlicePlacementGroup was shut down")
+        refs = fn.options(_gang=tpu_slice._gang_id).remote(*args, **kwargs)
+    else:
+        refs = fn.options(tpu=_variant(topology, accelerator_version), num_slices=num_slices).remote(*args, **kwargs)
+    return refs if isinstance(refs, list) else [refs]
