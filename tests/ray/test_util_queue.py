@@ -232,12 +232,6 @@ def test_object_ref_item_is_stored_as_its_value():
     assert q.get_nowait() == 6
 
 
-@pytest.mark.xfail(
-    reason="runtime bug: a ref nested in an actor's return value can be freed when the actor "
-    "drops its last copy right after returning (ObjectFreedError in about 1 run of 4)",
-    raises=ray.exceptions.ObjectFreedError,
-    strict=False,
-)
 def test_nested_object_ref_item_stays_a_ref():
     # Observed: a ref inside the item is passed through as a ref, and stays usable.
     q = Queue()
