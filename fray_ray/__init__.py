@@ -28,6 +28,7 @@ from fray_ray._api import (
     timeline,
     wait,
 )
+from fray_ray._install import install, uninstall
 from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.object_ref import ObjectID, ObjectRef
 from fray_ray.actor import method
@@ -50,6 +51,7 @@ __all__ = [
     "get_gpu_ids",
     "get_runtime_context",
     "init",
+    "install",
     "is_initialized",
     "kill",
     "method",
@@ -58,6 +60,7 @@ __all__ = [
     "remote",
     "shutdown",
     "timeline",
+    "uninstall",
     "util",
     "wait",
 ]

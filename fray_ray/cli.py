@@ -1,0 +1,193 @@
+"""The `fray-ray` command: run Ray scripts on fray_ray, run a cluster, look at jobs.
+
+    fray-ray run script.py [args...]        run an unmodified Ray script (`import ray` → fray_ray)
+    fray-ray start [--tpu v5p-16 ...]       run an embedded cluster in the foreground
+    fray-ray submit --address A script.py   run a driver script as a job on a cluster
+    fray-ray jobs --address A               list jobs
+    fray-ray logs JOB --address A           show a job's output
+    fray-ray stop JOB --address A           terminate a job (and its children)
+    fray-ray status --address A             is the controller up, what runs there
+
+`--address` defaults to $FRAY_RAY_ADDRESS (or $RAY_ADDRESS); `--token` to $FRAY_RAY_TOKEN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+from collections.abc import Sequence
+
+
+def _address(options: argparse.Namespace) -> str:
+    address = options.address or os.environ.get("FRAY_RAY_ADDRESS") or os.environ.get("RAY_ADDRESS")
+    if not address:
+        sys.exit("fray-ray: no cluster address; pass --address or set FRAY_RAY_ADDRESS")
+    return address
+
+
+def _token(options: argparse.Namespace) -> str | None:
+    return options.token or os.environ.get("FRAY_RAY_TOKEN") or os.environ.get("IRIS_AUTH_TOKEN") or None
+
+
+def _controller(options: argparse.Namespace):  # noqa: ANN202 - ControllerClient, imported lazily
+    from fray_ray.iris.controller_client import ControllerClient
+
+    return ControllerClient(_address(options), token=_token(options))
+
+
+def run_script(script: str, args: Sequence[str]) -> int:
+    """Run `script` as __main__ with `import ray` resolving to fray_ray."""
+    import fray_ray
+
+    fray_ray.install()
+    sys.argv = [script, *args]
+    script_dir = os.path.dirname(os.path.abspath(script))
+    if script_dir not in sys.path:
+        sys.path.insert(0, script_dir)
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        fray_ray.shutdown()
+    return 0
+
+
+def _cmd_run(options: argparse.Namespace) -> int:
+    if options.address:
+        os.environ["FRAY_RAY_ADDRESS"] = options.address
+    if options.local_mode:
+        os.environ["FRAY_RAY_LOCAL_MODE"] = "1"
+    return run_script(options.script, options.args)
+
+
+def _cmd_start(options: argparse.Namespace, rest: Sequence[str]) -> int:
+    from fray_ray.cluster._cli import main as cluster_main
+
+    return cluster_main(list(rest))
+
+
+def _cmd_jobs(options: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    with _controller(options) as controller:
+        jobs = controller.list_jobs(options.prefix or "")
+    table = Table("job", "state", "tasks", "failures", "error")
+    for job in jobs:
+        table.add_row(job.job_id, job.state.name.lower(), f"{job.completed_count}/{job.task_count}",
+                      str(job.failure_count), (job.error or job.pending_reason)[:80])
+    Console().print(table)
+    return 0
+
+
+def _cmd_logs(options: argparse.Namespace) -> int:
+    with _controller(options) as controller:
+        for line in controller.task_logs(options.job, max_lines=options.tail, include_children=options.children):
+            stream = sys.stderr if line.source == "stderr" else sys.stdout
+            print(f"[{line.task_id}:{line.attempt_id}] {line.data}", file=stream)
+    return 0
+
+
+def _cmd_stop(options: argparse.Namespace) -> int:
+    with _controller(options) as controller:
+        controller.terminate_job(options.job)
+    print(f"terminated {options.job}")
+    return 0
+
+
+def _cmd_status(options: argparse.Namespace) -> int:
+    from collections import Counter
+
+    with _controller(options) as controller:
+        if not controller.healthy():
+            print(f"no controller answers at {controller.address}")
+            return 1
+        jobs = controller.list_jobs("")
+    counts = Counter(job.state.name.lower() for job in jobs)
+    summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no jobs"
+    print(f"controller {controller.address}: healthy; {summary}")
+    return 0
+
+
+def _cmd_submit(options: argparse.Namespace) -> int:
+    from fray_ray.fray import Entrypoint, EnvironmentConfig, FrayIrisClient, JobRequest, ResourceConfig
+
+    client = FrayIrisClient(_address(options), token=_token(options))
+    try:
+        name = options.name or "driver-" + os.path.splitext(os.path.basename(options.script))[0]
+        request = JobRequest(
+            name=name,
+            entrypoint=Entrypoint.from_binary(sys.executable, ["-m", "fray_ray", "run", os.path.abspath(options.script), *options.args]),
+            resources=ResourceConfig(cpu=options.cpu, ram=options.memory, disk="1g"),
+            environment=EnvironmentConfig(workspace=os.getcwd(), env_vars={}),
+        )
+        handle = client.submit(request, adopt_existing=False)
+        print(f"submitted {handle.job_id}")
+        if options.no_wait:
+            return 0
+        status = handle.wait(raise_on_failure=False)
+        for line in handle.logs():
+            print(line)
+        print(f"{handle.job_id}: {status}")
+        return 0 if status == "succeeded" else 1
+    finally:
+        client.shutdown(wait=False)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fray-ray", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def with_address(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sub.add_argument("--address", help="controller address (iris://host:port or http://host:port)")
+        sub.add_argument("--token", help="bearer token of the cluster")
+        return sub
+
+    run = commands.add_parser("run", help="run an unmodified Ray script on fray_ray")
+    run.add_argument("--address", help="use this cluster instead of starting an embedded one")
+    run.add_argument("--local-mode", action="store_true", help="run everything in this process (for debuggers)")
+    run.add_argument("script")
+    run.add_argument("args", nargs=argparse.REMAINDER)
+
+    commands.add_parser("start", help="run an embedded cluster in the foreground (see --help of python -m fray_ray.cluster)", add_help=False)
+
+    submit = with_address(commands.add_parser("submit", help="run a driver script as a job on a cluster"))
+    submit.add_argument("--name", help="job name (default: driver-<script>)")
+    submit.add_argument("--cpu", type=float, default=1.0)
+    submit.add_argument("--memory", default="2g")
+    submit.add_argument("--no-wait", action="store_true", help="return once submitted")
+    submit.add_argument("script")
+    submit.add_argument("args", nargs=argparse.REMAINDER)
+
+    jobs = with_address(commands.add_parser("jobs", help="list jobs"))
+    jobs.add_argument("--prefix", help="only jobs whose id starts with this, e.g. /alice/")
+
+    logs = with_address(commands.add_parser("logs", help="show a job's (or task's) output"))
+    logs.add_argument("job")
+    logs.add_argument("--tail", type=int, default=0, help="only the last N lines")
+    logs.add_argument("--children", action="store_true", help="include child jobs")
+
+    stop = with_address(commands.add_parser("stop", help="terminate a job and its children"))
+    stop.add_argument("job")
+
+    with_address(commands.add_parser("status", help="controller health and job counts"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "start":
+        return _cmd_start(argparse.Namespace(), argv[1:])
+    options = build_parser().parse_args(argv)
+    handlers = {"run": _cmd_run, "submit": _cmd_submit, "jobs": _cmd_jobs, "logs": _cmd_logs, "stop": _cmd_stop,
+                "status": _cmd_status}
+    from fray_ray.iris.errors import IrisError
+
+    try:
+        return handlers[options.command](options)
+    except IrisError as exc:
+        print(f"fray-ray {options.command}: {exc}", file=sys.stderr)
+        return 1
