@@ -541,13 +541,36 @@ _METHOD: Final[dict[str, _Key]] = {
 }
 _METHOD_CALL_ONLY: Final[dict[str, _Key]] = {"name": _Key(_STR)}
 
-_TASK_KEYS: Final = {**_COMMON, **_TASK_ONLY}
-_ACTOR_KEYS: Final = {**_COMMON, **_ACTOR_ONLY}
+def _tpu_variant(key: str, value: Any, ctx: _Context) -> None:
+    if value is not None:
+        from fray_ray.iris.tpu import get_tpu_topology
+
+        get_tpu_topology(value)  # ValueError listing the valid variants
+
+
+def _positive(key: str, value: Any, ctx: _Context) -> None:
+    if value is not None and value < 1:
+        raise ValueError(f"The keyword '{key}' must be a positive integer, got {value}.")
+
+
+# fray_ray's own keywords (gangs of hosts); accepted everywhere, not listed in Ray's messages.
+_FRAY_KEYS: Final[dict[str, _Key]] = {
+    "tpu": _Key(_STR, _tpu_variant),  # a TPU slice variant, e.g. "v5p-16": run on every host
+    "num_slices": _Key(_INT, _positive),  # how many slices of `tpu` (multislice)
+    "gpu": _Key(_STR),  # a GPU variant, e.g. "H100", with num_gpus per host
+    "num_hosts": _Key(_INT, _positive),  # how many GPU hosts one call spans (a gang)
+    "_gang": _Key((bytes, _NoneType)),  # a reserved slice (SlicePlacementGroup) to run on
+}
+FRAY_OPTION_KEYS: Final = tuple(_FRAY_KEYS)
+"""fray_ray's own option keywords: `tpu`, `num_slices`, `gpu`, `num_hosts`."""
+
+_TASK_KEYS: Final = {**_COMMON, **_TASK_ONLY, **_FRAY_KEYS}
+_ACTOR_KEYS: Final = {**_COMMON, **_ACTOR_ONLY, **_FRAY_KEYS}
 _METHOD_CALL_KEYS: Final = {**_METHOD, **_METHOD_CALL_ONLY}
 
-TASK_OPTION_KEYS: Final = tuple(_TASK_KEYS)
+TASK_OPTION_KEYS: Final = tuple({**_COMMON, **_TASK_ONLY})
 """Keywords `@remote`/`.options()` accept for functions, in the order Ray's errors list them."""
-ACTOR_OPTION_KEYS: Final = tuple(_ACTOR_KEYS)
+ACTOR_OPTION_KEYS: Final = tuple({**_COMMON, **_ACTOR_ONLY})
 """Keywords `@remote`/`.options()` accept for classes, in the order Ray's errors list them."""
 METHOD_OPTION_KEYS: Final = tuple(_METHOD)
 """Keywords `@method` accepts; an actor method's `.options()` also takes `name`."""

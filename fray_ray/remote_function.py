@@ -95,10 +95,17 @@ class RemoteFunction:
             self._signature.bind(*args, **kwargs)  # TypeError here, at submit time, as in Ray
         runtime = runtime_state.current()
         arguments = pack_arguments(args, kwargs, self._function_name)
+        from fray_ray._private.gangs import shape_for
+
         num_returns = options.get("num_returns")
         if num_returns is None:
             num_returns = "streaming" if self._is_generator else 1
         task_id = ids.new_task_id()
+        gang, gang_id = shape_for(options), options.get("_gang")
+        if gang is not None or gang_id is not None:
+            # A gang call returns one ref per host (a single ref for a one-host slice).
+            size = gang.size if gang is not None else runtime.gang("size", gang_id=gang_id)
+            num_returns = size
         return_ids, count = return_ids_for(task_id, num_returns)
         context = current_task.get()
         spec = TaskSpec(
@@ -114,6 +121,8 @@ class RemoteFunction:
             scheduling_strategy=options.get("scheduling_strategy"),
             runtime_env=dict(options.get("runtime_env") or {}),
             parent_task_id=context.task_id if context else None,
+            gang=gang,
+            gang_id=gang_id,
         )
         refs = runtime.submit_task(spec)
         if isinstance(num_returns, str) or count == 1:

@@ -22,6 +22,7 @@ from fray_ray._private import ids
 from fray_ray._private import ids as ids_module
 from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.actors import ActorManager
+from fray_ray._private.gangs import GangScheduler
 from fray_ray._private.launcher import WorkerLauncher
 from fray_ray._private.logs import print_forwarded
 from fray_ray._private.object_ref import ObjectRef
@@ -106,6 +107,7 @@ class DriverRuntime:
             session_id=session_name,
             placement_groups=self.placement_groups,
         )
+        self.gangs = GangScheduler(self.objects, self.launcher, self.timers, error_for=self._error_value)
         self.actors.on_resources_released = self.scheduler.schedule
         self.objects.foreign = _ReferenceRouter(self.actors, self.streams)
         self._flush_timer = None
@@ -134,7 +136,7 @@ class DriverRuntime:
         self.state = DriverState.STOPPED
         from fray_ray.exceptions import RaySystemError
 
-        jobs = self.scheduler.close() + self.actors.close()
+        jobs = self.scheduler.close() + self.actors.close() + self.gangs.close()
         self.objects.fail_all_pending(lambda _: serialize_error(RaySystemError("The session was shut down.")))
         self.launcher.shutdown(jobs, wait=True)
         self.session.close()
@@ -352,8 +354,34 @@ class DriverRuntime:
             self.streams.open(spec.task_id)
             if spec.num_returns == "streaming":
                 refs = [ObjectRefGenerator(spec.task_id)]
-        self.scheduler.submit(spec)
+        self.route_task(spec)
         return refs
+
+    def route_task(self, spec: TaskSpec) -> None:
+        """Gang calls go to the gang scheduler, everything else to the task scheduler."""
+        if spec.gang is not None or spec.gang_id is not None:
+            self.gangs.submit(spec, spec.gang, spec.gang_id)
+        else:
+            self.scheduler.submit(spec)
+
+    def gang(self, operation: str, **arguments: Any) -> Any:
+        """Reserve or release a gang of hosts (SlicePlacementGroup), or ask a reserved one's size."""
+        if operation == "reserve":
+            return self.gangs.reserve(arguments["shape"], arguments.get("timeout"))
+        if operation == "release":
+            self.gangs.release(arguments["gang_id"])
+            return None
+        if operation == "size":
+            return self.gangs.size(arguments["gang_id"])
+        raise ValueError(f"unknown gang operation {operation!r}")
+
+    def reserve_gang(self, *, tpu: str, num_slices: int, timeout: float | None) -> bytes:
+        from fray_ray._private.gangs import shape_for
+
+        return self.gang("reserve", shape=shape_for({"tpu": tpu, "num_slices": num_slices}), timeout=timeout)
+
+    def release_gang(self, gang_id: bytes) -> None:
+        self.gang("release", gang_id=gang_id)
 
     def create_actor(self, spec: ActorCreationSpec) -> bytes:
         self.references.flush()

@@ -112,6 +112,69 @@ class WorkerLauncher:
 
         self._submit(create, callback)
 
+    def launch_gang(self, gang_id: bytes, shape: Any, max_calls: int, callback: LaunchCallback) -> None:
+        """One coscheduled job per slice (or per GPU host group); callback gets the job list.
+
+        Each replica's executor finds its member index from its Iris task index; in-process
+        (LocalClient), each member is a job of its own with an explicit index.
+        """
+        from fray_ray._private.worker import executor_main
+        from fray_ray.fray import ResourceConfig
+
+        base_name = f"{self._prefix}-gang-{gang_id.hex()[:10]}"
+        environment = self._environment(dict(shape.env_vars))
+        if shape.tpu:
+            resources = ResourceConfig.with_tpu(shape.tpu, cpu=0, ram="256m", disk="0")
+        else:
+            resources = ResourceConfig(
+                cpu=0, ram="256m", disk="0", device=GpuConfig(shape.gpu or "auto", count=max(1, shape.gpus_per_host)),
+                replicas=shape.hosts,
+            )
+
+        def requests() -> list[JobRequest]:
+            made = []
+            if self.in_process:
+                for index in range(shape.size):
+                    made.append(JobRequest(
+                        name=f"{base_name}-{index}",
+                        entrypoint=Entrypoint.from_callable(
+                            executor_main,
+                            args=(self._session_address, self._token, gang_id, max_calls, True),
+                            kwargs={"gang_index": index},
+                        ),
+                        resources=ResourceConfig(cpu=0, ram="64m", disk="0"),
+                        environment=environment,
+                    ))
+                return made
+            for slice_index in range(shape.slices):
+                made.append(JobRequest(
+                    name=f"{base_name}-{slice_index}",
+                    entrypoint=Entrypoint.from_callable(
+                        executor_main,
+                        args=(self._session_address, self._token, gang_id, max_calls, False),
+                        kwargs={"gang_base": slice_index * shape.hosts},
+                    ),
+                    resources=resources,
+                    environment=environment,
+                    replicas=shape.hosts,
+                    max_retries_failure=0,
+                    max_retries_preemption=0,
+                ))
+            return made
+
+        def launch_all() -> list[Any]:
+            jobs = []
+            try:
+                for request in requests():
+                    jobs.append(self._client.submit(request, adopt_existing=False))
+            except BaseException:
+                for job in jobs:
+                    self.terminate(job)
+                raise
+            return jobs
+
+        self._submit(launch_all, callback)
+
     def _submit(self, action: Callable[[], Any], callback: LaunchCallback) -> None:
         def run() -> None:
             try:

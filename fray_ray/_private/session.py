@@ -65,6 +65,7 @@ class SessionService:
             "stream_next": self._stream_next,
             "stream_ready": self._stream_ready,
             "placement_group": self._placement_group,
+            "gang": self._gang,
         }
 
     @property
@@ -119,6 +120,8 @@ class SessionService:
             accepted = self._driver.scheduler.executor_connected(worker_id, connection, pid)
         elif kind == "actor":
             accepted = self._driver.actors.host_connected(worker_id, connection, pid)
+        elif kind == "gang":
+            accepted = self._driver.gangs.member_connected(worker_id, body.get("index", 0), connection, body.get("ip", ""))
         else:
             accepted = False
         if not accepted:
@@ -131,7 +134,10 @@ class SessionService:
 
     def _task_done(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
         results = unpack_values(body["results"], buffers)
-        self._driver.scheduler.task_done(connection, body["task"], results, body["user_error"])
+        if connection.peer_info.get("kind") == "gang":
+            self._driver.gangs.task_done(connection, body["task"], results, body["user_error"])
+        else:
+            self._driver.scheduler.task_done(connection, body["task"], results, body["user_error"])
 
     def _call_done(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
         results = unpack_values(body["results"], buffers)
@@ -229,7 +235,7 @@ class SessionService:
         self._count_borrow(connection, list(spec.return_ids))
         if spec.num_returns in ("streaming", "dynamic"):
             self._driver.streams.open(spec.task_id)
-        self._driver.scheduler.submit(spec)
+        self._driver.route_task(spec)
         connection.reply(message_id, {"returns": list(spec.return_ids)})
 
     def _create_actor(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
@@ -353,6 +359,20 @@ class SessionService:
             threading.Thread(target=run, name="placement-group-wait", daemon=True).start()
         else:
             run()
+
+    def _gang(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        assert message_id is not None
+        arguments = cloudpickle.loads(body["args"])
+
+        def run() -> None:  # reserving blocks until the hosts are up
+            try:
+                result = self._driver.gang(body["op"], **arguments)
+            except (ValueError, TimeoutError, RuntimeError) as exc:
+                connection.reply_error(message_id, type(exc).__name__, str(exc))
+                return
+            connection.reply(message_id, {"result": cloudpickle.dumps(result)})
+
+        threading.Thread(target=run, name="gang-request", daemon=True).start()
 
     def _log(self, connection: Connection, message_id: int | None, body: Mapping[str, Any], buffers: list[bytearray]) -> None:
         self._driver.print_worker_output(body)

@@ -87,6 +87,9 @@ class TaskSpec:
     runtime_env: Mapping[str, Any] = field(default_factory=dict)
     #: the task (if any) that submitted this one, for recursive cancel
     parent_task_id: bytes | None = None
+    #: a gang call runs on every host of `gang` (a GangShape), or of the reserved gang `gang_id`
+    gang: Any = None
+    gang_id: bytes | None = None
 
 
 @dataclass

@@ -249,6 +249,19 @@ class WorkerRuntime:
     def stream_ready(self, stream_id: bytes, index: int) -> str:
         return self._simple("stream_ready", {"stream": stream_id, "index": index})["state"]
 
+    def gang(self, operation: str, **arguments: Any) -> Any:
+        """Gang operations (reserve, release, size) run by the driver."""
+        reply = self._simple("gang", {"op": operation, "args": cloudpickle.dumps(arguments)})
+        return cloudpickle.loads(reply["result"])
+
+    def reserve_gang(self, *, tpu: str, num_slices: int, timeout: float | None) -> bytes:
+        from fray_ray._private.gangs import shape_for
+
+        return self.gang("reserve", shape=shape_for({"tpu": tpu, "num_slices": num_slices}), timeout=timeout)
+
+    def release_gang(self, gang_id: bytes) -> None:
+        self.gang("release", gang_id=gang_id)
+
     def placement_group(self, operation: str, **arguments: Any) -> Any:
         """Placement group operations run by the driver (create, remove, wait, table, get)."""
         reply = self._simple("placement_group", {"op": operation, "args": cloudpickle.dumps(arguments)})
@@ -445,7 +458,7 @@ class Executor:
             placement_group_id=body.get("placement_group"),
         )
         token = current_task.set(context)
-        env_backup = _apply_env(body.get("env") or {})
+        env_backup = _apply_env(body.get("env") or {}, restore=not self._in_process)
         with self._running_lock:
             self._running = context
         try:
@@ -556,20 +569,37 @@ async def send_items_async(connection: Connection, stream_id: bytes, generator: 
     return index
 
 
-def _apply_env(env: Mapping[str, str]) -> dict[str, str | None]:
-    backup = {}
-    for key, value in env.items():
-        backup[key] = os.environ.get(key)
-        os.environ[key] = value
+_ENV_LOCK = threading.Lock()  # setenv from two threads at once can crash the C library
+
+
+def _apply_env(env: Mapping[str, str], *, restore: bool = True) -> dict[str, str | None]:
+    """Set a task's env vars; returns what to restore afterwards.
+
+    In-process executors (local mode) share one environment, so there the variables are set
+    (under a lock) and left in place: concurrent tasks see each other's values.
+    """
+    backup: dict[str, str | None] = {}
+    if not env:
+        return backup
+    with _ENV_LOCK:
+        for key, value in env.items():
+            if os.environ.get(key) == value:
+                continue
+            if restore:
+                backup[key] = os.environ.get(key)
+            os.environ[key] = value
     return backup
 
 
 def _restore_env(backup: Mapping[str, str | None]) -> None:
-    for key, value in backup.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    if not backup:
+        return
+    with _ENV_LOCK:
+        for key, value in backup.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _interrupt_thread(thread_id: int) -> None:
@@ -603,12 +633,30 @@ def open_session(
     return runtime
 
 
-def executor_main(session_address: str, token: str, executor_id: bytes, max_calls: int = 0, in_process: bool = False) -> None:
-    """Entry point of an executor: an Iris task (or a LocalClient thread) that runs tasks."""
+def executor_main(
+    session_address: str,
+    token: str,
+    executor_id: bytes,
+    max_calls: int = 0,
+    in_process: bool = False,
+    *,
+    gang_index: int | None = None,
+    gang_base: int | None = None,
+) -> None:
+    """Entry point of an executor: an Iris task (or a LocalClient thread) that runs tasks.
+
+    Gang members pass `gang_index`, or `gang_base` to which their Iris task index is added.
+    """
+    hello: dict[str, Any] = {"kind": "executor", "id": executor_id}
+    if gang_index is not None or gang_base is not None:
+        from fray_ray.iris.job_info import get_job_info
+
+        info = get_job_info()
+        index = gang_index if gang_index is not None else gang_base + (info.task_index if info else 0)
+        hello = {"kind": "gang", "id": executor_id, "index": index}
     executor = Executor(max_calls=max_calls, in_process=in_process)
     runtime = open_session(
-        session_address, token, {"kind": "executor", "id": executor_id}, executor.handlers(),
-        on_runtime=lambda r: setattr(executor, "runtime", r),
+        session_address, token, hello, executor.handlers(), on_runtime=lambda r: setattr(executor, "runtime", r),
     )
     if in_process:
         context_token = runtime_state.set_context_runtime(runtime)

@@ -189,42 +189,27 @@ class _RoutedStream:
 
 
 class _StreamRouting:
-    """Installs the `_RoutedStream` proxies while at least one callable job runs.
+    """Installs the `_RoutedStream` proxies when the first callable job runs.
 
-    Invariant (under `_lock`): `_users` counts running callable jobs; while it is positive the
-    proxies are installed unless someone replaced them since, and `_saved` holds the streams
-    they wrap, which are put back when the count returns to zero.
+    The proxies stay installed afterwards (they pass text straight through when no job's
+    context is writing): swapping sys.stdout back while another thread is inside print() can
+    free the stream under it, which crashes CPython 3.11. If something else replaces them
+    (pytest's capture does), the next job wraps the new streams.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._users = 0
-        self._saved: tuple[Any, Any, Any, Any] | None = None  # stdout, stderr, and their proxies
 
     def acquire(self) -> None:
+        """Make sure the current sys.stdout/sys.stderr are proxies (someone may have replaced ours)."""
         with self._lock:
-            self._users += 1
-            if self._users == 1:
-                out, err = sys.stdout, sys.stderr
-                out_proxy = _RoutedStream(out) if out is not None else None
-                err_proxy = _RoutedStream(err) if err is not None else None
-                self._saved = (out, err, out_proxy, err_proxy)
-                if out_proxy is not None:
-                    sys.stdout = out_proxy  # type: ignore[assignment]
-                if err_proxy is not None:
-                    sys.stderr = err_proxy  # type: ignore[assignment]
+            if sys.stdout is not None and not isinstance(sys.stdout, _RoutedStream):
+                sys.stdout = _RoutedStream(sys.stdout)  # type: ignore[assignment]
+            if sys.stderr is not None and not isinstance(sys.stderr, _RoutedStream):
+                sys.stderr = _RoutedStream(sys.stderr)  # type: ignore[assignment]
 
     def release(self) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._users == 0 and self._saved is not None:
-                out, err, out_proxy, err_proxy = self._saved
-                self._saved = None
-                # Only undo our own change: a stream replaced meanwhile stays as it is.
-                if out_proxy is not None and sys.stdout is out_proxy:
-                    sys.stdout = out
-                if err_proxy is not None and sys.stderr is err_proxy:
-                    sys.stderr = err
+        """Nothing to undo (see the class docstring)."""
 
 
 _routing = _StreamRouting()
