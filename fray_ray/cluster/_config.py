@@ -1,0 +1,223 @@
+"""What an embedded cluster is made of: its workers (simulated hosts) and its settings.
+
+Values only; nothing here starts anything. `cpu_worker` sizes a plain host from this machine;
+`fray_ray.cluster._devices` builds TPU slices and GPU hosts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from fray_ray.iris.types import AttributeValue
+
+# Iris's well-known worker attribute keys.
+ATTR_DEVICE_TYPE = "device-type"
+ATTR_DEVICE_VARIANT = "device-variant"
+ATTR_PREEMPTIBLE = "preemptible"
+ATTR_REGION = "region"
+ATTR_ZONE = "zone"
+ATTR_TPU_NAME = "tpu-name"
+ATTR_TPU_WORKER_ID = "tpu-worker-id"
+ATTR_TPU_TOPOLOGY = "tpu-topology"
+ATTR_TPU_VM_COUNT = "tpu-vm-count"
+ATTR_GPU_VARIANT = "gpu-variant"
+ATTR_GPU_COUNT = "gpu-count"
+
+_WORKER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def parse_bytes(value: int | float | str) -> int:
+    """`8g`, `512MiB`, `1.5G`, `1024` → bytes (binary multiples)."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a size: {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"a size cannot be negative: {value!r}")
+        return int(value)
+    match = _SIZE.match(value)
+    if not match:
+        raise ValueError(f"not a size: {value!r} (use e.g. 512m, 8g, 16GiB)")
+    number, unit, _ = match.groups()
+    return int(float(number) * 1024 ** "_kmgtp".index(unit.lower() or "_"))
+
+
+def machine_cpu_millicores() -> int:
+    """The cores this process may use, in millicores."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, cores) * 1000
+
+
+def machine_memory_bytes() -> int:
+    """Physical memory of this machine (8 GiB when it cannot be read)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 * 1024**3
+
+
+def machine_disk_bytes(path: str | None = None) -> int:
+    """Free space where task workdirs go."""
+    try:
+        return shutil.disk_usage(path or tempfile.gettempdir()).free
+    except OSError:
+        return 100 * 1024**3
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Simulated GPUs on one host: `count` devices of `variant` (e.g. H100)."""
+
+    variant: str
+    count: int
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ValueError(f"a GPU host needs at least one GPU, got {self.count}")
+        if not self.variant:
+            raise ValueError("a GPU host needs a variant, e.g. 'H100'")
+
+
+@dataclass(frozen=True)
+class TpuSpec:
+    """One host of a simulated TPU slice: `chips` chips of slice `slice_name`, host `worker_index`."""
+
+    variant: str
+    slice_name: str
+    worker_index: int
+    chips: int
+
+    def __post_init__(self) -> None:
+        if self.chips < 1:
+            raise ValueError(f"a TPU host needs at least one chip, got {self.chips}")
+        if self.worker_index < 0:
+            raise ValueError(f"tpu worker index must be >= 0, got {self.worker_index}")
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One local worker standing in for a host: its capacity, attributes and devices.
+
+    `device_env` is added to the environment of tasks that request this worker's device
+    (TPU_* for TPU hosts); GPU tasks also get CUDA_VISIBLE_DEVICES for the GPUs they hold.
+    """
+
+    worker_id: str
+    cpu_millicores: int
+    memory_bytes: int
+    disk_bytes: int
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+    gpu: GpuSpec | None = None
+    tpu: TpuSpec | None = None
+    device_env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not _WORKER_ID.match(self.worker_id):
+            raise ValueError(f"invalid worker id {self.worker_id!r}: use letters, digits, '.', '_', ':' or '-'")
+        for name in ("cpu_millicores", "memory_bytes", "disk_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} of worker {self.worker_id} cannot be negative")
+        if self.gpu is not None and self.tpu is not None:
+            raise ValueError(f"worker {self.worker_id} cannot hold both GPUs and TPUs")
+        object.__setattr__(self, "attributes", dict(self.attributes))
+        object.__setattr__(self, "device_env", dict(self.device_env))
+
+    @property
+    def device_type(self) -> str:
+        return "gpu" if self.gpu is not None else "tpu" if self.tpu is not None else "cpu"
+
+
+def cpu_worker(
+    worker_id: str = "cpu-0",
+    *,
+    cpu: float | None = None,
+    memory: int | str | None = None,
+    disk: int | str | None = None,
+    attributes: Mapping[str, AttributeValue] | None = None,
+) -> WorkerSpec:
+    """A plain CPU host; `cpu` in cores, sizes as bytes or strings like `8g`. Defaults: this machine.
+
+    >>> cpu_worker("cpu-0", cpu=4, memory="8g").cpu_millicores
+    4000
+    """
+    attrs: dict[str, AttributeValue] = {ATTR_DEVICE_TYPE: "cpu", ATTR_PREEMPTIBLE: "false"}
+    attrs.update(attributes or {})
+    return WorkerSpec(
+        worker_id=worker_id,
+        cpu_millicores=machine_cpu_millicores() if cpu is None else int(round(cpu * 1000)),
+        memory_bytes=machine_memory_bytes() if memory is None else parse_bytes(memory),
+        disk_bytes=machine_disk_bytes() if disk is None else parse_bytes(disk),
+        attributes=attrs,
+    )
+
+
+def cpu_workers(count: int, *, prefix: str = "cpu", **kwargs: object) -> tuple[WorkerSpec, ...]:
+    """`count` identical CPU hosts named `<prefix>-0`, `<prefix>-1`, ... (see `cpu_worker`)."""
+    if count < 1:
+        raise ValueError(f"count must be at least 1, got {count}")
+    return tuple(cpu_worker(f"{prefix}-{i}", **kwargs) for i in range(count))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Settings of one embedded cluster. All defaults are safe for a laptop.
+
+    - `workers`: the simulated hosts; empty means one CPU worker sized from this machine.
+    - `host`/`port`: where the controller listens (loopback, a free port).
+    - `auth`: require `Authorization: Bearer <token>` on every RPC; `token` None mints one.
+    - `task_python`: `IRIS_PYTHON` for tasks (default: this interpreter).
+    - `work_dir`: parent of the cluster's temp dir (task workdirs live inside it).
+    - `client_freshness_days`: reject root jobs whose `client_revision_date` is older than this
+      many days (None accepts any date).
+    - `read_max_bytes`: largest request body accepted (decompressed).
+    - `max_log_lines_per_attempt`: captured output kept per task attempt (oldest dropped).
+    - `keep_workdirs`: leave each attempt's workdir until the cluster stops.
+    - `max_finished_jobs`: finished root jobs (with their subtrees and logs) remembered; the
+      oldest are forgotten beyond this, so a long session's memory stays bounded.
+    - `inherit_env`: tasks start from this process's environment (as Iris's process runtime).
+    """
+
+    workers: tuple[WorkerSpec, ...] = ()
+    host: str = "127.0.0.1"
+    port: int = 0
+    auth: bool = True
+    token: str | None = None
+    task_python: str | None = None
+    work_dir: str | None = None
+    advertise_host: str = "127.0.0.1"
+    client_freshness_days: int | None = None
+    read_max_bytes: int = 64 * 1024 * 1024
+    max_log_lines_per_attempt: int = 10_000
+    keep_workdirs: bool = False
+    inherit_env: bool = True
+    max_finished_jobs: int = 10_000
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "workers", tuple(self.workers))
+        ids = [w.worker_id for w in self.workers]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate worker ids: {', '.join(duplicates)}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in 0..65535, got {self.port}")
+        if self.read_max_bytes < 1024:
+            raise ValueError("read_max_bytes must be at least 1024")
+        if self.max_finished_jobs < 1:
+            raise ValueError("max_finished_jobs must be at least 1")
+        if self.max_log_lines_per_attempt < 0:
+            raise ValueError("max_log_lines_per_attempt cannot be negative")
+        if self.client_freshness_days is not None and self.client_freshness_days < 0:
+            raise ValueError("client_freshness_days cannot be negative")
+        if self.token is not None and not self.token:
+            raise ValueError("token cannot be empty; pass None to mint one")
+
+    def effective_workers(self) -> tuple[WorkerSpec, ...]:
+        return self.workers or (cpu_worker(),)

@@ -1,0 +1,127 @@
+"""The Connect handlers: `iris.cluster.ControllerService` and `iris.cluster.EndpointService`
+over an `EmbeddedController`.
+
+Handlers run inline on the server's event loop: each one takes the controller lock for a few
+microseconds and never blocks on I/O, so a thread hop would only add latency. This is the one
+place cluster errors become Connect errors; any other exception is logged and answered as
+`internal`, so a handler bug never takes the server down.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+
+from fray_ray.cluster._controller import EmbeddedController
+from fray_ray.cluster._errors import ClusterError
+from fray_ray.cluster._state import DEFAULT_LEASE_S, LEGACY_LEASE_S
+from fray_ray.iris.rpc import controller_pb2, job_pb2
+
+logger = logging.getLogger(__name__)
+
+Controller = controller_pb2.Controller
+R = TypeVar("R")
+
+
+def rpc(method: str) -> Callable[[Callable[..., R]], Callable[..., Awaitable[R]]]:
+    """Make a sync handler an async one whose failures are Connect errors."""
+
+    def wrap(handler: Callable[..., R]) -> Callable[..., Awaitable[R]]:
+        @functools.wraps(handler)
+        async def run(self: Any, request: Any, ctx: Any) -> R:
+            try:
+                return handler(self, request, ctx)
+            except ConnectError:
+                raise
+            except ClusterError as exc:
+                raise ConnectError(Code(exc.code), exc.message) from None
+            except Exception as exc:  # noqa: BLE001 - answered as `internal`, never fatal
+                logger.exception("%s failed", method)
+                raise ConnectError(Code.INTERNAL, f"{method} failed: {type(exc).__name__}: {exc}") from None
+
+        return run
+
+    return wrap
+
+
+class ControllerService:
+    """`iris.cluster.ControllerService`: jobs, tasks, endpoints and logs."""
+
+    def __init__(self, controller: EmbeddedController) -> None:
+        self._controller = controller
+
+    @rpc("LaunchJob")
+    def launch_job(self, request: Controller.LaunchJobRequest, ctx: Any) -> Controller.LaunchJobResponse:
+        return Controller.LaunchJobResponse(job_id=self._controller.launch_job(request))
+
+    @rpc("GetJobState")
+    def get_job_state(self, request: Controller.GetJobStateRequest, ctx: Any) -> Controller.GetJobStateResponse:
+        return Controller.GetJobStateResponse(states=self._controller.job_states(request.job_ids))
+
+    @rpc("GetJobStatus")
+    def get_job_status(self, request: Controller.GetJobStatusRequest, ctx: Any) -> Controller.GetJobStatusResponse:
+        return self._controller.job_status(request.job_id)
+
+    @rpc("ListJobs")
+    def list_jobs(self, request: Controller.ListJobsRequest, ctx: Any) -> Controller.ListJobsResponse:
+        return self._controller.list_jobs(request.query)
+
+    @rpc("TerminateJob")
+    def terminate_job(self, request: Controller.TerminateJobRequest, ctx: Any) -> job_pb2.Empty:
+        self._controller.terminate_job(request.job_id)
+        return job_pb2.Empty()
+
+    @rpc("ListTasks")
+    def list_tasks(self, request: Controller.ListTasksRequest, ctx: Any) -> Controller.ListTasksResponse:
+        return Controller.ListTasksResponse(tasks=self._controller.list_tasks(request.job_id))
+
+    @rpc("GetTaskStatus")
+    def get_task_status(self, request: Controller.GetTaskStatusRequest, ctx: Any) -> Controller.GetTaskStatusResponse:
+        return self._controller.task_status(request.task_id)
+
+    @rpc("GetTaskLogs")
+    def get_task_logs(self, request: Controller.GetTaskLogsRequest, ctx: Any) -> Controller.GetTaskLogsResponse:
+        return self._controller.task_logs(request)
+
+    @rpc("RegisterEndpoint")
+    def register_endpoint(
+        self, request: Controller.RegisterEndpointRequest, ctx: Any
+    ) -> Controller.RegisterEndpointResponse:
+        # Old clients never renew through this surface, so it grants a long lease by default.
+        return self._controller.register_endpoint(request, default_lease_s=LEGACY_LEASE_S)
+
+    @rpc("UnregisterEndpoint")
+    def unregister_endpoint(self, request: Controller.UnregisterEndpointRequest, ctx: Any) -> job_pb2.Empty:
+        self._controller.unregister_endpoint(request.endpoint_id)
+        return job_pb2.Empty()
+
+    @rpc("ListEndpoints")
+    def list_endpoints(self, request: Controller.ListEndpointsRequest, ctx: Any) -> Controller.ListEndpointsResponse:
+        return self._controller.list_endpoints(request)
+
+
+class EndpointService:
+    """`iris.cluster.EndpointService`: the leased endpoint registry (same messages)."""
+
+    def __init__(self, controller: EmbeddedController) -> None:
+        self._controller = controller
+
+    @rpc("EndpointService.RegisterEndpoint")
+    def register_endpoint(
+        self, request: Controller.RegisterEndpointRequest, ctx: Any
+    ) -> Controller.RegisterEndpointResponse:
+        return self._controller.register_endpoint(request, default_lease_s=DEFAULT_LEASE_S)
+
+    @rpc("EndpointService.UnregisterEndpoint")
+    def unregister_endpoint(self, request: Controller.UnregisterEndpointRequest, ctx: Any) -> job_pb2.Empty:
+        self._controller.unregister_endpoint(request.endpoint_id)
+        return job_pb2.Empty()
+
+    @rpc("EndpointService.ListEndpoints")
+    def list_endpoints(self, request: Controller.ListEndpointsRequest, ctx: Any) -> Controller.ListEndpointsResponse:
+        return self._controller.list_endpoints(request)

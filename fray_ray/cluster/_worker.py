@@ -1,0 +1,294 @@
+"""A local worker: one simulated host that runs task attempts as process groups.
+
+It applies Iris's task runtime contract: a fresh per-attempt workdir holding the job's
+`workdir_files` (and its workspace bundle, if one was uploaded), freshly allocated named
+ports, and the `IRIS_*` environment (task id with attempt suffix, controller address, ports,
+workdir, python, job env, worker id, the cluster token), plus the host's device environment
+for tasks that asked for its device (TPU_*; CUDA_VISIBLE_DEVICES naming the task's GPUs).
+Outcomes go back to the controller through the listener it passes in.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+import zipfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from google.protobuf import json_format
+
+from fray_ray.cluster._config import WorkerSpec
+from fray_ray.cluster._logs import LogStore
+from fray_ray.cluster._process import ProcessSpec, ProcessSupervisor
+from fray_ray.iris.job_info import TOKEN_ENV
+from fray_ray.iris.transport import free_port
+from fray_ray.iris.types import ResourceSpec
+
+logger = logging.getLogger(__name__)
+
+#: The newest Iris client reads an in-task bearer token from here.
+IRIS_TASK_TOKEN_ENV = "IRIS_TASK_TOKEN"
+
+
+@dataclass(frozen=True)
+class AttemptLaunch:
+    """Everything a worker needs to start one task attempt."""
+
+    uid: int
+    worker_id: str
+    task_id: str
+    attempt_id: int
+    num_tasks: int
+    argv: tuple[str, ...]
+    workdir_files: Mapping[str, bytes]
+    env_vars: Mapping[str, str]
+    ports: tuple[str, ...]
+    gpu_indices: tuple[int, ...]
+    uses_gpu: bool
+    uses_tpu: bool
+    setup_scripts: tuple[str, ...]
+    bundle_id: str
+    resources: ResourceSpec
+
+    @property
+    def attempt_wire(self) -> str:
+        return f"{self.task_id}:{self.attempt_id}"
+
+
+@dataclass(frozen=True)
+class TaskContract:
+    """Cluster-wide settings every task environment is built from."""
+
+    controller_url: str
+    token: str | None
+    python: str
+    advertise_host: str
+    bind_host: str
+    inherit_env: bool = True
+    keep_workdirs: bool = False
+
+
+class AttemptListener(Protocol):
+    """Where a worker reports attempt outcomes (the controller)."""
+
+    def attempt_started(self, uid: int, ports: dict[str, int]) -> None: ...
+
+    def attempt_exited(self, uid: int, returncode: int, error: str) -> None: ...
+
+
+class PortAllocator:
+    """Hands out free ports, never one still held by a live attempt of this cluster."""
+
+    def __init__(self, host: str) -> None:
+        self._host = host
+        self._lock = threading.Lock()
+        self._held: set[int] = set()
+
+    def allocate(self, count: int) -> list[int]:
+        ports: list[int] = []
+        with self._lock:
+            while len(ports) < count:
+                port = free_port(self._host)
+                if port not in self._held and port not in ports:
+                    ports.append(port)
+            self._held.update(ports)
+        return ports
+
+    def release(self, ports: list[int]) -> None:
+        with self._lock:
+            self._held.difference_update(ports)
+
+
+class BundleStore:
+    """Workspace bundles uploaded inline with LaunchJob, by id, unpacked into workdirs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._blobs: dict[str, bytes] = {}
+
+    def put(self, bundle_id: str, blob: bytes) -> None:
+        with self._lock:
+            self._blobs[bundle_id] = blob
+
+    def get(self, bundle_id: str) -> bytes | None:
+        with self._lock:
+            return self._blobs.get(bundle_id)
+
+
+def _safe_join(root: str, name: str) -> str:
+    path = os.path.realpath(os.path.join(root, name))
+    if os.path.commonpath([path, os.path.realpath(root)]) != os.path.realpath(root):
+        raise ValueError(f"file {name!r} would land outside the workdir")
+    return path
+
+
+def _unpack_bundle(blob: bytes, workdir: str) -> None:
+    with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+        for member in archive.infolist():
+            target = _safe_join(workdir, member.filename)
+            if member.is_dir():
+                os.makedirs(target, exist_ok=True)
+                continue
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with archive.open(member) as source, open(target, "wb") as out:
+                shutil.copyfileobj(source, out)
+            mode = (member.external_attr >> 16) & 0o777
+            if mode:
+                os.chmod(target, mode)
+
+
+class _AttemptOutput:
+    """Per-attempt process listener: lines to the log store, start/exit to the controller."""
+
+    __slots__ = ("_launch", "_ports", "_logs", "_listener", "_cleanup")
+
+    def __init__(
+        self,
+        launch: AttemptLaunch,
+        ports: dict[str, int],
+        logs: LogStore,
+        listener: AttemptListener,
+        cleanup: Callable[[], None],
+    ) -> None:
+        self._launch = launch
+        self._ports = ports
+        self._logs = logs
+        self._listener = listener
+        self._cleanup = cleanup
+
+    def process_started(self, pid: int) -> None:
+        self._listener.attempt_started(self._launch.uid, self._ports)
+
+    def process_output(self, source: str, line: str, timestamp_ms: int) -> None:
+        self._logs.append(self._launch.uid, self._launch.attempt_id, source, line, timestamp_ms)
+
+    def process_exited(self, returncode: int, error: str) -> None:
+        self._cleanup()
+        if error:
+            self._logs.append(self._launch.uid, self._launch.attempt_id, "stderr", error, int(time.time() * 1000))
+        self._listener.attempt_exited(self._launch.uid, returncode, error)
+
+
+class LocalWorker:
+    """One simulated host. `launch` is called by the controller's scheduler thread."""
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        *,
+        root_dir: str,
+        contract: TaskContract,
+        supervisor: ProcessSupervisor,
+        logs: LogStore,
+        ports: PortAllocator,
+        bundles: BundleStore,
+        listener: AttemptListener,
+    ) -> None:
+        self.spec = spec
+        self._root = os.path.join(root_dir, spec.worker_id)
+        self._contract = contract
+        self._supervisor = supervisor
+        self._logs = logs
+        self._ports = ports
+        self._bundles = bundles
+        self._listener = listener
+
+    @property
+    def worker_id(self) -> str:
+        return self.spec.worker_id
+
+    def launch(self, launch: AttemptLaunch) -> None:
+        """Prepare the workdir and environment, then hand the process to the supervisor."""
+        ports: dict[str, int] = {}
+        try:
+            workdir = self._make_workdir(launch)
+            numbers = self._ports.allocate(len(launch.ports))
+            ports = dict(zip(launch.ports, numbers))
+            env = self.task_environment(launch, workdir, ports)
+        except (OSError, ValueError, zipfile.BadZipFile) as exc:
+            self._ports.release(list(ports.values()))
+            message = f"worker {self.worker_id} could not prepare {launch.attempt_wire}: {exc}"
+            self._logs.append(launch.uid, launch.attempt_id, "stderr", message, int(time.time() * 1000))
+            self._listener.attempt_exited(launch.uid, 126, message)
+            return
+        cleanup = functools.partial(self._attempt_done, list(ports.values()), workdir)
+        output = _AttemptOutput(launch, ports, self._logs, self._listener, cleanup)
+        try:
+            self._supervisor.spawn(launch.uid, ProcessSpec(launch.argv, env, workdir), output)
+        except RuntimeError:  # the cluster is stopping
+            cleanup()
+
+    def kill(self, uid: int) -> None:
+        self._supervisor.kill(uid)
+
+    def _make_workdir(self, launch: AttemptLaunch) -> str:
+        relative = launch.task_id.strip("/").replace("/", os.sep)
+        workdir = os.path.join(self._root, relative, f"attempt-{launch.attempt_id}-{launch.uid}")
+        os.makedirs(workdir)
+        if launch.bundle_id:
+            blob = self._bundles.get(launch.bundle_id)
+            if blob is not None:
+                _unpack_bundle(blob, workdir)
+        for name, content in launch.workdir_files.items():
+            path = _safe_join(workdir, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(content)
+        return workdir
+
+    def _attempt_done(self, ports: list[int], workdir: str) -> None:
+        self._ports.release(ports)
+        if not self._contract.keep_workdirs:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def task_environment(self, launch: AttemptLaunch, workdir: str, ports: Mapping[str, int]) -> dict[str, str]:
+        """The environment of one attempt: inherited, then device, then job, then the contract."""
+        contract = self._contract
+        if contract.inherit_env:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("IRIS_") and k != TOKEN_ENV}
+        else:
+            env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER") if k in os.environ}
+        if self.spec.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in launch.gpu_indices)
+        if launch.uses_tpu or launch.uses_gpu:
+            env.update(self.spec.device_env)
+        env.update(launch.env_vars)
+        env.update(
+            {
+                "IRIS_TASK_ID": launch.attempt_wire,
+                "IRIS_NUM_TASKS": str(launch.num_tasks),
+                "IRIS_CONTROLLER_ADDRESS": contract.controller_url,
+                "IRIS_CONTROLLER_URL": contract.controller_url,
+                "IRIS_ADVERTISE_HOST": contract.advertise_host,
+                "IRIS_BIND_HOST": contract.bind_host,
+                "IRIS_WORKDIR": workdir,
+                "IRIS_PYTHON": contract.python,
+                "IRIS_JOB_ENV": json.dumps(dict(launch.env_vars), sort_keys=True),
+                "IRIS_WORKER_ID": self.worker_id,
+                "IRIS_ATTEMPT_UID": str(launch.uid),
+                "IRIS_TASK_RESOURCES": json_format.MessageToJson(launch.resources.to_proto(), indent=None),
+            }
+        )
+        if launch.setup_scripts:
+            env["IRIS_JOB_SETUP_SCRIPTS"] = json.dumps(list(launch.setup_scripts))
+        if launch.bundle_id:
+            env["IRIS_BUNDLE_ID"] = launch.bundle_id
+        for name, port in ports.items():
+            env[f"IRIS_PORT_{name.upper()}"] = str(port)
+        if contract.token:
+            env[TOKEN_ENV] = contract.token
+            env[IRIS_TASK_TOKEN_ENV] = contract.token
+        return env
+
+
+def default_task_python() -> str:
+    return sys.executable

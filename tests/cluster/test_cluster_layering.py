@@ -1,0 +1,37 @@
+"""fray_ray.cluster imports only fray_ray.iris, the standard library and declared dependencies."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import fray_ray.cluster
+
+ALLOWED_THIRD_PARTY = {"google", "connectrpc", "cloudpickle", "msgpack", "uvicorn", "httptools", "rich"}
+
+
+def test_cluster_imports_only_downward() -> None:
+    package = Path(fray_ray.cluster.__file__).parent
+    offenders = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if name.startswith(("fray_ray.iris", "fray_ray.cluster")):
+                    continue
+                if top in sys.stdlib_module_names or top in ALLOWED_THIRD_PARTY:
+                    continue
+                offenders.append(f"{path.name}: {name}")
+    assert offenders == []
+
+
+def test_public_names_come_from_the_package() -> None:
+    for name in fray_ray.cluster.__all__:
+        obj = getattr(fray_ray.cluster, name)
+        assert getattr(obj, "__module__", "fray_ray.cluster") == "fray_ray.cluster", name

@@ -1,0 +1,28 @@
+"""Run a real Iris controller (marin-iris 2026-06 `LocalCluster`) until stdin closes.
+
+Run by the peer controller venv's Python (3.11), never imported by fray_ray:
+
+    <peer python> iris_controller_main.py WORKERS
+
+Prints `ADDRESS http://127.0.0.1:<port>` once the controller answers, then `STOPPED` after
+stdin reached EOF and the cluster was closed. Its workers run tasks with this same Python.
+"""
+
+import sys
+
+
+def main() -> None:
+    from iris.cluster.backends.local.cluster import LocalCluster, make_local_cluster_config
+
+    cluster = LocalCluster(make_local_cluster_config(int(sys.argv[1]) if len(sys.argv) > 1 else 1))
+    address = cluster.start()
+    print(f"ADDRESS {address}", flush=True)
+    try:
+        sys.stdin.read()
+    finally:
+        cluster.close()
+        print("STOPPED", flush=True)
+
+
+if __name__ == "__main__":
+    main()
