@@ -18,7 +18,7 @@ from fray_ray.fray.actor import (
     current_actor,
 )
 from fray_ray.fray.client import Client, FrayError, JobAlreadyExists, JobFailed, JobHandle, wait_all
-from fray_ray.fray.current_client import current_client, set_current_client
+from fray_ray.fray.current_client import current_client, host_actor, set_current_client
 from fray_ray.fray.local_backend import LocalClient
 from fray_ray.fray.types import (
     ANY_REGION,
@@ -56,6 +56,28 @@ from fray_ray.fray.types import (
 #: Fray's own name for `Entrypoint`, for code ported from Fray.
 FrayEntrypoint = Entrypoint
 
+# The Iris backend pulls in the RPC stack, which local use never needs: its names are imported
+# from `fray_ray.fray.iris_backend` on first use.
+_IRIS_BACKEND_NAMES = frozenset(
+    {
+        "ControllerUnavailableError",
+        "FrayIrisClient",
+        "IrisActorGroup",
+        "IrisActorHandle",
+        "IrisBackendError",
+        "IrisJobHandle",
+        "JobRejected",
+    }
+)
+
+
+def __getattr__(name: str) -> object:
+    if name in _IRIS_BACKEND_NAMES:
+        from fray_ray.fray import iris_backend
+
+        return getattr(iris_backend, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = [
     "ANY_REGION",
     "DEFAULT_TPU_HOST_FRACTION",
@@ -72,6 +94,7 @@ __all__ = [
     "BinaryEntrypoint",
     "CallableEntrypoint",
     "Client",
+    "ControllerUnavailableError",
     "CpuConfig",
     "DeviceConfig",
     "DeviceKind",
@@ -79,12 +102,18 @@ __all__ = [
     "EnvironmentConfig",
     "FrayEntrypoint",
     "FrayError",
+    "FrayIrisClient",
     "GpuConfig",
     "GpuType",
     "HostedActor",
+    "IrisActorGroup",
+    "IrisActorHandle",
+    "IrisBackendError",
+    "IrisJobHandle",
     "JobAlreadyExists",
     "JobFailed",
     "JobHandle",
+    "JobRejected",
     "JobRequest",
     "JobStatus",
     "LocalClient",
@@ -99,6 +128,7 @@ __all__ = [
     "current_client",
     "format_bytes",
     "get_tpu_topology",
+    "host_actor",
     "parse_bytes",
     "set_current_client",
     "tpu_family",

@@ -15,14 +15,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from fray_ray.fray.types import ActorConfig
 from fray_ray.iris.job_info import get_job_info
 
 if TYPE_CHECKING:
+    from fray_ray.fray.actor import HostedActor
     from fray_ray.fray.client import Client
 
-__all__ = ["current_client", "set_current_client"]
+__all__ = ["current_client", "host_actor", "set_current_client"]
 
 _current_client: ContextVar[Client | None] = ContextVar("fray_current_client", default=None)
 
@@ -62,3 +64,15 @@ def set_current_client(client: Client) -> Iterator[Client]:
         yield client
     finally:
         _current_client.reset(token)
+
+
+def host_actor(
+    actor_class: type, *args: Any, name: str, actor_config: ActorConfig = ActorConfig(), **kwargs: Any
+) -> HostedActor:
+    """Serve `actor_class(*args, **kwargs)` from this process through `current_client()`.
+
+    Inside an Iris task that registers it as `<job_id>/<name>-0` for other tasks to find; with
+    a LocalClient it is hosted in process. Blocks until it is serving; raises what the
+    constructor raises. The caller owns the returned `HostedActor` and must `shutdown()` it.
+    """
+    return current_client().host_actor(actor_class, *args, name=name, actor_config=actor_config, **kwargs)

@@ -55,6 +55,24 @@ class OperationStatus:
         raise RuntimeError(f"operation {self.operation_id} is still {self.state.name.lower()}")
 
 
+@dataclass(frozen=True)
+class CallOutcome:
+    """What one Call came back with: the method's `value`, or the `error` it raised.
+
+    `not_found` is True when the server has no such actor or method (the call never ran).
+    """
+
+    value: Any = None
+    error: BaseException | None = None
+    not_found: bool = False
+
+    def unwrap(self) -> Any:
+        """The value, or raise the error."""
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
 def decode_error(error: actor_pb2.ActorError) -> BaseException:
     """The exception an actor raised, rebuilt; ActorCallError/NotFound when it cannot be."""
     if error.serialized_exception:
@@ -163,13 +181,23 @@ class ActorClient:
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call `method` and block for its result; raises what the method raised."""
+        return self.call_outcome(method, *args, **kwargs).unwrap()
+
+    def call_outcome(self, method: str, *args: Any, **kwargs: Any) -> CallOutcome:
+        """Call `method` and block; return what the method did instead of raising it.
+
+        Raises only when the call did not complete (`Unavailable` and other `IrisRpcError`s
+        after retries), so callers can tell a lost actor from a method that raised.
+        """
         request = self._encode(method, args, kwargs)
         response = self._rpc(
             "Call", lambda stub, headers: stub.call(request, headers=headers, timeout_ms=self._call_timeout_ms)
         )
         if response.WhichOneof("result") == "error":
-            raise decode_error(response.error)
-        return cloudpickle.loads(response.serialized_value)
+            error = response.error
+            not_found = error.error_type == "NotFound" and not error.serialized_exception
+            return CallOutcome(error=decode_error(error), not_found=not_found)
+        return CallOutcome(value=cloudpickle.loads(response.serialized_value))
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
         if method.startswith("_"):

@@ -1,0 +1,266 @@
+"""Fray values to Iris values: resources, constraints, entrypoints, environments, gangs, states.
+
+Pure functions over the frozen dataclasses of `fray_ray.fray.types`, returning the Iris client
+layer's own dataclasses (`fray_ray.iris.types`); no protobuf, no I/O. `FrayIrisClient` builds
+every LaunchJob request from them, and they are public so that tests and tools can see exactly
+what a Fray request becomes on the wire.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from fray_ray.fray.types import (
+    ANY_REGION,
+    CpuConfig,
+    DeviceConfig,
+    Entrypoint,
+    EnvironmentConfig,
+    GpuConfig,
+    JobStatus,
+    ResourceConfig,
+    TpuConfig,
+    parse_bytes,
+)
+from fray_ray.iris.entrypoint import callable_entrypoint, command_entrypoint
+from fray_ray.iris.tpu import get_tpu_topology
+from fray_ray.iris.types import Constraint, ConstraintOp, GpuDevice, JobState, PriorityBand, ResourceSpec, TpuDevice
+from fray_ray.iris.types import Entrypoint as IrisEntrypoint
+
+__all__ = [
+    "GPU_GANG_LEVEL",
+    "IRIS_TO_FRAY_STATUS",
+    "IrisEnvironment",
+    "convert_constraints",
+    "convert_entrypoint",
+    "convert_environment",
+    "convert_priority",
+    "convert_resources",
+    "fray_status",
+    "resolve_coscheduling",
+]
+
+# Iris's well-known worker attribute keys that Fray requests constrain.
+ATTR_PREEMPTIBLE = "preemptible"
+ATTR_REGION = "region"
+ATTR_ZONE = "zone"
+ATTR_CLUSTER = "cluster"
+ATTR_DEVICE_VARIANT = "device-variant"
+#: Hosts of one TPU slice share this attribute; a multi-VM slice is gang-scheduled on it.
+ATTR_TPU_NAME = "tpu-name"
+
+#: The worker attribute that groups GPU hosts able to run one gang (hosts on one fabric).
+#: The embedded cluster's simulated GPU hosts carry `pool` (`fray_ray.cluster.gpu_host`), as
+#: Iris's GPU scale groups did before per-variant levels; every variant maps to it here.
+GPU_GANG_LEVEL = "pool"
+# Variants whose gangs need a finer topology level than GPU_GANG_LEVEL. Empty: no cluster we
+# target yet labels hosts with `leafgroup` or NVLink domains by default.
+_GPU_GANG_LEVEL_BY_VARIANT: Mapping[str, str] = MappingProxyType({})
+
+
+# ---------------------------------------------------------------------------------------------
+# Resources and constraints
+
+
+def convert_resources(resources: ResourceConfig) -> ResourceSpec:
+    """What one task of the job asks its worker for: CPU in millicores, RAM and disk in bytes,
+    and the accelerator (None for CPU-only work; a TPU counts the chips of one VM)."""
+    return ResourceSpec(
+        cpu_millicores=int(round(resources.cpu * 1000)),
+        memory_bytes=parse_bytes(resources.ram),
+        disk_bytes=parse_bytes(resources.disk),
+        device=_convert_device(resources.device),
+    )
+
+
+def _convert_device(device: DeviceConfig) -> GpuDevice | TpuDevice | None:
+    if isinstance(device, GpuConfig):
+        return GpuDevice(variant=device.variant, count=device.count)
+    if isinstance(device, TpuConfig):
+        info = get_tpu_topology(device.variant)
+        return TpuDevice(variant=device.variant, topology=device.topology or info.topology, count=info.chips_per_vm)
+    return None
+
+
+def convert_constraints(resources: ResourceConfig) -> list[Constraint]:
+    """The placement constraints a `ResourceConfig` implies (all REQUIRED, AND-ed).
+
+    - `preemptible=False`: `preemptible == "false"` (True allows any worker: no constraint);
+    - `regions`: one region gives EQ, several give IN, `[ANY_REGION]` gives `region EXISTS`
+      (None adds nothing); mixing ANY_REGION with named regions raises ValueError;
+    - `zone`: EQ; `target_cluster`: `cluster` EQ;
+    - `device_alternatives`: `device-variant IN [variant, *alternatives]`, which also replaces
+      the controller's implicit `device-variant == variant`.
+    """
+    constraints: list[Constraint] = []
+    if not resources.preemptible:
+        constraints.append(Constraint(ATTR_PREEMPTIBLE, ConstraintOp.EQ, "false"))
+    if resources.regions is not None:
+        regions = list(resources.regions)
+        if ANY_REGION in regions:
+            if len(regions) > 1:
+                raise ValueError(f"regions mixes ANY_REGION ({ANY_REGION!r}) with named regions {regions!r}")
+            constraints.append(Constraint(ATTR_REGION, ConstraintOp.EXISTS))
+        elif len(regions) == 1:
+            constraints.append(Constraint(ATTR_REGION, ConstraintOp.EQ, regions[0]))
+        elif regions:
+            constraints.append(Constraint(ATTR_REGION, ConstraintOp.IN, values=tuple(regions)))
+    if resources.zone is not None:
+        constraints.append(Constraint(ATTR_ZONE, ConstraintOp.EQ, resources.zone))
+    if resources.target_cluster is not None:
+        constraints.append(Constraint(ATTR_CLUSTER, ConstraintOp.EQ, resources.target_cluster))
+    if resources.device_alternatives:
+        variants = _device_variants(resources)
+        constraints.append(Constraint(ATTR_DEVICE_VARIANT, ConstraintOp.IN, values=tuple(variants)))
+    return constraints
+
+
+def _device_variants(resources: ResourceConfig) -> list[str]:
+    """The requested device variant followed by its alternatives, without repeats."""
+    variants = [resources.device.variant, *(resources.device_alternatives or ())]
+    return list(dict.fromkeys(variants))
+
+
+def resolve_coscheduling(resources: ResourceConfig, replicas: int) -> str | None:
+    """The worker attribute a job's replicas must share (Iris `group_by`), or None.
+
+    One replica needs no gang. A TPU slice spanning several VMs is gang-scheduled on
+    `tpu-name`, so all its hosts start together on one slice. Several GPU replicas are
+    gang-scheduled on their topology level (`GPU_GANG_LEVEL`); every alternative variant must
+    use the same level, else ValueError. CPU replicas are placed independently.
+    """
+    if replicas <= 1:
+        return None
+    device = resources.device
+    if isinstance(device, TpuConfig):
+        return ATTR_TPU_NAME if get_tpu_topology(device.variant).vm_count > 1 else None
+    if isinstance(device, GpuConfig):
+        levels = {variant: _gpu_gang_level(variant) for variant in _device_variants(resources)}
+        if len(set(levels.values())) > 1:
+            raise ValueError(
+                "GPU alternatives must share one topology level to be gang-scheduled together, got "
+                + ", ".join(f"{variant} -> {level}" for variant, level in levels.items())
+            )
+        return levels[device.variant]
+    return None
+
+
+def _gpu_gang_level(variant: str) -> str:
+    return _GPU_GANG_LEVEL_BY_VARIANT.get(variant.upper(), GPU_GANG_LEVEL)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entrypoints and environments
+
+
+def convert_entrypoint(entrypoint: Entrypoint) -> IrisEntrypoint:
+    """The Iris command for a Fray entrypoint.
+
+    A callable is pickled with cloudpickle into Iris's callable layout (`_callable.pkl` plus a
+    runner script, started through `bash -c`); a binary runs as `[command, *args]`.
+    Raises whatever pickling the callable raises.
+    """
+    if entrypoint.callable_entrypoint is not None:
+        call = entrypoint.callable_entrypoint
+        return callable_entrypoint(call.callable, call.args, call.kwargs)
+    binary = entrypoint.binary_entrypoint
+    assert binary is not None  # Entrypoint checks that exactly one is set
+    return command_entrypoint(binary.argv)
+
+
+@dataclass(frozen=True)
+class IrisEnvironment:
+    """A task environment as Iris takes it: variables, setup scripts and an image override."""
+
+    env_vars: Mapping[str, str] = field(default_factory=dict)
+    setup_scripts: tuple[str, ...] = ()
+    task_image: str = ""
+
+
+def convert_environment(
+    environment: EnvironmentConfig | None, device: DeviceConfig = CpuConfig(), *, image: str | None = None
+) -> IrisEnvironment:
+    """The Iris environment of a job: the user's `env_vars` with the device's defaults merged in
+    underneath (a user value always wins), setup scripts, and the task image.
+
+    - The workspace directory is put on `PYTHONPATH`, ahead of the user's value (or this
+      process's when the user sets none), so tasks
+      import the submitter's modules as they would from an uploaded workspace bundle; nothing
+      is uploaded, so on a remote cluster the directory must exist there (or be harmlessly absent).
+    - `setup_scripts` run in order before the command (None means none: no workspace bundle
+      is synced); `pip_packages` add a `uv pip install` step, `extras`/`sync_packages` a
+      `uv sync` step. Workers that skip setup, like the embedded cluster's, ignore them.
+    - `image` (from `ResourceConfig.image`) or `docker_image` becomes Iris's `task_image`.
+    """
+    env_vars: dict[str, str] = {}
+    scripts: list[str] = []
+    task_image = image or ""
+    if environment is not None:
+        env_vars.update(environment.env_vars)
+        if environment.workspace:
+            env_vars["PYTHONPATH"] = _prepend_path(environment.workspace, env_vars.get("PYTHONPATH"))
+        scripts.extend(environment.setup_scripts or ())
+        if environment.extras or environment.sync_packages:
+            flags = [f"--extra {shlex.quote(extra)}" for extra in environment.extras]
+            flags += [f"--package {shlex.quote(package)}" for package in environment.sync_packages]
+            scripts.append(f'cd "$IRIS_WORKDIR" && uv sync --link-mode symlink {" ".join(flags)}')
+        if environment.pip_packages:
+            scripts.append("uv pip install " + " ".join(shlex.quote(p) for p in environment.pip_packages))
+        task_image = task_image or environment.docker_image or ""
+    for name, value in device.default_env_vars().items():
+        env_vars.setdefault(name, value)
+    return IrisEnvironment(env_vars=env_vars, setup_scripts=tuple(scripts), task_image=task_image)
+
+
+def _prepend_path(entry: str, existing: str | None) -> str:
+    parts = [entry, *(existing or os.environ.get("PYTHONPATH", "")).split(os.pathsep)]
+    return os.pathsep.join(dict.fromkeys(p for p in parts if p))
+
+
+# ---------------------------------------------------------------------------------------------
+# Priorities and states
+
+_PRIORITY_BANDS = {band.value: band for band in PriorityBand}
+
+
+def convert_priority(priority: int) -> PriorityBand:
+    """Fray's integer priority is Iris's priority band: 0 default (interactive), 1 production,
+    2 interactive, 3 batch. ValueError for anything else."""
+    try:
+        return _PRIORITY_BANDS[priority]
+    except KeyError:
+        raise ValueError(
+            f"priority must be an Iris priority band: 0 (default), 1 (production), 2 (interactive) "
+            f"or 3 (batch); got {priority!r}"
+        ) from None
+
+
+#: How an Iris job state reads as a Fray status; any state not listed reads as PENDING.
+IRIS_TO_FRAY_STATUS: Mapping[JobState, JobStatus] = MappingProxyType(
+    {
+        JobState.PENDING: JobStatus.PENDING,
+        JobState.BUILDING: JobStatus.RUNNING,
+        JobState.RUNNING: JobStatus.RUNNING,
+        JobState.SUCCEEDED: JobStatus.SUCCEEDED,
+        JobState.FAILED: JobStatus.FAILED,
+        JobState.KILLED: JobStatus.STOPPED,
+        JobState.WORKER_FAILED: JobStatus.FAILED,
+        JobState.UNSCHEDULABLE: JobStatus.FAILED,
+    }
+)
+
+
+def fray_status(state: JobState) -> JobStatus:
+    """The Fray status of an Iris job state (`IRIS_TO_FRAY_STATUS`, else PENDING)."""
+    return IRIS_TO_FRAY_STATUS.get(state, JobStatus.PENDING)
+
+
+def retry_budget(value: int | None, *, unlimited: int) -> int:
+    """A Fray retry count as an Iris budget: None is 0, -1 is `unlimited`."""
+    if value is None:
+        return 0
+    return unlimited if value < 0 else value
