@@ -85,6 +85,7 @@ def init(
     ignore_reinit_error: bool = False,
     local_mode: bool = False,
     log_to_driver: bool | None = None,
+    cluster_config: Any = None,
     **kwargs: Any,
 ) -> RayContext:
     """Start or connect to a session and return its context.
@@ -97,6 +98,10 @@ def init(
     - inside an Iris task with no address: attach to the task's job;
     - `local_mode=True` (or FRAY_RAY_LOCAL_MODE=1): run everything in this process on threads,
       for debuggers.
+
+    `cluster_config` (fray_ray's own; a `fray_ray.cluster.ClusterConfig` or the path of a
+    JSON/TOML layout, also read from FRAY_RAY_CLUSTER_CONFIG) describes the embedded cluster's
+    hosts, e.g. simulated TPU slices or GPU hosts.
 
     Raises RuntimeError when called twice without ignore_reinit_error=True, or for an
     unknown keyword argument.
@@ -129,6 +134,7 @@ def init(
             runtime_env=runtime_env,
             local_mode=local_mode,
             log_to_driver=True if log_to_driver is None else log_to_driver,
+            cluster_config=cluster_config,
         )
         runtime_state.install(runtime)
         _context = RayContext(runtime.address_info)

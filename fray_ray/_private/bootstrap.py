@@ -46,15 +46,15 @@ def start_driver(
     runtime_env: Mapping[str, Any] | None,
     local_mode: bool,
     log_to_driver: bool,
+    cluster_config: Any = None,
 ) -> DriverRuntime:
-    capacity = _capacity(num_cpus, num_gpus, resources)
     session_name = "session-" + os.urandom(4).hex()
     if local_mode:
         from fray_ray.fray.local_backend import LocalClient
 
-        client = LocalClient(max_threads=256)
+        capacity = _capacity(num_cpus, num_gpus, resources)
         runtime = DriverRuntime(
-            client,
+            LocalClient(max_threads=256),
             capacity=capacity,
             namespace=namespace,
             session_name=session_name,
@@ -63,7 +63,113 @@ def start_driver(
             warm_executors=0,
         )
         return runtime.start()
-    raise NotImplementedError("only local_mode=True is available so far")
+
+    from fray_ray.fray import FrayIrisClient
+    from fray_ray.iris.job_info import get_job_info
+
+    address = _resolve_address(address)
+    owned: list[Any] = []
+    accelerators: dict[str, float] = {}
+    host = "127.0.0.1"
+    if address is None:
+        cluster = _start_embedded_cluster(num_gpus, cluster_config)
+        owned.append(cluster)
+        client = FrayIrisClient(cluster.address, token=cluster.token)
+        accelerators = _accelerators_of(cluster.config)
+        address = cluster.address
+    elif address == "task":
+        info = get_job_info()
+        client = FrayIrisClient.from_job_info(info)
+        host = info.advertise_host if info is not None else host
+        address = client_address(client)
+    else:
+        token = os.environ.get("FRAY_RAY_TOKEN") or os.environ.get("IRIS_AUTH_TOKEN") or None
+        client = FrayIrisClient(address, token=token)
+    capacity = _capacity(num_cpus, num_gpus if num_gpus is not None else accelerators.get("GPU"), resources)
+    for key, amount in accelerators.items():
+        if key != "GPU" and key not in capacity:
+            capacity[key] = amount
+    runtime = DriverRuntime(
+        client,
+        capacity=capacity,
+        namespace=namespace,
+        session_name=session_name,
+        log_to_driver=log_to_driver,
+        host=host,
+        owned=owned,
+        address_info=_address_info(address, session_name),
+    )
+    try:
+        return runtime.start()
+    except BaseException:
+        runtime.shutdown()
+        raise
+
+
+def client_address(client: Any) -> str:
+    return getattr(client, "controller_address", None) or getattr(client, "address", "") or ""
+
+
+def _resolve_address(address: str | None) -> str | None:
+    """None: start an embedded cluster; "task": the surrounding Iris task's; else a URL."""
+    from fray_ray.iris.job_info import get_job_info
+
+    if address == "local":
+        return None
+    if address in (None, "auto"):
+        env_address = os.environ.get("FRAY_RAY_ADDRESS") or os.environ.get("RAY_ADDRESS")
+        if env_address and env_address not in ("local", "auto"):
+            return env_address
+        if get_job_info() is not None and get_job_info().controller_address:
+            return "task"
+        if address == "auto":
+            raise ConnectionError(
+                "init(address='auto') found no cluster: set FRAY_RAY_ADDRESS (or RAY_ADDRESS), or run inside an Iris task"
+            )
+        return None
+    if address.startswith("ray://"):
+        raise ValueError(f"Ray Client addresses ({address}) are not supported; give an Iris controller address (iris://host:port)")
+    return address
+
+
+def _start_embedded_cluster(num_gpus: float | None, cluster_config: Any) -> Any:
+    from fray_ray.cluster import ClusterConfig, EmbeddedCluster, gpu_host, load_config_file
+
+    config = cluster_config
+    if config is None and os.environ.get("FRAY_RAY_CLUSTER_CONFIG"):
+        config = os.environ["FRAY_RAY_CLUSTER_CONFIG"]
+    if isinstance(config, str):
+        config = load_config_file(config)
+    if config is None:
+        workers: tuple[Any, ...] = ()
+        if num_gpus:
+            from fray_ray.cluster import cpu_worker
+
+            workers = (cpu_worker(), gpu_host("auto", int(num_gpus), worker_id="gpu-0"))
+        config = ClusterConfig(workers=workers)
+    if not isinstance(config, ClusterConfig):
+        raise TypeError(f"cluster_config must be a ClusterConfig or a path to a JSON/TOML layout, got {type(config).__name__}")
+    cluster = EmbeddedCluster(config)
+    cluster.start()
+    return cluster
+
+
+def _accelerators_of(config: Any) -> dict[str, float]:
+    """Logical resources the cluster's simulated accelerator hosts add: GPU, TPU and TPU-<v>-head."""
+    totals: dict[str, float] = {}
+    slices: dict[str, str] = {}
+    for worker in config.workers or ():
+        gpu = getattr(worker, "gpu", None)
+        if gpu is not None:
+            totals["GPU"] = totals.get("GPU", 0.0) + float(gpu.count)
+        tpu = getattr(worker, "tpu", None)
+        if tpu is not None:
+            totals["TPU"] = totals.get("TPU", 0.0) + float(tpu.chips)
+            slices[tpu.slice_name] = tpu.variant
+    for variant in slices.values():
+        if variant:
+            totals[f"TPU-{variant}-head"] = totals.get(f"TPU-{variant}-head", 0.0) + 1.0
+    return totals
 
 
 def _address_info(address: str, session_name: str) -> dict[str, Any]:
