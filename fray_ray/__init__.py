@@ -34,7 +34,15 @@ from fray_ray._private.object_ref import ObjectID, ObjectRef
 from fray_ray.actor import method
 from fray_ray.runtime_context import get_runtime_context
 
-from fray_ray import util  # noqa: E402 - `ray.util` works after `import ray`, as in Ray
+
+
+def __getattr__(name: str) -> object:
+    # `ray.util` works after `import ray`, as in Ray; loaded on first use to keep import fast.
+    if name == "util":
+        import importlib
+
+        return importlib.import_module("fray_ray.util")
+    raise AttributeError(f"module 'fray_ray' has no attribute {name!r}")
 
 __all__ = [
     "ObjectID",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 from collections.abc import Generator
 from typing import Any
@@ -92,8 +91,10 @@ class ObjectRef:
         """A concurrent.futures.Future resolving to the value (or raising its error)."""
         return runtime_state.current().object_future(self)
 
-    def as_future(self) -> asyncio.Future:
+    def as_future(self) -> Any:
         """An asyncio Future on the running loop, resolving to the value."""
+        import asyncio
+
         return asyncio.wrap_future(self.future())
 
     def __await__(self) -> Generator[Any, None, Any]:

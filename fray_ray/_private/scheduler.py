@@ -1,10 +1,12 @@
 """Task scheduling in the driver: dependencies, logical resources, warm executor pools.
 
 A task waits until its top-level ref arguments are ready, then queues in the pool for its
-resource shape. It is dispatched when the ledger has room and an idle executor of that shape
-exists; otherwise a new executor is launched (an Iris job through the Fray client), up to
-what the ledger allows. A task blocked in `get` lends its resources back, so a parent waiting
-on its children never starves them. Executors idle too long are retired.
+resource shape. An executor takes a lease on the ledger for its shape when it gets work and
+holds it while it has work; it runs one task at a time, and up to PREFETCH more wait in its
+own queue so it never idles between tasks. When no executor is idle, a new one is launched
+(an Iris job through the Fray client), up to what the ledger allows. A task blocked in `get`
+lends its lease back and its executor hands its queued tasks back, so a parent waiting on
+its children never starves them. Executors idle too long are retired.
 
 One lock guards all scheduler state. Messages to executors and Fray calls happen after it is
 released.
@@ -38,11 +40,14 @@ logger = logging.getLogger(__name__)
 IDLE_TIMEOUT_S = 30.0
 #: How often executors that have not said hello are checked on.
 STARTUP_CHECK_S = 0.5
+#: Tasks an executor may hold queued behind the one it runs (hides the round trip per task).
+PREFETCH = 2
 
 
 class TaskState(enum.Enum):
     WAITING = "waiting"  # for its arguments
     READY = "ready"  # queued for an executor
+    ASSIGNED = "assigned"  # sent to an executor, queued behind its running task
     RUNNING = "running"
     DONE = "done"
 
@@ -77,7 +82,10 @@ class ExecutorRecord:
     state: ExecutorState = ExecutorState.STARTING
     connection: Connection | None = None
     job: Any = None  # the Fray JobHandle
-    task: TaskRecord | None = None
+    #: tasks sent to it, in order; the first is running, the rest wait in its queue
+    tasks: collections.deque[TaskRecord] = field(default_factory=collections.deque)
+    #: the ledger and demand of its lease (None while it holds none)
+    lease: tuple[Ledger, dict[str, float]] | None = None
     sent_code: set[bytes] = field(default_factory=set)
     calls: int = 0
     idle_since: float = 0.0
@@ -247,12 +255,15 @@ class TaskScheduler:
                         continue
                     if idle and ledger.try_acquire(record.demand):
                         executor = idle.pop()
-                        record.state = TaskState.RUNNING
-                        record.executor = executor
-                        record.ledger = ledger
+                        executor.lease = (ledger, record.demand)
                         executor.state = ExecutorState.BUSY
-                        executor.task = record
+                        self._assign_locked(executor, record, ledger)
                         dispatches.append((executor, record))
+                        continue
+                    feeder = self._prefetch_target_locked(members, record, ledger)
+                    if feeder is not None:
+                        self._assign_locked(feeder, record, ledger)
+                        dispatches.append((feeder, record))
                         continue
                     if ledger.count_fits(record.demand, 1):
                         runnable += 1
@@ -263,7 +274,7 @@ class TaskScheduler:
                 # Tasks wait for executors: launch as many as could run now, within a cap on
                 # live processes (the ledger's CPUs plus those lent by blocked tasks).
                 starting = sum(1 for e in members if e.state is ExecutorState.STARTING)
-                blocked = sum(1 for e in members if e.task is not None and e.task.blocked)
+                blocked = sum(1 for e in members if e.tasks and e.tasks[0].blocked)
                 cap = max(1, int(self._ledger.capacity().get("CPU", 1))) + blocked
                 wanted = min(runnable, cap - (len(members) - starting)) - starting
                 for _ in range(max(0, wanted)):
@@ -276,6 +287,29 @@ class TaskScheduler:
             self._send_task(executor, record)
         for executor in launches:
             self._launch(executor)
+
+    def _assign_locked(self, executor: ExecutorRecord, record: TaskRecord, ledger: Ledger) -> None:
+        record.state = TaskState.RUNNING if not executor.tasks else TaskState.ASSIGNED
+        record.executor = executor
+        record.ledger = ledger
+        executor.tasks.append(record)
+
+    def _prefetch_target_locked(
+        self, members: list[ExecutorRecord], record: TaskRecord, ledger: Ledger
+    ) -> ExecutorRecord | None:
+        """A busy executor that can queue `record` behind its work, or None.
+
+        Only plain tasks (the session's ledger) are queued so, and not while executors of the
+        pool are still starting (they will want the work).
+        """
+        if ledger is not self._ledger or any(e.state is ExecutorState.STARTING for e in members):
+            return None
+        candidates = [
+            e for e in members
+            if e.state is ExecutorState.BUSY and e.lease is not None and 0 < len(e.tasks) <= PREFETCH
+            and not e.tasks[0].blocked
+        ]
+        return min(candidates, key=lambda e: len(e.tasks), default=None)
 
     def _launch(self, executor: ExecutorRecord) -> None:
         def launched(job: Any, error: BaseException | None) -> None:
@@ -380,20 +414,25 @@ class TaskScheduler:
                 return
             executor.state = ExecutorState.DEAD
             self._executors.pop(executor.executor_id, None)
-            record = executor.task
-            executor.task = None
+            self._release_lease_locked(executor)
+            tasks = list(executor.tasks)
+            executor.tasks.clear()
+            record = tasks[0] if tasks else None
+            # Tasks queued behind it never started: they go back to the front of the queue.
+            for queued in reversed(tasks[1:]):
+                queued.state = TaskState.READY
+                queued.executor = None
+                self._ready[queued.spec.pool].appendleft(queued)
             retry = False
             if record is not None and record.state is TaskState.RUNNING:
-                if not record.blocked:
-                    (record.ledger or self._ledger).release(record.demand)
                 record.blocked = False
                 record.executor = None
                 record.system_failures += 1
                 max_retries = record.spec.max_retries
                 retry = not record.cancelled and (max_retries < 0 or record.system_failures <= max_retries)
                 if retry:
-                    self._make_ready_locked(record)
-                    self._ready[record.spec.pool].rotate(1)  # retried work goes first
+                    record.state = TaskState.READY
+                    self._ready[record.spec.pool].appendleft(record)  # retried work goes first
                 else:
                     record.state = TaskState.DONE
             job = executor.job
@@ -412,27 +451,39 @@ class TaskScheduler:
             self._finish(record, self._error_for("system", error))
         self.schedule()
 
+    def _release_lease_locked(self, executor: ExecutorRecord) -> None:
+        if executor.lease is not None:
+            ledger, demand = executor.lease
+            ledger.release(demand)
+            executor.lease = None
+
     def task_done(self, connection: Connection, task_id: bytes, results: Sequence[SerializedValue], user_error: bool) -> None:
         with self._lock:
             executor = self._by_connection.get(connection)
             record = self._tasks.get(task_id)
-            if record is not None and record.state is TaskState.RUNNING:
-                if not record.blocked:
-                    (record.ledger or self._ledger).release(record.demand)
-                record.blocked = False
-                record.executor = None
-            if executor is not None:
-                executor.task = None
-                executor.calls += 1
-                if executor.pool.max_calls and executor.calls >= executor.pool.max_calls:
+            if executor is not None and record is not None and record in executor.tasks:
+                was_running = executor.tasks[0] is record
+                executor.tasks.remove(record)
+                if was_running:
+                    executor.calls += 1
+                    if record.blocked:  # its lease was lent out; take it back for the next task
+                        record.blocked = False
+                        if executor.lease is not None:
+                            executor.lease[0].force_acquire(executor.lease[1])
+                if executor.tasks:
+                    executor.tasks[0].state = TaskState.RUNNING
+                elif executor.pool.max_calls and executor.calls >= executor.pool.max_calls:
+                    self._release_lease_locked(executor)
                     executor.state = ExecutorState.DEAD  # it exits by itself
                     self._executors.pop(executor.executor_id, None)
                     self._by_connection.pop(connection, None)
                 else:
+                    self._release_lease_locked(executor)
                     executor.state = ExecutorState.IDLE
                     executor.idle_since = time.monotonic()
             retry = False
-            if record is not None and record.state is TaskState.RUNNING:
+            if record is not None and record.state in (TaskState.RUNNING, TaskState.ASSIGNED):
+                record.executor = None
                 if user_error and not record.cancelled and self._should_retry_exception(record, results):
                     record.user_failures += 1
                     self._make_ready_locked(record)
@@ -441,6 +492,22 @@ class TaskScheduler:
                     record.state = TaskState.DONE
         if record is not None and not retry and record.state is TaskState.DONE:
             self._finish(record, results)
+        self.schedule()
+
+    def tasks_returned(self, connection: Connection, task_ids: Sequence[bytes]) -> None:
+        """An executor handed back queued tasks it had not started: queue them again, first."""
+        with self._lock:
+            executor = self._by_connection.get(connection)
+            if executor is None:
+                return
+            for task_id in reversed(task_ids):
+                record = self._tasks.get(task_id)
+                if record is None or record not in executor.tasks or record is executor.tasks[0]:
+                    continue
+                executor.tasks.remove(record)
+                record.state = TaskState.READY
+                record.executor = None
+                self._ready[record.spec.pool].appendleft(record)
         self.schedule()
 
     def _should_retry_exception(self, record: TaskRecord, results: Sequence[SerializedValue]) -> bool:
@@ -483,15 +550,25 @@ class TaskScheduler:
     # ---- blocking inside tasks -----------------------------------------------------------
 
     def task_blocked(self, task_id: bytes | None) -> None:
-        """The task waits in `get`: lend its resources to others."""
+        """The task waits in `get`: lend its lease to others and take back its queued tasks."""
         if task_id is None:
             return
         with self._lock:
             record = self._tasks.get(task_id)
             if record is None or record.state is not TaskState.RUNNING or record.blocked:
                 return
+            executor = record.executor
+            if executor is None or executor.lease is None:
+                return
             record.blocked = True
-            (record.ledger or self._ledger).release(record.demand)
+            executor.lease[0].release(executor.lease[1])
+            queued = len(executor.tasks) > 1
+            connection = executor.connection
+        if queued and connection is not None:
+            try:
+                connection.notify("unqueue", {})
+            except ConnectionClosed:
+                pass
         self.schedule()
 
     def task_unblocked(self, task_id: bytes | None) -> None:
@@ -502,8 +579,9 @@ class TaskScheduler:
             if record is None or not record.blocked:
                 return
             record.blocked = False
-            if record.state is TaskState.RUNNING:
-                (record.ledger or self._ledger).force_acquire(record.demand)
+            executor = record.executor
+            if record.state is TaskState.RUNNING and executor is not None and executor.lease is not None:
+                executor.lease[0].force_acquire(executor.lease[1])
 
     # ---- cancel --------------------------------------------------------------------------
 
@@ -519,7 +597,7 @@ class TaskScheduler:
             if record.state in (TaskState.WAITING, TaskState.READY):
                 self._remove_queued_locked(record)
                 queued = True
-            else:
+            else:  # running, or queued on an executor: the executor drops or interrupts it
                 queued = False
                 executor = record.executor
         if queued:

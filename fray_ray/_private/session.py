@@ -66,6 +66,7 @@ class SessionService:
             "stream_ready": self._stream_ready,
             "placement_group": self._placement_group,
             "gang": self._gang,
+            "tasks_returned": self._tasks_returned,
         }
 
     @property
@@ -138,6 +139,9 @@ class SessionService:
             self._driver.gangs.task_done(connection, body["task"], results, body["user_error"])
         else:
             self._driver.scheduler.task_done(connection, body["task"], results, body["user_error"])
+
+    def _tasks_returned(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        self._driver.scheduler.tasks_returned(connection, body["tasks"])
 
     def _call_done(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
         results = unpack_values(body["results"], buffers)

@@ -8,6 +8,7 @@ ref to them is alive, so a large argument crosses the wire once per worker.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextvars
 import logging
@@ -389,33 +390,62 @@ def _rebuild_remote_error(error: RemoteError) -> BaseException:
 
 
 class Executor:
-    """Runs tasks the driver pushes, one at a time, on the thread that calls `serve()`."""
+    """Runs tasks the driver pushes, one at a time, on the thread that calls `serve()`.
+
+    Tasks wait in a local queue while one runs; the driver may take queued ones back
+    (`unqueue`, when the running task blocks) or cancel them before they start.
+    """
 
     def __init__(self, *, max_calls: int = 0, in_process: bool = False) -> None:
         self.runtime: WorkerRuntime | None = None  # set once the session is open
         self._max_calls = max_calls
         self._in_process = in_process
         self._functions: dict[bytes, Any] = {}
-        self._tasks: queue.SimpleQueue[tuple[dict[str, Any], list[bytearray]] | None] = queue.SimpleQueue()
+        self._condition = threading.Condition()  # guards _queue, _running and _exiting
+        self._queue: collections.deque[tuple[dict[str, Any], list[bytearray]]] = collections.deque()
         self._running: TaskContext | None = None
-        self._running_lock = threading.Lock()
+        self._exiting = False
         self._main_thread_id = threading.get_ident()
 
     def handlers(self) -> dict[str, Any]:
-        return {"execute": self._on_execute, "cancel": self._on_cancel, "exit": self._on_exit}
+        return {"execute": self._on_execute, "cancel": self._on_cancel, "exit": self._on_exit, "unqueue": self._on_unqueue}
 
     def _on_execute(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        self._tasks.put((body, buffers))
+        with self._condition:
+            self._queue.append((body, buffers))
+            self._condition.notify()
 
     def _on_exit(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        self._tasks.put(None)
+        with self._condition:
+            self._exiting = True
+            self._condition.notify()
+
+    def _on_unqueue(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        """Hand back every task that has not started (the running one blocked)."""
+        with self._condition:
+            returned = [item[0]["task"] for item in self._queue]
+            self._queue.clear()
+        if returned:
+            try:
+                connection.notify("tasks_returned", {"tasks": returned})
+            except ConnectionClosed:
+                pass
 
     def _on_cancel(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        with self._running_lock:
+        from fray_ray.exceptions import TaskCancelledError
+
+        with self._condition:
+            queued = next((item for item in self._queue if item[0]["task"] == body["task"]), None)
+            if queued is not None:
+                self._queue.remove(queued)
             running = self._running
-            if running is None or running.task_id != body["task"]:
+            if queued is None and (running is None or running.task_id != body["task"]):
                 return
-            running.cancelled.set()
+            if queued is None:
+                running.cancelled.set()
+        if queued is not None:
+            self._send_done(body["task"], None, TaskCancelledError(body["task"].hex()), len(queued[0]["returns"]))
+            return
         if body.get("force") and not self._in_process:
             os._exit(1)  # a forced cancel kills the worker, as in Ray
         _interrupt_thread(self._main_thread_id)
@@ -423,12 +453,17 @@ class Executor:
     def serve(self) -> None:
         """Run tasks until told to exit, the driver goes away, or max_calls is reached."""
         self._main_thread_id = threading.get_ident()
-        self.runtime.connection.add_close_callback(lambda _: self._tasks.put(None))
+        self.runtime.connection.add_close_callback(lambda _: self._on_exit(None, None, None, []))  # type: ignore[arg-type]
         calls = 0
         while True:
-            item = self._tasks.get()
-            if item is None:
-                return
+            with self._condition:
+                while not self._queue and not self._exiting:
+                    self._condition.wait()
+                if self._exiting and not self._queue:
+                    return
+                if self._exiting and self.runtime.connection.closed:
+                    return
+                item = self._queue.popleft()
             self._run(*item)
             calls += 1
             if self._max_calls and calls >= self._max_calls:
@@ -459,7 +494,7 @@ class Executor:
         )
         token = current_task.set(context)
         env_backup = _apply_env(body.get("env") or {}, restore=not self._in_process)
-        with self._running_lock:
+        with self._condition:
             self._running = context
         try:
             function = self._function(body)
@@ -495,7 +530,7 @@ class Executor:
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the owner
             results, error = None, make_task_error(exc, name)
         finally:
-            with self._running_lock:
+            with self._condition:
                 self._running = None
             _restore_env(env_backup)
             current_task.reset(token)

@@ -41,11 +41,14 @@ _READ_CHUNK = 65536
 def _load_prctl() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return libc.prctl
-    except (OSError, AttributeError):
-        return None
+    # Try the usual name first: find_library() runs ldconfig, which costs ~100 ms at import.
+    for name in ("libc.so.6", None):
+        try:
+            libc = ctypes.CDLL(name or ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            return libc.prctl
+        except (OSError, AttributeError):
+            continue
+    return None
 
 
 _prctl = _load_prctl()
