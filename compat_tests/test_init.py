@@ -14,6 +14,10 @@ import pytest
 from compat_tests._backend import exceptions, ray
 
 
+@pytest.mark.known_difference(
+    reason="fray_ray keeps init(local_mode=True): it runs everything on threads of the driver for "
+    "debuggers; Ray 2.60 removed local mode and raises RuntimeError"
+)
 def test_ray_init__invalid_keyword(shutdown_only):
     assert not ray.is_initialized()
     with pytest.raises(RuntimeError, match="not_a_keyword"):

@@ -55,6 +55,10 @@ def test_scheduling__named_strategies(ray_start_regular_shared, strategy):
     assert ray.get(_node.options(scheduling_strategy=strategy).remote()) == here
 
 
+@pytest.mark.known_difference(
+    reason="a task that asks for more than the cluster will ever have fails at once with "
+    "TaskUnschedulableError naming the resource; Ray leaves it pending forever with a warning"
+)
 def test_scheduling__infeasible_task_stays_pending(ray_start_regular_shared):
     ref = _node.options(num_cpus=1000).remote()
     with pytest.raises(exceptions.GetTimeoutError):

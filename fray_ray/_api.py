@@ -232,12 +232,12 @@ def wait(
         raise ValueError("Wait requires a list of unique ray_waitables.")
     if num_returns <= 0:
         raise ValueError("Invalid number of objects to return %d." % num_returns)
+    if not ray_waitables:
+        return [], []
     if num_returns > len(ray_waitables):
         raise ValueError(
             f"num_returns cannot be greater than the number of ray_waitables provided: {num_returns} > {len(ray_waitables)}"
         )
-    if not ray_waitables:
-        return [], []
     return runtime_state.current().wait(ray_waitables, num_returns, timeout, fetch_local)
 
 
@@ -300,14 +300,24 @@ def get_actor(name: str, namespace: str | None = None) -> Any:
 # ---- cluster -------------------------------------------------------------------------------
 
 
+def _initialized_runtime() -> Any:
+    """The runtime, for functions that, as in Ray, do not start a session themselves."""
+    from fray_ray.exceptions import RaySystemError
+
+    runtime = runtime_state.current_or_none()
+    if runtime is None:
+        raise RaySystemError("Ray has not been started yet. You can start Ray with 'ray.init()'.")
+    return runtime
+
+
 def cluster_resources() -> dict[str, float]:
-    """Total logical resources of the session."""
-    return runtime_state.current().cluster_resources()
+    """Total logical resources of the session (RaySystemError before init)."""
+    return _initialized_runtime().cluster_resources()
 
 
 def available_resources() -> dict[str, float]:
-    """Free logical resources; resources with nothing free are left out."""
-    return runtime_state.current().available_resources()
+    """Free logical resources; resources with nothing free are left out (RaySystemError before init)."""
+    return _initialized_runtime().available_resources()
 
 
 def nodes() -> list[dict[str, Any]]:

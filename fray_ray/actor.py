@@ -148,6 +148,10 @@ class ActorClass:
                 pass
         elif args or kwargs:
             raise TypeError(f"{self._cls.__name__}() takes no arguments")
+        if options.get("name") == "":
+            raise ValueError("Actor name cannot be an empty string.")
+        if options.get("namespace") == "":
+            raise ValueError('"" is not a valid namespace. Pass None to not specify a namespace.')
         runtime = runtime_state.current()
         resources = dict(options.get("resources") or {})
         num_cpus = options.get("num_cpus")

@@ -13,14 +13,12 @@ __all__ = ["RuntimeContext", "get_runtime_context"]
 
 
 def _require_init() -> Any:
-    runtime = runtime_state.current_or_none()
-    if runtime is None:
-        raise AssertionError("Ray has not been initialized yet. Please call ray.init() first.")
-    return runtime
+    """The runtime; as in Ray 2.60, asking the runtime context starts a session if needed."""
+    return runtime_state.current()
 
 
 class RuntimeContext:
-    """A view of the current process's place in the session. Never starts a session itself."""
+    """A view of the current process's place in the session (reading it auto-initialises)."""
 
     def _info(self) -> dict[str, Any]:
         return _require_init().context_info()
@@ -53,7 +51,9 @@ class RuntimeContext:
         return None if actor_id is None else actor_id.hex()
 
     def get_actor_name(self) -> str | None:
-        return self._info()["actor_name"] if self._info()["actor_id"] is not None else None
+        """The actor's name ("" for an unnamed actor); None outside an actor."""
+        info = self._info()
+        return (info.get("actor_given_name") or "") if info["actor_id"] is not None else None
 
     def get_task_name(self) -> str | None:
         return self._info()["task_name"]
@@ -139,5 +139,6 @@ _context = RuntimeContext()
 
 
 def get_runtime_context() -> RuntimeContext:
-    """The runtime context of this process; it does not initialise a session."""
+    """The runtime context of this process; as in Ray 2.60, this starts a session if none runs."""
+    runtime_state.current()
     return _context

@@ -57,6 +57,7 @@ class RayActorHost:
         self._instance: Any = None
         self._handle: Any = None
         self._placement_group: str | None = None
+        self._given_name: str | None = None
         self._resources: Mapping[str, float] = {}
         self._class_name = "Actor"
         self._is_async = False
@@ -75,14 +76,14 @@ class RayActorHost:
             session_address, token, {"kind": "actor", "id": actor_id}, handlers, on_runtime=self._set_runtime
         )
         self._runtime.connection.add_close_callback(lambda _: self._stop())
-        if in_process:
-            self._context_token = None
-        else:
-            runtime_state.install(self._runtime)
-            forward_output(self._runtime)
 
     def _set_runtime(self, runtime: WorkerRuntime) -> None:
+        """Runs before any message is handled: the constructor's arguments (which may hold
+        refs and handles) must be unpickled with this runtime in place."""
         self._runtime = runtime
+        if not self._in_process:
+            runtime_state.install(runtime)
+            forward_output(runtime)
 
     # ---- creation ------------------------------------------------------------------------
 
@@ -90,6 +91,7 @@ class RayActorHost:
         options = body["options"]
         self._class_name = body["class_name"]
         self._placement_group = body.get("placement_group")
+        self._given_name = options.get("name")
         self._resources = body.get("resources") or {}
         from fray_ray.actor import ActorHandle
 
@@ -114,7 +116,8 @@ class RayActorHost:
     def _create(self, body: Mapping[str, Any], arguments: SerializedValue) -> None:
         context = TaskContext(task_id=None, function_name=f"{self._class_name}.__init__", actor_id=self._actor_id,
                               actor_name=self._class_name, resources=self._resources,
-                              actor_handle=self._handle, placement_group_id=self._placement_group)
+                              actor_handle=self._handle, placement_group_id=self._placement_group,
+                              actor_given_name=self._given_name)
         token = current_task.set(context)
         runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
         try:
@@ -186,7 +189,7 @@ class RayActorHost:
         return TaskContext(
             task_id=body["call"], function_name=f"{self._class_name}.{body['method']}", actor_id=self._actor_id,
             actor_name=self._class_name, actor_handle=self._handle, resources=self._resources,
-            placement_group_id=self._placement_group,
+            placement_group_id=self._placement_group, actor_given_name=self._given_name,
         )
 
     def _on_cancel(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:

@@ -186,6 +186,7 @@ class ActorManager:
             "resources": spec.shape.as_dict(),
             "placement_group": record.placement_group,
             "options": {
+                "name": spec.name,
                 "is_async": spec.is_async,
                 "max_concurrency": spec.max_concurrency,
                 "concurrency_groups": dict(spec.concurrency_groups),

@@ -112,6 +112,7 @@ class DriverRuntime:
         self.objects.foreign = _ReferenceRouter(self.actors, self.streams)
         self._flush_timer = None
         self._warm_executors = warm_executors
+        self.address_info["node_id"] = self.node_id.hex()
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -525,6 +526,7 @@ class DriverRuntime:
             "task_name": None,
             "actor_id": None,
             "actor_name": None,
+            "actor_given_name": None,
             "resources": {},
             "placement_group_id": None,
             "cancelled": False,

@@ -58,6 +58,7 @@ class TaskContext:
     cancelled: threading.Event = field(default_factory=threading.Event)
     placement_group_id: str | None = None
     actor_handle: Any = None
+    actor_given_name: str | None = None  # the name a named actor was created with
 
 
 current_task: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar("fray_ray_task", default=None)
@@ -352,6 +353,7 @@ class WorkerRuntime:
             "task_name": context.function_name if context else None,
             "actor_id": context.actor_id if context else None,
             "actor_name": context.actor_name if context else None,
+            "actor_given_name": context.actor_given_name if context else None,
             "resources": dict(context.resources) if context else {},
             "placement_group_id": context.placement_group_id if context else None,
             "cancelled": context.cancelled.is_set() if context else False,

@@ -303,7 +303,15 @@ def _report_and_exit(exc: BaseException, kind: str) -> None:
 
 
 def _exit(code: int) -> None:
-    # os._exit: threads the actor started must not keep a finished replica alive.
+    # os._exit: threads the actor started must not keep a finished replica alive. A clean end
+    # still runs the atexit handlers first, as a normal interpreter exit would.
+    if code == 0:
+        import atexit
+
+        try:
+            atexit._run_exitfuncs()
+        except Exception:  # noqa: BLE001 - a failing handler must not turn a clean exit into a crash
+            pass
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
