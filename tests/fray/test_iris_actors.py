@@ -440,9 +440,10 @@ def test_fail_restarts_the_replica_with_fresh_state(iris: FrayIrisClient, eventu
     eventually(lambda: _try(actor.pid) not in (None, first_pid), "the replica to restart")
     assert actor.bump() == 1  # a new process: fresh state
     actor.die()  # the restart budget is spent: the group ends
+    # die() answers before the replica exits; until then wait_ready could still see it serving.
+    eventually(group.is_done, "the group to end")
     with pytest.raises(RuntimeError, match="lost my marbles"):
         group.wait_ready(timeout=DEADLINE)
-    eventually(group.is_done, "the group to end")
     assert group.status() is JobStatus.FAILED
 
 
