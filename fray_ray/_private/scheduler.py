@@ -226,67 +226,89 @@ class TaskScheduler:
             if self._closed:
                 return
             for pool, queue in self._ready.items():
-                if not queue:
-                    continue
-                members = [e for e in self._executors.values() if e.pool == pool]
-                idle = [e for e in members if e.state is ExecutorState.IDLE]
-                waiting: collections.deque[TaskRecord] = collections.deque()
-                runnable = 0
-                while queue:
-                    record = queue.popleft()
-                    ledger = self._ledger_for(record)
-                    if ledger is None:
-                        if _placement_of(record.spec) and self._placement_groups.is_removed(_placement_of(record.spec)[0]):
-                            from fray_ray.exceptions import TaskPlacementGroupRemoved
-
-                            record.state = TaskState.DONE
-                            failures.append((record, TaskPlacementGroupRemoved()))
-                            continue
-                        waiting.append(record)  # its placement group is not placed yet
-                        continue
-                    problem = ledger.infeasible(record.demand) if ledger is not self._ledger else None
-                    if problem:
-                        from fray_ray.exceptions import TaskUnschedulableError
-
-                        record.state = TaskState.DONE
-                        failures.append((record, TaskUnschedulableError(
-                            f"Task {record.spec.name} cannot run in its placement group bundle: it asks for {problem}."
-                        )))
-                        continue
-                    if idle and ledger.try_acquire(record.demand):
-                        executor = idle.pop()
-                        executor.lease = (ledger, record.demand)
-                        executor.state = ExecutorState.BUSY
-                        self._assign_locked(executor, record, ledger)
-                        dispatches.append((executor, record))
-                        continue
-                    feeder = self._prefetch_target_locked(members, record, ledger)
-                    if feeder is not None:
-                        self._assign_locked(feeder, record, ledger)
-                        dispatches.append((feeder, record))
-                        continue
-                    if ledger.count_fits(record.demand, 1):
-                        runnable += 1
-                    waiting.append(record)
-                queue.extend(waiting)
-                if not runnable or idle:
-                    continue
-                # Tasks wait for executors: launch as many as could run now, within a cap on
-                # live processes (the ledger's CPUs plus those lent by blocked tasks).
-                starting = sum(1 for e in members if e.state is ExecutorState.STARTING)
-                blocked = sum(1 for e in members if e.tasks and e.tasks[0].blocked)
-                cap = max(1, int(self._ledger.capacity().get("CPU", 1))) + blocked
-                wanted = min(runnable, cap - (len(members) - starting)) - starting
-                for _ in range(max(0, wanted)):
-                    executor = ExecutorRecord(uuid.uuid4().bytes, pool)
-                    self._executors[executor.executor_id] = executor
-                    launches.append(executor)
+                if queue:
+                    launches += self._schedule_pool_locked(pool, queue, dispatches, failures)
         for record, error in failures:
             self._finish(record, self._error_for("system", error))
         for executor, record in dispatches:
             self._send_task(executor, record)
         for executor in launches:
             self._launch(executor)
+
+    def _schedule_pool_locked(
+        self,
+        pool: PoolKey,
+        queue: collections.deque[TaskRecord],
+        dispatches: list[tuple[ExecutorRecord, TaskRecord]],
+        failures: list[tuple[TaskRecord, BaseException]],
+    ) -> list[ExecutorRecord]:
+        """Assign a pool's ready tasks to its executors; returns executors to launch.
+
+        The scan stops as soon as no executor can take more work, so a long queue costs
+        nothing per event (the cost of scheduling stays linear in the number of tasks).
+        """
+        members = [e for e in self._executors.values() if e.pool == pool]
+        idle = [e for e in members if e.state is ExecutorState.IDLE]
+        starting = sum(1 for e in members if e.state is ExecutorState.STARTING)
+        prefetch_slots = 0 if starting else sum(
+            PREFETCH + 1 - len(e.tasks)
+            for e in members
+            if e.state is ExecutorState.BUSY and e.lease is not None and e.tasks and not e.tasks[0].blocked
+        )
+        set_aside: list[TaskRecord] = []  # scanned but not placeable now; they keep their place
+        while queue and (idle or prefetch_slots > 0):
+            record = queue.popleft()
+            ledger = self._ledger_for(record)
+            if ledger is None:
+                placement = _placement_of(record.spec)
+                if placement and self._placement_groups.is_removed(placement[0]):
+                    from fray_ray.exceptions import TaskPlacementGroupRemoved
+
+                    record.state = TaskState.DONE
+                    failures.append((record, TaskPlacementGroupRemoved()))
+                    continue
+                set_aside.append(record)  # its placement group is not placed yet
+                continue
+            problem = ledger.infeasible(record.demand) if ledger is not self._ledger else None
+            if problem:
+                from fray_ray.exceptions import TaskUnschedulableError
+
+                record.state = TaskState.DONE
+                failures.append((record, TaskUnschedulableError(
+                    f"Task {record.spec.name} cannot run in its placement group bundle: it asks for {problem}."
+                )))
+                continue
+            if idle and ledger.try_acquire(record.demand):
+                executor = idle.pop()
+                executor.lease = (ledger, record.demand)
+                executor.state = ExecutorState.BUSY
+                self._assign_locked(executor, record, ledger)
+                dispatches.append((executor, record))
+                continue
+            feeder = self._prefetch_target_locked(members, record, ledger) if prefetch_slots > 0 else None
+            if feeder is not None:
+                self._assign_locked(feeder, record, ledger)
+                dispatches.append((feeder, record))
+                prefetch_slots -= 1
+                continue
+            set_aside.append(record)
+            if ledger is self._ledger:
+                break  # the session's ledger is full: the rest of the pool (same shape) waits too
+        queue.extendleft(reversed(set_aside))
+        if not queue or idle:
+            return []
+        # Tasks wait for executors: launch as many as could run now, within a cap on live
+        # processes (the ledger's CPUs plus those lent by blocked tasks).
+        runnable = self._ledger.count_fits(queue[0].demand, len(queue))
+        blocked = sum(1 for e in members if e.tasks and e.tasks[0].blocked)
+        cap = max(1, int(self._ledger.capacity().get("CPU", 1))) + blocked
+        wanted = min(runnable, cap - (len(members) - starting)) - starting
+        launches = []
+        for _ in range(max(0, wanted)):
+            executor = ExecutorRecord(uuid.uuid4().bytes, pool)
+            self._executors[executor.executor_id] = executor
+            launches.append(executor)
+        return launches
 
     def _assign_locked(self, executor: ExecutorRecord, record: TaskRecord, ledger: Ledger) -> None:
         record.state = TaskState.RUNNING if not executor.tasks else TaskState.ASSIGNED
