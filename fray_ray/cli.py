@@ -55,11 +55,28 @@ def run_script(script: str, args: Sequence[str]) -> int:
     return 0
 
 
+def _layout(tpus: Sequence[str], gpus: Sequence[str]) -> dict:
+    """An embedded-cluster layout with simulated accelerator hosts, from --tpu/--gpu flags."""
+    workers: list[dict] = [{"kind": "cpu"}]
+    for index, spec in enumerate(tpus):
+        variant, _, name = spec.partition(":")
+        workers.append({"kind": "tpu", "variant": variant, "name": name or f"tpu-{index}"})
+    for index, spec in enumerate(gpus):
+        variant, count, hosts, *rest = (spec.split(":") + ["", "", ""])[:4]
+        workers.append({"kind": "gpu", "variant": variant, "count": int(count or 8), "hosts": int(hosts or 1),
+                        "pool": rest[0] or f"gpu-{index}"})
+    return {"workers": workers}
+
+
 def _cmd_run(options: argparse.Namespace) -> int:
+    import json
+
     if options.address:
         os.environ["FRAY_RAY_ADDRESS"] = options.address
     if options.local_mode:
         os.environ["FRAY_RAY_LOCAL_MODE"] = "1"
+    if options.tpu or options.gpu:
+        os.environ["FRAY_RAY_CLUSTER_CONFIG"] = json.dumps(_layout(options.tpu, options.gpu))
     return run_script(options.script, options.args)
 
 
@@ -149,6 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run an unmodified Ray script on fray_ray")
     run.add_argument("--address", help="use this cluster instead of starting an embedded one")
     run.add_argument("--local-mode", action="store_true", help="run everything in this process (for debuggers)")
+    run.add_argument("--tpu", action="append", default=[], metavar="VARIANT[:NAME]",
+                     help="give the embedded cluster a simulated TPU slice, e.g. v5p-16 (repeatable)")
+    run.add_argument("--gpu", action="append", default=[], metavar="VARIANT:COUNT[:HOSTS[:POOL]]",
+                     help="give the embedded cluster simulated GPU hosts, e.g. H100:8:2 (repeatable)")
     run.add_argument("script")
     run.add_argument("args", nargs=argparse.REMAINDER)
 

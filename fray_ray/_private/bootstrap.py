@@ -133,13 +133,15 @@ def _resolve_address(address: str | None) -> str | None:
 
 
 def _start_embedded_cluster(num_gpus: float | None, cluster_config: Any) -> Any:
-    from fray_ray.cluster import ClusterConfig, EmbeddedCluster, gpu_host, load_config_file
+    import json
+
+    from fray_ray.cluster import ClusterConfig, EmbeddedCluster, config_from_mapping, gpu_host, load_config_file
 
     config = cluster_config
     if config is None and os.environ.get("FRAY_RAY_CLUSTER_CONFIG"):
-        config = os.environ["FRAY_RAY_CLUSTER_CONFIG"]
+        config = os.environ["FRAY_RAY_CLUSTER_CONFIG"]  # a layout file, or the layout as JSON
     if isinstance(config, str):
-        config = load_config_file(config)
+        config = config_from_mapping(json.loads(config)) if config.lstrip().startswith("{") else load_config_file(config)
     if config is None:
         workers: tuple[Any, ...] = ()
         if num_gpus:

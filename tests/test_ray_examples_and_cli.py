@@ -1,0 +1,102 @@
+"""The examples run as a user runs them, and the fray-ray command works end to end."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT = 240
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_hello_example() -> None:
+    result = run("examples/hello.py")
+    assert result.returncode == 0, result.stderr
+    assert "sum of squares: 285" in result.stdout
+
+
+def test_multihost_training_example_runs_unmodified_through_fray_ray_run() -> None:
+    result = run("-m", "fray_ray", "run", "--tpu", "v5p-16", "examples/multihost_training.py")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("step ")]
+    assert len(lines) == 3
+    assert all("2 hosts ran, reports from hosts [0, 1]" in line for line in lines)
+    losses = [float(line.rsplit(" ", 1)[1]) for line in lines]
+    assert losses[0] > losses[1] > losses[2]  # the coordinator's averaged updates train the model
+
+
+def test_run_makes_import_ray_mean_fray_ray(tmp_path: Path) -> None:
+    script = tmp_path / "uses_ray.py"
+    script.write_text(
+        "import sys\n"
+        "import ray\n"
+        "from ray.util import ActorPool\n"
+        "ray.init(num_cpus=1)\n"
+        "@ray.remote\n"
+        "def twice(x):\n"
+        "    return 2 * x\n"
+        "print(ray.__name__, ray.get(twice.remote(sys.argv[1] + '!')))\n"
+        "ray.shutdown()\n"
+    )
+    result = run("-m", "fray_ray", "run", str(script), "hey")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("fray_ray hey!hey!")
+
+
+def test_run_reports_the_scripts_exit_code(tmp_path: Path) -> None:
+    script = tmp_path / "fails.py"
+    script.write_text("import sys\nsys.exit(3)\n")
+    assert run("-m", "fray_ray", "run", str(script)).returncode == 3
+
+
+def test_status_jobs_logs_and_stop_against_a_cluster() -> None:
+    from fray_ray.cluster import ClusterConfig, EmbeddedCluster, cpu_worker
+    from fray_ray.iris.entrypoint import command_entrypoint
+    from fray_ray.iris.names import JobName
+    from fray_ray.iris.types import JobSpec, ResourceSpec
+
+    with EmbeddedCluster(ClusterConfig(workers=(cpu_worker(cpu=2),))) as cluster:
+        env = {"FRAY_RAY_ADDRESS": cluster.address, "FRAY_RAY_TOKEN": cluster.token}
+        with cluster.client() as controller:
+            job_id = controller.launch_job(JobSpec(
+                JobName.root("cli", "echoes"),
+                command_entrypoint(["bash", "-c", "echo from-the-job; sleep 60"]),
+                resources=ResourceSpec(cpu_millicores=100, memory_bytes=1 << 20),
+            ))
+            status = run("-m", "fray_ray", "status", env=env)
+            assert status.returncode == 0 and "healthy" in status.stdout
+            jobs = run("-m", "fray_ray", "jobs", env=env)
+            assert job_id in jobs.stdout
+            deadline_logs = ""
+            for _ in range(200):
+                deadline_logs = run("-m", "fray_ray", "logs", job_id, env=env).stdout
+                if "from-the-job" in deadline_logs:
+                    break
+            assert "from-the-job" in deadline_logs
+            stop = run("-m", "fray_ray", "stop", job_id, env=env)
+            assert stop.returncode == 0
+            assert controller.job_state(job_id).name == "KILLED"
+
+
+def test_commands_without_an_address_say_so() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("FRAY_RAY_ADDRESS", "RAY_ADDRESS")}
+    result = subprocess.run([sys.executable, "-m", "fray_ray", "jobs"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=TIMEOUT, env=env)
+    assert result.returncode != 0 and "no cluster address" in result.stderr
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1"])
+def test_commands_against_nothing_listening_fail_clearly(address: str) -> None:
+    result = run("-m", "fray_ray", "status", "--address", address)
+    assert result.returncode == 1 and "no controller answers" in result.stdout
