@@ -152,9 +152,12 @@ class ActorClass:
             raise ValueError("Actor name cannot be an empty string.")
         if options.get("namespace") == "":
             raise ValueError('"" is not a valid namespace. Pass None to not specify a namespace.')
+        from fray_ray._private.gangs import shape_for
+
         runtime = runtime_state.current()
         resources = dict(options.get("resources") or {})
         num_cpus = options.get("num_cpus")
+        gang = shape_for(options)
         spec = ActorCreationSpec(
             actor_id=ids.new_actor_id(),
             cls=self._code_blob(),
@@ -179,7 +182,14 @@ class ActorClass:
             env_vars=dict((options.get("runtime_env") or {}).get("env_vars") or {}),
             scheduling_strategy=options.get("scheduling_strategy"),
             accelerator=options.get("accelerator_type"),
+            gang=gang,
         )
+        if gang is not None:
+            spec.shape = ResourceShape(cpu=0.0)  # the slice's hosts are the resource, not ledger CPUs
+            member_ids = runtime.create_actor(spec)
+            # One actor per host, in host order (a single handle for a one-host slice).
+            handles = [ActorHandle(i, self._cls.__name__, self._methods, self._is_async) for i in member_ids]
+            return handles if len(handles) > 1 else handles[0]
         actor_id = runtime.create_actor(spec)
         if actor_id != spec.actor_id:  # get_if_exists found a live actor
             info = runtime.get_named_actor(spec.name, spec.namespace)

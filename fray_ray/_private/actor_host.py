@@ -45,15 +45,20 @@ class ActorExit(BaseException):
 class RayActorHost:
     """Hosts one Ray actor. Constructed by the Fray backend inside the actor's job."""
 
-    def __init__(self, session_address: str, token: str, actor_id: bytes, in_process: bool = False) -> None:
+    def __init__(
+        self, session_address: str, token: str, actor_id: bytes, in_process: bool = False, gang: bool = False
+    ) -> None:
+        """`gang`: this host is one member of a gang of actors; its id follows from its index."""
+        from fray_ray._private.task_spec import gang_member_id
         from fray_ray.fray import current_actor
 
-        self._actor_id = actor_id
         self._in_process = in_process
         try:
             self._fray_context = current_actor()
         except RuntimeError:
             self._fray_context = None
+        index = self._fray_context.index if self._fray_context is not None else 0
+        self._actor_id = gang_member_id(actor_id, index) if gang else actor_id
         self._instance: Any = None
         self._handle: Any = None
         self._placement_group: str | None = None
@@ -73,7 +78,7 @@ class RayActorHost:
         self._cancelled: set[bytes] = set()
         self._running: dict[bytes, Any] = {}  # call id -> TaskContext or asyncio.Task
         self._runtime: WorkerRuntime = open_session(
-            session_address, token, {"kind": "actor", "id": actor_id}, handlers, on_runtime=self._set_runtime
+            session_address, token, {"kind": "actor", "id": self._actor_id}, handlers, on_runtime=self._set_runtime
         )
         self._runtime.connection.add_close_callback(lambda _: self._stop())
 

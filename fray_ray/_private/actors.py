@@ -147,6 +147,43 @@ class ActorManager:
         )
         return spec.actor_id
 
+    def create_gang(self, spec: ActorCreationSpec) -> list[bytes]:
+        """One actor per host of a TPU slice, placed together: returns their ids in host order."""
+        import dataclasses
+
+        from fray_ray._private.task_spec import gang_member_id
+
+        if spec.name:
+            raise ValueError("A gang of actors (tpu=...) cannot be named; name a coordinator actor instead.")
+        gang = spec.gang
+        if gang.slices != 1:
+            raise ValueError("Actor gangs span one TPU slice; use num_slices with remote functions.")
+        members = [dataclasses.replace(spec, actor_id=gang_member_id(spec.actor_id, i), gang=None) for i in range(gang.size)]
+        records = [ActorRecord(member) for member in members]
+        with self._lock:
+            for record in records:
+                record.ledger = self._ledger
+                self._actors[record.spec.actor_id] = record
+        for record in records:
+            self._objects.incref(record.spec.arguments.value.contained_refs)
+        group_name = f"{self._session_id}-{spec.class_name}-gang-{spec.actor_id.hex()[:8]}"
+        group_name = "".join(c if c.isalnum() or c in "-_." else "-" for c in group_name)
+
+        def launched(group: Any, error: BaseException | None) -> None:
+            if error is not None:
+                for record in records:
+                    self._mark_dead(record, self._death_error(record, "process_died", f"the gang could not start: {error}"))
+                return
+            with self._lock:
+                for record in records:
+                    record.group = group
+
+        self._launcher.launch_actor(
+            spec.actor_id, group_name, spec.shape, env_vars=spec.env_vars, max_restarts=spec.max_restarts,
+            accelerator=None, callback=launched, gang=gang,
+        )
+        return [record.spec.actor_id for record in records]
+
     def host_connected(self, actor_id: bytes, connection: Connection, pid: int | None) -> bool:
         """A host said hello: send it the class and every queued call, in order."""
         with self._lock:

@@ -384,8 +384,11 @@ class DriverRuntime:
     def release_gang(self, gang_id: bytes) -> None:
         self.gang("release", gang_id=gang_id)
 
-    def create_actor(self, spec: ActorCreationSpec) -> bytes:
+    def create_actor(self, spec: ActorCreationSpec) -> bytes | list[bytes]:
+        """An actor's id; for a gang (spec.gang), the members' ids in host order."""
         self.references.flush()
+        if spec.gang is not None:
+            return self.actors.create_gang(spec)
         return self.actors.create(spec)
 
     def submit_actor_call(self, spec: ActorCallSpec) -> list[Any]:

@@ -90,8 +90,18 @@ class WorkerLauncher:
         max_restarts: int,
         accelerator: str | None,
         callback: LaunchCallback,
+        gang: Any = None,
     ) -> None:
+        """One actor (a Fray group of one), or a gang's members on one TPU slice (`gang`)."""
         from fray_ray._private.actor_host import RayActorHost
+        from fray_ray.fray import ResourceConfig
+
+        if gang is not None:
+            resources = ResourceConfig.with_tpu(gang.tpu, cpu=0, ram="256m", disk="0")
+            count = gang.hosts
+        else:
+            resources = resource_config(shape, accelerator)
+            count = 1
 
         def create() -> Any:
             return self._client.create_actor_group(
@@ -100,9 +110,10 @@ class WorkerLauncher:
                 self._token,
                 actor_id,
                 self.in_process,
+                gang is not None,
                 name=group_name,
-                count=1,
-                resources=resource_config(shape, accelerator),
+                count=count,
+                resources=resources,
                 environment=self._environment(env_vars),
                 actor_config=ActorConfig(
                     max_concurrency=1_000_000,

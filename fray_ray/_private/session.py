@@ -246,7 +246,7 @@ class SessionService:
         assert message_id is not None
         spec = unpack_spec(body, buffers)
         try:
-            actor_id = self._driver.actors.create(spec)
+            actor_id = self._driver.create_actor(spec)
         except ValueError as exc:
             connection.reply_error(message_id, type(exc).__name__, str(exc))
             return

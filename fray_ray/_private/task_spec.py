@@ -112,6 +112,13 @@ class ActorCreationSpec:
     env_vars: Mapping[str, str] = field(default_factory=dict)
     scheduling_strategy: Any = None
     accelerator: str | None = None
+    #: a gang of actors, one per host of a TPU slice (a GangShape); its members' ids follow
+    gang: Any = None
+
+
+def gang_member_id(base: bytes, index: int) -> bytes:
+    """The actor id of member `index` of a gang whose ids derive from `base`."""
+    return base[:-2] + index.to_bytes(2, "big")
 
 
 @dataclass

@@ -105,3 +105,25 @@ def test_when_one_host_dies_the_whole_gang_is_retried(tmp_path) -> None:
     refs = fail_first_attempt_on_host_one.options(tpu="v5p-16").remote(str(tmp_path))
     assert ray.get(refs, timeout=180) == ["host 0 ok", "host 1 ok"]
     assert (tmp_path / "host-1-died").exists()
+
+
+@ray.remote
+class SliceHost:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def where(self) -> tuple[str | None, str | None, int]:
+        self.calls += 1
+        return os.environ.get("TPU_WORKER_ID"), tpu.get_current_pod_name(), self.calls
+
+
+def test_an_actor_class_with_a_tpu_option_is_one_actor_per_host() -> None:
+    hosts = SliceHost.options(tpu="v5p-16").remote()
+    assert isinstance(hosts, list) and len(hosts) == 2
+    first = ray.get([h.where.remote() for h in hosts], timeout=120)
+    second = ray.get([h.where.remote() for h in hosts], timeout=120)
+    assert [w for w, _, _ in first] == ["0", "1"]
+    assert first[0][1] == first[1][1]  # both on the same slice
+    assert [c for _, _, c in second] == [2, 2]  # each host keeps its own state
+    for host in hosts:
+        ray.kill(host)
