@@ -63,6 +63,7 @@ class RayActorHost:
         self._handle: Any = None
         self._placement_group: str | None = None
         self._given_name: str | None = None
+        self._methods_blob = b""
         self._resources: Mapping[str, float] = {}
         self._class_name = "Actor"
         self._is_async = False
@@ -80,7 +81,8 @@ class RayActorHost:
         self._runtime: WorkerRuntime = open_session(
             session_address, token, {"kind": "actor", "id": self._actor_id}, handlers, on_runtime=self._set_runtime
         )
-        self._runtime.connection.add_close_callback(lambda _: self._stop())
+        self._detached = False
+        self._runtime.connection.add_close_callback(lambda _: self._session_lost())
 
     def _set_runtime(self, runtime: WorkerRuntime) -> None:
         """Runs before any message is handled: the constructor's arguments (which may hold
@@ -97,6 +99,8 @@ class RayActorHost:
         self._class_name = body["class_name"]
         self._placement_group = body.get("placement_group")
         self._given_name = options.get("name")
+        self._detached = bool(options.get("detached"))
+        self._methods_blob = body["methods"]
         self._resources = body.get("resources") or {}
         from fray_ray.actor import ActorHandle
 
@@ -377,6 +381,22 @@ class RayActorHost:
     def ping(self) -> bool:
         """True once the instance exists (for health checks)."""
         return self._created.is_set() and self._creation_error is None
+
+    def describe(self) -> dict[str, Any]:
+        """What another driver needs to make a handle: class name, method table, async-ness."""
+        self._created.wait()
+        if self._creation_error is not None:
+            raise _creation_failed(self._class_name)
+        return {"class_name": self._class_name, "methods": self._methods_blob, "is_async": self._is_async}
+
+    def kill(self, restart: bool = False) -> None:
+        """End the actor's process shortly after answering (ray.kill from another driver)."""
+        threading.Timer(0.05, os._exit, args=(1 if restart else 0,)).start()
+
+    def _session_lost(self) -> None:
+        """The creating driver went away: a detached actor keeps serving other drivers."""
+        if not self._detached:
+            self._stop()
 
 
 class _GroupLoop:

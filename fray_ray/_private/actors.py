@@ -53,6 +53,8 @@ class ActorRecord:
     killed: bool = False
     #: where the actor's resources come from (the session's ledger or a bundle's)
     ledger: Ledger | None = None
+    #: a named actor another driver created: calls go over ActorService, in order
+    remote: _RemoteActor | None = None
     placement_group: str | None = None
     #: held while sending to the host, so calls leave in the order they were accepted
     send_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -108,6 +110,18 @@ class ActorManager:
                         f"The name {spec.name} (namespace={namespace}) is already taken. Please use a different name "
                         "or get the existing actor using ray.get_actor('{spec.name}', namespace='{namespace}')"
                     )
+        if spec.name:
+            # Another driver of the cluster may hold the name.
+            found = self._launcher.lookup_named(namespace, spec.name)
+            if found is not None:
+                if spec.get_if_exists:
+                    return self._adopt_remote(namespace, spec.name, *found)
+                raise ActorAlreadyExistsError(
+                    f"The name {spec.name} (namespace={namespace}) is already taken by an actor of another "
+                    f"driver. Please use a different name or get the existing actor using "
+                    f"ray.get_actor('{spec.name}', namespace='{namespace}')"
+                )
+        with self._lock:
             record = ActorRecord(spec)
             self._actors[spec.actor_id] = record
             if spec.name:
@@ -123,8 +137,11 @@ class ActorManager:
                 record.ledger = found[0]
             record.placement_group = group.id.hex()
         record.ledger.force_acquire(spec.shape.as_dict())
-        group_name = f"{self._session_id}-{(spec.name or spec.class_name)}-{spec.actor_id.hex()[:8]}"
-        group_name = "".join(c if c.isalnum() or c in "-_." else "-" for c in group_name)
+        if spec.name:
+            group_name = self._launcher.named_group(namespace, spec.name)  # findable from other drivers
+        else:
+            group_name = f"{self._session_id}-{spec.class_name}-{spec.actor_id.hex()[:8]}"
+            group_name = "".join(c if c.isalnum() or c in "-_." else "-" for c in group_name)
 
         def launched(group: Any, error: BaseException | None) -> None:
             if error is not None:
@@ -224,6 +241,7 @@ class ActorManager:
             "placement_group": record.placement_group,
             "options": {
                 "name": spec.name,
+                "detached": spec.detached,
                 "is_async": spec.is_async,
                 "max_concurrency": spec.max_concurrency,
                 "concurrency_groups": dict(spec.concurrency_groups),
@@ -286,6 +304,9 @@ class ActorManager:
                 death = None
         if death is not None:
             self._fail_call(call, death)
+            return
+        if record.remote is not None:
+            record.remote.submit(call)
             return
         with record.send_lock:
             with self._lock:
@@ -398,6 +419,26 @@ class ActorManager:
         for record in retire:
             self._mark_dead(record, self._death_error(record, "out_of_scope"), terminate=True)
 
+    def complete_remote_call(self, call: ActorCallSpec, results: Sequence[SerializedValue]) -> None:
+        self._complete_call(call, results)
+
+    def resolve_values(self, object_ids: Sequence[bytes]) -> dict[bytes, Any]:
+        """Wait for this session's objects and return their values (raising their errors)."""
+        from fray_ray._private.serialization import deserialize
+
+        out = {}
+        for object_id in object_ids:
+            event = threading.Event()
+            self._objects.add_done_callback(object_id, lambda _oid, e=event: e.set())
+            event.wait()
+            value = self._objects.value(object_id)
+            if value is None:
+                raise RuntimeError(f"object {object_id.hex()} was freed before it could be sent")
+            if value.is_error:
+                raise deserialize(value)
+            out[object_id] = deserialize(value)
+        return out
+
     def _complete_call(self, call: ActorCallSpec, results: SerializedValue | Sequence[SerializedValue]) -> None:
         if call.num_returns == "streaming":
             error = results if isinstance(results, SerializedValue) else next((r for r in results if r.is_error), None)
@@ -492,6 +533,11 @@ class ActorManager:
             if record.state is ActorState.DEAD:
                 return
             connection = record.connection
+        if record.remote is not None:
+            record.remote.kill(restart=not no_restart)
+            self._mark_dead(record, self._death_error(record, "killed"))
+            return
+        with self._lock:
             restartable = not no_restart and (record.spec.max_restarts < 0 or record.restarts < record.spec.max_restarts)
             if not restartable:
                 record.killed = True
@@ -518,10 +564,48 @@ class ActorManager:
     # ---- lookup --------------------------------------------------------------------------
 
     def named(self, name: str, namespace: str | None) -> ActorCreationSpec | None:
+        """The live actor named `name` in `namespace`: this driver's, or another driver's."""
+        namespace = namespace or self._namespace
         with self._lock:
-            actor_id = self._names.get((namespace or self._namespace, name))
+            actor_id = self._names.get((namespace, name))
             record = self._actors.get(actor_id) if actor_id else None
-            return record.spec if record is not None and record.state is not ActorState.DEAD else None
+            if record is not None and record.state is not ActorState.DEAD:
+                return record.spec
+        found = self._launcher.lookup_named(namespace, name)
+        if found is None:
+            return None
+        actor_id = self._adopt_remote(namespace, name, *found)
+        with self._lock:
+            return self._actors[actor_id].spec
+
+    def _adopt_remote(self, namespace: str, name: str, handle: Any, description: dict[str, Any]) -> bytes:
+        """Track another driver's named actor so this driver can call it."""
+        from fray_ray._private.ids import new_actor_id
+        from fray_ray._private.serialization import SerializedValue
+        from fray_ray._private.task_spec import Arguments, CodeBlob, ResourceShape
+
+        with self._lock:
+            existing = self._names.get((namespace, name))
+            if existing is not None and self._actors[existing].state is not ActorState.DEAD:
+                return existing
+            spec = ActorCreationSpec(
+                actor_id=new_actor_id(),
+                cls=CodeBlob(b"", b"", description["class_name"]),
+                class_name=description["class_name"],
+                arguments=Arguments(SerializedValue(b"")),
+                shape=ResourceShape(cpu=0.0),
+                methods=cloudpickle.loads(description["methods"]),
+                is_async=bool(description["is_async"]),
+                name=name,
+                namespace=namespace,
+                detached=True,  # its lifetime is its creator's business, not this driver's
+            )
+            record = ActorRecord(spec, state=ActorState.ALIVE, args_released=True)
+            record.remote = _RemoteActor(handle, record, self)
+            record.ready.set()
+            self._actors[spec.actor_id] = record
+            self._names[(namespace, name)] = spec.actor_id
+        return spec.actor_id
 
     def list_named(self, all_namespaces: bool) -> list[Any]:
         with self._lock:
@@ -559,6 +643,9 @@ class ActorManager:
             self._names.clear()
         groups = []
         for record in records:
+            if record.remote is not None:
+                record.remote.stop()
+                continue
             if record.connection is not None:
                 try:
                     record.connection.notify("die", {"restart": False})
@@ -581,3 +668,55 @@ def _died(class_name: str, actor_id: bytes, reason: str, detail: str = "", pid: 
 
 def _unknown_actor(actor_id: bytes) -> BaseException:
     return _died("?", actor_id, "process_died", "The actor is not known to this session (it may have ended).")
+
+
+class _RemoteActor:
+    """Calls to a named actor that another driver created, made over its ActorService, one at
+    a time in submission order (so each caller's calls keep their order)."""
+
+    def __init__(self, handle: Any, record: ActorRecord, manager: ActorManager) -> None:
+        import queue
+
+        self._handle = handle
+        self._record = record
+        self._manager = manager
+        self._calls: queue.SimpleQueue[ActorCallSpec | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=f"remote-actor-{record.spec.class_name}", daemon=True)
+        self._thread.start()
+
+    def submit(self, call: ActorCallSpec) -> None:
+        self._calls.put(call)
+
+    def stop(self) -> None:
+        self._calls.put(None)
+
+    def kill(self, restart: bool) -> None:
+        try:
+            self._handle.kill(restart)
+        except Exception:  # noqa: BLE001 - it may be gone already
+            pass
+
+    def _run(self) -> None:
+        from fray_ray._private.execution import error_results, make_task_error, package_results, resolve_arguments
+
+        while True:
+            call = self._calls.get()
+            if call is None:
+                return
+            name = f"{self._record.spec.class_name}.{call.method}"
+            try:
+                if call.num_returns in ("streaming", "dynamic"):
+                    raise ValueError("generator methods of another driver's actor cannot be called from here")
+                args, kwargs = resolve_arguments(call.arguments.value, self._manager.resolve_values, call.arguments.top_level)
+                result = self._handle.call(call.method, *args, **kwargs)
+                values = package_results(result, call.num_returns, name)
+            except BaseException as exc:  # noqa: BLE001 - the caller's refs carry it
+                from fray_ray.fray import ActorUnavailableError
+
+                if isinstance(exc, ActorUnavailableError):
+                    error: BaseException = _died(self._record.spec.class_name, self._record.spec.actor_id,
+                                                 "process_died", f"it is unreachable: {exc}")
+                else:
+                    error = make_task_error(exc, name, actor_repr=self._record.spec.class_name)
+                values = error_results(error, len(call.return_ids))
+            self._manager.complete_remote_call(call, values)

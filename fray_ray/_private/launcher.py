@@ -123,6 +123,30 @@ class WorkerLauncher:
 
         self._submit(create, callback)
 
+    @staticmethod
+    def named_group(namespace: str, name: str) -> str:
+        """The group (job) name of a named actor: the same from every driver of the cluster."""
+        raw = f"rayactor.{namespace}.{name}"
+        return "".join(c if c.isalnum() or c in "-_." else "-" for c in raw)
+
+    def lookup_named(self, namespace: str, name: str, timeout: float = 10.0) -> tuple[Any, dict[str, Any]] | None:
+        """A live named actor started by another driver of this cluster: (Fray handle, its
+        description), or None. Blocks for at most one lookup."""
+        find = getattr(self._client, "find_actor", None)
+        if find is None:  # in-process clients have no other drivers
+            return None
+        try:
+            handle = find(self.named_group(namespace, name))
+        except Exception:  # noqa: BLE001 - a controller hiccup: treat as not found
+            return None
+        if handle is None:
+            return None
+        try:
+            description = handle.describe.remote().result(timeout=timeout)
+        except Exception:  # noqa: BLE001 - not registered, gone, or unreachable: not found
+            return None
+        return handle, description
+
     def launch_gang(self, gang_id: bytes, shape: Any, max_calls: int, callback: LaunchCallback) -> None:
         """One coscheduled job per slice (or per GPU host group); callback gets the job list.
 

@@ -447,6 +447,20 @@ class FrayIrisClient:
         job_id = self._launch(request, adopt_existing=False, ports=("actor",))
         return IrisActorGroup(name, count, job_id, self)
 
+    def actor_handle(self, group_name: str, index: int = 0) -> IrisActorHandle:
+        """A handle to replica `index` of the actor group `group_name` that this client's user
+        (and parent job) would have created, wherever it was created from. Does not block;
+        calls raise ActorUnavailableError while no such actor is registered."""
+        return IrisActorHandle(f"{self._job_name(group_name).wire}/{group_name}-{index}", self)
+
+    def find_actor(self, group_name: str, index: int = 0) -> IrisActorHandle | None:
+        """`actor_handle(...)` if that actor is registered now, else None (one controller call)."""
+        handle = self.actor_handle(group_name, index)
+        endpoints = self._call_controller(
+            "look up an actor", lambda c: c.list_endpoints(handle.endpoint, exact=True)
+        )
+        return handle if endpoints else None
+
     def create_actor(
         self,
         actor_class: type,
