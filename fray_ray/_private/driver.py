@@ -22,6 +22,7 @@ from fray_ray._private import ids
 from fray_ray._private import ids as ids_module
 from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.actors import ActorManager
+from fray_ray._private.buffers import BufferPool
 from fray_ray._private.gangs import GangScheduler
 from fray_ray._private.launcher import WorkerLauncher
 from fray_ray._private.logs import print_forwarded
@@ -78,7 +79,8 @@ class DriverRuntime:
         self._log_to_driver = log_to_driver
         self._owned = list(owned)  # things to stop after the client (the embedded cluster)
         self._token = secrets.token_hex(16)
-        self.objects = ObjectTable()
+        self.buffers = BufferPool()
+        self.objects = ObjectTable(on_freed=self._value_freed)
         self.references = LocalReferenceCounter(self.objects.incref, self.objects.decref)
         self.ledger = Ledger(capacity)
         self.timers = TimerQueue("driver-timers")
@@ -170,8 +172,12 @@ class DriverRuntime:
 
     def store(self, value: SerializedValue) -> bytes:
         object_id = ids.new_put_id()
-        self.objects.put(object_id, value.snapshot())
+        self.objects.put(object_id, value.snapshot(self.buffers.copy))
         return object_id
+
+    def _value_freed(self, value: SerializedValue) -> None:
+        if isinstance(value.buffers, list) and value.buffers:
+            self.buffers.reclaim(value.buffers)
 
     def put(self, value: Any) -> ObjectRef:
         if isinstance(value, ObjectRef):

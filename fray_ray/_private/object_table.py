@@ -53,11 +53,12 @@ class ObjectTable:
     """Thread-safe map of object id → entry, with reference counting and completion callbacks."""
 
     def __init__(
-        self, on_freed: Callable[[bytes], None] | None = None, foreign: ForeignReferences | None = None
+        self, on_freed: Callable[[SerializedValue], None] | None = None, foreign: ForeignReferences | None = None
     ) -> None:
         self._lock = threading.Lock()
         self._entries: dict[bytes, ObjectEntry] = {}
-        self._on_freed = on_freed
+        #: called with the value of each freed object (after the lock is released)
+        self.on_freed = on_freed
         #: where counts for actor handles (held by values, tasks, workers) go
         self.foreign = foreign
         self.bytes_stored = 0
@@ -194,13 +195,14 @@ class ObjectTable:
             if entry is None or entry.references > 0 or entry.state is ObjectState.PENDING:
                 return
             del self._entries[object_id]
-            if entry.value is not None:
-                self.bytes_stored -= entry.value.size
-                inner = entry.value.contained_refs
+            value = entry.value
+            if value is not None:
+                self.bytes_stored -= value.size
+                inner = value.contained_refs
             entry.state = ObjectState.FREED
             entry.value = None
-        if self._on_freed is not None:
-            self._on_freed(object_id)
+        if self.on_freed is not None and value is not None:
+            self.on_freed(value)
         if inner:
             self.decref(inner)
 

@@ -67,11 +67,11 @@ class SerializedValue:
         own = [memoryview(b).toreadonly() for b in buffers[offset : offset + count]]
         return cls(bytes(payload), own, tuple(contained), bool(is_error)), offset + count
 
-    def snapshot(self) -> SerializedValue:
-        """A copy whose buffers no longer alias the original object's memory."""
+    def snapshot(self, copy: Any = bytes) -> SerializedValue:
+        """A copy whose buffers no longer alias the original object's memory (made by `copy`)."""
         if all(isinstance(b, bytes) for b in self.buffers):
             return self
-        return SerializedValue(self.payload, [bytes(b) for b in self.buffers], self.contained_refs, self.is_error)
+        return SerializedValue(self.payload, [copy(b) for b in self.buffers], self.contained_refs, self.is_error)
 
 
 def serialize(value: Any) -> SerializedValue:
