@@ -38,6 +38,28 @@ def _stop_at_exit(ref: weakref.ref[EmbeddedCluster]) -> None:
         cluster.stop()
 
 
+_TEMP_PREFIX = "fray-ray-cluster-"
+_OWNER_FILE = "owner.pid"
+
+
+def _remove_orphaned_dirs(parent: str | None) -> None:
+    """Delete the temp dirs of clusters whose process died without stopping them (SIGKILL)."""
+    parent = parent or tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(_TEMP_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(parent, name)
+        try:
+            with open(os.path.join(path, _OWNER_FILE)) as owner:
+                pid = int(owner.read().strip() or 0)
+        except (OSError, ValueError):
+            continue  # not ours to judge (older layout, or being created right now)
+        if pid and not os.path.exists(f"/proc/{pid}"):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 class ClusterLifecycle(enum.Enum):
     NEW = "new"  # configured; nothing started
     RUNNING = "running"  # serving; workers accept tasks
@@ -84,7 +106,10 @@ class EmbeddedCluster:
                 self._token = (config.token or secrets.token_urlsafe(32)) if config.auth else None
                 if config.work_dir is not None:
                     os.makedirs(config.work_dir, exist_ok=True)
-                self._temp_dir = tempfile.mkdtemp(prefix="fray-ray-cluster-", dir=config.work_dir)
+                _remove_orphaned_dirs(config.work_dir)
+                self._temp_dir = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=config.work_dir)
+                with open(os.path.join(self._temp_dir, _OWNER_FILE), "w") as owner:
+                    owner.write(str(os.getpid()))
                 self._logs = LogStore(config.max_log_lines_per_attempt)
                 self._supervisor = ProcessSupervisor().start()
                 self._controller = EmbeddedController(

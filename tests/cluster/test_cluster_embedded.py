@@ -196,3 +196,20 @@ def test_layouts_and_helpers(tmp_path) -> None:
     assert not loaded.auth and len(loaded.workers) == 4
     assert [w.attributes["tpu-worker-id"] for w in loaded.workers] == [0, 1, 2, 3]
     assert len(gpu_hosts(hosts=3)) == 3 and len(tpu_slice("v5p-16")) == 2
+
+
+def test_start_removes_temp_dirs_of_clusters_whose_process_died(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from fray_ray.cluster import ClusterConfig, EmbeddedCluster, cpu_worker
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    orphan = tmp_path / "fray-ray-cluster-orphan"
+    orphan.mkdir()
+    (orphan / "owner.pid").write_text(dead.stdout.strip())
+    foreign = tmp_path / "fray-ray-cluster-unknown"  # no owner file: left alone
+    foreign.mkdir()
+    with EmbeddedCluster(ClusterConfig(workers=(cpu_worker(cpu=1),), work_dir=str(tmp_path))):
+        assert not orphan.exists()
+        assert foreign.exists()

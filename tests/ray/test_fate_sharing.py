@@ -38,8 +38,10 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_killing_the_driver_ends_its_workers_and_actors() -> None:
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True)
+def test_killing_the_driver_ends_its_workers_and_actors(tmp_path) -> None:
+    # The killed driver cannot remove its cluster's temp dir: keep it inside tmp_path.
+    env = {**__import__("os").environ, "TMPDIR": str(tmp_path)}
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True, env=env)
     try:
         actor_pid, task_pid = (int(p) for p in driver.stdout.readline().split())
         assert _alive(actor_pid) and _alive(task_pid)
