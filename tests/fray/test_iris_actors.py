@@ -10,13 +10,13 @@ import pickle
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 
-from fray_ray.cluster import ClusterConfig, EmbeddedCluster, cpu_worker, gpu_host
+from fray_ray.cluster import EmbeddedCluster, WorkerSpec, cpu_worker, gpu_host
 from fray_ray.fray import (
     ActorConfig,
     ActorGroup,
@@ -219,30 +219,8 @@ def _host_and_find_logger(report: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[EmbeddedCluster]:
-    workers = (cpu_worker("cpu-0", cpu=4, memory="8g", disk="20g"), gpu_host("A10", 1, worker_id="gpu-0"))
-    with EmbeddedCluster(ClusterConfig(workers=workers)) as started:
-        yield started
-        pids, temp_dir = started.task_pids(), started.temp_dir
-    assert not [pid for pid in pids if _alive(pid)], "task processes survived the cluster"
-    assert temp_dir is None or not os.path.exists(temp_dir)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-@pytest.fixture
-def iris(cluster: EmbeddedCluster) -> Iterator[FrayIrisClient]:
-    client = FrayIrisClient(cluster.address, token=cluster.token, user="tester")
-    yield client
-    client.shutdown()
-    leftover = [t.name for t in threading.enumerate() if t.name.startswith("fray-iris-call") and t.is_alive()]
-    assert not leftover, f"call threads left after shutdown: {leftover}"
+def cluster_workers() -> tuple[WorkerSpec, ...]:
+    return (cpu_worker("cpu-0", cpu=4, memory="8g", disk="20g"), gpu_host("A10", 1, worker_id="gpu-0"))
 
 
 def _name(prefix: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fray_ray.cluster import ClusterConfig, EmbeddedCluster, cpu_worker, gpu_hosts, tpu_slice
+from fray_ray.cluster import EmbeddedCluster, WorkerSpec, cpu_worker, gpu_hosts, tpu_slice
 from fray_ray.fray import (
     Client,
     ControllerUnavailableError,
@@ -103,32 +103,12 @@ def _submit_child_from_the_task(report: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[EmbeddedCluster]:
-    workers = (
+def cluster_workers() -> tuple[WorkerSpec, ...]:
+    return (
         cpu_worker("cpu-0", cpu=4, memory="8g", disk="20g"),
         *gpu_hosts("V100", 2, hosts=2),
         *tpu_slice("v5p-16", "tpu-a"),
     )
-    with EmbeddedCluster(ClusterConfig(workers=workers)) as started:
-        yield started
-        pids, temp_dir = started.task_pids(), started.temp_dir
-    assert not [pid for pid in pids if _alive(pid)], "task processes survived the cluster"
-    assert temp_dir is None or not os.path.exists(temp_dir)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-@pytest.fixture
-def iris(cluster: EmbeddedCluster) -> Iterator[FrayIrisClient]:
-    client = FrayIrisClient(cluster.address, token=cluster.token, user="tester")
-    yield client
-    client.shutdown()
 
 
 @pytest.fixture
