@@ -22,10 +22,16 @@ from typing import Any
 import cloudpickle
 
 from fray_ray._private import runtime_state
-from fray_ray._private.execution import error_results, make_task_error, package_results, resolve_arguments
+from fray_ray._private.execution import (
+    error_results,
+    make_task_error,
+    package_results,
+    resolve_arguments,
+    value_resolver,
+)
 from fray_ray._private.logs import flush_forwarded, forward_output
 from fray_ray._private.protocol import Connection, ConnectionClosed
-from fray_ray._private.serialization import SerializedValue, WireBatch, deserialize, serialize_error, unpack_values
+from fray_ray._private.serialization import SerializedValue, WireBatch, serialize_error, unpack_values
 from fray_ray._private.worker import (
     TaskContext,
     WorkerRuntime,
@@ -131,7 +137,7 @@ class RayActorHost:
         runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
         try:
             cls = cloudpickle.loads(body["code"])
-            args, kwargs = resolve_arguments(arguments, self._resolve, body["top_level"])
+            args, kwargs = resolve_arguments(arguments, value_resolver(self._runtime.fetch, {}), body["top_level"])
             self._instance = cls.__new__(cls)
             _set_actor_env(body.get("env") or {})
             self._instance.__init__(*args, **kwargs)
@@ -169,19 +175,6 @@ class RayActorHost:
         except RuntimeError:
             pass  # shutting down
 
-    def _resolve(self, ids: Sequence[bytes], inline: Mapping[bytes, SerializedValue] | None = None) -> dict[bytes, Any]:
-        stored = dict(inline or {})
-        missing = [i for i in ids if i not in stored]
-        if missing:
-            stored.update(self._runtime.fetch(missing, None))
-        out = {}
-        for object_id in ids:
-            value = stored[object_id]
-            if value.is_error:
-                raise deserialize(value)
-            out[object_id] = deserialize(value)
-        return out
-
     def _prepare(self, body: Mapping[str, Any], values: list[SerializedValue]) -> tuple[Any, tuple, dict]:
         # Calls in other concurrency groups run on other threads; none may start before __init__ ends.
         self._created.wait()
@@ -190,7 +183,7 @@ class RayActorHost:
         if self._creation_error is not None or self._instance is None:
             raise _creation_failed(self._class_name)
         inline = dict(zip(body["resolved"], values[1:]))
-        args, kwargs = resolve_arguments(values[0], lambda ids: self._resolve(ids, inline), body["top_level"])
+        args, kwargs = resolve_arguments(values[0], value_resolver(self._runtime.fetch, inline), body["top_level"])
         method = getattr(self._instance, body["method"])
         return method, args, kwargs
 

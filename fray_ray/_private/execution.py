@@ -39,6 +39,29 @@ def resolve_arguments(
     return args, kwargs
 
 
+def value_resolver(
+    fetch: Callable[[Sequence[bytes], float | None], Mapping[bytes, SerializedValue]],
+    inline: Mapping[bytes, SerializedValue],
+) -> Callable[[Sequence[bytes]], dict[bytes, Any]]:
+    """The `resolve` for `resolve_arguments` in a worker: values that came with the call are used
+    as they are, the rest are fetched from their owner in one request; an error value raises."""
+
+    def resolve(ids: Sequence[bytes]) -> dict[bytes, Any]:
+        stored = dict(inline)
+        missing = [i for i in ids if i not in stored]
+        if missing:
+            stored.update(fetch(missing, None))
+        out = {}
+        for object_id in ids:
+            value = stored[object_id]
+            if value.is_error:
+                raise deserialize(value)
+            out[object_id] = deserialize(value)
+        return out
+
+    return resolve
+
+
 def make_task_error(exc: BaseException, function_name: str, actor_repr: str | None = None) -> BaseException:
     """The error a caller of a failed task sees: RayTaskError, dual-typed with the cause."""
     from fray_ray import exceptions

@@ -27,7 +27,14 @@ import cloudpickle
 
 from fray_ray._private import runtime_state
 from fray_ray._private.logs import flush_forwarded
-from fray_ray._private.execution import error_results, make_task_error, node_ip, package_results, resolve_arguments
+from fray_ray._private.execution import (
+    error_results,
+    make_task_error,
+    node_ip,
+    package_results,
+    resolve_arguments,
+    value_resolver,
+)
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError, connect
 from fray_ray._private.refcount import LocalReferenceCounter
@@ -500,20 +507,7 @@ class Executor:
             self._running = context
         try:
             function = self._function(body)
-
-            def resolve(ids: Sequence[bytes]) -> dict[bytes, Any]:
-                stored = dict(inline)
-                missing = [i for i in ids if i not in stored]
-                if missing:
-                    stored.update(self.runtime.fetch(missing, None))
-                out = {}
-                for object_id in ids:
-                    value = stored[object_id]
-                    if value.is_error:
-                        raise deserialize(value)
-                    out[object_id] = deserialize(value)
-                return out
-
+            resolve = value_resolver(self.runtime.fetch, inline)
             args, kwargs = resolve_arguments(arguments, resolve, body["top_level"])
             result = function(*args, **kwargs)
             if num_returns == "streaming":
