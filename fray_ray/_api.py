@@ -9,7 +9,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from fray_ray._private import runtime_state

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import inspect
-import os
 from collections.abc import Callable, Mapping
 from typing import Any
 

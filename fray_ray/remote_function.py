@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from fray_ray._private import ids, runtime_state
-from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.task_spec import Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec
 from fray_ray._private.worker import current_task
 

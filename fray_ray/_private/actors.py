@@ -456,8 +456,6 @@ class ActorManager:
     # ---- death ---------------------------------------------------------------------------
 
     def _host_disconnected(self, connection: Connection) -> None:
-        from fray_ray.exceptions import ActorDiedError
-
         with self._lock:
             record = self._by_connection.pop(connection, None)
             if record is None or self._closed:
@@ -524,8 +522,6 @@ class ActorManager:
             self.on_resources_released()
 
     def kill(self, actor_id: bytes, no_restart: bool) -> None:
-        from fray_ray.exceptions import ActorDiedError
-
         with self._lock:
             record = self._actors.get(actor_id)
             if record is None:
@@ -551,8 +547,6 @@ class ActorManager:
 
     def exiting(self, actor_id: bytes, call_id: bytes | None) -> None:
         """The actor called exit_actor(): it is done, cleanly."""
-        from fray_ray.exceptions import ActorDiedError
-
         with self._lock:
             record = self._actors.get(actor_id)
             if record is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 
 class LocalReferenceCounter:

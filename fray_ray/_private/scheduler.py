@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.resources import Ledger
-from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue, WireBatch, serialize_error
+from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue, WireBatch
 from fray_ray._private.task_spec import PoolKey, TaskSpec
 from fray_ray._private.timers import TimerQueue
 

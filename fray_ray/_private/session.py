@@ -194,8 +194,6 @@ class SessionService:
         missing = [oid for oid in object_ids if not objects.is_done(oid)]
         unknown = [oid for oid in missing if not objects.known(oid)]
         if unknown:
-            from fray_ray.exceptions import ObjectLostError
-
             connection.reply_error(
                 message_id, "ObjectLostError",
                 f"Object {unknown[0].hex()} is not known to the driver (it was freed or never existed).",

@@ -13,11 +13,8 @@ import concurrent.futures
 import contextvars
 import logging
 import os
-import queue
 import sys
 import threading
-import time
-import traceback
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
