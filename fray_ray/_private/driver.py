@@ -430,15 +430,6 @@ class DriverRuntime:
         check()
         return future
 
-    def stream_next(self, stream_id: bytes, index: int, timeout: float | None) -> ObjectRef | None:
-        from fray_ray.exceptions import GetTimeoutError
-
-        self.references.flush()
-        try:
-            return self.stream_next_future(stream_id, index).result(timeout)
-        except concurrent.futures.TimeoutError:
-            raise GetTimeoutError(f"No item of the generator arrived within {timeout} seconds.") from None
-
     def stream_ready(self, stream_id: bytes, index: int) -> str:
         """"item" if item `index` is there, "end" if the stream ended before it, else "pending"."""
         object_id = self.streams.poll(stream_id, index)

@@ -46,7 +46,9 @@ class ObjectRefGenerator:
         return self
 
     def __next__(self) -> ObjectRef:
-        ref = runtime_state.current().stream_next(self._stream_id, self._next_index, None)
+        runtime = runtime_state.current()
+        runtime.references.flush()  # the owner may free what this process dropped while it waits
+        ref = runtime.stream_next_future(self._stream_id, self._next_index).result()
         if ref is None:
             raise StopIteration
         self._next_index += 1

@@ -243,15 +243,6 @@ class WorkerRuntime:
         request.add_done_callback(done)
         return future
 
-    def stream_next(self, stream_id: bytes, index: int, timeout: float | None) -> ObjectRef | None:
-        from fray_ray.exceptions import GetTimeoutError
-
-        self.references.flush()
-        try:
-            return self.stream_next_future(stream_id, index).result(timeout)
-        except concurrent.futures.TimeoutError:
-            raise GetTimeoutError(f"No item of the generator arrived within {timeout} seconds.") from None
-
     def stream_ready(self, stream_id: bytes, index: int) -> str:
         return self._simple("stream_ready", {"stream": stream_id, "index": index})["state"]
 
