@@ -447,16 +447,7 @@ class ClusterState:
             job.error = (
                 f"task {culprit.wire} {verb}: {culprit.error}" if culprit.error else f"task {culprit.wire} {verb}"
             )
-        effects: list[Effect] = []
-        reason = f"job {job.wire} ended {job.state.name}"
-        for task in job.tasks:
-            if task.state.finished:
-                continue
-            current = task.current
-            if current is not None and current.active:
-                effects.append(self._stop_attempt(current, TaskState.KILLED, reason))
-            self._settle(task, TaskState.KILLED)
-            task.error = task.error or reason
+        effects = self._kill_unfinished_tasks(job, f"job {job.wire} ended {job.state.name}", keep_errors=True)
         preserve = job.state == JobState.WORKER_FAILED and job.definition.preemption_policy == PRESERVE_CHILDREN
         if job.state != JobState.SUCCEEDED and not preserve:
             for child in list(job.children.values()):
@@ -482,13 +473,10 @@ class ClusterState:
         self.endpoints.remove_attempt(attempt.uid)
         return Kill(attempt.uid)
 
-    def _kill_tree(self, job: JobRecord, reason: str) -> list[Effect]:
-        """Kill `job` and its descendants, children first."""
+    def _kill_unfinished_tasks(self, job: JobRecord, reason: str, *, keep_errors: bool) -> list[Effect]:
+        """Stop the running attempt of every unfinished task of `job` and settle the task KILLED
+        with `reason` as its error (unless `keep_errors` and it already has one)."""
         effects: list[Effect] = []
-        for child in list(job.children.values()):
-            effects.extend(self._kill_tree(child, reason))
-        if job.state.finished:
-            return effects
         for task in job.tasks:
             if task.state.finished:
                 continue
@@ -496,7 +484,18 @@ class ClusterState:
             if current is not None and current.active:
                 effects.append(self._stop_attempt(current, TaskState.KILLED, reason))
             self._settle(task, TaskState.KILLED)
-            task.error = reason
+            if not (keep_errors and task.error):
+                task.error = reason
+        return effects
+
+    def _kill_tree(self, job: JobRecord, reason: str) -> list[Effect]:
+        """Kill `job` and its descendants, children first."""
+        effects: list[Effect] = []
+        for child in list(job.children.values()):
+            effects.extend(self._kill_tree(child, reason))
+        if job.state.finished:
+            return effects
+        effects.extend(self._kill_unfinished_tasks(job, reason, keep_errors=False))
         job.state = JobState.KILLED
         job.error = reason
         effects.extend(self._finalize(job))
