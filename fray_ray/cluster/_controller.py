@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from fray_ray.cluster._config import WorkerSpec
 from fray_ray.cluster._jobs import JobRecord
-from fray_ray.cluster._log_query import LogQuery, answer
+from fray_ray.cluster._log_query import LogQuery, answer, line_level
 from fray_ray.cluster._logs import LogStore
 from fray_ray.cluster._process import ProcessSupervisor
 from fray_ray.cluster._state import ClusterState, Effect, ForgetLogs, Kill
@@ -324,6 +324,7 @@ class EmbeddedController:
                         source=record.source,
                         data=record.data,
                         attempt_id=record.attempt_id,
+                        level=int(line_level(record.source, record.data)),
                         key=f"{target.task_id}:{record.attempt_id}",
                     )
                 )

@@ -19,7 +19,15 @@ from fray_ray.cluster._placement import PlacementRequest
 from fray_ray.cluster._resources import Demand
 from fray_ray.iris.names import JobName
 from fray_ray.iris.rpc import controller_pb2, job_pb2, time_pb2
-from fray_ray.iris.types import Constraint, ExistingJobPolicy, GpuDevice, PriorityBand, ResourceSpec, TpuDevice
+from fray_ray.iris.types import (
+    Constraint,
+    ExistingJobPolicy,
+    GpuDevice,
+    PriorityBand,
+    ResourceSpec,
+    TpuDevice,
+    attribute_to_proto,
+)
 
 Controller = controller_pb2.Controller
 
@@ -200,16 +208,6 @@ def redacted_request(request: Controller.LaunchJobRequest) -> Controller.LaunchJ
     return copy
 
 
-def _attribute_proto(value: object) -> job_pb2.AttributeValue:
-    if isinstance(value, bool):
-        return job_pb2.AttributeValue(string_value="true" if value else "false")
-    if isinstance(value, int):
-        return job_pb2.AttributeValue(int_value=value)
-    if isinstance(value, float):
-        return job_pb2.AttributeValue(float_value=value)
-    return job_pb2.AttributeValue(string_value=str(value))
-
-
 def worker_metadata_proto(spec: WorkerSpec, host: str) -> job_pb2.WorkerMetadata:
     """What a real Iris worker reports about its host, for a simulated one.
 
@@ -239,7 +237,7 @@ def worker_metadata_proto(spec: WorkerSpec, host: str) -> job_pb2.WorkerMetadata
     else:
         message.device.cpu.variant = "cpu"
     for key, value in spec.attributes.items():
-        message.attributes[key].CopyFrom(_attribute_proto(value))
+        message.attributes[key].CopyFrom(attribute_to_proto(value))
     return message
 
 

@@ -101,7 +101,7 @@ class ConstraintMode(enum.IntEnum):
 AttributeValue = str | int | float
 
 
-def _attribute_to_proto(value: AttributeValue) -> job_pb2.AttributeValue:
+def attribute_to_proto(value: AttributeValue) -> job_pb2.AttributeValue:
     if isinstance(value, bool):
         return job_pb2.AttributeValue(string_value="true" if value else "false")
     if isinstance(value, int):
@@ -111,7 +111,7 @@ def _attribute_to_proto(value: AttributeValue) -> job_pb2.AttributeValue:
     return job_pb2.AttributeValue(string_value=str(value))
 
 
-def _attribute_from_proto(message: job_pb2.AttributeValue) -> AttributeValue | None:
+def attribute_from_proto(message: job_pb2.AttributeValue) -> AttributeValue | None:
     kind = message.WhichOneof("value")
     return None if kind is None else getattr(message, kind)
 
@@ -185,8 +185,8 @@ class Constraint:
     def to_proto(self) -> job_pb2.Constraint:
         message = job_pb2.Constraint(key=self.key, op=int(self.op), mode=int(self.mode))
         if self.value is not None:
-            message.value.CopyFrom(_attribute_to_proto(self.value))
-        message.values.extend(_attribute_to_proto(v) for v in self.values)
+            message.value.CopyFrom(attribute_to_proto(self.value))
+        message.values.extend(attribute_to_proto(v) for v in self.values)
         return message
 
     @classmethod
@@ -194,8 +194,8 @@ class Constraint:
         return cls(
             key=message.key,
             op=ConstraintOp(message.op),
-            value=_attribute_from_proto(message.value) if message.HasField("value") else None,
-            values=tuple(v for v in (_attribute_from_proto(m) for m in message.values) if v is not None),
+            value=attribute_from_proto(message.value) if message.HasField("value") else None,
+            values=tuple(v for v in (attribute_from_proto(m) for m in message.values) if v is not None),
             mode=ConstraintMode(message.mode),
         )
 
@@ -404,7 +404,7 @@ class WorkerInfo:
     @classmethod
     def from_proto(cls, message: controller_pb2.Controller.WorkerHealthStatus) -> WorkerInfo:
         metadata = message.metadata
-        attributes = {key: _attribute_from_proto(value) for key, value in metadata.attributes.items()}
+        attributes = {key: attribute_from_proto(value) for key, value in metadata.attributes.items()}
         return cls(
             worker_id=message.worker_id,
             address=message.address,
