@@ -11,11 +11,12 @@ import pytest
 import zstandard
 from cluster_helpers import job_name, sh, wait_finished
 
-from fray_ray.cluster._http import build_app
-from fray_ray.cluster._service import ControllerService, EndpointService
+from fray_ray.cluster._http import alias_paths, build_app
+from fray_ray.cluster._service import ControllerService, EndpointService, LogService
 from fray_ray.iris.controller_client import ControllerClient
 from fray_ray.iris.rpc import finelog_logging_pb2
-from fray_ray.iris.transport import RpcServer
+from fray_ray.iris.rpc.finelog_logging_connect import LogServiceASGIApplication
+from fray_ray.iris.transport import RpcServer, route_by_prefix
 
 FetchLogsRequest = finelog_logging_pb2.FetchLogsRequest
 FetchLogsResponse = finelog_logging_pb2.FetchLogsResponse
@@ -197,3 +198,13 @@ def test_client_falls_back_to_get_task_logs(cluster, client, chatty_job) -> None
         lines = old.task_logs(chatty_job)
         assert sorted((l.task_id, l.data) for l in lines) == sorted((l.task_id, l.data) for l in client.task_logs(chatty_job))
         assert old.task_logs("/tester/nothing") == []
+
+
+def test_client_finds_the_log_service_at_its_older_path(cluster, client, chatty_job) -> None:
+    """A server with only `/iris.logging.LogService/FetchLogs` (no ControllerService at all)."""
+    older = "/iris.logging.LogService/"
+    log_app = LogServiceASGIApplication(LogService(cluster.controller))  # type: ignore[arg-type]
+    app = route_by_prefix({older: alias_paths(log_app, {older: "/finelog.logging.LogService/"})})
+    with RpcServer(app, name="older-log-service") as server, ControllerClient(server.url) as old:
+        lines = old.task_logs(chatty_job)
+        assert sorted((l.task_id, l.data) for l in lines) == sorted((l.task_id, l.data) for l in client.task_logs(chatty_job))
