@@ -101,8 +101,22 @@ def _cmd_jobs(options: argparse.Namespace) -> int:
 
 
 def _cmd_logs(options: argparse.Namespace) -> int:
+    from fray_ray.iris.logs import LogSelection
+
+    try:
+        selection = LogSelection.of(options.job)
+    except ValueError as exc:
+        print(f"fray-ray logs: {exc}", file=sys.stderr)
+        return 2
     with _controller(options) as controller:
-        for line in controller.task_logs(options.job, max_lines=options.tail, include_children=options.children):
+        lines = controller.task_logs(options.job, max_lines=options.tail, include_children=options.children)
+        if not lines:  # no output yet, or no such job: say which (NotFound is reported by main)
+            if selection.task_id:
+                controller.task_status(selection.task_id)
+            else:
+                controller.job_state(options.job)
+            print(f"{options.job} has printed nothing", file=sys.stderr)
+        for line in lines:
             stream = sys.stderr if line.source == "stderr" else sys.stdout
             print(f"[{line.task_id}:{line.attempt_id}] {line.data}", file=stream)
     return 0

@@ -84,6 +84,10 @@ def test_status_jobs_logs_and_stop_against_a_cluster() -> None:
                 if "from-the-job" in deadline_logs:
                     break
             assert "from-the-job" in deadline_logs
+            missing = run("-m", "fray_ray", "logs", "/cli/nothing", env=env)
+            assert missing.returncode == 1 and "not found" in missing.stderr
+            malformed = run("-m", "fray_ray", "logs", "nothing", env=env)
+            assert malformed.returncode == 2 and "not a job" in malformed.stderr
             stop = run("-m", "fray_ray", "stop", job_id, env=env)
             assert stop.returncode == 0
             assert controller.job_state(job_id).name == "KILLED"

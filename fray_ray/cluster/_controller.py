@@ -21,12 +21,13 @@ from typing import TypeVar
 
 from fray_ray.cluster._config import WorkerSpec
 from fray_ray.cluster._jobs import JobRecord
+from fray_ray.cluster._log_query import LogQuery, answer, line_level
 from fray_ray.cluster._logs import LogStore
 from fray_ray.cluster._process import ProcessSupervisor
 from fray_ray.cluster._state import ClusterState, Effect, ForgetLogs, Kill
-from fray_ray.cluster._wire import job_status_proto, redacted_request, task_status_proto
+from fray_ray.cluster._wire import job_status_proto, redacted_request, task_status_proto, worker_health_proto
 from fray_ray.cluster._worker import AttemptLaunch, BundleStore, LocalWorker, PortAllocator, TaskContract
-from fray_ray.iris.rpc import controller_pb2, job_pb2, logging_pb2, time_pb2
+from fray_ray.iris.rpc import controller_pb2, finelog_logging_pb2, job_pb2, logging_pb2, time_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,15 @@ class WorkerStatus:
     alive: bool
     free_cpu_millicores: int
     running_attempts: int
+    address: str = ""
+    running_job_ids: tuple[str, ...] = ()
+
+
+# ListWorkers sort orders; LAST_HEARTBEAT has nothing to sort by here (local workers never miss one).
+_WORKER_SORT_KEYS: dict[int, Callable[[WorkerStatus], object]] = {
+    Controller.WORKER_SORT_FIELD_WORKER_ID: lambda w: w.spec.worker_id,
+    Controller.WORKER_SORT_FIELD_DEVICE_TYPE: lambda w: (w.spec.device_type, w.spec.worker_id),
+}
 
 
 class EmbeddedController:
@@ -314,10 +324,24 @@ class EmbeddedController:
                         source=record.source,
                         data=record.data,
                         attempt_id=record.attempt_id,
+                        level=int(line_level(record.source, record.data)),
                         key=f"{target.task_id}:{record.attempt_id}",
                     )
                 )
         return response
+
+    def fetch_logs(self, request: finelog_logging_pb2.FetchLogsRequest) -> finelog_logging_pb2.FetchLogsResponse:
+        """finelog's FetchLogs over every remembered attempt, keyed `/user/job/<index>:<attempt>`."""
+        query = LogQuery.from_proto(request)
+        selects = query.key_matcher()
+        with self._lock:
+            keys = {
+                attempt.uid: key
+                for task in self._state.tasks.values()
+                for attempt in task.attempts
+                if selects(key := f"{task.wire}:{attempt.attempt_id}")
+            }
+        return answer(query, ((keys[uid], record) for uid, record in self._logs.read_attempts(keys)))
 
     # ---- workers ----------------------------------------------------------------------------
 
@@ -327,13 +351,48 @@ class EmbeddedController:
     def revive_worker(self, worker_id: str) -> None:
         self._mutate(lambda state: (state.revive_worker(worker_id), []))
 
+    def list_workers(self, query: Controller.WorkerQuery) -> Controller.ListWorkersResponse:
+        """ListWorkers: every local worker (filtered, sorted and paged as `query` asks)."""
+        needle = query.contains.lower()
+        matches = [
+            w
+            for w in self.workers()
+            if (not needle or needle in w.spec.worker_id.lower() or needle in w.address.lower())
+            and not query.backend_id  # local workers belong to no named backend
+        ]
+        sort_key = _WORKER_SORT_KEYS.get(query.sort_field)
+        if sort_key is not None:
+            matches.sort(key=sort_key)  # type: ignore[arg-type]
+        if query.sort_direction == Controller.SORT_DIRECTION_DESC:
+            matches.reverse()
+        offset = max(query.offset, 0)
+        page = matches[offset : offset + query.limit] if query.limit > 0 else matches[offset:]
+        return Controller.ListWorkersResponse(
+            workers=[
+                worker_health_proto(w.spec, alive=w.alive, address=w.address, running_job_ids=w.running_job_ids)
+                for w in page
+            ],
+            total_count=len(matches),
+            has_more=offset + len(page) < len(matches),
+        )
+
     def workers(self) -> list[WorkerStatus]:
         with self._lock:
             running: dict[str, int] = {}
+            jobs: dict[str, dict[str, None]] = {}
             for attempt in self._state.attempts.values():
                 running[attempt.worker_id] = running.get(attempt.worker_id, 0) + 1
+                if attempt.active:
+                    jobs.setdefault(attempt.worker_id, {})[attempt.task.job.wire] = None
             return [
-                WorkerStatus(c.spec, c.alive, c.free_cpu, running.get(worker_id, 0))
+                WorkerStatus(
+                    c.spec,
+                    c.alive,
+                    c.free_cpu,
+                    running.get(worker_id, 0),
+                    address=self._state.worker_address(worker_id),
+                    running_job_ids=tuple(jobs.get(worker_id, ())),
+                )
                 for worker_id, c in self._state.capacities.items()
             ]
 

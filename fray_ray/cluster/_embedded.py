@@ -24,7 +24,7 @@ from fray_ray.cluster._controller import EmbeddedController, WorkerStatus
 from fray_ray.cluster._http import build_app
 from fray_ray.cluster._logs import LogStore
 from fray_ray.cluster._process import ProcessSupervisor
-from fray_ray.cluster._service import ControllerService, EndpointService
+from fray_ray.cluster._service import ControllerService, EndpointService, LogService
 from fray_ray.cluster._worker import default_task_python
 from fray_ray.iris.controller_client import ControllerClient
 from fray_ray.iris.transport import RpcServer
@@ -131,6 +131,7 @@ class EmbeddedCluster:
                     EndpointService(self._controller),
                     token=self._token,
                     read_max_bytes=config.read_max_bytes,
+                    log_service=LogService(self._controller),
                 )
                 self._server = RpcServer(app, host=config.host, port=config.port, name="fray-ray-controller").start()
                 self._controller.start(self._advertised_url())

@@ -2,9 +2,13 @@
 
 `RequestGuard` stands in front of the generated Connect applications so that no request body
 can hurt the server: it refuses bodies over `read_max_bytes` (by header, while streaming, and
-after gzip decompression, so a small compressed bomb cannot expand in memory), gives up quietly
-on a client that disconnects mid-body, and answers a body that does not parse as the method's
-request message with `invalid_argument`. What it passes on is a complete, identity-encoded body.
+after gzip or zstd decompression, so a small compressed bomb cannot expand in memory), gives up
+quietly on a client that disconnects mid-body, and answers a body that does not parse as the
+method's request message with `invalid_argument`. What it passes on is a complete,
+identity-encoded body.
+
+finelog's LogService answers at every path Iris clients use for it (`LOG_SERVICE_ALIASES`), and
+compresses its answers with zstd or gzip when the client accepts them, as Iris controllers do.
 """
 
 from __future__ import annotations
@@ -13,25 +17,52 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
+import zstandard
+from connectrpc.compression.gzip import GzipCompression
+from connectrpc.compression.zstd import ZstdCompression
 from google.protobuf import json_format
+from google.protobuf.descriptor import FileDescriptor
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 
-from fray_ray.iris.rpc import controller_pb2
+from fray_ray.iris.rpc import controller_pb2, finelog_logging_pb2
 from fray_ray.iris.rpc.controller_connect import ControllerServiceASGIApplication, EndpointServiceASGIApplication
+from fray_ray.iris.rpc.finelog_logging_connect import LogServiceASGIApplication
 from fray_ray.iris.transport import ASGIApp, BearerAuth, route_by_prefix, send_connect_error
 
 HEALTH_PATH = "/health"
+LOG_SERVICE_PATH = "/finelog.logging.LogService/"
+#: Other paths Iris clients reach the log service at: the name it had before finelog, and the
+#: controller's endpoint proxy in front of the `/system/log-server` endpoint (newest clients).
+LOG_SERVICE_ALIASES = ("/iris.logging.LogService/", "/proxy/system.log-server/finelog.logging.LogService/")
+#: Response encodings the log service offers, in preference order (Iris's: zstd first, fast level).
+LOG_RESPONSE_COMPRESSIONS = (ZstdCompression(level=-1), GzipCompression())
+_READ_CHUNK = 64 * 1024
 
 
-def request_types(*services: str) -> dict[str, type[Message]]:
-    """`/pkg.Service/Method` → request message class, for the named services."""
+def request_types(*services: str, file: FileDescriptor = controller_pb2.DESCRIPTOR) -> dict[str, type[Message]]:
+    """`/pkg.Service/Method` → request message class, for the named services of `file`."""
     found: dict[str, type[Message]] = {}
     for service_name in services:
-        service = controller_pb2.DESCRIPTOR.services_by_name[service_name]
+        service = file.services_by_name[service_name]
         for method in service.methods:
             found[f"/{service.full_name}/{method.name}"] = GetMessageClass(method.input_type)
     return found
+
+
+def alias_paths(app: ASGIApp, aliases: Mapping[str, str]) -> ASGIApp:
+    """Serve requests under each alias prefix as if they came to its canonical prefix."""
+
+    async def rewritten(scope: dict, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        for alias, canonical in aliases.items():
+            if path.startswith(alias):
+                scope = dict(scope, path=canonical + path[len(alias) :])
+                scope.pop("raw_path", None)
+                break
+        await app(scope, receive, send)
+
+    return rewritten
 
 
 class RequestGuard:
@@ -73,18 +104,18 @@ class RequestGuard:
                 break
         body = b"".join(chunks)
         encoding = headers.get(b"content-encoding", b"identity").decode(errors="replace").strip().lower()
-        if encoding == "gzip" and body:
+        if encoding in ("gzip", "zstd") and body:
             try:
-                body = self._gunzip(body)
+                body = self._gunzip(body) if encoding == "gzip" else self._unzstd(body)
             except ValueError as exc:
                 await send_connect_error(send, "resource_exhausted", str(exc))
                 return
-            except zlib.error as exc:
-                await send_connect_error(send, "invalid_argument", f"request body is not valid gzip: {exc}")
+            except (zlib.error, zstandard.ZstdError) as exc:
+                await send_connect_error(send, "invalid_argument", f"request body is not valid {encoding}: {exc}")
                 return
-        elif encoding not in ("identity", "", "gzip"):
+        elif encoding not in ("identity", "", "gzip", "zstd"):
             await send_connect_error(
-                send, "unimplemented", f"unsupported content-encoding {encoding!r}; use identity or gzip"
+                send, "unimplemented", f"unsupported content-encoding {encoding!r}; use identity, gzip or zstd"
             )
             return
         problem = self._parse_problem(scope.get("path", ""), headers.get(b"content-type", b""), body)
@@ -117,6 +148,17 @@ class RequestGuard:
             raise ValueError(f"decompressed request body exceeds the limit of {self._max} bytes")
         return out
 
+    def _unzstd(self, data: bytes) -> bytes:
+        chunks = []
+        size = 0
+        with zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True) as reader:
+            while chunk := reader.read(_READ_CHUNK):
+                size += len(chunk)
+                if size > self._max:
+                    raise ValueError(f"decompressed request body exceeds the limit of {self._max} bytes")
+                chunks.append(chunk)
+        return b"".join(chunks)
+
     def _parse_problem(self, path: str, content_type: bytes, body: bytes) -> str | None:
         message_type = self._types.get(path)
         if message_type is None:
@@ -145,30 +187,40 @@ async def _health(scope: dict, receive: Any, send: Any) -> None:
 
 
 def build_app(
-    controller_service: object, endpoint_service: object, *, token: str | None, read_max_bytes: int
+    controller_service: object,
+    endpoint_service: object,
+    *,
+    token: str | None,
+    read_max_bytes: int,
+    log_service: object | None = None,
 ) -> ASGIApp:
     """The whole controller app: routes, guard, and (with a token) bearer auth in front."""
-    # compressions=() leaves only identity: responses travel uncompressed on loopback.
-    routed = route_by_prefix(
-        {
-            "/iris.cluster.ControllerService/": ControllerServiceASGIApplication(
-                controller_service,
-                read_max_bytes=read_max_bytes,
-                compressions=(),  # type: ignore[arg-type]
-            ),
-            "/iris.cluster.EndpointService/": EndpointServiceASGIApplication(
-                endpoint_service,
-                read_max_bytes=read_max_bytes,
-                compressions=(),  # type: ignore[arg-type]
-            ),
-            HEALTH_PATH: _health,
-        }
-    )
-    app: ASGIApp = RequestGuard(
-        routed,
-        read_max_bytes=read_max_bytes,
-        request_types=request_types("ControllerService", "EndpointService"),
-    )
+    # compressions=() leaves only identity: controller responses are small and travel
+    # uncompressed on loopback. Log pages can be large, so the log service compresses.
+    routes: dict[str, ASGIApp] = {
+        "/iris.cluster.ControllerService/": ControllerServiceASGIApplication(
+            controller_service,
+            read_max_bytes=read_max_bytes,
+            compressions=(),  # type: ignore[arg-type]
+        ),
+        "/iris.cluster.EndpointService/": EndpointServiceASGIApplication(
+            endpoint_service,
+            read_max_bytes=read_max_bytes,
+            compressions=(),  # type: ignore[arg-type]
+        ),
+        HEALTH_PATH: _health,
+    }
+    types = request_types("ControllerService", "EndpointService")
+    if log_service is not None:
+        routes[LOG_SERVICE_PATH] = LogServiceASGIApplication(
+            log_service,  # type: ignore[arg-type]
+            read_max_bytes=read_max_bytes,
+            compressions=LOG_RESPONSE_COMPRESSIONS,
+        )
+        types.update(request_types("LogService", file=finelog_logging_pb2.DESCRIPTOR))
+    app: ASGIApp = RequestGuard(route_by_prefix(routes), read_max_bytes=read_max_bytes, request_types=types)
+    if log_service is not None:
+        app = alias_paths(app, {alias: LOG_SERVICE_PATH for alias in LOG_SERVICE_ALIASES})
     if token:
         app = BearerAuth(app, token)
     return app

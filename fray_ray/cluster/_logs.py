@@ -59,6 +59,11 @@ class LogStore:
             key=lambda r: r.seq,
         )
 
+    def read_attempts(self, uids: Iterable[int]) -> list[tuple[int, LogRecord]]:
+        """Every kept line of these attempts with its attempt's uid, in no particular order."""
+        with self._lock:
+            return [(uid, r) for uid in uids for r in self._lines.get(uid, ())]
+
     def tail(self, uid: int, count: int, source: str = "stderr") -> list[str]:
         """The last `count` lines one attempt wrote to `source`."""
         with self._lock:

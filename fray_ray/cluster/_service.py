@@ -1,14 +1,16 @@
-"""The Connect handlers: `iris.cluster.ControllerService` and `iris.cluster.EndpointService`
-over an `EmbeddedController`.
+"""The Connect handlers: `iris.cluster.ControllerService`, `iris.cluster.EndpointService` and
+finelog's `finelog.logging.LogService` over an `EmbeddedController`.
 
 Handlers run inline on the server's event loop: each one takes the controller lock for a few
-microseconds and never blocks on I/O, so a thread hop would only add latency. This is the one
+microseconds and never blocks on I/O, so a thread hop would only add latency. FetchLogs is the
+exception: it may sort many thousands of lines, so it runs on a worker thread. This is the one
 place cluster errors become Connect errors; any other exception is logged and answered as
 `internal`, so a handler bug never takes the server down.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -20,7 +22,7 @@ from connectrpc.errors import ConnectError
 from fray_ray.cluster._controller import EmbeddedController
 from fray_ray.cluster._errors import ClusterError
 from fray_ray.cluster._state import DEFAULT_LEASE_S, LEGACY_LEASE_S
-from fray_ray.iris.rpc import controller_pb2, job_pb2
+from fray_ray.iris.rpc import controller_pb2, finelog_logging_pb2, job_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -28,13 +30,16 @@ Controller = controller_pb2.Controller
 R = TypeVar("R")
 
 
-def rpc(method: str) -> Callable[[Callable[..., R]], Callable[..., Awaitable[R]]]:
-    """Make a sync handler an async one whose failures are Connect errors."""
+def rpc(method: str, *, in_thread: bool = False) -> Callable[[Callable[..., R]], Callable[..., Awaitable[R]]]:
+    """Make a sync handler an async one whose failures are Connect errors (`in_thread`: run it
+    on a worker thread, for handlers too slow for the event loop)."""
 
     def wrap(handler: Callable[..., R]) -> Callable[..., Awaitable[R]]:
         @functools.wraps(handler)
         async def run(self: Any, request: Any, ctx: Any) -> R:
             try:
+                if in_thread:
+                    return await asyncio.to_thread(handler, self, request, ctx)
                 return handler(self, request, ctx)
             except ConnectError:
                 raise
@@ -88,6 +93,10 @@ class ControllerService:
     def get_task_logs(self, request: Controller.GetTaskLogsRequest, ctx: Any) -> Controller.GetTaskLogsResponse:
         return self._controller.task_logs(request)
 
+    @rpc("ListWorkers")
+    def list_workers(self, request: Controller.ListWorkersRequest, ctx: Any) -> Controller.ListWorkersResponse:
+        return self._controller.list_workers(request.query)
+
     @rpc("RegisterEndpoint")
     def register_endpoint(
         self, request: Controller.RegisterEndpointRequest, ctx: Any
@@ -125,3 +134,16 @@ class EndpointService:
     @rpc("EndpointService.ListEndpoints")
     def list_endpoints(self, request: Controller.ListEndpointsRequest, ctx: Any) -> Controller.ListEndpointsResponse:
         return self._controller.list_endpoints(request)
+
+
+class LogService:
+    """`finelog.logging.LogService`: FetchLogs over the tasks' captured output."""
+
+    def __init__(self, controller: EmbeddedController) -> None:
+        self._controller = controller
+
+    @rpc("FetchLogs", in_thread=True)
+    def fetch_logs(
+        self, request: finelog_logging_pb2.FetchLogsRequest, ctx: Any
+    ) -> finelog_logging_pb2.FetchLogsResponse:
+        return self._controller.fetch_logs(request)

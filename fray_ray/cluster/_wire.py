@@ -1,7 +1,8 @@
 """Translation between Iris wire messages and the controller's records.
 
 `parse_launch_request` validates a LaunchJob request into a `JobDefinition` (raising
-`InvalidRequest`); the `*_proto` functions render records as `JobStatus`/`TaskStatus` messages.
+`InvalidRequest`); the `*_proto` functions render records as `JobStatus`/`TaskStatus` messages
+and workers as `WorkerHealthStatus` messages.
 Both run under the controller's lock; neither does I/O.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import posixpath
 import re
 
+from fray_ray.cluster._config import ATTR_TPU_TOPOLOGY, WorkerSpec
 from fray_ray.cluster._constraints import effective_constraints, validate_constraint
 from fray_ray.cluster._errors import InvalidRequest
 from fray_ray.cluster._jobs import AttemptRecord, JobDefinition, JobRecord, TaskRecord
@@ -17,7 +19,15 @@ from fray_ray.cluster._placement import PlacementRequest
 from fray_ray.cluster._resources import Demand
 from fray_ray.iris.names import JobName
 from fray_ray.iris.rpc import controller_pb2, job_pb2, time_pb2
-from fray_ray.iris.types import Constraint, ExistingJobPolicy, GpuDevice, PriorityBand, ResourceSpec, TpuDevice
+from fray_ray.iris.types import (
+    Constraint,
+    ExistingJobPolicy,
+    GpuDevice,
+    PriorityBand,
+    ResourceSpec,
+    TpuDevice,
+    attribute_to_proto,
+)
 
 Controller = controller_pb2.Controller
 
@@ -196,3 +206,49 @@ def redacted_request(request: Controller.LaunchJobRequest) -> Controller.LaunchJ
     for key in list(copy.environment.env_vars):
         copy.environment.env_vars[key] = REDACTED
     return copy
+
+
+def worker_metadata_proto(spec: WorkerSpec, host: str) -> job_pb2.WorkerMetadata:
+    """What a real Iris worker reports about its host, for a simulated one.
+
+    `cpu_count` is whole cores (a fractional-core worker reports the cores below its size);
+    the hostname is the worker id, since each worker stands for a host of its own.
+    """
+    message = job_pb2.WorkerMetadata(
+        hostname=spec.worker_id,
+        ip_address=host,
+        cpu_count=spec.cpu_millicores // 1000,
+        memory_bytes=spec.memory_bytes,
+        disk_bytes=spec.disk_bytes,
+    )
+    if spec.gpu is not None:
+        message.device.gpu.variant = spec.gpu.variant
+        message.device.gpu.count = spec.gpu.count
+        message.gpu_count = spec.gpu.count
+        message.gpu_name = spec.gpu.variant
+    elif spec.tpu is not None:
+        message.device.tpu.variant = spec.tpu.variant
+        message.device.tpu.count = spec.tpu.chips
+        message.device.tpu.topology = str(spec.attributes.get(ATTR_TPU_TOPOLOGY, ""))
+        message.tpu_name = spec.tpu.slice_name
+        message.tpu_worker_id = str(spec.tpu.worker_index)
+        message.tpu_worker_hostnames = spec.device_env.get("TPU_WORKER_HOSTNAMES", "")
+        message.tpu_chips_per_host_bounds = spec.device_env.get("TPU_CHIPS_PER_HOST_BOUNDS", "")
+    else:
+        message.device.cpu.variant = "cpu"
+    for key, value in spec.attributes.items():
+        message.attributes[key].CopyFrom(attribute_to_proto(value))
+    return message
+
+
+def worker_health_proto(
+    spec: WorkerSpec, *, alive: bool, address: str, running_job_ids: tuple[str, ...]
+) -> Controller.WorkerHealthStatus:
+    return Controller.WorkerHealthStatus(
+        worker_id=spec.worker_id,
+        healthy=alive,
+        running_job_ids=list(running_job_ids),
+        address=address,
+        metadata=worker_metadata_proto(spec, address),
+        status_message="" if alive else "worker lost",
+    )

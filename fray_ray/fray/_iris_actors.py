@@ -224,7 +224,7 @@ class IrisActorGroup:
         try:
             lines = client._controller.task_logs(task.task_id, max_lines=_LOG_LINES_SCANNED)
         except IrisError:
-            return ""  # controllers without GetTaskLogs: the task's error text is all we have
+            return ""  # a controller serving no logs: the task's error text is all we have
         return "\n".join(line.data for line in lines)
 
     def is_done(self) -> bool:

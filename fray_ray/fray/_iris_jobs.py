@@ -153,9 +153,10 @@ class IrisJobHandle:
         return status
 
     def logs(self, max_lines: int = 0) -> tuple[str, ...]:
-        """The last `max_lines` lines the job's tasks printed, oldest first (0: all kept).
+        """The last `max_lines` lines the job's own tasks printed, oldest first (0: all kept).
 
-        One GetTaskLogs call; controllers that no longer serve it give `()`.
+        Read through finelog's FetchLogs (GetTaskLogs on controllers from before finelog); a
+        controller that serves neither gives `()`.
         """
         client = self._owner()
         try:

@@ -1,9 +1,10 @@
-"""A synchronous client for an Iris controller: jobs, tasks, endpoints and logs.
+"""A synchronous client for an Iris controller: jobs, tasks, workers, endpoints and logs.
 
 It speaks `iris.cluster.ControllerService` over Connect (binary protobuf, uncompressed
 requests) and sends what real controllers require: today's `client_revision_date`, explicit
-`replicas` and `max_retries_preemption`, full `/user/job` names. Errors come out as
-`fray_ray.iris.errors` exceptions.
+`replicas` and `max_retries_preemption`, full `/user/job` names. Logs come through finelog's
+FetchLogs (`fray_ray.iris.logs`), or GetTaskLogs from controllers older than finelog. Errors
+come out as `fray_ray.iris.errors` exceptions.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import urllib.request
 from collections.abc import Iterable, Sequence
 
 from fray_ray.iris.errors import NotFound, Unavailable, translate_connect_errors
+from fray_ray.iris.logs import LogReader, LogSelection, LogsNotServed
 from fray_ray.iris.names import JobName
 from fray_ray.iris.rpc import controller_pb2
 from fray_ray.iris.rpc.controller_connect import ControllerServiceClientSync
 from fray_ray.iris.transport import bearer_headers
-from fray_ray.iris.types import EndpointInfo, JobInfoSnapshot, JobSpec, JobState, LogLine, TaskInfo
+from fray_ray.iris.types import EndpointInfo, JobInfoSnapshot, JobSpec, JobState, LogLine, TaskInfo, WorkerInfo
 
 Controller = controller_pb2.Controller
 
@@ -67,9 +69,11 @@ class ControllerClient:
         self._stub = ControllerServiceClientSync(
             self.address, accept_compression=None, send_compression=None, timeout_ms=self._timeout_ms
         )
+        self._logs = LogReader(self.address, headers=self._headers, timeout_ms=self._timeout_ms)
 
     def close(self) -> None:
         self._stub.close()
+        self._logs.close()
 
     def __enter__(self) -> ControllerClient:
         return self
@@ -146,20 +150,53 @@ class ControllerClient:
         return TaskInfo.from_proto(response.task)
 
     def task_logs(
-        self, id: str, *, max_lines: int = 0, tail: bool = True, include_children: bool = False, attempt_id: int = -1
+        self,
+        id: str,
+        *,
+        max_lines: int = 0,
+        tail: bool = True,
+        include_children: bool = False,
+        attempt_id: int = -1,
+        since_ms: int = 0,
     ) -> list[LogLine]:
-        """Captured output of a job's tasks (or one task), oldest first.
+        """Captured output of a job's tasks, one task (`/user/job/0`) or one attempt
+        (`/user/job/0:1`), oldest first; an id the controller does not know has none.
 
-        `max_lines` bounds the total (0 means all); with `tail` the newest lines are kept.
+        `max_lines` bounds the total (0 means all); with `tail` the newest lines are kept. A
+        job's read covers its child jobs on the controller's side, so with `max_lines` and
+        without `include_children` fewer lines than asked may come back when children printed.
+        ValueError if `id` is not a job, task or attempt id.
         """
+        selection = LogSelection.of(id, attempt_id=attempt_id, include_children=include_children)
+        try:
+            return self._logs.read(selection, max_lines=max_lines, tail=tail, since_ms=since_ms)
+        except LogsNotServed:
+            pass  # a controller from before finelog
         request = Controller.GetTaskLogsRequest(
-            id=id, max_total_lines=max_lines, tail=tail, include_children=include_children, attempt_id=attempt_id
+            id=id,
+            max_total_lines=max_lines,
+            tail=tail,
+            include_children=include_children,
+            attempt_id=attempt_id,
+            since_ms=since_ms,
         )
-        with translate_connect_errors("GetTaskLogs"):
-            response = self._stub.get_task_logs(request, headers=self._headers)
+        try:
+            with translate_connect_errors("GetTaskLogs"):
+                response = self._stub.get_task_logs(request, headers=self._headers)
+        except NotFound:
+            return []
         lines = [LogLine.from_proto(batch.task_id, entry) for batch in response.task_logs for entry in batch.logs]
         lines.sort(key=lambda line: line.timestamp_ms)
         return lines
+
+    # ---- workers -------------------------------------------------------------------------
+
+    def list_workers(self, contains: str = "") -> list[WorkerInfo]:
+        """The controller's workers (those whose id or address contains `contains`)."""
+        request = Controller.ListWorkersRequest(query=Controller.WorkerQuery(contains=contains))
+        with translate_connect_errors("ListWorkers"):
+            response = self._stub.list_workers(request, headers=self._headers)
+        return [WorkerInfo.from_proto(worker) for worker in response.workers]
 
     # ---- endpoints -----------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fray_ray.iris.names import JobName
-from fray_ray.iris.rpc import controller_pb2, job_pb2, logging_pb2, time_pb2
+from fray_ray.iris.rpc import controller_pb2, finelog_logging_pb2, job_pb2, logging_pb2, time_pb2
 
 
 class JobState(enum.IntEnum):
@@ -101,7 +101,7 @@ class ConstraintMode(enum.IntEnum):
 AttributeValue = str | int | float
 
 
-def _attribute_to_proto(value: AttributeValue) -> job_pb2.AttributeValue:
+def attribute_to_proto(value: AttributeValue) -> job_pb2.AttributeValue:
     if isinstance(value, bool):
         return job_pb2.AttributeValue(string_value="true" if value else "false")
     if isinstance(value, int):
@@ -111,7 +111,7 @@ def _attribute_to_proto(value: AttributeValue) -> job_pb2.AttributeValue:
     return job_pb2.AttributeValue(string_value=str(value))
 
 
-def _attribute_from_proto(message: job_pb2.AttributeValue) -> AttributeValue | None:
+def attribute_from_proto(message: job_pb2.AttributeValue) -> AttributeValue | None:
     kind = message.WhichOneof("value")
     return None if kind is None else getattr(message, kind)
 
@@ -159,14 +159,17 @@ class ResourceSpec:
 
     @classmethod
     def from_proto(cls, message: job_pb2.ResourceSpecProto) -> ResourceSpec:
-        kind = message.device.WhichOneof("device") if message.HasField("device") else None
-        device: Device = None
-        if kind == "gpu":
-            device = GpuDevice(message.device.gpu.variant, message.device.gpu.count)
-        elif kind == "tpu":
-            tpu = message.device.tpu
-            device = TpuDevice(tpu.variant, tpu.topology, tpu.count)
+        device = _device_from_proto(message.device) if message.HasField("device") else None
         return cls(message.cpu_millicores, message.memory_bytes, message.disk_bytes, device)
+
+
+def _device_from_proto(message: job_pb2.DeviceConfig) -> Device:
+    kind = message.WhichOneof("device")
+    if kind == "gpu":
+        return GpuDevice(message.gpu.variant, message.gpu.count)
+    if kind == "tpu":
+        return TpuDevice(message.tpu.variant, message.tpu.topology, message.tpu.count)
+    return None
 
 
 @dataclass(frozen=True)
@@ -182,8 +185,8 @@ class Constraint:
     def to_proto(self) -> job_pb2.Constraint:
         message = job_pb2.Constraint(key=self.key, op=int(self.op), mode=int(self.mode))
         if self.value is not None:
-            message.value.CopyFrom(_attribute_to_proto(self.value))
-        message.values.extend(_attribute_to_proto(v) for v in self.values)
+            message.value.CopyFrom(attribute_to_proto(self.value))
+        message.values.extend(attribute_to_proto(v) for v in self.values)
         return message
 
     @classmethod
@@ -191,8 +194,8 @@ class Constraint:
         return cls(
             key=message.key,
             op=ConstraintOp(message.op),
-            value=_attribute_from_proto(message.value) if message.HasField("value") else None,
-            values=tuple(v for v in (_attribute_from_proto(m) for m in message.values) if v is not None),
+            value=attribute_from_proto(message.value) if message.HasField("value") else None,
+            values=tuple(v for v in (attribute_from_proto(m) for m in message.values) if v is not None),
             mode=ConstraintMode(message.mode),
         )
 
@@ -374,6 +377,50 @@ class EndpointInfo:
 
 
 @dataclass(frozen=True)
+class WorkerInfo:
+    """One worker (host) as the controller reports it through ListWorkers.
+
+    `cpu_count` is whole cores; `device` is None for a CPU-only host, else its accelerators
+    (a TPU host's `count` is its chips); `attributes` are what constraints select on
+    (`tpu-name`, `device-type`, `region`, `pool`, ...).
+    """
+
+    worker_id: str
+    address: str
+    healthy: bool
+    cpu_count: int
+    memory_bytes: int
+    disk_bytes: int
+    device: Device = None
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+    running_job_ids: tuple[str, ...] = ()
+    hostname: str = ""
+    status_message: str = ""
+
+    @property
+    def cpu_millicores(self) -> int:
+        return self.cpu_count * 1000
+
+    @classmethod
+    def from_proto(cls, message: controller_pb2.Controller.WorkerHealthStatus) -> WorkerInfo:
+        metadata = message.metadata
+        attributes = {key: attribute_from_proto(value) for key, value in metadata.attributes.items()}
+        return cls(
+            worker_id=message.worker_id,
+            address=message.address,
+            healthy=message.healthy,
+            cpu_count=metadata.cpu_count,
+            memory_bytes=metadata.memory_bytes,
+            disk_bytes=metadata.disk_bytes,
+            device=_device_from_proto(metadata.device) if metadata.HasField("device") else None,
+            attributes={key: value for key, value in attributes.items() if value is not None},
+            running_job_ids=tuple(message.running_job_ids),
+            hostname=metadata.hostname,
+            status_message=message.status_message,
+        )
+
+
+@dataclass(frozen=True)
 class LogLine:
     """One line a task attempt wrote to stdout or stderr."""
 
@@ -384,5 +431,5 @@ class LogLine:
     timestamp_ms: int
 
     @classmethod
-    def from_proto(cls, task_id: str, message: logging_pb2.LogEntry) -> LogLine:
+    def from_proto(cls, task_id: str, message: logging_pb2.LogEntry | finelog_logging_pb2.LogEntry) -> LogLine:
         return cls(task_id, message.attempt_id, message.source, message.data, message.timestamp.epoch_ms)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import fray_ray.cluster
 
-ALLOWED_THIRD_PARTY = {"google", "connectrpc", "cloudpickle", "msgpack", "uvicorn", "httptools", "rich"}
+ALLOWED_THIRD_PARTY = {"google", "connectrpc", "cloudpickle", "msgpack", "uvicorn", "httptools", "rich", "zstandard"}
 
 
 def test_cluster_imports_only_downward() -> None:

@@ -1,4 +1,5 @@
-"""GetTaskLogs: captured stdout/stderr per attempt, by job or task, bounded and filtered."""
+"""Task logs through the client (FetchLogs) and the older GetTaskLogs RPC: captured stdout/stderr
+per attempt, by job or task, bounded and filtered."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import time
 import pytest
 from cluster_helpers import job_name, sh, wait_finished, wait_for
 
-from fray_ray.iris.errors import NotFound
 from fray_ray.iris.names import JobName
 from fray_ray.iris.rpc import controller_pb2
 from fray_ray.iris.rpc.controller_connect import ControllerServiceClientSync
@@ -35,8 +35,9 @@ def test_logs_by_job_and_task(client) -> None:
     assert [l.data for l in newest] == [l.data for l in only_task][-2:]
     oldest = client.task_logs(f"{job_id}/1", max_lines=2, tail=False)
     assert [l.data for l in oldest] == [l.data for l in only_task][:2]
-    with pytest.raises(NotFound):
-        client.task_logs("/tester/nothing")
+    assert client.task_logs("/tester/nothing") == []  # FetchLogs: an unknown key has no lines
+    with pytest.raises(ValueError, match="not a job"):
+        client.task_logs("nothing")
 
 
 def test_logs_per_attempt_and_children(client, cluster) -> None:

@@ -1,12 +1,17 @@
-"""Locating the peer venvs (real Iris releases from PyPI, built by scripts/peer_venv.sh)."""
+"""Locating the peer venvs (real Iris releases from PyPI, built by scripts/peer_venv.sh), and
+making this checkout of fray_ray importable by their Pythons."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_ENV = "FRAY_RAY_PEER_CLIENT_PYTHON"
@@ -44,3 +49,59 @@ def peer_controller_python() -> str:
     if python is None:
         pytest.skip(reason)
     return python
+
+
+_INSTALLED_VERSIONS = (
+    "import importlib.metadata as m, json, sys\n"
+    "found = {}\n"
+    "for name in json.loads(sys.argv[1]):\n"
+    "    try:\n"
+    "        found[name] = m.version(name)\n"
+    "    except m.PackageNotFoundError:\n"
+    "        found[name] = None\n"
+    "print(json.dumps(found))\n"
+)
+
+
+def fray_ray_pythonpath_for(python: str, target: Path) -> str:
+    """A PYTHONPATH under which the peer venv's `python` imports fray_ray from this checkout:
+    the checkout itself, then `target`, into which pip installs those of fray_ray's own
+    dependencies that the venv lacks (or has in a version fray_ray does not accept). The peer
+    venv itself is never modified."""
+    requirements = [Requirement(r) for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
+    probe = subprocess.run(
+        [python, "-c", _INSTALLED_VERSIONS, json.dumps([r.name for r in requirements])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    versions = json.loads(probe.stdout)
+    missing = [
+        str(r)
+        for r in requirements
+        if versions[r.name] is None or not r.specifier.contains(versions[r.name], prereleases=True)
+    ]
+    if missing:
+        install = subprocess.run(
+            [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target", str(target), *missing],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert install.returncode == 0, f"installing {missing} for {python} failed:\n{install.stderr[-3000:]}"
+    return os.pathsep.join([str(REPO), str(target)])
+
+
+@pytest.fixture(scope="session")
+def fray_ray_pythonpath(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
+    """`fray_ray_pythonpath(peer_python)` → PYTHONPATH for running fray_ray under that Python
+    (dependencies installed once per session into a temp dir that pytest removes)."""
+    made: dict[str, str] = {}
+
+    def for_python(python: str) -> str:
+        if python not in made:
+            made[python] = fray_ray_pythonpath_for(python, tmp_path_factory.mktemp("fray-ray-deps"))
+        return made[python]
+
+    return for_python

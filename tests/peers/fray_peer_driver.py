@@ -15,9 +15,10 @@ import traceback
 
 
 def write_marker(path, text):
-    """Job body: prove the task ran by writing a file the test reads."""
+    """Job body: prove the task ran by writing a file the test reads, and say so."""
     with open(path, "w") as f:
         f.write(text)
+    print(f"marker written: {text}", flush=True)
 
 
 class Accumulator:
@@ -59,6 +60,7 @@ def main() -> None:
         )
         out["job_id"] = str(job.job_id)
         out["job_status"] = str(job.wait(timeout=120))
+        out["job_logs"] = list(job.logs())  # marin-fray's handle.logs(): FetchLogs, zstd both ways
 
         group = client.create_actor_group(
             Accumulator, 10, name=f"{prefix}-acc", count=2, resources=small, actor_config=ActorConfig()

@@ -5,7 +5,8 @@ Run by the peer venv's Python, never imported by fray_ray:
     <peer python> peer_client_driver.py '{"address": ..., "token": ..., "prefix": ...}'
 
 Everything here uses the peer's public client API (IrisClient.remote, submit, job_state,
-list_tasks, cancel_job, list_endpoints, list_jobs) and, inside tasks, iris_ctx().
+list_tasks, cancel_job, list_endpoints, list_jobs, list_workers, Job.logs) and, inside tasks,
+iris_ctx().
 """
 
 import json
@@ -98,6 +99,20 @@ def main() -> None:
             for t in client.list_tasks(job.job_id)
         ]
         out["listed_jobs"] = [str(j.job_id) for j in client.list_jobs(prefix=out["hello_job"])]
+        # the job's output, through the log service (FetchLogs via the controller's proxy path)
+        hello_logs = wait_until(lambda: (entries := job.logs()) and len(entries) >= 2 and entries)
+        out["hello_logs"] = sorted([str(e.task_id), e.data, e.attempt_id] for e in hello_logs)
+        out["workers"] = [
+            {
+                "worker_id": w.worker_id,
+                "healthy": w.healthy,
+                "cpu_count": w.metadata.cpu_count,
+                "memory_bytes": w.metadata.memory_bytes,
+                "device": w.metadata.device.WhichOneof("device"),
+                "attributes": {k: str(getattr(v, v.WhichOneof("value"))) for k, v in w.metadata.attributes.items()},
+            }
+            for w in client.list_workers()
+        ]
 
         # 2. a running job is terminated
         sleeper = client.submit(Entrypoint.from_callable(sleep_forever), name=f"{prefix}-sleeper", resources=small)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -107,6 +108,7 @@ def test_real_fray_client_runs_a_job_and_an_actor_group_on_our_cluster(peer_clie
     assert report["job_id"] == f"/peer/{prefix}-job"
     assert report["job_status"] == "succeeded"
     assert marker.read_text() == "peer job ran"
+    assert "marker written: peer job ran" in report["job_logs"]  # marin-fray's handle.logs() on our controller
     assert report["ready"] == 2
     assert report["remote"] == [11, 11]  # each replica built with 10, then added 1
     assert report["direct"] == 16
@@ -205,12 +207,68 @@ def test_our_client_runs_jobs_on_a_real_controller(real_iris: FrayIrisClient) ->
     assert job.job_id == f"/fraypeer/{name}"
     assert job.status() in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.SUCCEEDED)
     assert job.wait(timeout=DEADLINE) is JobStatus.SUCCEEDED
-    assert isinstance(job.logs(max_lines=10), tuple)  # this controller no longer serves GetTaskLogs: ()
 
     failing = real_iris.submit(_job(f"fail-{uuid.uuid4().hex[:6]}", _fail))
     with pytest.raises(JobFailed) as info:
         failing.wait(timeout=DEADLINE)
     assert "kaboom from a real Iris task" in "\n".join(info.value.__notes__)
+
+
+def _say_twice(word: str) -> None:
+    import sys
+
+    print(f"{word} on stdout", flush=True)
+    print(f"{word} on stderr", file=sys.stderr, flush=True)
+
+
+def _wait_for_lines(read, expected: set[str]) -> list:
+    """The real controller's workers push task output to its log server in the background."""
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        lines = read()
+        if expected <= {getattr(line, "data", line) for line in lines}:
+            return lines
+        assert time.monotonic() < deadline, f"never saw {expected}; last read {lines}"
+        time.sleep(0.2)
+
+
+def test_our_client_reads_logs_from_a_real_controller(real_iris: FrayIrisClient, real_controller: str) -> None:
+    name = f"logs-{uuid.uuid4().hex[:6]}"
+    job = real_iris.submit(_job(name, _say_twice, "ping"))
+    assert job.wait(timeout=DEADLINE) is JobStatus.SUCCEEDED
+    expected = {"ping on stdout", "ping on stderr"}
+    assert expected <= set(_wait_for_lines(job.logs, expected))  # JobHandle.logs() through FetchLogs
+    controller = real_iris._controller
+    lines = _wait_for_lines(lambda: controller.task_logs(job.job_id), expected)
+    mine = {(line.task_id, line.attempt_id, line.source, line.data) for line in lines if line.data in expected}
+    assert mine == {
+        (f"{job.job_id}/0", 0, "stdout", "ping on stdout"),
+        (f"{job.job_id}/0", 0, "stderr", "ping on stderr"),
+    }
+    exact = controller.task_logs(f"{job.job_id}/0:0")  # an exact key: the server leaves keys empty
+    assert {line.task_id for line in exact} == {f"{job.job_id}/0"} and expected <= {line.data for line in exact}
+    assert [line.data for line in controller.task_logs(job.job_id, max_lines=1)] == [lines[-1].data]
+    # the fray-ray command line reads them the same way
+    cli = subprocess.run(
+        [sys.executable, "-m", "fray_ray", "logs", job.job_id, "--address", real_controller],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        cwd=REPO,
+        env={k: v for k, v in os.environ.items() if k not in ("FRAY_RAY_TOKEN", "IRIS_AUTH_TOKEN")},
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert f"[{job.job_id}/0:0] ping on stdout" in cli.stdout and f"[{job.job_id}/0:0] ping on stderr" in cli.stderr
+
+
+def test_our_client_lists_the_workers_of_a_real_controller(real_iris: FrayIrisClient) -> None:
+    workers = real_iris._controller.list_workers()
+    assert len(workers) == 2  # the fixture's LocalCluster has two
+    for worker in workers:
+        assert worker.healthy and worker.worker_id and worker.address
+        assert worker.cpu_count == 8 and worker.memory_bytes > 0  # its CPU workers report 8 cores
+        assert worker.device is None and worker.attributes["device-type"] == "cpu"
+    assert len({w.worker_id for w in workers}) == 2
 
 
 class _ConfigMissing(Exception):

@@ -52,6 +52,20 @@ def test_peer_client_submits_polls_terminates_and_lists_endpoints(peer_client_py
     with peer_cluster.client() as client:
         lines = sorted(line.data for line in client.task_logs(hello))
     assert lines == [f"peer says hi from {hello}/0:0", f"peer says hi from {hello}/1:0"]
+    # the peer read the same lines through its log client (FetchLogs at the controller's proxy path)
+    assert [entry for entry in report["hello_logs"] if entry[1].startswith("peer says")] == [
+        [f"{hello}/0", f"peer says hi from {hello}/0:0", 0],
+        [f"{hello}/1", f"peer says hi from {hello}/1:0", 0],
+    ]
+    (worker,) = report["workers"]
+    assert {k: worker[k] for k in ("worker_id", "healthy", "cpu_count", "memory_bytes", "device")} == {
+        "worker_id": "peer-host",
+        "healthy": True,
+        "cpu_count": 4,
+        "memory_bytes": 8 << 30,
+        "device": "cpu",
+    }
+    assert worker["attributes"]["device-type"] == "cpu"
     assert report["sleeper_state"] == "killed" and report["sleeper_tasks"] == ["killed"]
     (endpoint,) = report["endpoints"]
     server = f"/peer/{prefix}-server"

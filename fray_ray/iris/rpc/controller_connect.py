@@ -43,6 +43,9 @@ class ControllerService(Protocol):
     async def get_task_logs(self, request: fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetTaskLogsRequest, ctx: RequestContext) -> fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetTaskLogsResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
 
+    async def list_workers(self, request: fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListWorkersRequest, ctx: RequestContext) -> fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListWorkersResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
+
     async def register_endpoint(self, request: fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.RegisterEndpointRequest, ctx: RequestContext) -> fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.RegisterEndpointResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
 
@@ -137,6 +140,16 @@ class ControllerServiceASGIApplication(ConnectASGIApplication[ControllerService]
                         idempotency_level=IdempotencyLevel.UNKNOWN,
                     ),
                     function=svc.get_task_logs,
+                ),
+                "/iris.cluster.ControllerService/ListWorkers": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ListWorkers",
+                        service_name="iris.cluster.ControllerService",
+                        input=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListWorkersRequest,
+                        output=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListWorkersResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                    ),
+                    function=svc.list_workers,
                 ),
                 "/iris.cluster.ControllerService/RegisterEndpoint": Endpoint.unary(
                     method=MethodInfo(
@@ -335,6 +348,26 @@ class ControllerServiceClient(ConnectClient):
                 service_name="iris.cluster.ControllerService",
                 input=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetTaskLogsRequest,
                 output=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetTaskLogsResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+
+    async def list_workers(
+        self,
+        request: fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListWorkersRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListWorkersResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListWorkers",
+                service_name="iris.cluster.ControllerService",
+                input=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListWorkersRequest,
+                output=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListWorkersResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
             ),
             headers=headers,
@@ -540,6 +573,8 @@ class ControllerServiceSync(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
     def get_task_logs(self, request: fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetTaskLogsRequest, ctx: RequestContext) -> fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetTaskLogsResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
+    def list_workers(self, request: fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListWorkersRequest, ctx: RequestContext) -> fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListWorkersResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
     def register_endpoint(self, request: fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.RegisterEndpointRequest, ctx: RequestContext) -> fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.RegisterEndpointResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
     def unregister_endpoint(self, request: fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.UnregisterEndpointRequest, ctx: RequestContext) -> fray__ray_dot_iris_dot_rpc_dot_job__pb2.Empty:
@@ -631,6 +666,16 @@ class ControllerServiceWSGIApplication(ConnectWSGIApplication):
                         idempotency_level=IdempotencyLevel.UNKNOWN,
                     ),
                     function=service.get_task_logs,
+                ),
+                "/iris.cluster.ControllerService/ListWorkers": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="ListWorkers",
+                        service_name="iris.cluster.ControllerService",
+                        input=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListWorkersRequest,
+                        output=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListWorkersResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                    ),
+                    function=service.list_workers,
                 ),
                 "/iris.cluster.ControllerService/RegisterEndpoint": EndpointSync.unary(
                     method=MethodInfo(
@@ -829,6 +874,26 @@ class ControllerServiceClientSync(ConnectClientSync):
                 service_name="iris.cluster.ControllerService",
                 input=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetTaskLogsRequest,
                 output=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetTaskLogsResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+
+    def list_workers(
+        self,
+        request: fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListWorkersRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListWorkersResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListWorkers",
+                service_name="iris.cluster.ControllerService",
+                input=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListWorkersRequest,
+                output=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListWorkersResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
             ),
             headers=headers,

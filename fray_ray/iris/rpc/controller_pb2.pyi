@@ -11,15 +11,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class EndpointAccess(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    ENDPOINT_ACCESS_PRIVATE: _ClassVar[EndpointAccess]
-    ENDPOINT_ACCESS_LINK: _ClassVar[EndpointAccess]
-ENDPOINT_ACCESS_PRIVATE: EndpointAccess
-ENDPOINT_ACCESS_LINK: EndpointAccess
-
 class Controller(_message.Message):
     __slots__ = ()
+    class SortDirection(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        SORT_DIRECTION_UNSPECIFIED: _ClassVar[Controller.SortDirection]
+        SORT_DIRECTION_ASC: _ClassVar[Controller.SortDirection]
+        SORT_DIRECTION_DESC: _ClassVar[Controller.SortDirection]
+    SORT_DIRECTION_UNSPECIFIED: Controller.SortDirection
+    SORT_DIRECTION_ASC: Controller.SortDirection
+    SORT_DIRECTION_DESC: Controller.SortDirection
     class JobQueryScope(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         JOB_QUERY_SCOPE_UNSPECIFIED: _ClassVar[Controller.JobQueryScope]
@@ -30,6 +31,22 @@ class Controller(_message.Message):
     JOB_QUERY_SCOPE_ALL: Controller.JobQueryScope
     JOB_QUERY_SCOPE_ROOTS: Controller.JobQueryScope
     JOB_QUERY_SCOPE_CHILDREN: Controller.JobQueryScope
+    class WorkerSortField(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        WORKER_SORT_FIELD_UNSPECIFIED: _ClassVar[Controller.WorkerSortField]
+        WORKER_SORT_FIELD_WORKER_ID: _ClassVar[Controller.WorkerSortField]
+        WORKER_SORT_FIELD_LAST_HEARTBEAT: _ClassVar[Controller.WorkerSortField]
+        WORKER_SORT_FIELD_DEVICE_TYPE: _ClassVar[Controller.WorkerSortField]
+    WORKER_SORT_FIELD_UNSPECIFIED: Controller.WorkerSortField
+    WORKER_SORT_FIELD_WORKER_ID: Controller.WorkerSortField
+    WORKER_SORT_FIELD_LAST_HEARTBEAT: Controller.WorkerSortField
+    WORKER_SORT_FIELD_DEVICE_TYPE: Controller.WorkerSortField
+    class EndpointAccess(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ENDPOINT_ACCESS_PRIVATE: _ClassVar[Controller.EndpointAccess]
+        ENDPOINT_ACCESS_LINK: _ClassVar[Controller.EndpointAccess]
+    ENDPOINT_ACCESS_PRIVATE: Controller.EndpointAccess
+    ENDPOINT_ACCESS_LINK: Controller.EndpointAccess
     class LaunchJobRequest(_message.Message):
         __slots__ = ("name", "entrypoint", "resources", "environment", "bundle_id", "bundle_blob", "scheduling_timeout", "ports", "max_task_failures", "max_retries_failure", "max_retries_preemption", "constraints", "coscheduling", "replicas", "timeout", "fail_if_exists", "preemption_policy", "existing_job_policy", "priority_band", "task_image", "submit_argv", "client_revision_date")
         NAME_FIELD_NUMBER: _ClassVar[int]
@@ -214,6 +231,58 @@ class Controller(_message.Message):
         child_job_statuses: _containers.RepeatedCompositeFieldContainer[_job_pb2.JobStatus]
         cursor: int
         def __init__(self, task_logs: _Optional[_Iterable[_Union[Controller.TaskLogBatch, _Mapping]]] = ..., truncated: _Optional[bool] = ..., child_job_statuses: _Optional[_Iterable[_Union[_job_pb2.JobStatus, _Mapping]]] = ..., cursor: _Optional[int] = ...) -> None: ...
+    class WorkerHealthStatus(_message.Message):
+        __slots__ = ("worker_id", "healthy", "consecutive_failures", "last_heartbeat", "running_job_ids", "address", "metadata", "status_message", "backend_id", "scale_group")
+        WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+        HEALTHY_FIELD_NUMBER: _ClassVar[int]
+        CONSECUTIVE_FAILURES_FIELD_NUMBER: _ClassVar[int]
+        LAST_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+        RUNNING_JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+        ADDRESS_FIELD_NUMBER: _ClassVar[int]
+        METADATA_FIELD_NUMBER: _ClassVar[int]
+        STATUS_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+        BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
+        SCALE_GROUP_FIELD_NUMBER: _ClassVar[int]
+        worker_id: str
+        healthy: bool
+        consecutive_failures: int
+        last_heartbeat: _time_pb2.Timestamp
+        running_job_ids: _containers.RepeatedScalarFieldContainer[str]
+        address: str
+        metadata: _job_pb2.WorkerMetadata
+        status_message: str
+        backend_id: str
+        scale_group: str
+        def __init__(self, worker_id: _Optional[str] = ..., healthy: _Optional[bool] = ..., consecutive_failures: _Optional[int] = ..., last_heartbeat: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., running_job_ids: _Optional[_Iterable[str]] = ..., address: _Optional[str] = ..., metadata: _Optional[_Union[_job_pb2.WorkerMetadata, _Mapping]] = ..., status_message: _Optional[str] = ..., backend_id: _Optional[str] = ..., scale_group: _Optional[str] = ...) -> None: ...
+    class WorkerQuery(_message.Message):
+        __slots__ = ("contains", "sort_field", "sort_direction", "offset", "limit", "backend_id")
+        CONTAINS_FIELD_NUMBER: _ClassVar[int]
+        SORT_FIELD_FIELD_NUMBER: _ClassVar[int]
+        SORT_DIRECTION_FIELD_NUMBER: _ClassVar[int]
+        OFFSET_FIELD_NUMBER: _ClassVar[int]
+        LIMIT_FIELD_NUMBER: _ClassVar[int]
+        BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
+        contains: str
+        sort_field: Controller.WorkerSortField
+        sort_direction: Controller.SortDirection
+        offset: int
+        limit: int
+        backend_id: str
+        def __init__(self, contains: _Optional[str] = ..., sort_field: _Optional[_Union[Controller.WorkerSortField, str]] = ..., sort_direction: _Optional[_Union[Controller.SortDirection, str]] = ..., offset: _Optional[int] = ..., limit: _Optional[int] = ..., backend_id: _Optional[str] = ...) -> None: ...
+    class ListWorkersRequest(_message.Message):
+        __slots__ = ("query",)
+        QUERY_FIELD_NUMBER: _ClassVar[int]
+        query: Controller.WorkerQuery
+        def __init__(self, query: _Optional[_Union[Controller.WorkerQuery, _Mapping]] = ...) -> None: ...
+    class ListWorkersResponse(_message.Message):
+        __slots__ = ("workers", "total_count", "has_more")
+        WORKERS_FIELD_NUMBER: _ClassVar[int]
+        TOTAL_COUNT_FIELD_NUMBER: _ClassVar[int]
+        HAS_MORE_FIELD_NUMBER: _ClassVar[int]
+        workers: _containers.RepeatedCompositeFieldContainer[Controller.WorkerHealthStatus]
+        total_count: int
+        has_more: bool
+        def __init__(self, workers: _Optional[_Iterable[_Union[Controller.WorkerHealthStatus, _Mapping]]] = ..., total_count: _Optional[int] = ..., has_more: _Optional[bool] = ...) -> None: ...
     class Endpoint(_message.Message):
         __slots__ = ("endpoint_id", "name", "address", "task_id", "metadata", "access", "peer_id")
         class MetadataEntry(_message.Message):
@@ -235,9 +304,9 @@ class Controller(_message.Message):
         address: str
         task_id: str
         metadata: _containers.ScalarMap[str, str]
-        access: EndpointAccess
+        access: Controller.EndpointAccess
         peer_id: str
-        def __init__(self, endpoint_id: _Optional[str] = ..., name: _Optional[str] = ..., address: _Optional[str] = ..., task_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., access: _Optional[_Union[EndpointAccess, str]] = ..., peer_id: _Optional[str] = ...) -> None: ...
+        def __init__(self, endpoint_id: _Optional[str] = ..., name: _Optional[str] = ..., address: _Optional[str] = ..., task_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., access: _Optional[_Union[Controller.EndpointAccess, str]] = ..., peer_id: _Optional[str] = ...) -> None: ...
     class RegisterEndpointRequest(_message.Message):
         __slots__ = ("name", "address", "task_id", "metadata", "attempt_id", "endpoint_id", "lease_duration", "access")
         class MetadataEntry(_message.Message):
@@ -262,8 +331,8 @@ class Controller(_message.Message):
         attempt_id: int
         endpoint_id: str
         lease_duration: _time_pb2.Duration
-        access: EndpointAccess
-        def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., task_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., attempt_id: _Optional[int] = ..., endpoint_id: _Optional[str] = ..., lease_duration: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., access: _Optional[_Union[EndpointAccess, str]] = ...) -> None: ...
+        access: Controller.EndpointAccess
+        def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., task_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., attempt_id: _Optional[int] = ..., endpoint_id: _Optional[str] = ..., lease_duration: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., access: _Optional[_Union[Controller.EndpointAccess, str]] = ...) -> None: ...
     class RegisterEndpointResponse(_message.Message):
         __slots__ = ("endpoint_id", "lease_duration")
         ENDPOINT_ID_FIELD_NUMBER: _ClassVar[int]

@@ -7,6 +7,7 @@
 """Generated protocol buffer code."""
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
+from fray_ray.iris.rpc import DESCRIPTOR_POOL as _fray_ray_descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
@@ -25,7 +26,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x66ray_ray/iris/rpc/errors.proto\x12\x08iris.rpc\"`\n\x0c\x45rrorDetails\x12\x16\n\x0e\x65xception_type\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\ttraceback\x18\x03 \x01(\t\x12\x14\n\x0ctimestamp_ms\x18\x04 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _fray_ray_descriptor_pool.AddSerializedFile(b'\n\x1e\x66ray_ray/iris/rpc/errors.proto\x12\x08iris.rpc\"`\n\x0c\x45rrorDetails\x12\x16\n\x0e\x65xception_type\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\ttraceback\x18\x03 \x01(\t\x12\x14\n\x0ctimestamp_ms\x18\x04 \x01(\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)

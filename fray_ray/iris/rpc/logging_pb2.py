@@ -7,6 +7,7 @@
 """Generated protocol buffer code."""
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
+from fray_ray.iris.rpc import DESCRIPTOR_POOL as _fray_ray_descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
@@ -26,7 +27,7 @@ _sym_db = _symbol_database.Default()
 from fray_ray.iris.rpc import time_pb2 as fray__ray_dot_iris_dot_rpc_dot_time__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x66ray_ray/iris/rpc/logging.proto\x12\x0ciris.logging\x1a\x1c\x66ray_ray/iris/rpc/time.proto\"\x99\x01\n\x08LogEntry\x12\'\n\ttimestamp\x18\x01 \x01(\x0b\x32\x14.iris.time.Timestamp\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\t\x12\x12\n\nattempt_id\x18\x04 \x01(\x05\x12%\n\x05level\x18\x05 \x01(\x0e\x32\x16.iris.logging.LogLevel\x12\x0b\n\x03key\x18\x06 \x01(\t*\x92\x01\n\x08LogLevel\x12\x19\n\x15LOG_LEVEL_UNSPECIFIED\x10\x00\x12\x13\n\x0fLOG_LEVEL_DEBUG\x10\x01\x12\x12\n\x0eLOG_LEVEL_INFO\x10\x02\x12\x15\n\x11LOG_LEVEL_WARNING\x10\x03\x12\x13\n\x0fLOG_LEVEL_ERROR\x10\x04\x12\x16\n\x12LOG_LEVEL_CRITICAL\x10\x05\x62\x06proto3')
+DESCRIPTOR = _fray_ray_descriptor_pool.AddSerializedFile(b'\n\x1f\x66ray_ray/iris/rpc/logging.proto\x12\x0ciris.logging\x1a\x1c\x66ray_ray/iris/rpc/time.proto\"\x99\x01\n\x08LogEntry\x12\'\n\ttimestamp\x18\x01 \x01(\x0b\x32\x14.iris.time.Timestamp\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\t\x12\x12\n\nattempt_id\x18\x04 \x01(\x05\x12%\n\x05level\x18\x05 \x01(\x0e\x32\x16.iris.logging.LogLevel\x12\x0b\n\x03key\x18\x06 \x01(\t*\x8e\x01\n\x08LogLevel\x12\x15\n\x11LOG_LEVEL_UNKNOWN\x10\x00\x12\x13\n\x0fLOG_LEVEL_DEBUG\x10\x01\x12\x12\n\x0eLOG_LEVEL_INFO\x10\x02\x12\x15\n\x11LOG_LEVEL_WARNING\x10\x03\x12\x13\n\x0fLOG_LEVEL_ERROR\x10\x04\x12\x16\n\x12LOG_LEVEL_CRITICAL\x10\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,7 +35,7 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'fray_ray.iris.rpc.logging_p
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LOGLEVEL']._serialized_start=236
-  _globals['_LOGLEVEL']._serialized_end=382
+  _globals['_LOGLEVEL']._serialized_end=378
   _globals['_LOGENTRY']._serialized_start=80
   _globals['_LOGENTRY']._serialized_end=233
 # @@protoc_insertion_point(module_scope)

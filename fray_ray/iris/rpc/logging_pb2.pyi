@@ -10,13 +10,13 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 class LogLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
-    LOG_LEVEL_UNSPECIFIED: _ClassVar[LogLevel]
+    LOG_LEVEL_UNKNOWN: _ClassVar[LogLevel]
     LOG_LEVEL_DEBUG: _ClassVar[LogLevel]
     LOG_LEVEL_INFO: _ClassVar[LogLevel]
     LOG_LEVEL_WARNING: _ClassVar[LogLevel]
     LOG_LEVEL_ERROR: _ClassVar[LogLevel]
     LOG_LEVEL_CRITICAL: _ClassVar[LogLevel]
-LOG_LEVEL_UNSPECIFIED: LogLevel
+LOG_LEVEL_UNKNOWN: LogLevel
 LOG_LEVEL_DEBUG: LogLevel
 LOG_LEVEL_INFO: LogLevel
 LOG_LEVEL_WARNING: LogLevel

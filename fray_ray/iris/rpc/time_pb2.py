@@ -7,6 +7,7 @@
 """Generated protocol buffer code."""
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
+from fray_ray.iris.rpc import DESCRIPTOR_POOL as _fray_ray_descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
@@ -25,7 +26,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x66ray_ray/iris/rpc/time.proto\x12\tiris.time\"\x1d\n\tTimestamp\x12\x10\n\x08\x65poch_ms\x18\x01 \x01(\x03\" \n\x08\x44uration\x12\x14\n\x0cmilliseconds\x18\x01 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _fray_ray_descriptor_pool.AddSerializedFile(b'\n\x1c\x66ray_ray/iris/rpc/time.proto\x12\tiris.time\"\x1d\n\tTimestamp\x12\x10\n\x08\x65poch_ms\x18\x01 \x01(\x03\" \n\x08\x44uration\x12\x14\n\x0cmilliseconds\x18\x01 \x01(\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
