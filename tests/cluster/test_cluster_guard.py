@@ -82,6 +82,14 @@ def owners() -> Iterator[list[Owner]]:
         owner.close()
 
 
+def _command_line(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def _all_gone(pids: list[int], temp_dir: str, reaper: int) -> None:
     wait_for(lambda: not any(pid_alive(p) for p in pids), timeout=DEADLINE_S,
              what=f"processes to die: {[p for p in pids if pid_alive(p)]}")
@@ -104,6 +112,7 @@ def test_process_groups_catch_descendants_that_dropped_the_marker(owners, tmp_pa
     owner = Owner(tmp_path, pid_file, f"env -i sleep 304 & echo $! >> {pid_file}; wait", cgroup=False)
     owners.append(owner)
     (unmarked,) = owner.task_pids(1)
+    wait_for(lambda: _command_line(unmarked).startswith(b"sleep\0"), what="env to exec sleep")
     with open(f"/proc/{unmarked}/environ", "rb") as f:
         assert b"FRAY_RAY_CLUSTER_" not in f.read()
     owner.process.kill()
