@@ -65,6 +65,7 @@ class EmbeddedCluster:
         self._state = ClusterLifecycle.NEW
         self._token: str | None = None
         self._temp_dir: str | None = None
+        self._owner_pid: int | None = None  # the process that started it; only it may stop it
         self._guard: ProcessGuard | None = None
         self._supervisor: ProcessSupervisor | None = None
         self._controller: EmbeddedController | None = None
@@ -87,6 +88,7 @@ class EmbeddedCluster:
                 raise RuntimeError(f"cluster is {self._state.value}; build a new EmbeddedCluster")
             began = time.perf_counter()
             config = self.config
+            self._owner_pid = os.getpid()
             try:
                 self._token = (config.token or secrets.token_urlsafe(32)) if config.auth else None
                 if config.work_dir is not None:
@@ -131,7 +133,12 @@ class EmbeddedCluster:
         return self
 
     def stop(self) -> None:
-        """Stop serving, kill every task process group, delete the temp dir. Idempotent."""
+        """Stop serving, kill every task process group, delete the temp dir. Idempotent.
+
+        In a forked child (say, one that runs atexit hooks) it does nothing: the cluster, its
+        processes and its temp dir belong to the parent."""
+        if self._owner_pid is not None and os.getpid() != self._owner_pid:
+            return
         with self._lock:
             if self._state == ClusterLifecycle.STOPPED:
                 return

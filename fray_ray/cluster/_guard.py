@@ -44,7 +44,7 @@ class GuardState(enum.Enum):
     STOPPED = "stopped"  # the reaper made its last sweep and exited; the cgroup is gone
 
 
-def _pids_cgroup_parent() -> str | None:
+def pids_cgroup_parent() -> str | None:
     """This process's cgroup in the v1 `pids` hierarchy, if that is mounted and writable."""
     try:
         with open("/proc/self/mounts") as f:
@@ -76,12 +76,13 @@ class ProcessGuard:
     def __init__(self, temp_dir: str, *, use_cgroup: bool = True) -> None:
         self._temp_dir = temp_dir
         self._use_cgroup = use_cgroup
+        self._owner = os.getpid()
         self._lock = threading.Lock()  # guards _state, _pipe and _pending
         self._state = GuardState.NEW
         cluster_id = secrets.token_hex(8)
         self._marker_name = f"{_reaper.MARKER_PREFIX}{cluster_id}"
-        self._environment = {self._marker_name: str(os.getpid())}
-        self._cgroup_name = f"{_reaper.CGROUP_PREFIX}{os.getpid()}-{cluster_id}"
+        self._environment = {self._marker_name: str(self._owner)}
+        self._cgroup_name = f"{_reaper.CGROUP_PREFIX}{self._owner}-{cluster_id}"
         self._cgroup: str | None = None
         self._reaper: subprocess.Popen | None = None
         self._pipe: int | None = None  # write end of the reaper's stdin, non-blocking
@@ -136,7 +137,7 @@ class ProcessGuard:
         if self._use_cgroup:
             self._cgroup = self._make_cgroup()
         environment = {k: v for k, v in os.environ.items() if not k.startswith(_reaper.MARKER_PREFIX)}
-        argv = [sys.executable, "-I", "-S", os.path.abspath(_reaper.__file__), str(os.getpid()),
+        argv = [sys.executable, "-I", "-S", os.path.abspath(_reaper.__file__), str(self._owner),
                 self.marker, self._temp_dir, self._cgroup or ""]
         try:
             self._reaper = subprocess.Popen(
@@ -157,9 +158,10 @@ class ProcessGuard:
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Have the reaper sweep once more and exit; remove the cgroup. Idempotent."""
+        """Have the reaper sweep once more and exit; remove the cgroup. Idempotent, and a no-op
+        in a forked child (its parent's cluster is not its to stop)."""
         with self._lock:
-            if self._state != GuardState.RUNNING:
+            if self._state != GuardState.RUNNING or os.getpid() != self._owner:
                 self._state = GuardState.STOPPED
                 return
             self._state = GuardState.STOPPED
@@ -186,7 +188,7 @@ class ProcessGuard:
     # ---- internals ------------------------------------------------------------------------------
 
     def _make_cgroup(self) -> str | None:
-        parent = _pids_cgroup_parent()
+        parent = pids_cgroup_parent()
         if parent is None:
             return None
         _reaper.remove_stale_cgroups(parent)

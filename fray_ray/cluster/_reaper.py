@@ -201,7 +201,10 @@ def _serve(owner: int, groups: set[int]) -> bool:
         for fd, _ in events:
             if fd == pidfd:
                 return False
-            data = os.read(0, 65536)
+            try:
+                data = os.read(0, 65536)
+            except OSError:
+                data = b""
             if not data:
                 # EOF: an orderly stop if the owner said so and still lives; else it died.
                 return stopping and os.getppid() == owner

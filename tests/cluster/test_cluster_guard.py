@@ -20,10 +20,10 @@ import pytest
 from cluster_helpers import job_name, pid_alive, sh, wait_for
 
 from fray_ray.cluster import ClusterConfig, EmbeddedCluster, cpu_worker
-from fray_ray.cluster._guard import _pids_cgroup_parent
+from fray_ray.cluster._guard import pids_cgroup_parent
 from fray_ray.cluster._reaper import remove_orphaned_dirs, remove_temp_dir
 
-HAVE_CGROUP = _pids_cgroup_parent() is not None
+HAVE_CGROUP = pids_cgroup_parent() is not None
 DEADLINE_S = 10.0
 
 OWNER = textwrap.dedent(
@@ -31,7 +31,7 @@ OWNER = textwrap.dedent(
     import json, sys, time
     import fray_ray.cluster._guard as guard
     if sys.argv[2] == "no-cgroup":
-        guard._pids_cgroup_parent = lambda: None  # as on a machine without a writable cgroup
+        guard.pids_cgroup_parent = lambda: None  # as on a machine without a writable cgroup
     from fray_ray.cluster import ClusterConfig, EmbeddedCluster, cpu_worker
     from fray_ray.iris.entrypoint import command_entrypoint
     from fray_ray.iris.names import JobName
@@ -179,3 +179,22 @@ def test_temp_dirs_are_removed_only_when_recognisably_a_dead_owners(tmp_path: Pa
     assert not orphan.exists() and mine.exists() and stranger.exists()
     remove_temp_dir(str(mine), os.getpid())
     assert not mine.exists()
+
+
+def test_a_forked_child_exiting_normally_leaves_its_parents_cluster_alone(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pids"
+    with EmbeddedCluster(ClusterConfig(workers=(cpu_worker(cpu=2),), work_dir=str(tmp_path / "work"))) as cluster:
+        with cluster.client() as client:
+            client.launch_job(sh(f"setsid sleep 308 & echo $! >> {pid_file}; wait", name=job_name("survivor")))
+        escaped = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), what="pid"))
+        child = os.fork()
+        if child == 0:  # what atexit would do in a child that exits through the interpreter
+            try:
+                cluster.stop()
+            finally:
+                os._exit(0)
+        assert os.waitpid(child, 0)[1] == 0
+        assert pid_alive(escaped) and cluster.temp_dir is not None and os.path.isdir(cluster.temp_dir)
+        with cluster.client() as client:
+            assert client.job_states(["/tester/survivor"])["/tester/survivor"].name == "RUNNING"
+    wait_for(lambda: not pid_alive(escaped), timeout=DEADLINE_S, what="the escaped process to die at the real stop")

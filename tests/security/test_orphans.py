@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from fray_ray.cluster._guard import _pids_cgroup_parent
+from fray_ray.cluster._guard import pids_cgroup_parent
 from fray_ray.iris.controller_client import ControllerClient
 from fray_ray.iris.entrypoint import command_entrypoint
 from fray_ray.iris.names import JobName
@@ -32,7 +32,7 @@ from fray_ray.iris.types import JobSpec, JobState, ResourceSpec
 
 CLEANUP_DEADLINE_S = 10.0
 START_DEADLINE_S = 120.0  # a loaded 2-core machine can be slow to start a driver and its executor
-HAVE_CGROUP = _pids_cgroup_parent() is not None
+HAVE_CGROUP = pids_cgroup_parent() is not None
 MARK = "FRAY_RAY_ORPHAN_TEST"
 
 
@@ -102,7 +102,7 @@ def assert_nothing_left(mark: str, pids: list[int], work: Path, owner_pid: int) 
     wait_until(lambda: not any(alive(p) for p in pids), CLEANUP_DEADLINE_S, f"pids gone: {[p for p in pids if alive(p)]}")
     wait_until(lambda: not list(work.iterdir()), CLEANUP_DEADLINE_S, f"work dir empty: {list(work.iterdir())}")
     if HAVE_CGROUP:
-        parent = _pids_cgroup_parent()
+        parent = pids_cgroup_parent()
         assert parent is not None
         wait_until(
             lambda: not [n for n in os.listdir(parent) if n.startswith(f"fray-ray-{owner_pid}-")],
