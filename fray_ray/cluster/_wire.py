@@ -43,7 +43,8 @@ def _workdir_file_name(name: str) -> str:
         or name.startswith("/")
         or normalized in (".", "")
         or len(name) > MAX_WORKDIR_FILE_NAME
-        or any(p == ".." or not p.isprintable() or len(p.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES for p in parts)
+        or any(p == ".." or not p.isprintable() or len(p.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES
+               for p in parts)
     ):
         shown = repr(name) if len(name) <= 80 else repr(name[:80]) + f"... ({len(name)} characters)"
         raise InvalidRequest(

@@ -104,7 +104,14 @@ def test_task_names_need_ascii_indices_and_keep_colons_inside_job_segments() -> 
 
 @pytest.mark.parametrize(
     "name",
-    ["/user/job/actor-0", "/system/log-server", "my-actor", "abc123/my-actor", "_workerpool_x:worker-0", "/u/j/my actor-0"],
+    [
+        "/user/job/actor-0",
+        "/system/log-server",
+        "my-actor",
+        "abc123/my-actor",
+        "_workerpool_x:worker-0",
+        "/u/j/my actor-0",
+    ],
 )
 def test_endpoint_names_real_clients_send_are_accepted(name: str) -> None:
     assert validate_endpoint_name(name) == name

@@ -18,7 +18,9 @@ class Echo:
 
 
 @pytest.mark.parametrize(
-    "name", ["x" * 400, "été/..\u0000 \u202e" * 60, "..", "a/b c"], ids=["long", "unicode-and-controls", "dots", "slash"]
+    "name",
+    ["x" * 400, "été/..\u0000 \u202e" * 60, "..", "a/b c"],
+    ids=["long", "unicode-and-controls", "dots", "slash"],
 )
 def test_long_and_odd_actor_names_work_and_stay_distinct(name: str) -> None:
     actor = Echo.options(name=name).remote()

@@ -99,7 +99,7 @@ def owner_env(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
 
 def assert_nothing_left(mark: str, pids: list[int], work: Path, owner_pid: int) -> None:
     wait_until(lambda: not marked(mark), CLEANUP_DEADLINE_S, f"every marked process gone (left: {marked(mark)})")
-    wait_until(lambda: not any(alive(p) for p in pids), CLEANUP_DEADLINE_S, f"pids gone: {[p for p in pids if alive(p)]}")
+    wait_until(lambda: not any(alive(p) for p in pids), CLEANUP_DEADLINE_S, f"all of {pids} gone")
     wait_until(lambda: not list(work.iterdir()), CLEANUP_DEADLINE_S, f"work dir empty: {list(work.iterdir())}")
     if HAVE_CGROUP:
         parent = pids_cgroup_parent()
@@ -158,7 +158,8 @@ def test_killed_standalone_controller_leaves_no_process_and_no_temp_dir(
     owner_env, tmp_path: Path, kill_signal: int
 ) -> None:
     mark, env, work = owner_env
-    command = [sys.executable, "-m", "fray_ray.cluster", "--json", "--cpu", "2", "--memory", "2g", "--work-dir", str(work)]
+    command = [sys.executable, "-m", "fray_ray.cluster", "--json", "--cpu", "2", "--memory", "2g"]
+    command += ["--work-dir", str(work)]
     controller = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True)
     pid_file = tmp_path / "pids"
     script = (
