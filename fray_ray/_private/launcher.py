@@ -8,6 +8,7 @@ launcher thread, in order, and report back through callbacks.
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -27,6 +28,9 @@ from fray_ray.fray import (
 logger = logging.getLogger(__name__)
 
 LaunchCallback = Callable[[Any, BaseException | None], None]
+#: Named-actor group names stay well inside a job name segment (255 bytes), leaving room for
+#: the `-<index>` Fray appends to endpoint names.
+_MAX_GROUP_BYTES = 200
 
 
 def _ram(memory_bytes: int) -> str:
@@ -125,9 +129,16 @@ class WorkerLauncher:
 
     @staticmethod
     def named_group(namespace: str, name: str) -> str:
-        """The group (job) name of a named actor: the same from every driver of the cluster."""
+        """The group (job) name of a named actor: the same from every driver of the cluster.
+        Ray takes any actor name; a job name segment is at most 255 bytes, so a long one is
+        cut and made unique again with a digest of the whole."""
         raw = f"rayactor.{namespace}.{name}"
-        return "".join(c if c.isalnum() or c in "-_." else "-" for c in raw)
+        group = "".join(c if c.isalnum() or c in "-_." else "-" for c in raw)
+        if len(group.encode()) <= _MAX_GROUP_BYTES:
+            return group
+        digest = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        head = group.encode()[: _MAX_GROUP_BYTES - len(digest) - 1].decode(errors="ignore")
+        return f"{head}-{digest}"
 
     def lookup_named(self, namespace: str, name: str, timeout: float = 10.0) -> tuple[Any, dict[str, Any]] | None:
         """A live named actor started by another driver of this cluster: (Fray handle, its

@@ -3,6 +3,10 @@
 `EmbeddedCluster(config).start()` returns once the controller answers; `stop()` (or leaving the
 `with` block) kills every task process group, closes the port and deletes the temp dir.
 This is what `fray_ray.init()` starts when no cluster address is given.
+
+If this process dies without stopping the cluster (SIGKILL, SIGTERM's default action,
+`os._exit`), its `ProcessGuard`'s reaper kills every task process and their descendants and
+deletes the temp dir within moments (see `_guard.py`).
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ import weakref
 
 from fray_ray.cluster._config import ClusterConfig, WorkerSpec
 from fray_ray.cluster._controller import EmbeddedController, WorkerStatus
+from fray_ray.cluster._guard import ProcessGuard
 from fray_ray.cluster._http import build_app
 from fray_ray.cluster._logs import LogStore
 from fray_ray.cluster._process import ProcessSupervisor
+from fray_ray.cluster._reaper import OWNER_FILE, TEMP_PREFIX, remove_orphaned_dirs
 from fray_ray.cluster._service import ControllerService, EndpointService, LogService
 from fray_ray.cluster._worker import default_task_python
 from fray_ray.iris.controller_client import ControllerClient
@@ -36,28 +42,6 @@ def _stop_at_exit(ref: weakref.ref[EmbeddedCluster]) -> None:
     cluster = ref()
     if cluster is not None:
         cluster.stop()
-
-
-_TEMP_PREFIX = "fray-ray-cluster-"
-_OWNER_FILE = "owner.pid"
-
-
-def _remove_orphaned_dirs(parent: str | None) -> None:
-    """Delete the temp dirs of clusters whose process died without stopping them (SIGKILL)."""
-    parent = parent or tempfile.gettempdir()
-    try:
-        names = [n for n in os.listdir(parent) if n.startswith(_TEMP_PREFIX)]
-    except OSError:
-        return
-    for name in names:
-        path = os.path.join(parent, name)
-        try:
-            with open(os.path.join(path, _OWNER_FILE)) as owner:
-                pid = int(owner.read().strip() or 0)
-        except (OSError, ValueError):
-            continue  # not ours to judge (older layout, or being created right now)
-        if pid and not os.path.exists(f"/proc/{pid}"):
-            shutil.rmtree(path, ignore_errors=True)
 
 
 class ClusterLifecycle(enum.Enum):
@@ -81,6 +65,8 @@ class EmbeddedCluster:
         self._state = ClusterLifecycle.NEW
         self._token: str | None = None
         self._temp_dir: str | None = None
+        self._owner_pid: int | None = None  # the process that started it; only it may stop it
+        self._guard: ProcessGuard | None = None
         self._supervisor: ProcessSupervisor | None = None
         self._controller: EmbeddedController | None = None
         self._server: RpcServer | None = None
@@ -102,16 +88,19 @@ class EmbeddedCluster:
                 raise RuntimeError(f"cluster is {self._state.value}; build a new EmbeddedCluster")
             began = time.perf_counter()
             config = self.config
+            self._owner_pid = os.getpid()
             try:
                 self._token = (config.token or secrets.token_urlsafe(32)) if config.auth else None
                 if config.work_dir is not None:
                     os.makedirs(config.work_dir, exist_ok=True)
-                _remove_orphaned_dirs(config.work_dir)
-                self._temp_dir = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=config.work_dir)
-                with open(os.path.join(self._temp_dir, _OWNER_FILE), "w") as owner:
+                # Dirs whose reaper was killed along with their owner.
+                remove_orphaned_dirs(config.work_dir or tempfile.gettempdir())
+                self._temp_dir = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=config.work_dir)
+                with open(os.path.join(self._temp_dir, OWNER_FILE), "w") as owner:
                     owner.write(str(os.getpid()))
+                self._guard = ProcessGuard(self._temp_dir).start()
                 self._logs = LogStore(config.max_log_lines_per_attempt)
-                self._supervisor = ProcessSupervisor().start()
+                self._supervisor = ProcessSupervisor(guard=self._guard).start()
                 self._controller = EmbeddedController(
                     config.effective_workers(),
                     root_dir=os.path.join(self._temp_dir, "workers"),
@@ -145,7 +134,12 @@ class EmbeddedCluster:
         return self
 
     def stop(self) -> None:
-        """Stop serving, kill every task process group, delete the temp dir. Idempotent."""
+        """Stop serving, kill every task process group, delete the temp dir. Idempotent.
+
+        In a forked child (say, one that runs atexit hooks) it does nothing: the cluster, its
+        processes and its temp dir belong to the parent."""
+        if self._owner_pid is not None and os.getpid() != self._owner_pid:
+            return
         with self._lock:
             if self._state == ClusterLifecycle.STOPPED:
                 return
@@ -160,10 +154,13 @@ class EmbeddedCluster:
             self._controller.stop()
         if self._supervisor is not None:
             self._supervisor.stop()
+        if self._guard is not None:
+            self._guard.stop()  # after the supervisor: sweeps what escaped the process groups
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
         self._server = None
         self._supervisor = None
+        self._guard = None
         self._temp_dir = None
 
     def __enter__(self) -> EmbeddedCluster:
@@ -237,6 +234,11 @@ class EmbeddedCluster:
     def task_pids(self) -> list[int]:
         """Process-group leaders of the task attempts running now."""
         return self._supervisor.pids() if self._supervisor is not None else []
+
+    @property
+    def guard(self) -> ProcessGuard | None:
+        """What keeps this cluster's processes from outliving it (None unless running)."""
+        return self._guard
 
 
 def start_cluster(config: ClusterConfig | None = None) -> EmbeddedCluster:

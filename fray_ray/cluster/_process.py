@@ -9,7 +9,10 @@ calling prctl (a full fork: 3-4 ms a spawn from a large process). The same threa
 all stdout/stderr pipes and one pidfd per process in a single selector, so a task's exit is
 seen the moment it happens, with no polling and no thread per process. Killing means SIGKILL
 to the whole process group; a finished task's leftover children are killed the same way,
-before its leader is reaped (so the group id cannot have been reused).
+before its leader is reaped (so the group id cannot have been reused). An optional
+`SpawnGuard` (the cluster's `ProcessGuard`) marks every process's environment, places the
+supervisor thread in the cluster's cgroup, and hears of every group, so that a reaper can kill
+them all should this process die.
 """
 
 from __future__ import annotations
@@ -86,6 +89,23 @@ class ProcessListener(Protocol):
         when the process could not be started at all."""
 
 
+class SpawnGuard(Protocol):
+    """Containment applied to every process the supervisor starts (see `_guard.ProcessGuard`).
+    Called on the supervisor thread only."""
+
+    @property
+    def environment(self) -> Mapping[str, str]:
+        """Added to every process's environment."""
+        ...
+
+    def enter_thread(self) -> None:
+        """Called once, first thing on the supervisor thread (before it forks anything)."""
+
+    def group_started(self, pgid: int) -> None: ...
+
+    def group_reaped(self, pgid: int) -> None: ...
+
+
 @dataclass(frozen=True)
 class ProcessSpec:
     """What to run: argv in cwd with exactly env."""
@@ -132,8 +152,10 @@ class ProcessSupervisor:
         max_line_bytes: int = 64 * 1024,
         use_setpriv: bool = True,
         use_pidfd: bool = True,
+        guard: SpawnGuard | None = None,
     ) -> None:
         self._name = name
+        self._guard = guard
         self._use_setpriv = use_setpriv
         self._max_line_bytes = max_line_bytes
         self._lock = threading.Lock()  # guards _state, _queue, _starting, _running, _cancelled
@@ -236,6 +258,8 @@ class ProcessSupervisor:
     def _run(self) -> None:
         assert self._selector is not None
         try:
+            if self._guard is not None:
+                self._guard.enter_thread()
             while True:
                 for key, _ in self._selector.select(timeout=None if self._state == SupervisorState.RUNNING else 0.05):
                     if key.data is None:
@@ -288,10 +312,13 @@ class ProcessSupervisor:
 
     def _start(self, key: int, spec: ProcessSpec, listener: ProcessListener) -> None:
         prefix = pdeathsig_prefix() if self._use_setpriv else ()
+        env = dict(spec.env)
+        if self._guard is not None:
+            env.update(self._guard.environment)
         try:
             popen = subprocess.Popen(
                 [*prefix, *spec.argv],
-                env=dict(spec.env),
+                env=env,
                 cwd=spec.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -306,6 +333,8 @@ class ProcessSupervisor:
                 self._cancelled.discard(key)
             listener.process_exited(127, f"cannot start {spec.argv[0]!r}: {exc}")
             return
+        if self._guard is not None:
+            self._guard.group_started(popen.pid)
         running = _Running(key, popen, listener)
         assert self._selector is not None and popen.stdout is not None and popen.stderr is not None
         for source, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
@@ -418,6 +447,8 @@ class ProcessSupervisor:
             returncode = running.popen.wait()
             self._running.pop(running.key, None)
             stopping = self._state != SupervisorState.RUNNING
+        if self._guard is not None:
+            self._guard.group_reaped(running.popen.pid)
         for pipe in (running.popen.stdout, running.popen.stderr):
             if pipe is not None:
                 pipe.close()

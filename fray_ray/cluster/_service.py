@@ -5,7 +5,8 @@ Handlers run inline on the server's event loop: each one takes the controller lo
 microseconds and never blocks on I/O, so a thread hop would only add latency. FetchLogs is the
 exception: it may sort many thousands of lines, so it runs on a worker thread. This is the one
 place cluster errors become Connect errors; any other exception is logged and answered as
-`internal`, so a handler bug never takes the server down.
+`internal`, so a handler bug never takes the server down. Every job, task and endpoint name a
+request carries is checked here (`_request_names`) before the controller sees it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ from connectrpc.errors import ConnectError
 
 from fray_ray.cluster._controller import EmbeddedController
 from fray_ray.cluster._errors import ClusterError
+from fray_ray.cluster._request_names import (
+    endpoint_name_arg,
+    job_id_arg,
+    job_ids_arg,
+    job_or_task_arg,
+    task_id_arg,
+    task_ids_arg,
+)
 from fray_ray.cluster._state import DEFAULT_LEASE_S, LEGACY_LEASE_S
 from fray_ray.iris.rpc import controller_pb2, finelog_logging_pb2, job_pb2
 
@@ -54,6 +63,11 @@ def rpc(method: str, *, in_thread: bool = False) -> Callable[[Callable[..., R]],
     return wrap
 
 
+def _check_registration(request: Controller.RegisterEndpointRequest) -> None:
+    endpoint_name_arg(request.name)
+    task_id_arg(request.task_id)
+
+
 class ControllerService:
     """`iris.cluster.ControllerService`: jobs, tasks, endpoints and logs."""
 
@@ -66,11 +80,11 @@ class ControllerService:
 
     @rpc("GetJobState")
     def get_job_state(self, request: Controller.GetJobStateRequest, ctx: Any) -> Controller.GetJobStateResponse:
-        return Controller.GetJobStateResponse(states=self._controller.job_states(request.job_ids))
+        return Controller.GetJobStateResponse(states=self._controller.job_states(job_ids_arg(request.job_ids)))
 
     @rpc("GetJobStatus")
     def get_job_status(self, request: Controller.GetJobStatusRequest, ctx: Any) -> Controller.GetJobStatusResponse:
-        return self._controller.job_status(request.job_id)
+        return self._controller.job_status(job_id_arg(request.job_id))
 
     @rpc("ListJobs")
     def list_jobs(self, request: Controller.ListJobsRequest, ctx: Any) -> Controller.ListJobsResponse:
@@ -78,19 +92,20 @@ class ControllerService:
 
     @rpc("TerminateJob")
     def terminate_job(self, request: Controller.TerminateJobRequest, ctx: Any) -> job_pb2.Empty:
-        self._controller.terminate_job(request.job_id)
+        self._controller.terminate_job(job_id_arg(request.job_id))
         return job_pb2.Empty()
 
     @rpc("ListTasks")
     def list_tasks(self, request: Controller.ListTasksRequest, ctx: Any) -> Controller.ListTasksResponse:
-        return Controller.ListTasksResponse(tasks=self._controller.list_tasks(request.job_id))
+        return Controller.ListTasksResponse(tasks=self._controller.list_tasks(job_id_arg(request.job_id)))
 
     @rpc("GetTaskStatus")
     def get_task_status(self, request: Controller.GetTaskStatusRequest, ctx: Any) -> Controller.GetTaskStatusResponse:
-        return self._controller.task_status(request.task_id)
+        return self._controller.task_status(task_id_arg(request.task_id).task.wire)
 
     @rpc("GetTaskLogs")
     def get_task_logs(self, request: Controller.GetTaskLogsRequest, ctx: Any) -> Controller.GetTaskLogsResponse:
+        job_or_task_arg(request.id)
         return self._controller.task_logs(request)
 
     @rpc("ListWorkers")
@@ -102,6 +117,7 @@ class ControllerService:
         self, request: Controller.RegisterEndpointRequest, ctx: Any
     ) -> Controller.RegisterEndpointResponse:
         # Old clients never renew through this surface, so it grants a long lease by default.
+        _check_registration(request)
         return self._controller.register_endpoint(request, default_lease_s=LEGACY_LEASE_S)
 
     @rpc("UnregisterEndpoint")
@@ -111,6 +127,7 @@ class ControllerService:
 
     @rpc("ListEndpoints")
     def list_endpoints(self, request: Controller.ListEndpointsRequest, ctx: Any) -> Controller.ListEndpointsResponse:
+        task_ids_arg(request.task_ids)
         return self._controller.list_endpoints(request)
 
 
@@ -124,6 +141,7 @@ class EndpointService:
     def register_endpoint(
         self, request: Controller.RegisterEndpointRequest, ctx: Any
     ) -> Controller.RegisterEndpointResponse:
+        _check_registration(request)
         return self._controller.register_endpoint(request, default_lease_s=DEFAULT_LEASE_S)
 
     @rpc("EndpointService.UnregisterEndpoint")
@@ -133,6 +151,7 @@ class EndpointService:
 
     @rpc("EndpointService.ListEndpoints")
     def list_endpoints(self, request: Controller.ListEndpointsRequest, ctx: Any) -> Controller.ListEndpointsResponse:
+        task_ids_arg(request.task_ids)
         return self._controller.list_endpoints(request)
 
 

@@ -34,9 +34,10 @@ from dataclasses import dataclass
 
 from fray_ray.cluster._config import WorkerSpec
 from fray_ray.cluster._endpoints import EndpointRecord, EndpointRegistry
-from fray_ray.cluster._errors import InvalidRequest, JobExists, PreconditionFailed, UnknownEntity
+from fray_ray.cluster._errors import JobExists, PreconditionFailed, UnknownEntity
 from fray_ray.cluster._jobs import PRESERVE_CHILDREN, AttemptRecord, JobRecord, TaskRecord, roll_up
 from fray_ray.cluster._placement import eligible_workers, pending_reason, pick_gang, pick_worker, unsatisfiable_reason
+from fray_ray.cluster._request_names import endpoint_name_arg, task_id_arg, without_attempt
 from fray_ray.cluster._resources import WorkerCapacity
 from fray_ray.cluster._wire import parse_launch_request
 from fray_ray.cluster._worker import AttemptLaunch
@@ -586,9 +587,8 @@ class ClusterState:
         self, request: Controller.RegisterEndpointRequest, *, default_lease_s: float
     ) -> tuple[str, float]:
         """Register (or renew) an endpoint for a live task attempt; returns (id, lease seconds)."""
-        if not request.name:
-            raise InvalidRequest("endpoint name is empty")
-        task_id = request.task_id.partition(":")[0]
+        endpoint_name_arg(request.name)
+        task_id = task_id_arg(request.task_id).task.wire
         task = self.tasks.get(task_id)
         if task is None:
             raise UnknownEntity(f"task {request.task_id!r} not found")
@@ -640,7 +640,7 @@ class ClusterState:
         return job
 
     def task(self, task_id: str) -> TaskRecord:
-        task = self.tasks.get(task_id.partition(":")[0])
+        task = self.tasks.get(task_id) or self.tasks.get(without_attempt(task_id))
         if task is None:
             raise UnknownEntity(f"task {task_id} not found")
         return task
@@ -663,13 +663,13 @@ class ClusterState:
                 for child in children:
                     tasks.extend(child.tasks)
         else:
-            wire, sep, attempt = id.partition(":")
+            wire = without_attempt(id)
             task = self.tasks.get(wire)
             if task is None:
                 raise UnknownEntity(f"no job or task named {id}")
             tasks = [task]
-            if sep and attempt.isdigit():
-                only_attempt = int(attempt)
+            if wire != id and id[len(wire) + 1 :].isdigit():
+                only_attempt = int(id[len(wire) + 1 :])
         targets = []
         for task in tasks:
             attempts = tuple(

@@ -17,7 +17,7 @@ from fray_ray.cluster._errors import InvalidRequest
 from fray_ray.cluster._jobs import AttemptRecord, JobDefinition, JobRecord, TaskRecord
 from fray_ray.cluster._placement import PlacementRequest
 from fray_ray.cluster._resources import Demand
-from fray_ray.iris.names import JobName
+from fray_ray.iris.names import MAX_SEGMENT_BYTES, JobName
 from fray_ray.iris.rpc import controller_pb2, job_pb2, time_pb2
 from fray_ray.iris.types import (
     Constraint,
@@ -33,6 +33,8 @@ Controller = controller_pb2.Controller
 
 _PORT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 REDACTED = "<redacted>"
+#: Longest workdir file path a job may ship, in characters.
+MAX_WORKDIR_FILE_NAME = 1024
 
 
 def _seconds(duration: time_pb2.Duration, what: str) -> float | None:
@@ -42,9 +44,23 @@ def _seconds(duration: time_pb2.Duration, what: str) -> float | None:
 
 
 def _workdir_file_name(name: str) -> str:
+    """`name` normalized (`./a` is `a`); InvalidRequest unless it stays inside the workdir and
+    each component is a printable name of at most MAX_SEGMENT_BYTES."""
     normalized = posixpath.normpath(name) if name else ""
-    if not name or name.startswith("/") or normalized.startswith("..") or normalized in (".", ""):
-        raise InvalidRequest(f"workdir file name {name!r} must be a relative path inside the workdir")
+    parts = normalized.split("/")
+    if (
+        not name
+        or name.startswith("/")
+        or normalized in (".", "")
+        or len(name) > MAX_WORKDIR_FILE_NAME
+        or any(p == ".." or not p.isprintable() or len(p.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES
+               for p in parts)
+    ):
+        shown = repr(name) if len(name) <= 80 else repr(name[:80]) + f"... ({len(name)} characters)"
+        raise InvalidRequest(
+            f"workdir file name {shown} must be a relative path inside the workdir made of printable "
+            f"names of at most {MAX_SEGMENT_BYTES} bytes"
+        )
     return normalized
 
 

@@ -28,6 +28,7 @@ from google.protobuf import json_format
 
 from fray_ray.cluster._config import WorkerSpec
 from fray_ray.cluster._logs import LogStore
+from fray_ray.cluster._paths import path_inside
 from fray_ray.cluster._process import ProcessSpec, ProcessSupervisor
 from fray_ray.iris.job_info import TOKEN_ENV
 from fray_ray.iris.transport import free_port
@@ -124,17 +125,12 @@ class BundleStore:
             return self._blobs.get(bundle_id)
 
 
-def _safe_join(root: str, name: str) -> str:
-    path = os.path.realpath(os.path.join(root, name))
-    if os.path.commonpath([path, os.path.realpath(root)]) != os.path.realpath(root):
-        raise ValueError(f"file {name!r} would land outside the workdir")
-    return path
-
-
 def _unpack_bundle(blob: bytes, workdir: str) -> None:
     with zipfile.ZipFile(io.BytesIO(blob)) as archive:
         for member in archive.infolist():
-            target = _safe_join(workdir, member.filename)
+            if member.is_dir() and member.filename.strip("./") == "":
+                continue  # the workdir itself
+            target = path_inside(workdir, member.filename)
             if member.is_dir():
                 os.makedirs(target, exist_ok=True)
                 continue
@@ -231,18 +227,23 @@ class LocalWorker:
         self._supervisor.kill(uid)
 
     def _make_workdir(self, launch: AttemptLaunch) -> str:
-        relative = launch.task_id.strip("/").replace("/", os.sep)
-        workdir = os.path.join(self._root, relative, f"attempt-{launch.attempt_id}-{launch.uid}")
+        # The task id was validated at LaunchJob; path_inside checks the result once more.
+        segments = launch.task_id.strip("/").split("/")
+        workdir = path_inside(self._root, *segments, f"attempt-{launch.attempt_id}-{launch.uid}")
         os.makedirs(workdir)
-        if launch.bundle_id:
-            blob = self._bundles.get(launch.bundle_id)
-            if blob is not None:
-                _unpack_bundle(blob, workdir)
-        for name, content in launch.workdir_files.items():
-            path = _safe_join(workdir, name)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(content)
+        try:
+            if launch.bundle_id:
+                blob = self._bundles.get(launch.bundle_id)
+                if blob is not None:
+                    _unpack_bundle(blob, workdir)
+            for name, content in launch.workdir_files.items():
+                path = path_inside(workdir, name)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as f:
+                    f.write(content)
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
         return workdir
 
     def _attempt_done(self, ports: list[int], workdir: str) -> None:
