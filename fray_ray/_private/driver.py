@@ -22,12 +22,13 @@ from fray_ray._private import ids
 from fray_ray._private import ids as ids_module
 from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.actors import ActorManager
-from fray_ray._private.buffers import BufferPool
 from fray_ray._private.gangs import GangScheduler
 from fray_ray._private.launcher import WorkerLauncher
 from fray_ray._private.logs import print_forwarded
 from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.object_store import ObjectStore, ObjectStoreConfig
 from fray_ray._private.object_table import ObjectTable
+from fray_ray._private.spilling import remove_orphaned_spill_dirs
 from fray_ray._private.refcount import LocalReferenceCounter
 from fray_ray._private.placement_groups import PlacementGroupManager
 from fray_ray._private.resources import Ledger
@@ -67,6 +68,7 @@ class DriverRuntime:
         node_ip: str = "127.0.0.1",
         address_info: Mapping[str, Any] | None = None,
         warm_executors: int = 1,
+        object_store: ObjectStoreConfig | None = None,
     ) -> None:
         self.state = DriverState.CREATED
         self.client = client
@@ -79,8 +81,9 @@ class DriverRuntime:
         self._log_to_driver = log_to_driver
         self._owned = list(owned)  # things to stop after the client (the embedded cluster)
         self._token = secrets.token_hex(16)
-        self.buffers = BufferPool()
-        self.objects = ObjectTable(on_freed=self._value_freed)
+        if object_store is None:
+            object_store = ObjectStoreConfig(int(capacity.get("object_store_memory", 1 << 30)))
+        self.objects = ObjectTable(ObjectStore(object_store, session_name=session_name))
         self.references = LocalReferenceCounter(self.objects.incref, self.objects.decref)
         self.ledger = Ledger(capacity)
         self.timers = TimerQueue("driver-timers")
@@ -119,6 +122,7 @@ class DriverRuntime:
     # ---- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> DriverRuntime:
+        remove_orphaned_spill_dirs(self.objects.store.config.spill_parent)
         self.session.start()
         self.state = DriverState.RUNNING
         self._flush_timer = self.timers.call_later(REFERENCE_FLUSH_S, self._flush_references)
@@ -153,6 +157,7 @@ class DriverRuntime:
                 resource.stop()
             except Exception:  # noqa: BLE001 - keep releasing the rest
                 logger.debug("stopping %r failed", resource, exc_info=True)
+        self.objects.store.close()
 
     def worker_info(self, worker_id: bytes | None) -> dict[str, Any]:
         return {
@@ -161,6 +166,7 @@ class DriverRuntime:
             "node_id": self.node_id,
             "worker_id": worker_id or b"",
             "session_address": self.session.address,
+            "object_store_memory": self.objects.store.config.limit,
             "sys_path": [p for p in sys.path if p and "site-packages" not in p and "lib/python" not in p],
         }
 
@@ -171,13 +177,10 @@ class DriverRuntime:
         return serialize_error(error)
 
     def store(self, value: SerializedValue) -> bytes:
+        """Keep a copy of `value` under a new put id; ObjectStoreFullError if it fits nowhere."""
         object_id = ids.new_put_id()
-        self.objects.put(object_id, value.snapshot(self.buffers.copy))
+        self.objects.put(object_id, value, copy=True)
         return object_id
-
-    def _value_freed(self, value: SerializedValue) -> None:
-        if isinstance(value.buffers, list) and value.buffers:
-            self.buffers.reclaim(value.buffers)
 
     def put(self, value: Any) -> ObjectRef:
         if isinstance(value, ObjectRef):

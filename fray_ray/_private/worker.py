@@ -156,7 +156,10 @@ class WorkerRuntime:
         self.references.flush()
         batch = WireBatch()
         batch.add(serialize(value))
-        body, _ = self.connection.call("put", {"value": batch.descriptions[0]}, batch.buffers)
+        try:
+            body, _ = self.connection.call("put", {"value": batch.descriptions[0]}, batch.buffers)
+        except RemoteError as exc:
+            raise _rebuild_remote_error(exc) from None
         return ObjectRef(body["id"], _announced=True)
 
     def _remember(self, object_id: bytes, value: SerializedValue) -> None:
