@@ -57,7 +57,8 @@ class BufferPool:
         if size < MIN_POOLED:
             return bytes(view)
         block = self._take(size)
-        block[:size] = view
+        with memoryview(block) as target:  # a plain memcpy (slice assignment on the bytearray is slower)
+            target[:size] = view
         return block
 
     def _take(self, size: int) -> bytearray:
