@@ -30,9 +30,14 @@ LaunchCallback = Callable[[Any, BaseException | None], None]
 
 
 def _ram(memory_bytes: int) -> str:
-    """Fray size string for a memory request; executors ask for little unless told."""
+    """Fray size string for a memory request: what `memory=` asked for, else none.
+
+    A cluster may enforce the request as a hard limit (the embedded one does, with a memory
+    cgroup per attempt), so a worker asks only when the user did, as Ray reserves memory
+    only when asked.
+    """
     if memory_bytes <= 0:
-        return "64m"
+        return "0"
     return f"{max(1, memory_bytes // (1024 * 1024))}m"
 
 

@@ -30,6 +30,7 @@ from fray_ray._private.resources import Ledger
 from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue, WireBatch
 from fray_ray._private.task_spec import PoolKey, TaskSpec
 from fray_ray._private.timers import TimerQueue
+from fray_ray._private.worker_exits import ExitReports, worker_death_error
 
 if TYPE_CHECKING:
     from fray_ray._private.launcher import WorkerLauncher
@@ -113,6 +114,7 @@ class TaskScheduler:
         self._objects = objects
         self._ledger = ledger
         self._launcher = launcher
+        self._exits = ExitReports()  # how a dead executor's process ended (OOM kill or crash)
         self._timers = timers
         self._error_for = error_for
         self._stream_finished = stream_finished
@@ -428,8 +430,6 @@ class TaskScheduler:
         return True
 
     def _connection_closed(self, connection: Connection) -> None:
-        from fray_ray.exceptions import WorkerCrashedError
-
         with self._lock:
             executor = self._by_connection.pop(connection, None)
             if executor is None:
@@ -458,20 +458,30 @@ class TaskScheduler:
                 else:
                     record.state = TaskState.DONE
             job = executor.job
-        if job is not None and not self._closed:
+        failed = record if record is not None and not retry and record.state is TaskState.DONE else None
+        if failed is not None and not failed.cancelled and job is not None and not self._closed:
+            self._fail_after_exit_report(failed, job)  # terminates the job once it has said why
+        elif job is not None and not self._closed:
             self._launcher.terminate(job)
-        if record is not None and not retry and record.state is TaskState.DONE:
-            if record.cancelled:
-                from fray_ray.exceptions import TaskCancelledError
+        if failed is not None and (failed.cancelled or job is None or self._closed):
+            from fray_ray.exceptions import TaskCancelledError
 
-                error = TaskCancelledError(record.spec.task_id.hex())
-            else:
-                error = WorkerCrashedError(
-                    f"The worker running task {record.spec.name} died unexpectedly "
-                    f"(attempt {record.system_failures} of {record.spec.max_retries + 1})."
-                )
-            self._finish(record, self._error_for("system", error))
+            error = TaskCancelledError(failed.spec.task_id.hex()) if failed.cancelled else worker_death_error(
+                failed.spec.name, failed.system_failures, failed.spec.max_retries + 1, "its job is unknown")
+            self._finish(failed, self._error_for("system", error))
         self.schedule()
+
+    def _fail_after_exit_report(self, record: TaskRecord, job: Any) -> None:
+        """Fail the task with what the cluster says ended its process (OOM kill or crash)."""
+
+        def reported(exit_text: str) -> None:
+            self._launcher.terminate(job)
+            error = worker_death_error(
+                record.spec.name, record.system_failures, record.spec.max_retries + 1, exit_text or "no exit report"
+            )
+            self._finish(record, self._error_for("system", error))
+
+        self._exits.explain(job, reported)
 
     def _release_lease_locked(self, executor: ExecutorRecord) -> None:
         if executor.lease is not None:
@@ -693,6 +703,7 @@ class TaskScheduler:
 
     def close(self) -> list[Any]:
         """Stop scheduling; tell executors to exit; returns their Fray jobs for cleanup."""
+        self._exits.close()
         with self._lock:
             self._closed = True
             executors = list(self._executors.values())

@@ -19,6 +19,7 @@ import threading
 import time
 import weakref
 
+from fray_ray.cluster._cgroups import MemoryCgroups
 from fray_ray.cluster._config import ClusterConfig, WorkerSpec
 from fray_ray.cluster._controller import EmbeddedController, WorkerStatus
 from fray_ray.cluster._http import build_app
@@ -82,6 +83,7 @@ class EmbeddedCluster:
         self._token: str | None = None
         self._temp_dir: str | None = None
         self._supervisor: ProcessSupervisor | None = None
+        self._memory_cgroups: MemoryCgroups | None = None  # per-attempt memory limits, if allowed
         self._controller: EmbeddedController | None = None
         self._server: RpcServer | None = None
         self._logs: LogStore | None = None
@@ -112,6 +114,7 @@ class EmbeddedCluster:
                     owner.write(str(os.getpid()))
                 self._logs = LogStore(config.max_log_lines_per_attempt)
                 self._supervisor = ProcessSupervisor().start()
+                self._memory_cgroups = MemoryCgroups.open()
                 self._controller = EmbeddedController(
                     config.effective_workers(),
                     root_dir=os.path.join(self._temp_dir, "workers"),
@@ -125,6 +128,7 @@ class EmbeddedCluster:
                     inherit_env=config.inherit_env,
                     keep_workdirs=config.keep_workdirs,
                     max_finished_jobs=config.max_finished_jobs,
+                    memory_cgroups=self._memory_cgroups,
                 )
                 app = build_app(
                     ControllerService(self._controller),
@@ -159,6 +163,9 @@ class EmbeddedCluster:
             self._controller.stop()
         if self._supervisor is not None:
             self._supervisor.stop()
+        if self._memory_cgroups is not None:
+            self._memory_cgroups.close()
+            self._memory_cgroups = None
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
         self._server = None
