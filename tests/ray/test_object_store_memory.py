@@ -160,8 +160,20 @@ def test_a_task_result_larger_than_the_store_raises_at_get(store_dir) -> None:
         def put_huge() -> None:
             ray.put(np.zeros(LIMIT + MiB, dtype=np.uint8))
 
+        @ray.remote
+        class Maker:
+            def huge(self) -> np.ndarray:
+                return np.zeros(LIMIT + MiB, dtype=np.uint8)
+
+            def small(self) -> int:
+                return 1
+
         with pytest.raises(ObjectStoreFullError, match="larger than the whole object store"):
             ray.get(huge.remote())
+        maker = Maker.remote()
+        with pytest.raises(ObjectStoreFullError, match="A result of huge"):
+            ray.get(maker.huge.remote())
+        assert ray.get(maker.small.remote()) == 1  # the actor lives on
         with pytest.raises(RayTaskError) as raised:  # a put inside a task fails in the task
             ray.get(put_huge.remote())
         assert isinstance(raised.value, ObjectStoreFullError)
