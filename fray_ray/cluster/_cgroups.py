@@ -127,29 +127,8 @@ class AttemptCgroup:
         )
 
     def remove(self, timeout: float = 5.0) -> bool:
-        """Kill what is left inside, then delete the cgroup; True once it is gone."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                os.rmdir(self.path)
-                return True
-            except FileNotFoundError:
-                return True
-            except OSError:
-                pass
-            try:
-                pids = [int(p) for p in _read(os.path.join(self.path, "cgroup.procs")).split()]
-            except (OSError, ValueError):
-                pids = []
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            if time.monotonic() > deadline:
-                logger.warning("memory cgroup %s could not be removed", self.path)
-                return False
-            time.sleep(0.01)
+        """Kill what is left inside, then delete the cgroup (and any it holds); True once gone."""
+        return _remove_cgroup(self.path, time.monotonic() + timeout)
 
 
 class MemoryCgroups:
@@ -260,14 +239,38 @@ class MemoryCgroups:
 
 
 def _remove_tree(path: str) -> None:
-    """rmdir a cgroup directory and its child cgroups (deepest first)."""
-    try:
-        children = [os.path.join(path, n) for n in os.listdir(path) if os.path.isdir(os.path.join(path, n))]
-    except OSError:
-        return
-    for child in children:
-        AttemptCgroup(child, 1, 0).remove(timeout=1.0)
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass
+    _remove_cgroup(path, time.monotonic() + 5.0)
+
+
+def _remove_cgroup(path: str, deadline: float) -> bool:
+    """rmdir a cgroup after its child cgroups (a task may have made its own), killing any
+    process still inside; True once it is gone."""
+    while True:
+        try:
+            children = [os.path.join(path, n) for n in os.listdir(path) if os.path.isdir(os.path.join(path, n))]
+        except FileNotFoundError:
+            return True
+        except OSError:
+            children = []
+        for child in children:
+            _remove_cgroup(child, deadline)
+        try:
+            os.rmdir(path)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            pass
+        try:
+            pids = [int(p) for p in _read(os.path.join(path, "cgroup.procs")).split()]
+        except (OSError, ValueError):
+            pids = []
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if time.monotonic() > deadline:
+            logger.warning("memory cgroup %s could not be removed", path)
+            return False
+        time.sleep(0.01)
