@@ -176,10 +176,11 @@ class DriverRuntime:
     def _error_value(kind: str, error: BaseException) -> SerializedValue:
         return serialize_error(error)
 
-    def store(self, value: SerializedValue) -> bytes:
-        """Keep a copy of `value` under a new put id; ObjectStoreFullError if it fits nowhere."""
+    def store(self, value: SerializedValue, *, copy: bool = True) -> bytes:
+        """Keep `value` under a new put id (a copy, unless its buffers are frames we own);
+        ObjectStoreFullError if it fits nowhere."""
         object_id = ids.new_put_id()
-        self.objects.put(object_id, value, copy=True)
+        self.objects.put(object_id, value, copy=copy)
         return object_id
 
     def put(self, value: Any) -> ObjectRef:
@@ -212,17 +213,17 @@ class DriverRuntime:
             lock = threading.Lock()
 
             def done(object_id: bytes) -> None:
-                value = self.objects.value(object_id)
+                failed = self.objects.is_error(object_id)
                 with lock:
                     remaining.discard(object_id)
-                    finished = not remaining or (value is not None and value.is_error)
+                    finished = not remaining or failed
                 if finished:
                     event.set()
 
             for object_id in pending:
                 self.objects.add_done_callback(object_id, done)
             # Errors already present are raised at once, without waiting for the rest.
-            if not any((v := self.objects.value(oid)) is not None and v.is_error for oid in object_ids):
+            if not any(self.objects.is_error(oid) for oid in object_ids):
                 if not event.wait(timeout):
                     for object_id in pending:
                         self.objects.remove_done_callback(object_id, done)

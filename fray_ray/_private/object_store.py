@@ -130,7 +130,6 @@ class ObjectStore:
         self._used = 0
         #: values freed while still pinned: their memory is in use, so it still counts
         self._lingering: list[StoredValue] = []
-        self.spilled_count = 0  # values written to disk so far
 
     @property
     def used(self) -> int:
@@ -206,7 +205,6 @@ class ObjectStore:
             ) from None
         finally:
             del parts
-        self.spilled_count += 1
         return spilled
 
     # ---- spilling ------------------------------------------------------------------------
@@ -221,7 +219,6 @@ class ObjectStore:
             return None
         finally:
             del parts
-        self.spilled_count += 1
         return spilled
 
     def spilled_out(self, stored: StoredValue) -> None:

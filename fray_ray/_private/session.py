@@ -224,7 +224,7 @@ class SessionService:
         assert message_id is not None
         (value,) = unpack_values([body["value"]], buffers)
         try:
-            object_id = self._driver.store(value)
+            object_id = self._driver.store(value, copy=False)  # the frame's buffers are ours
         except Exception as exc:  # noqa: BLE001 - ObjectStoreFullError, raised at the worker's put
             connection.reply_error(message_id, type(exc).__name__, str(exc.args[0] if exc.args else exc))
             return
