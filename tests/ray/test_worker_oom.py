@@ -8,6 +8,7 @@ import signal
 import pytest
 
 import fray_ray as ray
+from fray_ray._private.launcher import WORKER_MEMORY_OVERHEAD
 from fray_ray._private.worker_exits import worker_death_error
 from fray_ray.cluster._cgroups import MemoryCgroups
 from fray_ray.exceptions import OutOfMemoryError, RayError, WorkerCrashedError
@@ -29,7 +30,7 @@ def test_a_task_past_its_memory_request_fails_with_out_of_memory_error() -> None
     try:
         @ray.remote(memory=96 * MiB, max_retries=0)
         def hog() -> int:
-            block = bytearray(600 * MiB)  # every page touched: far past the 96 MiB limit
+            block = bytearray(800 * MiB)  # every page touched: far past the limit
             return len(block)
 
         @ray.remote(max_retries=0)
@@ -41,12 +42,13 @@ def test_a_task_past_its_memory_request_fails_with_out_of_memory_error() -> None
         message = str(raised.value)
         assert isinstance(raised.value, RayError)
         assert "Task hog" in message and "OOM killed" in message
-        assert "memory limit 96.0 MiB" in message and "peak usage" in message
+        # The limit is what memory= asked for plus the worker process's own allowance.
+        assert f"memory limit {96 + WORKER_MEMORY_OVERHEAD // MiB}.0 MiB" in message and "peak usage" in message
         # A SIGKILL that is not the OOM killer's stays a crash.
         with pytest.raises(WorkerCrashedError):
             ray.get(killed.remote())
-        # The session goes on: tasks within their memory run.
-        @ray.remote(memory=256 * MiB)
+        # The session goes on: tasks within their memory run, however little they asked for.
+        @ray.remote(memory=10**6)
         def fits() -> int:
             return len(bytearray(32 * MiB))
 
