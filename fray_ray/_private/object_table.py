@@ -155,6 +155,27 @@ class ObjectTable:
                 return None if held is None else held.serialized()
         return self.store.read(held)
 
+    def ready_values(self, object_ids: Sequence[bytes]) -> list[SerializedValue] | None:
+        """Every object's value or error if all are done (one lock for all), else None."""
+        values: list[SerializedValue | None] = []
+        spilled = []
+        with self._lock:
+            for object_id in object_ids:
+                entry = self._entries.get(object_id)
+                held = None if entry is None else entry.value
+                if held is None:
+                    return None
+                if isinstance(held, StoredValue):
+                    values.append(held.serialized())
+                else:
+                    spilled.append((len(values), held))
+                    values.append(None)
+        for index, held in spilled:
+            values[index] = self.store.read(held)
+            if values[index] is None:
+                return None  # freed meanwhile
+        return values  # type: ignore[return-value]
+
     def is_error(self, object_id: bytes) -> bool:
         """True if the object holds an error (cheaper than `value` for spilled objects)."""
         with self._lock:

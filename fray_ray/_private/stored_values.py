@@ -27,7 +27,7 @@ def _owned_bytearray(buffer: object) -> bytearray | None:
 class StoredValue:
     """A value held in memory: the pickle stream and private buffers it alone references."""
 
-    __slots__ = ("payload", "_buffers", "_sizes", "contained_refs", "is_error", "size")
+    __slots__ = ("payload", "_buffers", "_sizes", "contained_refs", "is_error", "size", "_plain")
 
     def __init__(
         self,
@@ -43,6 +43,8 @@ class StoredValue:
         self.contained_refs = contained_refs
         self.is_error = is_error
         self.size = len(payload) + sum(self._sizes)
+        #: a value without buffers cannot be pinned: one SerializedValue serves every read
+        self._plain = SerializedValue(payload, (), contained_refs, is_error) if not self._buffers else None
 
     @classmethod
     def copy_of(cls, value: SerializedValue, pool: BufferPool) -> StoredValue:
@@ -64,10 +66,14 @@ class StoredValue:
 
     def serialized(self) -> SerializedValue:
         """The value to deserialize or send, on fresh read-only views of the buffers."""
+        if self._plain is not None:
+            return self._plain
         views: list[bytes | memoryview] = []
         for buffer, size in zip(self._buffers, self._sizes):
             if isinstance(buffer, bytes):
                 views.append(buffer)
+            elif len(buffer) == size:
+                views.append(memoryview(buffer).toreadonly())
             else:
                 views.append(memoryview(buffer)[:size].toreadonly())
         return SerializedValue(self.payload, views, self.contained_refs, self.is_error)
