@@ -30,7 +30,7 @@ from fray_ray._private.resources import Ledger
 from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue, WireBatch
 from fray_ray._private.task_spec import PoolKey, TaskSpec
 from fray_ray._private.timers import TimerQueue
-from fray_ray._private.worker_exits import ExitReports, worker_death_error
+from fray_ray._private.worker_exits import ExitReports
 
 if TYPE_CHECKING:
     from fray_ray._private.launcher import WorkerLauncher
@@ -114,7 +114,7 @@ class TaskScheduler:
         self._objects = objects
         self._ledger = ledger
         self._launcher = launcher
-        self._exits = ExitReports()  # how a dead executor's process ended (OOM kill or crash)
+        self._exits = ExitReports(launcher.terminate)  # how a dead executor's process ended
         self._timers = timers
         self._error_for = error_for
         self._stream_finished = stream_finished
@@ -459,29 +459,17 @@ class TaskScheduler:
                     record.state = TaskState.DONE
             job = executor.job
         failed = record if record is not None and not retry and record.state is TaskState.DONE else None
-        if failed is not None and not failed.cancelled and job is not None and not self._closed:
-            self._fail_after_exit_report(failed, job)  # terminates the job once it has said why
+        if failed is not None and not failed.cancelled:
+            # OutOfMemoryError or WorkerCrashedError, once the cluster said how the process ended
+            self._exits.explain(None if self._closed else job, failed.spec.name, failed.system_failures,
+                                failed.spec.max_retries + 1, lambda e: self._finish(failed, self._error_for("system", e)))
         elif job is not None and not self._closed:
             self._launcher.terminate(job)
-        if failed is not None and (failed.cancelled or job is None or self._closed):
+        if failed is not None and failed.cancelled:
             from fray_ray.exceptions import TaskCancelledError
 
-            error = TaskCancelledError(failed.spec.task_id.hex()) if failed.cancelled else worker_death_error(
-                failed.spec.name, failed.system_failures, failed.spec.max_retries + 1, "its job is unknown")
-            self._finish(failed, self._error_for("system", error))
+            self._finish(failed, self._error_for("system", TaskCancelledError(failed.spec.task_id.hex())))
         self.schedule()
-
-    def _fail_after_exit_report(self, record: TaskRecord, job: Any) -> None:
-        """Fail the task with what the cluster says ended its process (OOM kill or crash)."""
-
-        def reported(exit_text: str) -> None:
-            self._launcher.terminate(job)
-            error = worker_death_error(
-                record.spec.name, record.system_failures, record.spec.max_retries + 1, exit_text or "no exit report"
-            )
-            self._finish(record, self._error_for("system", error))
-
-        self._exits.explain(job, reported)
 
     def _release_lease_locked(self, executor: ExecutorRecord) -> None:
         if executor.lease is not None:

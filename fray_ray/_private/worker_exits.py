@@ -48,25 +48,31 @@ def worker_death_error(task_name: str, attempt: int, attempts: int, exit_text: s
 class ExitReports:
     """Asks the cluster how workers' processes ended, on a thread of its own."""
 
-    def __init__(self, *, wait_s: float = EXIT_WAIT_S) -> None:
+    def __init__(self, terminate: Callable[[Any], None], *, wait_s: float = EXIT_WAIT_S) -> None:
+        self._terminate = terminate
         self._wait_s = wait_s
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="exit-reports")
 
-    def explain(self, job: Any, on_done: Callable[[str], None]) -> None:
-        """Call `on_done(exit_text)` once the job has ended ("" if the cluster cannot say)."""
+    def explain(
+        self, job: Any, task_name: str, attempt: int, attempts: int, on_error: Callable[[BaseException], None]
+    ) -> None:
+        """Once `job` (the dead worker's; None if unknown) has ended, terminate it and call
+        `on_error` with the task's OutOfMemoryError or WorkerCrashedError."""
 
         def read() -> None:
             text = ""
-            try:
-                text = self._exit_text(job)
-            except Exception:  # noqa: BLE001 - a lost controller just means no detail
-                logger.debug("reading how %r ended failed", job, exc_info=True)
-            on_done(text)
+            if job is not None:
+                try:
+                    text = self._exit_text(job)
+                except Exception:  # noqa: BLE001 - a lost controller just means no detail
+                    logger.debug("reading how %r ended failed", job, exc_info=True)
+                self._terminate(job)
+            on_error(worker_death_error(task_name, attempt, attempts, text or "the cluster gave no exit report"))
 
         try:
             self._pool.submit(read)
         except RuntimeError:  # shutting down
-            on_done("")
+            on_error(worker_death_error(task_name, attempt, attempts, "the session is shutting down"))
 
     def _exit_text(self, job: Any) -> str:
         describe = getattr(job, "failure_text", None)
