@@ -135,6 +135,8 @@ def init(
             local_mode=local_mode,
             log_to_driver=True if log_to_driver is None else log_to_driver,
             cluster_config=cluster_config,
+            object_store_memory=kwargs.get("object_store_memory"),
+            system_config=kwargs.get("_system_config"),
         )
         runtime_state.install(runtime)
         _context = RayContext(runtime.address_info)

@@ -31,6 +31,7 @@ AREAS: dict[str, str] = {
     "init": "`init` / `shutdown` / auto-init",
     "remote_functions": "Remote functions: definition, arguments, options",
     "objects": "Objects: `get` / `put` / `wait`",
+    "object_store": "Object store memory and spilling",
     "object_refs": "`ObjectRef`, futures and asyncio",
     "exceptions": "Exceptions",
     "actors": "Actors",
@@ -47,6 +48,9 @@ AREAS: dict[str, str] = {
     "queue": "`ray.util.queue.Queue`",
     "util": "`ray.util.as_completed` / `map_unordered`",
 }
+# Differences no test can show (where files go, what is enforced), written by hand and
+# appended to the generated table.
+NOTES = Path(__file__).resolve().parent.parent / "compat_tests" / "NOTES.md"
 # The suite's self-tests: not Ray behaviours.
 EXCLUDED_AREAS = {"harness"}
 PASSING = {"passed", "xpassed"}
@@ -194,6 +198,8 @@ def render(ray_run: Run | None, fray_run: Run | None) -> str:
             lines += ["", "## Failing on real Ray (these tests are wrong and must be fixed)", ""]
             lines += [f"* `{n}`: {_outcome(ray_run, n)}" for n in wrong]
             lines += [f"* `{e['nodeid']}`: collection error" for e in ray_run.collection_errors]
+    if NOTES.exists():
+        lines += ["", NOTES.read_text().strip()]
     return "\n".join(lines) + "\n"
 
 

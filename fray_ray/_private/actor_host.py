@@ -28,6 +28,7 @@ from fray_ray._private.execution import (
     package_results,
     resolve_arguments,
     value_resolver,
+    within_store,
 )
 from fray_ray._private.logs import flush_forwarded, forward_output
 from fray_ray._private.protocol import Connection, ConnectionClosed
@@ -237,7 +238,7 @@ class RayActorHost:
                     send_item(self._runtime.connection, body["call"], result)
                 self._complete(body, [], None)
             else:
-                self._complete(body, package_results(result, body["num_returns"], body["method"]), None)
+                self._complete(body, within_store(package_results(result, body["num_returns"], body["method"]), self._runtime.object_store_memory, body["method"]), None)
         except ActorExit:
             self._exit_requested(body)
         except BaseException as exc:  # noqa: BLE001 - delivered to the caller
@@ -272,7 +273,7 @@ class RayActorHost:
                         send_item(self._runtime.connection, body["call"], result)
                     self._complete(body, [], None)
                 else:
-                    self._complete(body, package_results(result, body["num_returns"], body["method"]), None)
+                    self._complete(body, within_store(package_results(result, body["num_returns"], body["method"]), self._runtime.object_store_memory, body["method"]), None)
             except ActorExit:
                 self._exit_requested(body)
             except asyncio.CancelledError:

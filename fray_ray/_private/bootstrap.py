@@ -8,14 +8,23 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
 
 from fray_ray._private.driver import DriverRuntime
+from fray_ray._private.object_store import SYSTEM_CONFIG_KEYS, ObjectStoreConfig
+
+logger = logging.getLogger(__name__)
 
 
-def _capacity(num_cpus: float | None, num_gpus: float | None, resources: Mapping[str, float] | None) -> dict[str, float]:
+def _capacity(
+    num_cpus: float | None,
+    num_gpus: float | None,
+    resources: Mapping[str, float] | None,
+    object_store: ObjectStoreConfig | None = None,
+) -> dict[str, float]:
     for key in ("CPU", "GPU"):
         if resources and key in resources:
             raise ValueError(f"Use the '{key.lower()}s' argument instead of resources['{key}'] (num_cpus/num_gpus).")
@@ -23,17 +32,51 @@ def _capacity(num_cpus: float | None, num_gpus: float | None, resources: Mapping
         "CPU": float(num_cpus if num_cpus is not None else (os.cpu_count() or 1)),
         "GPU": float(num_gpus or 0),
         "memory": float(_machine_memory() * 0.7),
-        "object_store_memory": float(_machine_memory() * 0.3),
+        "object_store_memory": float(object_store.limit if object_store else default_object_store_memory()),
     }
     capacity.update({k: float(v) for k, v in (resources or {}).items()})
     return capacity
 
 
+def default_object_store_memory() -> int:
+    """30% of the memory this process may use (Ray's default share)."""
+    return int(_machine_memory() * 0.3)
+
+
 def _machine_memory() -> int:
+    """Physical memory, or the memory limit of this process's cgroup when that is lower."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
-        return 8 << 30
+        physical = 8 << 30
+    limit = _cgroup_memory_limit()
+    return min(physical, limit) if limit else physical
+
+
+def _cgroup_memory_limit() -> int | None:
+    """The memory limit of our cgroup (v2 `memory.max`, v1 `memory.limit_in_bytes`), if any."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    candidates = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            candidates.append(f"/sys/fs/cgroup{path}/memory.max")
+            candidates.append(f"/sys/fs/cgroup/unified{path}/memory.max")
+        elif "memory" in controllers.split(","):
+            candidates.append(f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes")
+    for candidate in candidates:
+        try:
+            with open(candidate) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < (1 << 60):
+            return int(text)
+    return None
 
 
 def start_driver(
@@ -47,12 +90,20 @@ def start_driver(
     local_mode: bool,
     log_to_driver: bool,
     cluster_config: Any = None,
+    object_store_memory: Any = None,
+    system_config: Mapping[str, Any] | None = None,
 ) -> DriverRuntime:
     session_name = "session-" + os.urandom(4).hex()
+    if system_config is not None and not isinstance(system_config, Mapping):
+        raise TypeError(f"_system_config must be a dict, got {type(system_config).__name__}")
+    object_store = ObjectStoreConfig.from_init(object_store_memory, system_config, default_object_store_memory())
+    ignored = sorted(set(system_config or ()) - set(SYSTEM_CONFIG_KEYS))
+    if ignored:
+        logger.warning("fray_ray does not use these _system_config keys: %s", ", ".join(map(str, ignored)))
     if local_mode:
         from fray_ray.fray.local_backend import LocalClient
 
-        capacity = _capacity(num_cpus, num_gpus, resources)
+        capacity = _capacity(num_cpus, num_gpus, resources, object_store)
         runtime = DriverRuntime(
             LocalClient(max_threads=256),
             capacity=capacity,
@@ -61,6 +112,7 @@ def start_driver(
             log_to_driver=log_to_driver,
             address_info=_address_info("local_mode", session_name),
             warm_executors=0,
+            object_store=object_store,
         )
         return runtime.start()
 
@@ -85,7 +137,7 @@ def start_driver(
     else:
         token = os.environ.get("FRAY_RAY_TOKEN") or os.environ.get("IRIS_AUTH_TOKEN") or None
         client = FrayIrisClient(address, token=token)
-    capacity = _capacity(num_cpus, num_gpus if num_gpus is not None else accelerators.get("GPU"), resources)
+    capacity = _capacity(num_cpus, num_gpus if num_gpus is not None else accelerators.get("GPU"), resources, object_store)
     for key, amount in accelerators.items():
         if key != "GPU" and key not in capacity:
             capacity[key] = amount
@@ -98,6 +150,7 @@ def start_driver(
         host=host,
         owned=owned,
         address_info=_address_info(address, session_name),
+        object_store=object_store,
     )
     try:
         return runtime.start()

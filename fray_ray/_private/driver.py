@@ -22,12 +22,13 @@ from fray_ray._private import ids
 from fray_ray._private import ids as ids_module
 from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.actors import ActorManager
-from fray_ray._private.buffers import BufferPool
 from fray_ray._private.gangs import GangScheduler
 from fray_ray._private.launcher import WorkerLauncher
 from fray_ray._private.logs import print_forwarded
 from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.object_store import ObjectStore, ObjectStoreConfig
 from fray_ray._private.object_table import ObjectTable
+from fray_ray._private.spilling import remove_orphaned_spill_dirs
 from fray_ray._private.refcount import LocalReferenceCounter
 from fray_ray._private.placement_groups import PlacementGroupManager
 from fray_ray._private.resources import Ledger
@@ -67,6 +68,7 @@ class DriverRuntime:
         node_ip: str = "127.0.0.1",
         address_info: Mapping[str, Any] | None = None,
         warm_executors: int = 1,
+        object_store: ObjectStoreConfig | None = None,
     ) -> None:
         self.state = DriverState.CREATED
         self.client = client
@@ -79,8 +81,9 @@ class DriverRuntime:
         self._log_to_driver = log_to_driver
         self._owned = list(owned)  # things to stop after the client (the embedded cluster)
         self._token = secrets.token_hex(16)
-        self.buffers = BufferPool()
-        self.objects = ObjectTable(on_freed=self._value_freed)
+        if object_store is None:
+            object_store = ObjectStoreConfig(int(capacity.get("object_store_memory", 1 << 30)))
+        self.objects = ObjectTable(ObjectStore(object_store, session_name=session_name))
         self.references = LocalReferenceCounter(self.objects.incref, self.objects.decref)
         self.ledger = Ledger(capacity)
         self.timers = TimerQueue("driver-timers")
@@ -119,6 +122,7 @@ class DriverRuntime:
     # ---- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> DriverRuntime:
+        remove_orphaned_spill_dirs(self.objects.store.config.spill_parent)
         self.session.start()
         self.state = DriverState.RUNNING
         self._flush_timer = self.timers.call_later(REFERENCE_FLUSH_S, self._flush_references)
@@ -153,6 +157,7 @@ class DriverRuntime:
                 resource.stop()
             except Exception:  # noqa: BLE001 - keep releasing the rest
                 logger.debug("stopping %r failed", resource, exc_info=True)
+        self.objects.store.close()
 
     def worker_info(self, worker_id: bytes | None) -> dict[str, Any]:
         return {
@@ -161,6 +166,7 @@ class DriverRuntime:
             "node_id": self.node_id,
             "worker_id": worker_id or b"",
             "session_address": self.session.address,
+            "object_store_memory": self.objects.store.config.limit,
             "sys_path": [p for p in sys.path if p and "site-packages" not in p and "lib/python" not in p],
         }
 
@@ -170,14 +176,12 @@ class DriverRuntime:
     def _error_value(kind: str, error: BaseException) -> SerializedValue:
         return serialize_error(error)
 
-    def store(self, value: SerializedValue) -> bytes:
+    def store(self, value: SerializedValue, *, copy: bool = True) -> bytes:
+        """Keep `value` under a new put id (a copy, unless its buffers are frames we own);
+        ObjectStoreFullError if it fits nowhere."""
         object_id = ids.new_put_id()
-        self.objects.put(object_id, value.snapshot(self.buffers.copy))
+        self.objects.put(object_id, value, copy=copy)
         return object_id
-
-    def _value_freed(self, value: SerializedValue) -> None:
-        if isinstance(value.buffers, list) and value.buffers:
-            self.buffers.reclaim(value.buffers)
 
     def put(self, value: Any) -> ObjectRef:
         if isinstance(value, ObjectRef):
@@ -199,6 +203,12 @@ class DriverRuntime:
 
         self.references.flush()
         object_ids = [r.binary() for r in refs]
+        ready = self.objects.ready_values(object_ids)
+        if ready is not None:  # the common case: everything is there
+            for value in ready:
+                if value.is_error:
+                    raise deserialize(value)
+            return [deserialize(v) for v in ready]
         pending = [oid for oid in dict.fromkeys(object_ids) if not self.objects.is_done(oid)]
         for object_id in pending:
             if not self.objects.known(object_id):
@@ -209,17 +219,17 @@ class DriverRuntime:
             lock = threading.Lock()
 
             def done(object_id: bytes) -> None:
-                value = self.objects.value(object_id)
+                failed = self.objects.is_error(object_id)
                 with lock:
                     remaining.discard(object_id)
-                    finished = not remaining or (value is not None and value.is_error)
+                    finished = not remaining or failed
                 if finished:
                     event.set()
 
             for object_id in pending:
                 self.objects.add_done_callback(object_id, done)
             # Errors already present are raised at once, without waiting for the rest.
-            if not any((v := self.objects.value(oid)) is not None and v.is_error for oid in object_ids):
+            if not any(self.objects.is_error(oid) for oid in object_ids):
                 if not event.wait(timeout):
                     for object_id in pending:
                         self.objects.remove_done_callback(object_id, done)

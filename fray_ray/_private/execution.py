@@ -79,6 +79,28 @@ def make_task_error(exc: BaseException, function_name: str, actor_repr: str | No
     return error.as_instanceof_cause()
 
 
+def too_large_for_store(value: SerializedValue, limit: int, what: str) -> BaseException | None:
+    """ObjectStoreFullError if `value` exceeds the driver's whole object store (0: no limit
+    known), found before the bytes are sent for the driver to allocate and refuse."""
+    if limit <= 0 or value.size <= limit:
+        return None
+    from fray_ray.exceptions import ObjectStoreFullError
+
+    return ObjectStoreFullError(
+        f"{what} is {value.size} bytes, larger than the whole object store "
+        f"(object_store_memory={limit} bytes); it is refused rather than exceed the limit."
+    )
+
+
+def within_store(values: list[SerializedValue], limit: int, function_name: str) -> list[SerializedValue]:
+    """`values` with any too large for the driver's object store replaced by that error."""
+    checked = []
+    for value in values:
+        error = too_large_for_store(value, limit, f"A result of {function_name}")
+        checked.append(value if error is None else serialize_error(error))
+    return checked
+
+
 def package_results(result: Any, num_returns: int | str, function_name: str) -> list[SerializedValue]:
     """Serialize a call's result into one value per declared return."""
     if num_returns == 1:

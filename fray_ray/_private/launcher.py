@@ -33,11 +33,23 @@ LaunchCallback = Callable[[Any, BaseException | None], None]
 _MAX_GROUP_BYTES = 200
 
 
+#: What a worker process (interpreter, fray_ray, its connections) needs besides the memory
+#: its task asked for: added to every memory request, since a cluster may enforce it.
+WORKER_MEMORY_OVERHEAD = 256 * 1024 * 1024
+
+
 def _ram(memory_bytes: int) -> str:
-    """Fray size string for a memory request; executors ask for little unless told."""
+    """Fray size string for a memory request: `memory=` plus the worker's own overhead, or
+    none when `memory=` was not given.
+
+    A cluster may enforce the request as a hard limit (the embedded one does, with a memory
+    cgroup per attempt; Iris's workers with container limits), so a worker asks only when the
+    user did, as Ray reserves memory only when asked, and asks for room for itself too: Ray's
+    `memory=` is what the task needs, not the worker process it runs in.
+    """
     if memory_bytes <= 0:
-        return "64m"
-    return f"{max(1, memory_bytes // (1024 * 1024))}m"
+        return "0"
+    return f"{(memory_bytes + WORKER_MEMORY_OVERHEAD + (1 << 20) - 1) // (1 << 20)}m"
 
 
 def resource_config(shape: ResourceShape, accelerator: str | None = None) -> ResourceConfig:

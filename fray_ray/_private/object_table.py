@@ -5,6 +5,10 @@ One lock guards all entries. An entry moves PENDING → READY or FAILED exactly 
 from live ObjectRefs in the driver, borrows by workers, pins (a task's arguments while it
 runs), and containers (a stored value that holds refs keeps them alive while it lives).
 Completion callbacks run after the lock is released.
+
+Values are held through the session's ObjectStore: in memory within `object_store_memory`,
+or spilled to a file. When room is needed, the oldest unpinned values in memory are spilled
+(`_make_room`); a read of a spilled value maps its file.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from fray_ray._private.ids import OBJECT_ID_SIZE
-from fray_ray._private.serialization import SerializedValue
+from fray_ray._private.object_store import ObjectStore
+from fray_ray._private.serialization import SerializedValue, serialize_error
+from fray_ray._private.stored_values import HeldValue, StoredValue
 
 DoneCallback = Callable[[bytes], None]
 
@@ -42,7 +48,7 @@ class ObjectState(enum.Enum):
 @dataclass(eq=False)
 class ObjectEntry:
     state: ObjectState = ObjectState.PENDING
-    value: SerializedValue | None = None
+    value: HeldValue | None = None
     references: int = 0
     callbacks: list[DoneCallback] = field(default_factory=list)
     #: task that produces this object (for cancel and lineage); None for puts
@@ -52,16 +58,15 @@ class ObjectEntry:
 class ObjectTable:
     """Thread-safe map of object id → entry, with reference counting and completion callbacks."""
 
-    def __init__(
-        self, on_freed: Callable[[SerializedValue], None] | None = None, foreign: ForeignReferences | None = None
-    ) -> None:
+    def __init__(self, store: ObjectStore, foreign: ForeignReferences | None = None) -> None:
         self._lock = threading.Lock()
         self._entries: dict[bytes, ObjectEntry] = {}
-        #: called with the value of each freed object (after the lock is released)
-        self.on_freed = on_freed
+        #: ids of READY values held in memory, oldest first: the order they are spilled in
+        self._resident: dict[bytes, None] = {}
+        #: holds every value, in memory or on disk
+        self.store = store
         #: where counts for actor handles (held by values, tasks, workers) go
         self.foreign = foreign
-        self.bytes_stored = 0
 
     # ---- creation and completion ---------------------------------------------------------
 
@@ -70,30 +75,55 @@ class ObjectTable:
             for object_id in object_ids:
                 self._entries[object_id] = ObjectEntry(producer=producer)
 
-    def put(self, object_id: bytes, value: SerializedValue) -> None:
-        """Create an entry that is READY at once (ray.put)."""
+    def put(self, object_id: bytes, value: SerializedValue, *, copy: bool = True) -> None:
+        """Create an entry that is READY at once (ray.put, a generator's item).
+
+        `copy`: the buffers alias the caller's memory. Raises ObjectStoreFullError (and
+        stores nothing) when the value fits neither in memory nor on disk.
+        """
+        if value.is_error:
+            held: HeldValue = self.store.hold_anyway(value)
+        else:
+            held = self.store.hold(object_id, value, copy=copy, make_room=self._make_room)
         with self._lock:
-            self._entries[object_id] = ObjectEntry(state=ObjectState.READY, value=value)
-            self.bytes_stored += value.size
+            self._entries[object_id] = ObjectEntry(state=ObjectState.READY, value=held)
+            if isinstance(held, StoredValue) and not held.is_error:
+                self._resident[object_id] = None
             foreign = self._incref_all_locked(value.contained_refs)
         self._forward_incref(foreign)
+
+    def _hold_result(self, object_id: bytes, value: SerializedValue) -> HeldValue:
+        """A task's result, or the ObjectStoreFullError its reader gets when it fits nowhere."""
+        if value.is_error:
+            return self.store.hold_anyway(value)
+        try:
+            return self.store.hold(object_id, value, copy=False, make_room=self._make_room)
+        except Exception as exc:  # noqa: BLE001 - ObjectStoreFullError, raised where the value is read
+            return self.store.hold_anyway(serialize_error(exc))
 
     def fulfil(self, object_id: bytes, value: SerializedValue) -> None:
         """Complete a pending object with a value or an error (value.is_error)."""
         with self._lock:
             entry = self._entries.get(object_id)
-            if entry is None or entry.state is ObjectState.FREED:
-                # Nobody refers to it any more; drop the value, but keep what it holds alive
-                # long enough for nothing (it was never visible).
-                return
-            if entry.state is not ObjectState.PENDING:
+            if entry is not None and entry.state not in (ObjectState.PENDING, ObjectState.FREED):
                 raise RuntimeError(f"object {object_id.hex()} fulfilled twice")
-            entry.state = ObjectState.FAILED if value.is_error else ObjectState.READY
-            entry.value = value
-            self.bytes_stored += value.size
-            foreign = self._incref_all_locked(value.contained_refs)
-            callbacks, entry.callbacks = entry.callbacks, []
-            free_now = entry.references <= 0
+            if entry is None or entry.state is ObjectState.FREED:
+                return  # nobody refers to it any more; drop the value (it was never visible)
+        held = self._hold_result(object_id, value)
+        with self._lock:
+            entry = self._entries.get(object_id)
+            visible = entry is not None and entry.state is ObjectState.PENDING
+            if visible:
+                entry.state = ObjectState.FAILED if held.is_error else ObjectState.READY
+                entry.value = held
+                if isinstance(held, StoredValue) and not held.is_error:
+                    self._resident[object_id] = None
+                foreign = self._incref_all_locked(held.contained_refs)
+                callbacks, entry.callbacks = entry.callbacks, []
+                free_now = entry.references <= 0
+        if not visible:
+            self.store.release(held)  # freed (or fulfilled by a racing call) while it was stored
+            return
         self._forward_incref(foreign)
         for callback in callbacks:
             callback(object_id)
@@ -113,10 +143,99 @@ class ObjectTable:
             return entry is not None and entry.state in (ObjectState.READY, ObjectState.FAILED)
 
     def value(self, object_id: bytes) -> SerializedValue | None:
-        """The stored value or error; None while pending (or unknown)."""
+        """The stored value or error; None while pending (or unknown, or freed meanwhile).
+
+        A value in memory comes on fresh views (made under the lock, so it cannot be spilled
+        while they live); a spilled one is mapped from its file.
+        """
         with self._lock:
             entry = self._entries.get(object_id)
-            return None if entry is None else entry.value
+            held = None if entry is None else entry.value
+            if held is None or isinstance(held, StoredValue):
+                return None if held is None else held.serialized()
+        return self.store.read(held)
+
+    def ready_values(self, object_ids: Sequence[bytes]) -> list[SerializedValue] | None:
+        """Every object's value or error if all are done (one lock for all), else None."""
+        values: list[SerializedValue | None] = []
+        spilled = []
+        with self._lock:
+            for object_id in object_ids:
+                entry = self._entries.get(object_id)
+                held = None if entry is None else entry.value
+                if held is None:
+                    return None
+                if isinstance(held, StoredValue):
+                    values.append(held.serialized())
+                else:
+                    spilled.append((len(values), held))
+                    values.append(None)
+        for index, held in spilled:
+            values[index] = self.store.read(held)
+            if values[index] is None:
+                return None  # freed meanwhile
+        return values  # type: ignore[return-value]
+
+    def is_error(self, object_id: bytes) -> bool:
+        """True if the object holds an error (cheaper than `value` for spilled objects)."""
+        with self._lock:
+            entry = self._entries.get(object_id)
+            return entry is not None and entry.value is not None and entry.value.is_error
+
+    def size(self, object_id: bytes) -> int | None:
+        """The value's size in bytes; None while pending (or unknown)."""
+        with self._lock:
+            entry = self._entries.get(object_id)
+            return None if entry is None or entry.value is None else entry.value.size
+
+    def spilled_ids(self) -> list[bytes]:
+        """Ids of the objects whose values are on disk now."""
+        with self._lock:
+            return [oid for oid, e in self._entries.items() if e.value is not None and not isinstance(e.value, StoredValue)]
+
+    # ---- spilling ------------------------------------------------------------------------
+
+    def _make_room(self, needed: int) -> int:
+        """Spill unpinned values in memory, oldest first, until `needed` bytes are freed.
+
+        Called by the store with its admission lock held; files are written without this
+        table's lock, and a value a reader started using meanwhile stays in memory.
+        """
+        freed = 0
+        while freed < needed:
+            with self._lock:
+                victims = []
+                planned = freed
+                for object_id in self._resident:
+                    entry = self._entries.get(object_id)
+                    held = None if entry is None else entry.value
+                    if isinstance(held, StoredValue) and not held.pinned():
+                        victims.append((object_id, held))
+                        planned += held.size
+                        if planned >= needed:
+                            break
+            if not victims:
+                return freed
+            progressed = False
+            for object_id, stored in victims:
+                spilled = self.store.spill(object_id, stored)
+                if spilled is None:
+                    return freed  # the disk refuses; nothing more can be spilled now
+                with self._lock:
+                    entry = self._entries.get(object_id)
+                    swapped = entry is not None and entry.value is stored and not stored.pinned()
+                    if swapped:
+                        entry.value = spilled
+                        self._resident.pop(object_id, None)
+                if not swapped:
+                    self.store.release(spilled)  # freed, or read meanwhile: keep it as it is
+                    continue
+                self.store.spilled_out(stored)
+                freed += stored.size
+                progressed = True
+            if not progressed:
+                return freed
+        return freed
 
     def producer(self, object_id: bytes) -> bytes | None:
         with self._lock:
@@ -195,14 +314,14 @@ class ObjectTable:
             if entry is None or entry.references > 0 or entry.state is ObjectState.PENDING:
                 return
             del self._entries[object_id]
+            self._resident.pop(object_id, None)
             value = entry.value
             if value is not None:
-                self.bytes_stored -= value.size
                 inner = value.contained_refs
             entry.state = ObjectState.FREED
             entry.value = None
-        if self.on_freed is not None and value is not None:
-            self.on_freed(value)
+        if value is not None:
+            self.store.release(value)
         if inner:
             self.decref(inner)
 

@@ -232,6 +232,8 @@ class Connection:
                     logger.exception("%s: handler %s failed", self.name, method)
                     if kind == REQUEST:
                         self.reply_error(message_id, type(exc).__name__, str(exc))
+                finally:
+                    buffers = None  # the frame's memory is its handler's now: hold it no longer
         except (ConnectionClosed, OSError, ValueError, msgpack.UnpackException):
             pass
         finally:

@@ -30,6 +30,7 @@ from fray_ray._private.resources import Ledger
 from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue, WireBatch
 from fray_ray._private.task_spec import PoolKey, TaskSpec
 from fray_ray._private.timers import TimerQueue
+from fray_ray._private.worker_exits import ExitReports
 
 if TYPE_CHECKING:
     from fray_ray._private.launcher import WorkerLauncher
@@ -113,6 +114,7 @@ class TaskScheduler:
         self._objects = objects
         self._ledger = ledger
         self._launcher = launcher
+        self._exits = ExitReports(launcher.terminate)  # how a dead executor's process ended
         self._timers = timers
         self._error_for = error_for
         self._stream_finished = stream_finished
@@ -428,8 +430,6 @@ class TaskScheduler:
         return True
 
     def _connection_closed(self, connection: Connection) -> None:
-        from fray_ray.exceptions import WorkerCrashedError
-
         with self._lock:
             executor = self._by_connection.pop(connection, None)
             if executor is None:
@@ -458,19 +458,17 @@ class TaskScheduler:
                 else:
                     record.state = TaskState.DONE
             job = executor.job
-        if job is not None and not self._closed:
+        failed = record if record is not None and not retry and record.state is TaskState.DONE else None
+        if failed is not None and not failed.cancelled:
+            # OutOfMemoryError or WorkerCrashedError, once the cluster said how the process ended
+            self._exits.explain(None if self._closed else job, failed.spec.name, failed.system_failures,
+                                failed.spec.max_retries + 1, lambda e: self._finish(failed, self._error_for("system", e)))
+        elif job is not None and not self._closed:
             self._launcher.terminate(job)
-        if record is not None and not retry and record.state is TaskState.DONE:
-            if record.cancelled:
-                from fray_ray.exceptions import TaskCancelledError
+        if failed is not None and failed.cancelled:
+            from fray_ray.exceptions import TaskCancelledError
 
-                error = TaskCancelledError(record.spec.task_id.hex())
-            else:
-                error = WorkerCrashedError(
-                    f"The worker running task {record.spec.name} died unexpectedly "
-                    f"(attempt {record.system_failures} of {record.spec.max_retries + 1})."
-                )
-            self._finish(record, self._error_for("system", error))
+            self._finish(failed, self._error_for("system", TaskCancelledError(failed.spec.task_id.hex())))
         self.schedule()
 
     def _release_lease_locked(self, executor: ExecutorRecord) -> None:
@@ -693,6 +691,7 @@ class TaskScheduler:
 
     def close(self) -> list[Any]:
         """Stop scheduling; tell executors to exit; returns their Fray jobs for cleanup."""
+        self._exits.close()
         with self._lock:
             self._closed = True
             executors = list(self._executors.values())

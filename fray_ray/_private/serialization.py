@@ -67,12 +67,6 @@ class SerializedValue:
         own = [memoryview(b).toreadonly() for b in buffers[offset : offset + count]]
         return cls(bytes(payload), own, tuple(contained), bool(is_error)), offset + count
 
-    def snapshot(self, copy: Any = bytes) -> SerializedValue:
-        """A copy whose buffers no longer alias the original object's memory (made by `copy`)."""
-        if all(isinstance(b, bytes) for b in self.buffers):
-            return self
-        return SerializedValue(self.payload, [copy(b) for b in self.buffers], self.contained_refs, self.is_error)
-
 
 def serialize(value: Any) -> SerializedValue:
     """Pickle `value` (cloudpickle, protocol 5); buffers may alias `value`'s memory."""

@@ -223,7 +223,11 @@ class SessionService:
     def _put(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
         assert message_id is not None
         (value,) = unpack_values([body["value"]], buffers)
-        object_id = self._driver.store(value)
+        try:
+            object_id = self._driver.store(value, copy=False)  # the frame's buffers are ours
+        except Exception as exc:  # noqa: BLE001 - ObjectStoreFullError, raised at the worker's put
+            connection.reply_error(message_id, type(exc).__name__, str(exc.args[0] if exc.args else exc))
+            return
         self._count_borrow(connection, [object_id])
         connection.reply(message_id, {"id": object_id})
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from fray_ray._private.ids import object_id_for
 from fray_ray._private.object_table import ObjectTable
-from fray_ray._private.serialization import SerializedValue
+from fray_ray._private.serialization import SerializedValue, serialize_error
 
 #: What `next_item` returns when the stream has ended.
 END = b""
@@ -59,7 +59,10 @@ class StreamTable:
             callbacks, stream.callbacks = stream.callbacks, []
             released = stream.released
         object_id = object_id_for(stream_id, index)
-        self._objects.put(object_id, value)
+        try:
+            self._objects.put(object_id, value, copy=False)
+        except Exception as exc:  # noqa: BLE001 - ObjectStoreFullError: the consumer reads it as the item
+            self._objects.put(object_id, serialize_error(exc), copy=False)
         if not released:
             self._objects.incref([object_id])  # the stream's hold until the consumer takes it
         for callback in callbacks:

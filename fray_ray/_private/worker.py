@@ -30,7 +30,9 @@ from fray_ray._private.execution import (
     node_ip,
     package_results,
     resolve_arguments,
+    too_large_for_store,
     value_resolver,
+    within_store,
 )
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError, connect
@@ -111,6 +113,7 @@ class WorkerRuntime:
         self._cache_lock = threading.Lock()
         self._cache: OrderedDict[bytes, SerializedValue] = OrderedDict()
         self._cache_bytes = 0
+        self.object_store_memory = 0  # the driver's limit (0: not told)
 
     def set_info(self, info: Mapping[str, Any]) -> None:
         """Session facts from the driver's reply to hello."""
@@ -119,6 +122,7 @@ class WorkerRuntime:
         self.node_id = info.get("node_id", b"")
         self.worker_id = info.get("worker_id", b"")
         self.session_address = info.get("session_address", "")
+        self.object_store_memory = int(info.get("object_store_memory") or 0)
         # Code the driver can import must be importable here too (same machine, same files).
         for entry in reversed(info.get("sys_path") or []):
             if entry not in sys.path:
@@ -154,9 +158,16 @@ class WorkerRuntime:
                 "the ray.ObjectRef in a list and call 'put' on it."
             )
         self.references.flush()
+        serialized = serialize(value)
+        too_large = too_large_for_store(serialized, self.object_store_memory, "The object put")
+        if too_large is not None:
+            raise too_large
         batch = WireBatch()
-        batch.add(serialize(value))
-        body, _ = self.connection.call("put", {"value": batch.descriptions[0]}, batch.buffers)
+        batch.add(serialized)
+        try:
+            body, _ = self.connection.call("put", {"value": batch.descriptions[0]}, batch.buffers)
+        except RemoteError as exc:
+            raise _rebuild_remote_error(exc) from None
         return ObjectRef(body["id"], _announced=True)
 
     def _remember(self, object_id: bytes, value: SerializedValue) -> None:
@@ -504,7 +515,7 @@ class Executor:
             elif num_returns == "dynamic":
                 results = [self._dynamic(task_id, result)]
             else:
-                results = package_results(result, num_returns, name)
+                results = within_store(package_results(result, num_returns, name), self.runtime.object_store_memory, name)
             error = None
         except KeyboardInterrupt:
             results, error = None, TaskCancelledError(task_id.hex() if task_id else None)

@@ -23,6 +23,7 @@ from fray_ray.cluster._config import WorkerSpec
 from fray_ray.cluster._jobs import JobRecord
 from fray_ray.cluster._log_query import LogQuery, answer, line_level
 from fray_ray.cluster._logs import LogStore
+from fray_ray.cluster._cgroups import MemoryCgroups
 from fray_ray.cluster._process import ProcessSupervisor
 from fray_ray.cluster._state import ClusterState, Effect, ForgetLogs, Kill
 from fray_ray.cluster._wire import job_status_proto, redacted_request, task_status_proto, worker_health_proto
@@ -83,6 +84,7 @@ class EmbeddedController:
         inherit_env: bool = True,
         keep_workdirs: bool = False,
         max_finished_jobs: int = 10_000,
+        memory_cgroups: MemoryCgroups | None = None,
     ) -> None:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -107,6 +109,7 @@ class EmbeddedController:
             bind_host=bind_host,
             inherit_env=inherit_env,
             keep_workdirs=keep_workdirs,
+            memory_cgroups=memory_cgroups,
         )
         self._workers: dict[str, LocalWorker] = {}
 

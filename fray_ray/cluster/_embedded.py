@@ -23,6 +23,7 @@ import threading
 import time
 import weakref
 
+from fray_ray.cluster._cgroups import MemoryCgroups
 from fray_ray.cluster._config import ClusterConfig, WorkerSpec
 from fray_ray.cluster._controller import EmbeddedController, WorkerStatus
 from fray_ray.cluster._guard import ProcessGuard
@@ -68,6 +69,7 @@ class EmbeddedCluster:
         self._owner_pid: int | None = None  # the process that started it; only it may stop it
         self._guard: ProcessGuard | None = None
         self._supervisor: ProcessSupervisor | None = None
+        self._memory_cgroups: MemoryCgroups | None = None  # per-attempt memory limits, if allowed
         self._controller: EmbeddedController | None = None
         self._server: RpcServer | None = None
         self._logs: LogStore | None = None
@@ -101,6 +103,7 @@ class EmbeddedCluster:
                 self._guard = ProcessGuard(self._temp_dir).start()
                 self._logs = LogStore(config.max_log_lines_per_attempt)
                 self._supervisor = ProcessSupervisor(guard=self._guard).start()
+                self._memory_cgroups = MemoryCgroups.open()
                 self._controller = EmbeddedController(
                     config.effective_workers(),
                     root_dir=os.path.join(self._temp_dir, "workers"),
@@ -114,6 +117,7 @@ class EmbeddedCluster:
                     inherit_env=config.inherit_env,
                     keep_workdirs=config.keep_workdirs,
                     max_finished_jobs=config.max_finished_jobs,
+                    memory_cgroups=self._memory_cgroups,
                 )
                 app = build_app(
                     ControllerService(self._controller),
@@ -156,6 +160,9 @@ class EmbeddedCluster:
             self._supervisor.stop()
         if self._guard is not None:
             self._guard.stop()  # after the supervisor: sweeps what escaped the process groups
+        if self._memory_cgroups is not None:
+            self._memory_cgroups.close()
+            self._memory_cgroups = None
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
         self._server = None

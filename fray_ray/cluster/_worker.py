@@ -26,6 +26,7 @@ from typing import Protocol
 
 from google.protobuf import json_format
 
+from fray_ray.cluster._cgroups import MemoryCgroups
 from fray_ray.cluster._config import WorkerSpec
 from fray_ray.cluster._logs import LogStore
 from fray_ray.cluster._paths import path_inside
@@ -76,6 +77,8 @@ class TaskContract:
     bind_host: str
     inherit_env: bool = True
     keep_workdirs: bool = False
+    #: per-attempt memory limits (None: the machine does not allow them)
+    memory_cgroups: MemoryCgroups | None = None
 
 
 class AttemptListener(Protocol):
@@ -145,7 +148,7 @@ def _unpack_bundle(blob: bytes, workdir: str) -> None:
 class _AttemptOutput:
     """Per-attempt process listener: lines to the log store, start/exit to the controller."""
 
-    __slots__ = ("_launch", "_ports", "_logs", "_listener", "_cleanup")
+    __slots__ = ("_launch", "_ports", "_logs", "_listener", "_cleanup", "_exit_report")
 
     def __init__(
         self,
@@ -154,12 +157,14 @@ class _AttemptOutput:
         logs: LogStore,
         listener: AttemptListener,
         cleanup: Callable[[], None],
+        exit_report: Callable[[int], str] | None = None,
     ) -> None:
         self._launch = launch
         self._ports = ports
         self._logs = logs
         self._listener = listener
         self._cleanup = cleanup
+        self._exit_report = exit_report  # says "OOM killed ..." for an attempt its cgroup saw OOM-killed
 
     def process_started(self, pid: int) -> None:
         self._listener.attempt_started(self._launch.uid, self._ports)
@@ -168,6 +173,8 @@ class _AttemptOutput:
         self._logs.append(self._launch.uid, self._launch.attempt_id, source, line, timestamp_ms)
 
     def process_exited(self, returncode: int, error: str) -> None:
+        if returncode != 0 and not error and self._exit_report is not None:
+            error = self._exit_report(returncode)  # read before the cleanup removes the cgroup
         self._cleanup()
         if error:
             self._logs.append(self._launch.uid, self._launch.attempt_id, "stderr", error, int(time.time() * 1000))
@@ -216,10 +223,13 @@ class LocalWorker:
             self._logs.append(launch.uid, launch.attempt_id, "stderr", message, int(time.time() * 1000))
             self._listener.attempt_exited(launch.uid, 126, message)
             return
-        cleanup = functools.partial(self._attempt_done, list(ports.values()), workdir)
-        output = _AttemptOutput(launch, ports, self._logs, self._listener, cleanup)
+        cgroups = self._contract.memory_cgroups
+        cgroup = cgroups.attempt(launch.uid, launch.resources.memory_bytes) if cgroups and launch.resources.memory_bytes > 0 else None
+        cleanup = functools.partial(self._attempt_done, list(ports.values()), workdir, launch.uid if cgroup else None)
+        output = _AttemptOutput(launch, ports, self._logs, self._listener, cleanup, cgroup.exit_report if cgroup else None)
+        argv = cgroup.wrap(launch.argv) if cgroup else launch.argv
         try:
-            self._supervisor.spawn(launch.uid, ProcessSpec(launch.argv, env, workdir), output)
+            self._supervisor.spawn(launch.uid, ProcessSpec(argv, env, workdir), output)
         except RuntimeError:  # the cluster is stopping
             cleanup()
 
@@ -246,8 +256,10 @@ class LocalWorker:
             raise
         return workdir
 
-    def _attempt_done(self, ports: list[int], workdir: str) -> None:
+    def _attempt_done(self, ports: list[int], workdir: str, cgroup_uid: int | None = None) -> None:
         self._ports.release(ports)
+        if cgroup_uid is not None and self._contract.memory_cgroups is not None:
+            self._contract.memory_cgroups.release(cgroup_uid)
         if not self._contract.keep_workdirs:
             shutil.rmtree(workdir, ignore_errors=True)
 

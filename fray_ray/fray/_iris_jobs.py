@@ -171,6 +171,23 @@ class IrisJobHandle:
             raise translate_iris_error(exc, f"read the logs of job {self._job_id}", client.address) from exc
         return tuple(line.data for line in lines)
 
+    def failure_text(self) -> str:
+        """Why the job's tasks failed, as the controller tells it: each failed task's (and
+        attempt's) error text, newest last; "" while nothing failed. One ListTasks call."""
+        client = self._owner()
+        try:
+            tasks = client._call_controller(
+                f"list the tasks of {self._job_id}", lambda c: c.list_tasks(self._job_id), not_found=True
+            )
+        except NotFound:
+            return ""
+        texts: list[str] = []
+        for task in tasks:
+            for text in (*(attempt.error for attempt in task.attempts), task.error):
+                if text and text not in texts:
+                    texts.append(text)
+        return "\n".join(texts)
+
     def terminate(self) -> None:
         """Kill the job (and its child jobs) and block until the controller reports it ended
         (at most TERMINATE_WAIT seconds). Does nothing for a finished or unknown job."""

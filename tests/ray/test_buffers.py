@@ -13,15 +13,24 @@ def test_a_block_is_reused_only_when_nothing_uses_it() -> None:
     pool = BufferPool()
     source = np.arange(MIN_POOLED, dtype=np.uint8)
     first = pool.copy(memoryview(source))
-    in_use = np.frombuffer(first, dtype=np.uint8)  # what get() would hand out
-    pool.reclaim([first])
+    in_use = np.frombuffer(memoryview(first)[:MIN_POOLED].toreadonly(), dtype=np.uint8)  # what get() hands out
+    assert pool.give_back(first) is False  # still exported: left to the collector
     second = pool.copy(memoryview(np.zeros(MIN_POOLED, dtype=np.uint8)))
-    assert in_use[:5].tolist() == [0, 1, 2, 3, 4]  # not overwritten: the block was still exported
+    assert in_use[:5].tolist() == [0, 1, 2, 3, 4]  # not overwritten: the block was not reused
     del in_use
-    pool.reclaim([second])
+    assert pool.give_back(second) is True
     third = pool.copy(memoryview(source))
-    assert np.frombuffer(third, dtype=np.uint8)[:3].tolist() == [0, 1, 2]
-    assert pool._kept == 0  # the free block was taken again
+    assert third is second and np.frombuffer(third, dtype=np.uint8)[:3].tolist() == [0, 1, 2]
+    assert pool.kept == 0  # the free block was taken again
+
+
+def test_the_pool_keeps_no_more_than_it_is_given_room_for() -> None:
+    pool = BufferPool()
+    block = pool.copy(memoryview(np.ones(MIN_POOLED, dtype=np.uint8)))
+    assert pool.give_back(block, room=MIN_POOLED - 1) is False
+    assert pool.give_back(block, room=MIN_POOLED) is True and pool.kept == MIN_POOLED
+    pool.trim(0)
+    assert pool.kept == 0
 
 
 def test_small_buffers_are_plain_bytes() -> None:
@@ -40,6 +49,6 @@ def test_put_get_keeps_arrays_intact_while_buffers_are_reused() -> None:
             del ref
         runtime.references.flush()
         assert float(held.sum()) == 1_000_000.0 and held.flags.writeable is False
-        assert runtime.buffers._kept > 0  # freed blocks came back to the pool
+        assert runtime.objects.store.pool.kept > 0  # freed blocks came back to the pool
     finally:
         ray.shutdown()
