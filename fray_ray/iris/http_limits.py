@@ -67,7 +67,7 @@ class ConnectionLimits:
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft == resource.RLIM_INFINITY:
             return self.max_connections
-        return max(16, min(self.max_connections, soft // 2))
+        return min(self.max_connections, max(16, soft // 2))
 
 
 class _Phase(enum.Enum):
@@ -148,7 +148,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._table = table
         self._phase = _Phase.FRESH
-        self._head_bytes = 0
+        self._head_bytes = 0  # bytes received since the current head began
+        self._head_size = 0  # request line and header bytes parsed so far
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_pending = False
@@ -209,13 +210,43 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         elif self._body_pending:
             self._arm_body_timer()
 
+    # httptools calls these as it parses; once a connection is refused, nothing more of what
+    # it sent may reach uvicorn (or the app).
+
+    def on_message_begin(self) -> None:
+        if not self._gone:
+            self._head_size = 0
+            super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        if not self._gone:
+            self._head_size += len(url)
+            super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._gone:
+            return
+        self._head_size += len(name) + len(value) + 4
+        if self._head_size > self._table.limits.max_head_bytes:
+            self._refuse_head()
+            return
+        super().on_header(name, value)
+
     def on_headers_complete(self) -> None:
+        if self._gone:
+            return
         self._cancel_head_timer()
         self._set_phase(_Phase.BUSY)
         self._body_pending = True
         super().on_headers_complete()
 
+    def on_body(self, body: bytes) -> None:
+        if not self._gone:
+            super().on_body(body)
+
     def on_message_complete(self) -> None:
+        if self._gone:
+            return
         self._body_pending = False
         self._cancel_body_timer()
         super().on_message_complete()
@@ -270,6 +301,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self.transport.abort()
 
     def _refuse_head(self) -> None:
+        if self._gone:
+            return
         self._cancel_timers()
         self._gone = True
         body = b"request head too large\n"
