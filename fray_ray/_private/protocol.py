@@ -49,6 +49,7 @@ MAX_BUFFERS_PER_FRAME = 1 << 20
 MAX_BUFFER_BYTES = 64 * 1024 * 1024 * 1024
 #: Reads up to this size are allocated at once; larger ones grow as bytes arrive.
 EAGER_READ_BYTES = 1 << 20
+_ZEROS = memoryview(bytes(EAGER_READ_BYTES))
 #: Bytes the reader buffers from the socket, so a small frame costs one system call.
 _READ_BUFFER_BYTES = 64 * 1024
 
@@ -99,7 +100,9 @@ def _read_exactly(reader: io.BufferedReader, size: int) -> bytearray:
         filled = len(buffer)
         if filled == size:
             return buffer
-        buffer += bytes(min(size, 2 * filled) - filled)
+        target = min(size, 2 * filled)
+        while len(buffer) < target:  # grown from a resident block of zeros: no temporary copy
+            buffer += _ZEROS[: target - len(buffer)]
 
 
 class Connection:
