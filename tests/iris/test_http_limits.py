@@ -189,3 +189,19 @@ def test_limits_are_checked() -> None:
     with pytest.raises(ValueError):
         ConnectionLimits(max_connections=0)
     assert 16 <= ConnectionLimits(max_connections=1_000_000).effective_max_connections() <= 1_000_000
+
+
+def test_the_uvicorn_hooks_the_limits_rely_on_still_exist() -> None:
+    """LimitedHttpProtocol extends uvicorn's httptools protocol; an upgrade that renames one of
+    these would silently disable a limit, so it must fail here instead."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from fray_ray.iris.http_limits import LimitedHttpProtocol
+
+    hooks = {
+        "connection_made", "connection_lost", "data_received", "on_message_begin", "on_url", "on_header",
+        "on_headers_complete", "on_body", "on_message_complete", "on_response_complete",
+    }
+    for name in hooks:
+        assert callable(getattr(HttpToolsProtocol, name, None)), name
+        assert name in vars(LimitedHttpProtocol), name
