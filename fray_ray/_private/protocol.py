@@ -37,9 +37,8 @@ logger = logging.getLogger(__name__)
 
 REQUEST, REPLY, ERROR, NOTIFY = 0, 1, 2, 3
 
-_PREFIX = struct.Struct("<II")
 #: `<u32 header length><u32 buffer count>`, the start of every frame.
-FRAME_PREFIX = _PREFIX
+FRAME_PREFIX = struct.Struct("<II")
 _BUFFER_LENGTH = struct.Struct("<Q")
 #: Largest msgpack header a frame may announce (small values travel inside it).
 MAX_HEADER_BYTES = 64 * 1024 * 1024
@@ -209,7 +208,7 @@ class Connection:
 
     def _send(self, header: list[Any], buffers: Buffers = ()) -> None:
         packed = msgpack.packb(header, use_bin_type=True)
-        parts: list[bytes | memoryview] = [_PREFIX.pack(len(packed), len(buffers)), packed]
+        parts: list[bytes | memoryview] = [FRAME_PREFIX.pack(len(packed), len(buffers)), packed]
         for buffer in buffers:
             view = memoryview(buffer).cast("B") if not isinstance(buffer, bytes) else buffer
             parts.append(_BUFFER_LENGTH.pack(len(view)))
@@ -268,10 +267,10 @@ class Connection:
 
     def _read_frame(self) -> tuple[list[Any], list[bytearray]]:
         reader = self._reader_file
-        prefix = reader.read(_PREFIX.size)
-        if len(prefix) < _PREFIX.size:
+        prefix = reader.read(FRAME_PREFIX.size)
+        if len(prefix) < FRAME_PREFIX.size:
             raise ConnectionClosed("connection closed by peer")
-        header_length, buffer_count = _PREFIX.unpack(prefix)
+        header_length, buffer_count = FRAME_PREFIX.unpack(prefix)
         if header_length > MAX_HEADER_BYTES:
             raise FrameTooLarge(f"frame header of {header_length} bytes exceeds {MAX_HEADER_BYTES}")
         if buffer_count > MAX_BUFFERS_PER_FRAME:
