@@ -250,6 +250,12 @@ class StreamServer:
             self._drop(oldest, "timed_out")
 
     def _drop(self, pending: _Pending, reason: str) -> None:
+        if reason == "evicted":
+            self._evicted += 1
+        elif reason == "timed_out":
+            self._timed_out += 1
+        else:
+            self._refused += 1
         self._pending.pop(pending.sock, None)
         try:
             self._selector.unregister(pending.sock)
@@ -257,12 +263,6 @@ class StreamServer:
             pass
         pending.sock.close()
         logger.debug("%s: closed an unauthenticated connection (%s)", self._name, reason)
-        if reason == "evicted":
-            self._evicted += 1
-        elif reason == "timed_out":
-            self._timed_out += 1
-        else:
-            self._refused += 1
 
     def _read_greeting(self, pending: _Pending) -> None:
         """Read what is due of the greeting (never more); act once it is complete."""

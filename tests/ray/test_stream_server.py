@@ -141,7 +141,7 @@ def test_a_silent_or_slow_greeting_is_closed_after_the_handshake_timeout(served)
         slow.sendall(_frame([0, 1, "hello", {"token": TOKEN}])[:5])  # the rest never comes
         assert _closed_by_peer(silent)
         assert _closed_by_peer(slow)
-    assert server.stats().timed_out == 2
+    _wait_until(lambda: server.stats().timed_out == 2)
     assert server.greetings == []
 
 
