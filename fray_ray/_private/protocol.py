@@ -12,11 +12,17 @@ written straight from the caller's memory and read straight into their own bytea
 
 Either side may send requests. Handlers run on the reader thread and must not block: slow
 work is handed to another thread, and its reply sent with `reply()` later.
+
+A reader trusts no length it is told: a frame's header size, buffer count and buffer sizes are
+checked against the maxima below before anything is allocated, and a large buffer grows as its
+bytes arrive, so a peer that announces 2 GiB and sends nothing costs at most `EAGER_READ_BYTES`.
+Who may speak at all is decided before a `Connection` exists (see `stream_server`).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import io
 import itertools
 import logging
 import socket
@@ -31,9 +37,20 @@ logger = logging.getLogger(__name__)
 
 REQUEST, REPLY, ERROR, NOTIFY = 0, 1, 2, 3
 
-_PREFIX = struct.Struct("<II")
+#: `<u32 header length><u32 buffer count>`, the start of every frame.
+FRAME_PREFIX = struct.Struct("<II")
 _BUFFER_LENGTH = struct.Struct("<Q")
+#: Largest msgpack header a frame may announce (small values travel inside it).
 MAX_HEADER_BYTES = 64 * 1024 * 1024
+#: Most out-of-band buffers one frame may carry.
+MAX_BUFFERS_PER_FRAME = 1 << 20
+#: Largest single out-of-band buffer.
+MAX_BUFFER_BYTES = 64 * 1024 * 1024 * 1024
+#: Reads up to this size are allocated at once; larger ones grow as bytes arrive.
+EAGER_READ_BYTES = 1 << 20
+_ZEROS = memoryview(bytes(EAGER_READ_BYTES))
+#: Bytes the reader buffers from the socket, so a small frame costs one system call.
+_READ_BUFFER_BYTES = 64 * 1024
 
 Buffers = Sequence[bytes | bytearray | memoryview]
 #: handler(connection, message_id, body, buffers); message_id is None for notifications.
@@ -53,16 +70,38 @@ class RemoteError(Exception):
         self.message = message
 
 
-def _recv_exactly(sock: socket.socket, size: int) -> bytearray:
-    buffer = bytearray(size)
-    view = memoryview(buffer)
-    received = 0
-    while received < size:
-        n = sock.recv_into(view[received:], size - received)
-        if n == 0:
+class FrameTooLarge(ConnectionClosed):
+    """A peer announced more than a frame may carry; the connection is closed."""
+
+
+def _fill(reader: io.BufferedReader, view: memoryview) -> None:
+    """Read exactly `len(view)` bytes into `view`."""
+    filled = 0
+    size = len(view)
+    while filled < size:
+        n = reader.readinto(view[filled:])
+        if not n:
             raise ConnectionClosed("connection closed by peer")
-        received += n
-    return buffer
+        filled += n
+
+
+def _read_exactly(reader: io.BufferedReader, size: int) -> bytearray:
+    """`size` bytes from `reader`. Memory follows what has arrived, not what was announced:
+    beyond `EAGER_READ_BYTES` the buffer at most doubles what is already filled."""
+    if size <= EAGER_READ_BYTES:
+        buffer = bytearray(size)
+        _fill(reader, memoryview(buffer))
+        return buffer
+    buffer = bytearray(EAGER_READ_BYTES)
+    filled = 0
+    while True:
+        _fill(reader, memoryview(buffer)[filled:])
+        filled = len(buffer)
+        if filled == size:
+            return buffer
+        target = min(size, 2 * filled)
+        while len(buffer) < target:  # grown from a resident block of zeros: no temporary copy
+            buffer += _ZEROS[: target - len(buffer)]
 
 
 class Connection:
@@ -75,6 +114,7 @@ class Connection:
     def __init__(self, sock: socket.socket, *, name: str = "connection") -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock
+        self._reader_file = sock.makefile("rb", buffering=_READ_BUFFER_BYTES)
         self.name = name
         self._send_lock = threading.Lock()
         self._state_lock = threading.Lock()  # guards _pending and _closed
@@ -89,11 +129,39 @@ class Connection:
 
     # ---- lifecycle -----------------------------------------------------------------------
 
-    def start(self, handlers: dict[str, Handler]) -> Connection:
+    def start(self, handlers: dict[str, Handler], *, first_frame: list[Any] | None = None) -> Connection:
+        """Spawn the reader thread. `first_frame`, a header already read (the greeting a
+        server authenticated), is dispatched to `handlers` before anything else is read."""
         self._handlers = handlers
-        self._reader = threading.Thread(target=self._read_loop, name=f"{self.name}-reader", daemon=True)
+        self._reader = threading.Thread(
+            target=self._read_loop, args=(first_frame,), name=f"{self.name}-reader", daemon=True
+        )
         self._reader.start()
         return self
+
+    def handshake(self, method: str, body: Any, timeout: float) -> Any:
+        """Send the first request and read its reply on this thread, before `start()`.
+
+        Returns the reply's body; raises RemoteError if the peer answers with an error and
+        ConnectionClosed if it closes (or does not answer within `timeout` seconds).
+        """
+        message_id = next(self._ids)
+        self._sock.settimeout(timeout)
+        try:
+            self._send([REQUEST, message_id, method, body])
+            (kind, reply_id, _, reply_body), _ = self._read_frame()
+        except (OSError, ValueError, TypeError, msgpack.UnpackException) as exc:  # timeouts are OSErrors
+            raise ConnectionClosed(f"{self.name}: no answer to {method}: {exc}") from exc
+        finally:
+            try:
+                self._sock.settimeout(None)
+            except OSError:
+                pass
+        if kind == ERROR and reply_id == message_id:
+            raise RemoteError(*reply_body)
+        if kind != REPLY or reply_id != message_id:
+            raise ConnectionClosed(f"{self.name}: the peer did not answer {method}")
+        return reply_body
 
     def add_close_callback(self, callback: Callable[[Connection], None]) -> None:
         with self._state_lock:
@@ -115,7 +183,9 @@ class Connection:
         self._sock.close()
         self._mark_closed()
         reader = self._reader
-        if reader is not None and reader is not threading.current_thread():
+        if reader is None:
+            self._reader_file.close()  # no reader thread will: release the socket's descriptor
+        elif reader is not threading.current_thread():
             reader.join(timeout=5)
 
     def _mark_closed(self) -> None:
@@ -138,7 +208,7 @@ class Connection:
 
     def _send(self, header: list[Any], buffers: Buffers = ()) -> None:
         packed = msgpack.packb(header, use_bin_type=True)
-        parts: list[bytes | memoryview] = [_PREFIX.pack(len(packed), len(buffers)), packed]
+        parts: list[bytes | memoryview] = [FRAME_PREFIX.pack(len(packed), len(buffers)), packed]
         for buffer in buffers:
             view = memoryview(buffer).cast("B") if not isinstance(buffer, bytes) else buffer
             parts.append(_BUFFER_LENGTH.pack(len(view)))
@@ -196,103 +266,73 @@ class Connection:
     # ---- receiving -----------------------------------------------------------------------
 
     def _read_frame(self) -> tuple[list[Any], list[bytearray]]:
-        header_length, buffer_count = _PREFIX.unpack(_recv_exactly(self._sock, _PREFIX.size))
+        reader = self._reader_file
+        prefix = reader.read(FRAME_PREFIX.size)
+        if len(prefix) < FRAME_PREFIX.size:
+            raise ConnectionClosed("connection closed by peer")
+        header_length, buffer_count = FRAME_PREFIX.unpack(prefix)
         if header_length > MAX_HEADER_BYTES:
-            raise ConnectionClosed(f"frame header of {header_length} bytes is too large")
-        header = msgpack.unpackb(_recv_exactly(self._sock, header_length), raw=False, strict_map_key=False)
+            raise FrameTooLarge(f"frame header of {header_length} bytes exceeds {MAX_HEADER_BYTES}")
+        if buffer_count > MAX_BUFFERS_PER_FRAME:
+            raise FrameTooLarge(f"frame with {buffer_count} buffers exceeds {MAX_BUFFERS_PER_FRAME}")
+        if header_length <= _READ_BUFFER_BYTES:
+            packed: bytes | bytearray = reader.read(header_length)
+            if len(packed) < header_length:
+                raise ConnectionClosed("connection closed by peer")
+        else:
+            packed = _read_exactly(reader, header_length)
+        header = msgpack.unpackb(packed, raw=False, strict_map_key=False)
         buffers = []
         for _ in range(buffer_count):
-            (length,) = _BUFFER_LENGTH.unpack(_recv_exactly(self._sock, _BUFFER_LENGTH.size))
-            buffers.append(_recv_exactly(self._sock, length))
+            length_bytes = reader.read(_BUFFER_LENGTH.size)
+            if len(length_bytes) < _BUFFER_LENGTH.size:
+                raise ConnectionClosed("connection closed by peer")
+            (length,) = _BUFFER_LENGTH.unpack(length_bytes)
+            if length > MAX_BUFFER_BYTES:
+                raise FrameTooLarge(f"frame buffer of {length} bytes exceeds {MAX_BUFFER_BYTES}")
+            buffers.append(_read_exactly(reader, length))
         return header, buffers
 
-    def _read_loop(self) -> None:
+    def _read_loop(self, first_frame: list[Any] | None = None) -> None:
         try:
+            if first_frame is not None:
+                self._dispatch(first_frame, [])
             while True:
                 header, buffers = self._read_frame()
-                kind, message_id, method, body = header
-                if kind == REPLY or kind == ERROR:
-                    with self._state_lock:
-                        future = self._pending.pop(message_id, None)
-                    if future is None or future.done():
-                        continue
-                    if kind == REPLY:
-                        future.set_result((body, buffers))
-                    else:
-                        future.set_exception(RemoteError(*body))
-                    continue
-                handler = self._handlers.get(method)
-                if handler is None:
-                    if kind == REQUEST:
-                        self.reply_error(message_id, "UnknownMethod", f"no handler for {method!r}")
-                    continue
-                try:
-                    handler(self, message_id if kind == REQUEST else None, body, buffers)
-                except Exception as exc:  # noqa: BLE001 - a bad message must not kill the connection
-                    logger.exception("%s: handler %s failed", self.name, method)
-                    if kind == REQUEST:
-                        self.reply_error(message_id, type(exc).__name__, str(exc))
-                finally:
-                    buffers = None  # the frame's memory is its handler's now: hold it no longer
-        except (ConnectionClosed, OSError, ValueError, msgpack.UnpackException):
+                self._dispatch(header, buffers)
+                header = buffers = None  # the frame's memory is its handler's now: hold it no longer
+        except FrameTooLarge as exc:
+            logger.warning("%s: %s; closing the connection", self.name, exc)
+        except (ConnectionClosed, OSError, ValueError, TypeError, msgpack.UnpackException):
             pass
         finally:
             self._mark_closed()
             try:
+                self._reader_file.close()
                 self._sock.close()
             except OSError:
                 pass
 
-
-def connect(address: str, *, name: str = "connection", timeout: float = 30.0) -> Connection:
-    """Open a Connection to `host:port` (not yet started)."""
-    host, _, port = address.rpartition(":")
-    sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
-    sock.settimeout(None)
-    return Connection(sock, name=name)
-
-
-class StreamServer:
-    """Accepts connections on host:port and hands each (started by `on_connect`) to the owner."""
-
-    def __init__(self, on_connect: Callable[[Connection], None], *, host: str = "127.0.0.1", port: int = 0) -> None:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, port))
-        self._sock.listen(512)
-        self._on_connect = on_connect
-        self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._accept_loop, name="stream-server", daemon=True)
-        self.host = host
-        self.port = self._sock.getsockname()[1]
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    def start(self) -> StreamServer:
-        self._thread.start()
-        return self
-
-    def _accept_loop(self) -> None:
-        while not self._closed.is_set():
-            try:
-                sock, _ = self._sock.accept()
-            except OSError:
+    def _dispatch(self, header: list[Any], buffers: list[bytearray]) -> None:
+        kind, message_id, method, body = header
+        if kind == REPLY or kind == ERROR:
+            with self._state_lock:
+                future = self._pending.pop(message_id, None)
+            if future is None or future.done():
                 return
-            try:
-                self._on_connect(Connection(sock, name="session"))
-            except Exception:  # noqa: BLE001 - one bad connection must not stop accepting
-                logger.exception("accepting a connection failed")
-                sock.close()
-
-    def close(self) -> None:
-        self._closed.set()
+            if kind == REPLY:
+                future.set_result((body, buffers))
+            else:
+                future.set_exception(RemoteError(*body))
+            return
+        handler = self._handlers.get(method)
+        if handler is None:
+            if kind == REQUEST:
+                self.reply_error(message_id, "UnknownMethod", f"no handler for {method!r}")
+            return
         try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self._sock.close()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
+            handler(self, message_id if kind == REQUEST else None, body, buffers)
+        except Exception as exc:  # noqa: BLE001 - a bad message must not kill the connection
+            logger.exception("%s: handler %s failed", self.name, method)
+            if kind == REQUEST:
+                self.reply_error(message_id, type(exc).__name__, str(exc))

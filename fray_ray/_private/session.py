@@ -1,6 +1,8 @@
 """The session service: the driver's end of every worker connection.
 
-Workers (executors and actor hosts) connect here and introduce themselves with `hello`. The
+Workers (executors and actor hosts) connect here and introduce themselves with `hello`, the
+first frame, which carries the session token: the `StreamServer` in front refuses every
+connection whose greeting does not, so no handler here ever sees an unauthenticated peer. The
 driver then pushes work down the same connection, and answers the worker's own requests:
 fetch objects (`get`), `wait`, `put`, submit tasks, create and call actors, and the
 reference-counting notices `borrow`/`release`. Handlers never block the connection's reader:
@@ -10,7 +12,6 @@ a `get` on pending objects is answered later, from the callback that completes t
 from __future__ import annotations
 
 import collections
-import hmac
 import logging
 import threading
 from collections.abc import Mapping
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from fray_ray._private.protocol import Connection, ConnectionClosed, StreamServer
+from fray_ray._private.protocol import Connection, ConnectionClosed
+from fray_ray._private.stream_server import HELLO, GateStats, StreamServer
 from fray_ray._private.serialization import WireBatch, unpack_values
 from fray_ray._private.worker import unpack_spec
 
@@ -33,13 +35,12 @@ class SessionService:
 
     def __init__(self, driver: DriverRuntime, *, host: str, token: str) -> None:
         self._driver = driver
-        self._token = token
         self._lock = threading.Lock()  # guards _borrows and _connections
         self._borrows: dict[Connection, collections.Counter[bytes]] = {}
         self._connections: set[Connection] = set()
-        self._server = StreamServer(self._accept, host=host)
+        self._server = StreamServer(self._accept, token=token, host=host, name="session")
         self._handlers = {
-            "hello": self._hello,
+            HELLO: self._hello,
             "task_done": self._task_done,
             "call_done": self._call_done,
             "actor_ready": self._actor_ready,
@@ -73,6 +74,10 @@ class SessionService:
     def address(self) -> str:
         return self._server.address
 
+    def gate_stats(self) -> GateStats:
+        """Counters of the connections accepted, refused, evicted and timed out."""
+        return self._server.stats()
+
     def start(self) -> SessionService:
         self._server.start()
         return self
@@ -84,12 +89,13 @@ class SessionService:
         for connection in connections:
             connection.close()
 
-    def _accept(self, connection: Connection) -> None:
+    def _accept(self, connection: Connection, greeting: list[Any]) -> None:
+        """An authenticated worker: its reader thread answers the greeting, then everything else."""
         with self._lock:
             self._connections.add(connection)
             self._borrows[connection] = collections.Counter()
         connection.add_close_callback(self._closed)
-        connection.start(self._handlers)
+        connection.start(self._handlers, first_frame=greeting)
 
     def _closed(self, connection: Connection) -> None:
         with self._lock:
@@ -110,9 +116,8 @@ class SessionService:
 
     def _hello(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
         assert message_id is not None
-        if not hmac.compare_digest(str(body.get("token", "")), self._token):
-            connection.reply_error(message_id, "Unauthenticated", "wrong session token")
-            connection.close()
+        if connection.peer_info:  # the gate authenticated the first hello; there is no second
+            connection.reply_error(message_id, "ValueError", "this connection has already introduced itself")
             return
         kind, worker_id, pid = body.get("kind"), body.get("id"), body.get("pid")
         connection.peer_info = {"kind": kind, "id": worker_id, "pid": pid}

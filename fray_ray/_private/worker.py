@@ -35,7 +35,8 @@ from fray_ray._private.execution import (
     within_store,
 )
 from fray_ray._private.object_ref import ObjectRef
-from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError, connect
+from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError
+from fray_ray._private.stream_server import introduce
 from fray_ray._private.refcount import LocalReferenceCounter
 from fray_ray._private.serialization import (
     SerializedValue,
@@ -648,18 +649,17 @@ def open_session(
 ) -> WorkerRuntime:
     """Connect to the driver, introduce this worker, and return its runtime.
 
-    `on_runtime(runtime)` runs before any message is handled, so handlers can rely on the
-    runtime existing; the session info from the driver's reply is filled in before the next
-    message is read.
+    The introduction (carrying the session token) is the first frame on the connection and is
+    answered before anything else is sent or read. `on_runtime(runtime)` runs before any
+    message is handled, so handlers can rely on the runtime existing.
     """
-    connection = connect(session_address, name=f"{hello.get('kind', 'worker')}-session")
+    greeting = {**hello, "token": token, "pid": os.getpid(), "ip": node_ip()}
+    connection, info = introduce(session_address, greeting, name=f"{hello.get('kind', 'worker')}-session")
     runtime = WorkerRuntime(connection)
+    runtime.set_info(info)
     if on_runtime is not None:
         on_runtime(runtime)
     connection.start(dict(handlers))
-    reply = connection.request("hello", {**hello, "token": token, "pid": os.getpid(), "ip": node_ip()})
-    reply.add_done_callback(lambda f: f.exception() is None and runtime.set_info(f.result()[0]))
-    reply.result(timeout=60)
     return runtime
 
 

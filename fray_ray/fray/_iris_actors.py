@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import secrets
 import sys
 import threading
 import time
@@ -321,9 +322,16 @@ def auth_metadata(token: str | None) -> dict[str, str]:
     """Endpoint metadata that makes callers authenticate to a token-protected actor server.
 
     Iris actor clients send an endpoint's metadata as request headers, so the bearer token
-    rides along; only callers that can list endpoints (which already needs the token) see it.
+    rides along; only callers that can list endpoints see it.
     """
     return {"authorization": f"Bearer {token}"} if token else {}
+
+
+def actor_secret(info: JobInfo) -> str:
+    """The bearer token this task's actor server requires: the cluster's token, or, on a
+    controller that runs without auth, a secret minted here (an actor server never serves
+    without one, since its calls are unpickled)."""
+    return info.token or secrets.token_urlsafe(32)
 
 
 def _construct(actor_class: type, args: tuple[Any, ...], kwargs: dict[str, Any], context: ActorContext) -> object:
@@ -344,12 +352,13 @@ def _serve(
     from fray_ray.iris.actor_server import ActorServer
     from fray_ray.iris.endpoints import EndpointRegistry
 
-    server = ActorServer(info.bind_host, port, token=info.token)
+    secret = actor_secret(info)
+    server = ActorServer(info.bind_host, port, token=secret)
     server.register(endpoint, instance, max_concurrency=max_concurrency)
     registry = EndpointRegistry(client._controller, info)
     try:
         server.start()
-        registry.register(endpoint, server.address_for(info.advertise_host), auth_metadata(info.token))
+        registry.register(endpoint, server.address_for(info.advertise_host), auth_metadata(secret))
     except BaseException:
         registry.close()
         server.stop()

@@ -138,7 +138,9 @@ class ActorClient:
                     self._endpoint.url, accept_compression=[], send_compression=None, timeout_ms=self._call_timeout_ms
                 )
             headers = dict(self._endpoint.metadata) if self._endpoint is not None else {}
-            if self._token:
+            # An endpoint that names its own credentials (an actor server's secret) knows best;
+            # otherwise the client's token (the cluster's) is what actor servers accept.
+            if self._token and "authorization" not in {key.lower() for key in headers}:
                 headers["authorization"] = f"Bearer {self._token}"
             return self._stub, headers
 

@@ -2,7 +2,9 @@
 
 Both the embedded controller and every actor host serve their Connect application this way.
 The listening socket is bound before the server starts, so the port is known (and owned) at
-once and no other process can take it in between.
+once and no other process can take it in between. Every server runs under `ConnectionLimits`
+(header and body deadlines, a head-size limit, a connection cap that sheds idle strangers),
+and a request refused for its token also loses its connection.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import uvicorn
+
+from fray_ray.iris.http_limits import ConnectionLimits, ConnectionTable, LimitedHttpProtocol
 
 logger = logging.getLogger(__name__)
 
@@ -64,16 +68,16 @@ def connect_error_body(code: str, message: str) -> bytes:
 _HTTP_STATUS = {"unauthenticated": 401, "not_found": 404, "unimplemented": 501}
 
 
-async def send_connect_error(send: Callable[[dict], Awaitable[None]], code: str, message: str) -> None:
-    """Answer an HTTP request with a Connect unary error envelope."""
+async def send_connect_error(
+    send: Callable[[dict], Awaitable[None]], code: str, message: str, *, close: bool = False
+) -> None:
+    """Answer an HTTP request with a Connect unary error envelope (and end the connection
+    after it if `close`)."""
     body = connect_error_body(code, message)
-    await send(
-        {
-            "type": "http.response.start",
-            "status": _HTTP_STATUS.get(code, 400),
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": _HTTP_STATUS.get(code, 400), "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -81,6 +85,8 @@ class BearerAuth:
     """ASGI middleware: every request must carry `Authorization: Bearer <token>`.
 
     Paths in `public_paths` (health checks) are let through. The comparison is constant-time.
+    A refused request's body is never read, and its connection is closed after the answer, so
+    a client without the token cannot hold a kept-alive connection.
     """
 
     def __init__(self, app: ASGIApp, token: str, public_paths: tuple[str, ...] = ("/health",)) -> None:
@@ -92,7 +98,7 @@ class BearerAuth:
         if scope["type"] == "http" and scope.get("path") not in self._public_paths:
             provided = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), b"")
             if not hmac.compare_digest(provided, self._expected):
-                await send_connect_error(send, "unauthenticated", "missing or invalid bearer token")
+                await send_connect_error(send, "unauthenticated", "missing or invalid bearer token", close=True)
                 return
         await self._app(scope, receive, send)
 
@@ -154,8 +160,18 @@ class RpcServer:
     joins the thread. Usable as a context manager.
     """
 
-    def __init__(self, app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0, name: str = "rpc-server") -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        name: str = "rpc-server",
+        limits: ConnectionLimits | None = None,
+    ) -> None:
         self._app = app
+        self._limits = limits or ConnectionLimits()
+        self._connections: ConnectionTable | None = None
         self._host = host
         self._requested_port = port
         self._name = name
@@ -177,6 +193,11 @@ class RpcServer:
         return self._host
 
     @property
+    def connections(self) -> ConnectionTable | None:
+        """The open connections and the eviction, refusal and timeout counters."""
+        return self._connections
+
+    @property
     def url(self) -> str:
         host = "127.0.0.1" if self._host in ("0.0.0.0", "") else self._host
         return f"http://{host}:{self.port}"
@@ -186,14 +207,15 @@ class RpcServer:
             raise RuntimeError("server already started")
         self._socket = bind_socket(self._host, self._requested_port)
         self._port = self._socket.getsockname()[1]
+        self._connections = ConnectionTable(self._limits)
         config = uvicorn.Config(
             self._app,
             log_level="warning",
             access_log=False,
             lifespan="off",
-            http="httptools",
+            http=functools.partial(LimitedHttpProtocol, table=self._connections),  # type: ignore[arg-type]
             loop="asyncio",
-            timeout_keep_alive=120,
+            timeout_keep_alive=self._limits.keep_alive_s,  # type: ignore[arg-type]
             timeout_graceful_shutdown=1,
         )
         self._server = _Server(config, self._started)
