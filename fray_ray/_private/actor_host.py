@@ -295,7 +295,8 @@ class RayActorHost:
 
         if isinstance(exc, RayActorError) and self._creation_error is not None:
             return exc
-        return make_task_error(exc, f"{self._class_name}.{body['method']}", actor_repr=f"{self._class_name}")
+        return make_task_error(exc, f"{self._class_name}.{body['method']}", actor_repr=self._class_name,
+                               actor_id=self._actor_id.hex())
 
     def _complete(self, body: Mapping[str, Any], results: list[SerializedValue] | None, error: BaseException | None) -> None:
         batch = WireBatch()
