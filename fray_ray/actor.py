@@ -311,6 +311,9 @@ class ActorMethod:
             if key not in ("num_returns", "name", "concurrency_group", "max_task_retries", "retry_exceptions",
                            "enable_task_events", "_generator_backpressure_num_objects"):
                 raise ValueError(f"Invalid option keyword {key} for actor method {self._name}.")
+        count = options.get("num_returns")
+        if isinstance(count, int) and count < 0:  # Ray checks this one here; the rest at .remote()
+            raise ValueError(f"num_returns must be >= 0, but got {count}.")
         return ActorMethod(self._handle, self._name, self._info, {**self._options, **options})
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:

@@ -34,6 +34,8 @@ AREAS: dict[str, str] = {
     "object_refs": "`ObjectRef`, futures and asyncio",
     "exceptions": "Exceptions",
     "actors": "Actors",
+    "actor_restarts": "Actor fault tolerance: restarts and retries",
+    "option_values": "Option values: non-finite, negative, out of range",
     "named_actors": "Named actors, namespaces, `get_if_exists`",
     "async_actors": "Async actors",
     "concurrency_groups": "Concurrency groups",
