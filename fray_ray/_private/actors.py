@@ -423,7 +423,10 @@ class ActorManager:
                     break
                 if call_id in record.in_flight:
                     call, connection = record.in_flight[call_id], record.connection
-                    self._cancelled.add(call_id)
+                    if connection is None:  # kept for a restarting actor: it is not sent again
+                        del record.in_flight[call_id]
+                    else:
+                        self._cancelled.add(call_id)
                     break
             else:
                 return False

@@ -426,3 +426,13 @@ def test_restart_budget_larger_than_iris_holds() -> None:
     first = ray.get(actor.pid.remote())
     os.kill(first, signal.SIGKILL)
     assert ray.get(actor.pid.options(max_task_retries=-1).remote(), timeout=120) != first
+
+
+def test_call_cancelled_while_its_actor_restarts_is_not_sent_again(harness_factory) -> None:
+    h = harness_factory(max_restarts=1)
+    host = h.connect()
+    call = h.call(retries=-1)
+    host.die()
+    assert h.manager.cancel_call(call.call_id)
+    assert isinstance(h.outcome(call), exceptions.TaskCancelledError)
+    assert call.call_id not in h.connect().calls()
