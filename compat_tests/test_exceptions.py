@@ -216,6 +216,17 @@ def test_exceptions__exception_that_cannot_be_rebuilt_is_unserializable(ray_star
     assert "NeedsTwoArguments: 7" in text
 
 
+@pytest.mark.known_difference(
+    reason="an exception whose class cannot be rebuilt where it is read is raised as "
+    "UnserializableException (as in Ray) that is also a RayTaskError carrying the function name, "
+    "the class name (type_name) and the traceback text; Ray's is only an UnserializableException"
+)
+def test_exceptions__exception_that_cannot_be_rebuilt_is_not_a_task_error(ray_start_regular_shared):
+    with pytest.raises(exceptions.UnserializableException) as info:
+        ray.get(_raise_odd.remote("needs-two"))
+    assert not isinstance(info.value, exceptions.RayTaskError)
+
+
 def test_exceptions__exception_from_a_module_the_driver_lacks(ray_start_regular_shared, tmp_path):
     with pytest.raises(exceptions.UnserializableException) as info:
         ray.get(_raise_odd.remote("hidden-module", str(tmp_path)))
