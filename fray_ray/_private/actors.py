@@ -573,12 +573,7 @@ class ActorManager:
         for call in calls:
             self._fail_call(call, death)
         if terminate:
-            if connection is not None and not self._launcher.in_process:
-                try:
-                    connection.notify("die", {"restart": False})
-                except ConnectionClosed:
-                    pass
-            elif connection is not None:
+            if connection is not None:
                 try:
                     connection.notify("die", {"restart": False})
                 except ConnectionClosed:
