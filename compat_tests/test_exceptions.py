@@ -160,6 +160,97 @@ def test_exceptions__unserializable_return_value(ray_start_regular_shared):
         ray.get(give_lock.remote())
 
 
+class NeedsTwoArguments(Exception):
+    """Pickles as NeedsTwoArguments(code), which its __init__ refuses: it cannot be rebuilt."""
+
+    def __init__(self, code, detail):
+        super().__init__(code)
+        self.detail = detail
+
+
+class HoldsALock(Exception):
+    """Cannot be pickled at all."""
+
+    def __init__(self, message):
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
+@ray.remote(max_retries=0)
+def _raise_odd(kind, module_dir=None):
+    if kind == "needs-two":
+        raise NeedsTwoArguments(7, "the detail")
+    if kind == "lock":
+        raise HoldsALock("holds a lock")
+    if kind == "hidden-module":
+        # A class from a module only this worker can import.
+        import sys
+
+        with open(os.path.join(module_dir, "worker_only_errors.py"), "w") as source:
+            source.write("class WorkerOnlyError(Exception):\n    pass\n")
+        sys.path.insert(0, module_dir)
+        try:
+            import worker_only_errors
+        finally:
+            sys.path.remove(module_dir)
+        raise worker_only_errors.WorkerOnlyError("raised from a module the driver lacks")
+    raise AssertionError(kind)
+
+
+def test_exceptions__unpicklable_exception_arrives_as_task_error(ray_start_regular_shared):
+    with pytest.raises(exceptions.RayTaskError) as info:
+        ray.get(_raise_odd.remote("lock"))
+    text = str(info.value)
+    assert "_raise_odd" in text
+    assert "HoldsALock: holds a lock" in text  # the class name and message, from the traceback
+    assert isinstance(info.value.cause, exceptions.RayError)
+    assert "HoldsALock" in str(info.value.cause)
+
+
+def test_exceptions__exception_that_cannot_be_rebuilt_is_unserializable(ray_start_regular_shared):
+    with pytest.raises(exceptions.UnserializableException) as info:
+        ray.get(_raise_odd.remote("needs-two"))
+    text = str(info.value)
+    assert text.startswith("Failed to deserialize exception.")
+    assert "_raise_odd" in text
+    assert "NeedsTwoArguments: 7" in text
+
+
+@pytest.mark.known_difference(
+    reason="an exception whose class cannot be rebuilt where it is read is raised as "
+    "UnserializableException (as in Ray) that is also a RayTaskError carrying the function name, "
+    "the class name (type_name) and the traceback text; Ray's is only an UnserializableException"
+)
+def test_exceptions__exception_that_cannot_be_rebuilt_is_not_a_task_error(ray_start_regular_shared):
+    with pytest.raises(exceptions.UnserializableException) as info:
+        ray.get(_raise_odd.remote("needs-two"))
+    assert not isinstance(info.value, exceptions.RayTaskError)
+
+
+def test_exceptions__exception_from_a_module_the_driver_lacks(ray_start_regular_shared, tmp_path):
+    with pytest.raises(exceptions.UnserializableException) as info:
+        ray.get(_raise_odd.remote("hidden-module", str(tmp_path)))
+    text = str(info.value)
+    assert "worker_only_errors.WorkerOnlyError: raised from a module the driver lacks" in text
+
+
+def test_exceptions__actor_exception_that_cannot_be_rebuilt(ray_start_regular_shared):
+    @ray.remote
+    class Odd:
+        def fail(self):
+            raise NeedsTwoArguments(9, "the detail")
+
+        def ok(self):
+            return "alive"
+
+    actor = Odd.remote()
+    with pytest.raises(exceptions.UnserializableException) as info:
+        ray.get(actor.fail.remote())
+    assert "Odd.fail" in str(info.value)
+    assert "NeedsTwoArguments: 9" in str(info.value)
+    assert ray.get(actor.ok.remote()) == "alive"
+
+
 def test_failure__worker_crash(ray_start_regular_shared):
     @ray.remote(max_retries=0)
     def die():

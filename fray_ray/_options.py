@@ -39,6 +39,8 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
+from fray_ray._option_values import check_quantity as _check_quantity
+
 if TYPE_CHECKING:
     from fray_ray.util.scheduling_strategies import SchedulingStrategyT
 
@@ -105,17 +107,6 @@ def _warn(message: str) -> None:
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         level, frame = level + 1, frame.f_back
     warnings.warn(message, DeprecationWarning, stacklevel=level)
-
-
-def _check_quantity(name: str, value: Any) -> None:
-    if value is None:
-        return
-    if value < 0:
-        raise ValueError(f"The quantity of resource {name} cannot be negative")
-    if 0 < value < 0.0001:
-        raise ValueError(
-            f"The precision of the fractional quantity of resource {name} cannot go beyond 0.0001"
-        )
 
 
 def _quantity(key: str, value: Any, ctx: _Context) -> None:

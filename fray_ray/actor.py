@@ -18,6 +18,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fray_ray._option_values import check_c_integers, method_call_integer, method_num_returns
 from fray_ray._private import ids, runtime_state
 from fray_ray._private.serialization import note_contained_ref
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, CodeBlob, ResourceShape
@@ -75,6 +76,7 @@ def _method_table(cls: type) -> dict[str, dict[str, Any]]:
             "num_returns": options.get("num_returns"),
             "concurrency_group": options.get("concurrency_group"),
             "max_task_retries": options.get("max_task_retries"),
+            "retry_exceptions": options.get("retry_exceptions"),
             "is_async": inspect.iscoroutinefunction(function),
             "is_generator": inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function),
         }
@@ -137,6 +139,7 @@ class ActorClass:
         return self._code
 
     def _create(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]) -> ActorHandle:
+        check_c_integers(options)
         init = getattr(self._cls, "__init__", None)
         if init is not None and init is not object.__init__:
             try:
@@ -308,6 +311,9 @@ class ActorMethod:
             if key not in ("num_returns", "name", "concurrency_group", "max_task_retries", "retry_exceptions",
                            "enable_task_events", "_generator_backpressure_num_objects"):
                 raise ValueError(f"Invalid option keyword {key} for actor method {self._name}.")
+        count = options.get("num_returns")
+        if isinstance(count, int) and count < 0:  # Ray checks this one here; the rest at .remote()
+            raise ValueError(f"num_returns must be >= 0, but got {count}.")
         return ActorMethod(self._handle, self._name, self._info, {**self._options, **options})
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
@@ -317,6 +323,10 @@ class ActorMethod:
         num_returns = self._options.get("num_returns", self._info.get("num_returns"))
         if num_returns is None:
             num_returns = "streaming" if self._info.get("is_generator") else 1
+        num_returns = method_num_returns(num_returns)
+        max_task_retries = self._options.get("max_task_retries", self._info.get("max_task_retries"))
+        if max_task_retries is not None:  # None: the actor's own max_task_retries
+            max_task_retries = method_call_integer("max_task_retries", max_task_retries)
         call_id = ids.new_task_id()
         return_ids, count = return_ids_for(call_id, num_returns)
         spec = ActorCallSpec(
@@ -327,11 +337,23 @@ class ActorMethod:
             return_ids=return_ids,
             num_returns=num_returns if isinstance(num_returns, str) else count,
             concurrency_group=self._options.get("concurrency_group", self._info.get("concurrency_group")),
+            max_task_retries=max_task_retries,
+            retry_exceptions=self._retry_exceptions(),
         )
         refs = runtime_state.current().submit_actor_call(spec)
         if isinstance(num_returns, str) or count == 1:
             return refs[0]
         return refs if count else None
+
+    def _retry_exceptions(self) -> bool | tuple[type, ...]:
+        """Which user exceptions retry the call (under max_task_retries): the call's, else the method's."""
+        from fray_ray import _options
+
+        value = self._options.get("retry_exceptions", self._info.get("retry_exceptions"))
+        if value is None:
+            return False
+        _options.validate_method_options({"retry_exceptions": value}, in_options=True)
+        return value if isinstance(value, bool) else tuple(value)
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("fray_ray does not support Ray DAGs (.bind()); call .remote() instead")

@@ -53,7 +53,8 @@ A task that raises `E` fails with `RayTaskError(E)`: a class made on the fly who
 it; `as_instanceof_cause()` upgrades a plain `RayTaskError`. When `E` cannot be combined with
 `RayTaskError` (its metaclass, `__init_subclass__`, layout or `__new__` refuses), the plain
 `RayTaskError` is used and `.cause` still holds the user's exception. Both forms pickle (with
-`pickle` and cloudpickle) and keep their type across the round trip.
+`pickle` and cloudpickle) and keep their type across the round trip; a cause that cannot be
+pickled or rebuilt still leaves its class name and traceback text (`_private/task_errors.py`).
 """
 
 from __future__ import annotations
@@ -374,13 +375,22 @@ class RayTaskError(RayError):
         return "\n".join([f"{self.proctitle}() ({where})", *lines])
 
     def __reduce__(self) -> tuple[Any, ...]:
+        # The cause travels as a pickle of its own: if its class cannot be pickled or rebuilt,
+        # the reader still gets the function, the class name and the traceback text.
+        from fray_ray._private.task_errors import pack_cause
+
         fields = self._fields()
         extra = {k: v for k, v in self.__dict__.items() if k not in fields}
-        return (_rebuild_task_error, (fields, _is_dual(type(self))), extra or None)
+        packed = pack_cause(fields.pop("cause"), extra)
+        return (_rebuild_task_error, (fields, _is_dual(type(self)), packed))
 
 
-def _rebuild_task_error(fields: dict[str, Any], dual: bool) -> RayTaskError:
+def _rebuild_task_error(fields: dict[str, Any], dual: bool, packed: Any = None) -> RayTaskError:
     """Unpickle a RayTaskError, restoring its dual type when it had one."""
+    if packed is not None:
+        from fray_ray._private.task_errors import rebuild_task_error
+
+        return rebuild_task_error(fields, dual, packed)
     plain = RayTaskError(**fields)
     return plain.as_instanceof_cause() if dual else plain
 

@@ -13,6 +13,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from fray_ray._option_values import check_c_integers
 from fray_ray._private import ids, runtime_state
 from fray_ray._private.task_spec import Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec
 from fray_ray._private.worker import current_task
@@ -64,6 +65,7 @@ class RemoteFunction:
         from fray_ray import _options
 
         merged = _options.validate_task_options({**self._default_options, **options}, is_generator=self._is_generator)
+        _refuse_max_calls(options)
         return _BoundOptions(self, merged)
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
@@ -90,6 +92,7 @@ class RemoteFunction:
         return self._code
 
     def _submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]) -> Any:
+        check_c_integers(options)
         if self._signature is not None:
             self._signature.bind(*args, **kwargs)  # TypeError here, at submit time, as in Ray
         runtime = runtime_state.current()
@@ -145,6 +148,7 @@ class _BoundOptions:
         merged = _options.validate_task_options(
             {**self._options, **options}, is_generator=self._function._is_generator
         )
+        _refuse_max_calls(options)
         return _BoundOptions(self._function, merged)
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
@@ -188,6 +192,12 @@ def _picklable(value: Any) -> bool:
         return True
     except Exception:  # noqa: BLE001 - any failure means "not picklable"
         return False
+
+
+def _refuse_max_calls(options: Mapping[str, Any]) -> None:
+    """`max_calls` belongs to the function (its worker processes), not to one call's options."""
+    if "max_calls" in options:
+        raise ValueError("Setting 'max_calls' is not supported in '.options()'.")
 
 
 def _retry_exceptions(value: Any) -> bool | tuple[type, ...]:

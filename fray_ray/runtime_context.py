@@ -112,7 +112,10 @@ class RuntimeContext:
 
     @property
     def was_current_actor_reconstructed(self) -> bool:
-        return False
+        """True inside an actor instance that replaced one whose process died (max_restarts)."""
+        from fray_ray._private.worker import current_task
+
+        return bool(getattr(current_task.get(), "actor_restarted", False))
 
     def _deprecated(self, name: str) -> Any:
         warnings.warn(f"Use get_{name}() instead", DeprecationWarning, stacklevel=3)

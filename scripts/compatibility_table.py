@@ -35,6 +35,8 @@ AREAS: dict[str, str] = {
     "object_refs": "`ObjectRef`, futures and asyncio",
     "exceptions": "Exceptions",
     "actors": "Actors",
+    "actor_restarts": "Actor fault tolerance: restarts and retries",
+    "option_values": "Option values: non-finite, negative, out of range",
     "named_actors": "Named actors, namespaces, `get_if_exists`",
     "async_actors": "Async actors",
     "concurrency_groups": "Concurrency groups",
@@ -128,7 +130,11 @@ def _outcome(run: Run | None, nodeid: str) -> str:
     return "not collected" if record is None else record["outcome"]
 
 
-def render(ray_run: Run | None, fray_run: Run | None) -> str:
+#: Differences no test of the suite can show cheaply on both backends, written by hand.
+UNTESTED_DIFFERENCES = Path(__file__).resolve().parent.parent / "compat_tests" / "untested_differences.md"
+
+
+def render(ray_run: Run | None, fray_run: Run | None, untested: str = "") -> str:
     runs = [r for r in (ray_run, fray_run) if r is not None]
     nodeids: dict[str, str] = {}  # nodeid -> area, over both runs
     for run in runs:
@@ -184,6 +190,9 @@ def render(ray_run: Run | None, fray_run: Run | None) -> str:
             reason = known[nodeid].replace("|", "\\|").replace("\n", " ")
             lines.append(f"| `{nodeid}` | {reason} | {_outcome(fray_run, nodeid)} |")
 
+    if untested.strip():
+        lines += ["", "## Differences the suite does not exercise", "", untested.strip()]
+
     if fray_run is not None:
         todo = [n for n in sorted(nodeids) if n not in known
                 and _outcome(fray_run, n) not in PASSING | {"skipped"}]
@@ -215,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     fray_run = _load(args.fray_ray, "fray_ray")
     if ray_run is None and fray_run is None:
         parser.error("give at least one existing report (--ray and/or --fray-ray)")
-    text = render(ray_run, fray_run)
+    untested = UNTESTED_DIFFERENCES.read_text() if UNTESTED_DIFFERENCES.exists() else ""
+    text = render(ray_run, fray_run, untested)
     if args.output == "-":
         sys.stdout.write(text)
     else:

@@ -70,6 +70,7 @@ class RayActorHost:
         self._handle: Any = None
         self._placement_group: str | None = None
         self._given_name: str | None = None
+        self._restarted = False
         self._methods_blob = b""
         self._resources: Mapping[str, float] = {}
         self._class_name = "Actor"
@@ -106,6 +107,7 @@ class RayActorHost:
         self._class_name = body["class_name"]
         self._placement_group = body.get("placement_group")
         self._given_name = options.get("name")
+        self._restarted = bool(options.get("restarted"))
         self._detached = bool(options.get("detached"))
         self._methods_blob = body["methods"]
         self._resources = body.get("resources") or {}
@@ -133,7 +135,7 @@ class RayActorHost:
         context = TaskContext(task_id=None, function_name=f"{self._class_name}.__init__", actor_id=self._actor_id,
                               actor_name=self._class_name, resources=self._resources,
                               actor_handle=self._handle, placement_group_id=self._placement_group,
-                              actor_given_name=self._given_name)
+                              actor_given_name=self._given_name, actor_restarted=self._restarted)
         token = current_task.set(context)
         runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
         try:
@@ -193,6 +195,7 @@ class RayActorHost:
             task_id=body["call"], function_name=f"{self._class_name}.{body['method']}", actor_id=self._actor_id,
             actor_name=self._class_name, actor_handle=self._handle, resources=self._resources,
             placement_group_id=self._placement_group, actor_given_name=self._given_name,
+            actor_restarted=self._restarted,
         )
 
     def _on_cancel(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
@@ -293,7 +296,8 @@ class RayActorHost:
 
         if isinstance(exc, RayActorError) and self._creation_error is not None:
             return exc
-        return make_task_error(exc, f"{self._class_name}.{body['method']}", actor_repr=f"{self._class_name}")
+        return make_task_error(exc, f"{self._class_name}.{body['method']}", actor_repr=self._class_name,
+                               actor_id=self._actor_id.hex())
 
     def _complete(self, body: Mapping[str, Any], results: list[SerializedValue] | None, error: BaseException | None) -> None:
         batch = WireBatch()

@@ -3,8 +3,8 @@
 Each actor is a Fray actor group of one (an Iris job) hosting a RayActorHost, which connects
 back to this session. Calls are sent on that connection in submission order, so each caller's
 calls run in order; calls made before the actor is up wait in its queue. When the host goes
-away the actor restarts (if `max_restarts` allows: Iris reruns the job) or dies, and its calls
-fail with ActorDiedError.
+away the actor restarts (if `max_restarts` allows: Iris reruns the job) or dies; what its calls
+become then follows Ray's rules, written down in `actor_restarts`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
+from fray_ray._private import actor_restarts as restarts
+from fray_ray._private.actor_restarts import CallFate, died_error, unknown_actor_error
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
+from fray_ray._private.remote_actors import RemoteActor
 from fray_ray._private.resources import Ledger
 from fray_ray._private.streams import StreamTable
 from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue, WireBatch, serialize_error
@@ -27,6 +30,7 @@ from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec
 
 if TYPE_CHECKING:
     from fray_ray._private.launcher import WorkerLauncher
+    from fray_ray._private.timers import TimerQueue
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +38,7 @@ logger = logging.getLogger(__name__)
 class ActorState(enum.Enum):
     STARTING = "starting"  # launched, host not connected yet
     ALIVE = "alive"
-    RESTARTING = "restarting"
+    RESTARTING = "restarting"  # its process died; the next one is starting or running __init__
     DEAD = "dead"
 
 
@@ -54,7 +58,7 @@ class ActorRecord:
     #: where the actor's resources come from (the session's ledger or a bundle's)
     ledger: Ledger | None = None
     #: a named actor another driver created: calls go over ActorService, in order
-    remote: _RemoteActor | None = None
+    remote: RemoteActor | None = None
     placement_group: str | None = None
     #: held while sending to the host, so calls leave in the order they were accepted
     send_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -75,8 +79,12 @@ class ActorManager:
         namespace: str,
         session_id: str,
         placement_groups: Any = None,
+        timers: TimerQueue | None = None,
     ) -> None:
         self._placement_groups = placement_groups
+        self._timers = timers
+        #: retries left per pending call (max_task_retries)
+        self._retries = restarts.RetryBudget()
         self._streams = streams
         self._objects = objects
         self._ledger = ledger
@@ -137,6 +145,14 @@ class ActorManager:
                 record.ledger = found[0]
             record.placement_group = group.id.hex()
         record.ledger.force_acquire(spec.shape.as_dict())
+        problem = None if record.placement_group else self._ledger.infeasible(spec.shape.as_dict())
+        if problem is not None:
+            from fray_ray.exceptions import ActorUnschedulableError
+
+            self._mark_dead(record, serialize_error(ActorUnschedulableError(
+                f"Actor {spec.class_name} cannot run: it asks for {problem}; the cluster will never have that."
+            )))
+            return spec.actor_id
         if spec.name:
             group_name = self._launcher.named_group(namespace, spec.name)  # findable from other drivers
         else:
@@ -158,7 +174,7 @@ class ActorManager:
             group_name,
             spec.shape,
             env_vars=spec.env_vars,
-            max_restarts=spec.max_restarts,
+            max_restarts=restarts.iris_restart_budget(spec.max_restarts),
             accelerator=spec.accelerator,
             callback=launched,
         )
@@ -196,7 +212,8 @@ class ActorManager:
                     record.group = group
 
         self._launcher.launch_actor(
-            spec.actor_id, group_name, spec.shape, env_vars=spec.env_vars, max_restarts=spec.max_restarts,
+            spec.actor_id, group_name, spec.shape, env_vars=spec.env_vars,
+            max_restarts=restarts.iris_restart_budget(spec.max_restarts),
             accelerator=None, callback=launched, gang=gang,
         )
         return [record.spec.actor_id for record in records]
@@ -212,7 +229,8 @@ class ActorManager:
                 if record.state is ActorState.DEAD:
                     return False
                 restarting = record.state is ActorState.RESTARTING
-                record.state = ActorState.ALIVE
+                if not restarting:  # a restarting actor is back once its constructor has run
+                    record.state = ActorState.ALIVE
                 record.connection = connection
                 record.pid = pid
                 self._by_connection[connection] = record
@@ -245,6 +263,7 @@ class ActorManager:
                 "is_async": spec.is_async,
                 "max_concurrency": spec.max_concurrency,
                 "concurrency_groups": dict(spec.concurrency_groups),
+                "restarted": record.restarts > 0,
             },
         }
         try:
@@ -256,7 +275,10 @@ class ActorManager:
         with self._lock:
             record = self._actors.get(actor_id)
         if record is not None:
-            record.pid = pid or record.pid
+            with self._lock:
+                record.pid = pid or record.pid
+                if record.state is ActorState.RESTARTING and record.connection is not None:
+                    record.state = ActorState.ALIVE
             self._creation_finished(record)
 
     def _creation_finished(self, record: ActorRecord, *, final: bool = False) -> None:
@@ -297,7 +319,7 @@ class ActorManager:
         with self._lock:
             record = self._actors.get(call.actor_id)
             if record is None:
-                death = serialize_error(_unknown_actor(call.actor_id))
+                death = serialize_error(unknown_actor_error(call.actor_id))
             elif record.state is ActorState.DEAD:
                 death = record.death
             else:
@@ -308,12 +330,17 @@ class ActorManager:
         if record.remote is not None:
             record.remote.submit(call)
             return
+        retries = record.spec.max_task_retries if call.max_task_retries is None else call.max_task_retries
+        self._retries.admit(call.call_id, retries)
         with record.send_lock:
             with self._lock:
                 if record.state is ActorState.DEAD:
                     death = record.death
-                elif record.state is ActorState.ALIVE and record.connection is not None:
-                    record.in_flight[call.call_id] = call
+                elif (record.state is ActorState.RESTARTING
+                      and restarts.fate_while_restarting(self._retries, call.call_id) is CallFate.UNAVAILABLE):
+                    death = restarts.unavailable_error(call.actor_id, restarts.RESTARTING_REASON)
+                elif record.state is not ActorState.STARTING and record.connection is not None:
+                    record.in_flight[call.call_id] = call  # a restarting host runs it after __init__
                     connection = record.connection
                 else:
                     record.queued.append(call)
@@ -348,6 +375,8 @@ class ActorManager:
             pass  # the close callback decides about the call
 
     def call_done(self, connection: Connection, call_id: bytes, results: Sequence[SerializedValue]) -> None:
+        if self._retry_exception(connection, call_id, results):
+            return
         with self._lock:
             record = self._by_connection.get(connection)
             call = record.in_flight.pop(call_id, None) if record is not None else None
@@ -359,6 +388,19 @@ class ActorManager:
             self._complete_call(call, results)
         if retire:
             self._mark_dead(record, self._death_error(record, "out_of_scope"), terminate=True)
+
+    def _retry_exception(self, connection: Connection, call_id: bytes, results: Sequence[SerializedValue]) -> bool:
+        """Send a call that raised again if its `retry_exceptions` and retries allow."""
+        with self._lock:
+            record = self._by_connection.get(connection)
+            call = record.in_flight.get(call_id) if record is not None else None
+            if call is None or call_id in self._cancelled:
+                return False
+        if not restarts.retries_user_exception(call.retry_exceptions, results) or not self._retries.spend(call_id):
+            return False
+        with record.send_lock:
+            self._send_call(connection, call)
+        return True
 
     # ---- cancel --------------------------------------------------------------------------
 
@@ -381,7 +423,10 @@ class ActorManager:
                     break
                 if call_id in record.in_flight:
                     call, connection = record.in_flight[call_id], record.connection
-                    self._cancelled.add(call_id)
+                    if connection is None:  # kept for a restarting actor: it is not sent again
+                        del record.in_flight[call_id]
+                    else:
+                        self._cancelled.add(call_id)
                     break
             else:
                 return False
@@ -440,6 +485,7 @@ class ActorManager:
         return out
 
     def _complete_call(self, call: ActorCallSpec, results: SerializedValue | Sequence[SerializedValue]) -> None:
+        self._retries.forget(call.call_id)
         if call.num_returns == "streaming":
             error = results if isinstance(results, SerializedValue) else next((r for r in results if r.is_error), None)
             self._streams.finish(call.call_id, error)
@@ -463,25 +509,49 @@ class ActorManager:
             record.connection = None
             if record.state is ActorState.DEAD:
                 return
-            budget = record.spec.max_restarts
-            can_restart = not record.killed and (budget < 0 or record.restarts < budget)
+            can_restart = restarts.can_restart(record.spec.max_restarts, record.restarts, stopped=record.killed)
             if can_restart:
                 record.restarts += 1
                 record.state = ActorState.RESTARTING
-                # Calls in flight are retried on the new instance only if max_task_retries says so.
-                retry = record.spec.max_task_retries != 0
-                dropped = [] if retry else list(record.in_flight.values())
-                if not retry:
-                    record.in_flight.clear()
+                # Calls in flight go to the next instance while their retries last.
+                dropped = [call for call in record.in_flight.values()
+                           if restarts.fate_at_death(self._retries, call.call_id, restarting=True) is not CallFate.SEND]
+                for call in dropped:
+                    del record.in_flight[call.call_id]
+                attempt = record.restarts
         if can_restart:
-            error = self._death_error(record, "process_died", "The actor is restarting.")
+            error = restarts.unavailable_error(record.spec.actor_id, restarts.DIED_IN_FLIGHT_REASON)
             for call in dropped:
                 self._fail_call(call, error)
+            self._watch_restart(record, attempt)
             return
         self._mark_dead(record, self._death_error(record, "process_died"), terminate=True)
 
+    def _watch_restart(self, record: ActorRecord, attempt: int) -> None:
+        """Check now and then that a restarting actor's job still runs; if it ended (Iris gave
+        up on it), the actor is dead and its waiting calls fail instead of waiting forever."""
+        if self._timers is None:
+            return
+
+        def check() -> None:
+            with self._lock:
+                waiting = record.state is ActorState.RESTARTING and record.restarts == attempt and not self._closed
+                group = record.group
+            if not waiting:
+                return
+            problem = self._launcher.group_failure(group) if group is not None else None
+            if problem is None:
+                self._timers.call_later(restarts.RESTART_CHECK_S, check)
+                return
+            with self._lock:
+                still = record.state is ActorState.RESTARTING and record.restarts == attempt
+            if still:
+                self._mark_dead(record, self._death_error(record, "process_died", f"it could not be restarted: {problem}"))
+
+        self._timers.call_later(restarts.RESTART_CHECK_S, check)
+
     def _death_error(self, record: ActorRecord, reason: str, detail: str = "") -> SerializedValue:
-        return serialize_error(_died(record.spec.class_name, record.spec.actor_id, reason, detail, record.pid,
+        return serialize_error(died_error(record.spec.class_name, record.spec.actor_id, reason, detail, record.pid,
                                      record.spec.namespace or self._namespace))
 
     def _mark_dead(self, record: ActorRecord, death: SerializedValue, *, terminate: bool = False) -> None:
@@ -503,12 +573,7 @@ class ActorManager:
         for call in calls:
             self._fail_call(call, death)
         if terminate:
-            if connection is not None and not self._launcher.in_process:
-                try:
-                    connection.notify("die", {"restart": False})
-                except ConnectionClosed:
-                    pass
-            elif connection is not None:
+            if connection is not None:
                 try:
                     connection.notify("die", {"restart": False})
                 except ConnectionClosed:
@@ -595,7 +660,7 @@ class ActorManager:
                 detached=True,  # its lifetime is its creator's business, not this driver's
             )
             record = ActorRecord(spec, state=ActorState.ALIVE, args_released=True)
-            record.remote = _RemoteActor(handle, record, self)
+            record.remote = RemoteActor(handle, spec, self.complete_remote_call, self.resolve_values)
             record.ready.set()
             self._actors[spec.actor_id] = record
             self._names[(namespace, name)] = spec.actor_id
@@ -648,69 +713,3 @@ class ActorManager:
             if record.group is not None and not record.spec.detached:
                 groups.append(record.group)
         return groups
-
-
-def _died(class_name: str, actor_id: bytes, reason: str, detail: str = "", pid: int | None = None,
-          namespace: str | None = None) -> BaseException:
-    from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError
-
-    return ActorDiedError(ActorDeathInfo(
-        ActorDeathReason(reason), class_name=class_name, actor_id=actor_id.hex(), pid=pid, namespace=namespace,
-        detail=detail,
-    ))
-
-
-def _unknown_actor(actor_id: bytes) -> BaseException:
-    return _died("?", actor_id, "process_died", "The actor is not known to this session (it may have ended).")
-
-
-class _RemoteActor:
-    """Calls to a named actor that another driver created, made over its ActorService, one at
-    a time in submission order (so each caller's calls keep their order)."""
-
-    def __init__(self, handle: Any, record: ActorRecord, manager: ActorManager) -> None:
-        import queue
-
-        self._handle = handle
-        self._record = record
-        self._manager = manager
-        self._calls: queue.SimpleQueue[ActorCallSpec | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=f"remote-actor-{record.spec.class_name}", daemon=True)
-        self._thread.start()
-
-    def submit(self, call: ActorCallSpec) -> None:
-        self._calls.put(call)
-
-    def stop(self) -> None:
-        self._calls.put(None)
-
-    def kill(self, restart: bool) -> None:
-        try:
-            self._handle.kill(restart)
-        except Exception:  # noqa: BLE001 - it may be gone already
-            pass
-
-    def _run(self) -> None:
-        from fray_ray._private.execution import error_results, make_task_error, package_results, resolve_arguments
-
-        while True:
-            call = self._calls.get()
-            if call is None:
-                return
-            name = f"{self._record.spec.class_name}.{call.method}"
-            try:
-                if call.num_returns in ("streaming", "dynamic"):
-                    raise ValueError("generator methods of another driver's actor cannot be called from here")
-                args, kwargs = resolve_arguments(call.arguments.value, self._manager.resolve_values, call.arguments.top_level)
-                result = self._handle.call(call.method, *args, **kwargs)
-                values = package_results(result, call.num_returns, name)
-            except BaseException as exc:  # noqa: BLE001 - the caller's refs carry it
-                from fray_ray.fray import ActorUnavailableError
-
-                if isinstance(exc, ActorUnavailableError):
-                    error: BaseException = _died(self._record.spec.class_name, self._record.spec.actor_id,
-                                                 "process_died", f"it is unreachable: {exc}")
-                else:
-                    error = make_task_error(exc, name, actor_repr=self._record.spec.class_name)
-                values = error_results(error, len(call.return_ids))
-            self._manager.complete_remote_call(call, values)

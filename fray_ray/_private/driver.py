@@ -111,6 +111,7 @@ class DriverRuntime:
             namespace=namespace,
             session_id=session_name,
             placement_groups=self.placement_groups,
+            timers=self.timers,
         )
         self.gangs = GangScheduler(self.objects, self.launcher, self.timers, error_for=self._error_value)
         self.actors.on_resources_released = self.scheduler.schedule

@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import os
 import socket
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -62,21 +61,16 @@ def value_resolver(
     return resolve
 
 
-def make_task_error(exc: BaseException, function_name: str, actor_repr: str | None = None) -> BaseException:
-    """The error a caller of a failed task sees: RayTaskError, dual-typed with the cause."""
+def make_task_error(
+    exc: BaseException, function_name: str, actor_repr: str | None = None, actor_id: str | None = None
+) -> BaseException:
+    """The error a caller of a failed task sees: RayTaskError, dual-typed with the cause, whose
+    traceback text shows the user's frames (fray_ray's own are left out, as Ray leaves out its)."""
     from fray_ray import exceptions
 
-    traceback_text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    error = exceptions.RayTaskError(
-        function_name,
-        traceback_text,
-        exc,
-        proctitle=None,
-        pid=os.getpid(),
-        ip=node_ip(),
-        actor_repr=actor_repr,
+    return exceptions.RayTaskError.from_exception(
+        exc, function_name, pid=os.getpid(), ip=node_ip(), actor_repr=actor_repr, actor_id=actor_id
     )
-    return error.as_instanceof_cause()
 
 
 def too_large_for_store(value: SerializedValue, limit: int, what: str) -> BaseException | None:

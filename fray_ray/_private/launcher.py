@@ -261,6 +261,11 @@ class WorkerLauncher:
             tail = ""
         return f"its job {getattr(job, 'job_id', '?')} ended {status}" + (f"; last output:\n{tail}" if tail else "")
 
+    def group_failure(self, group: Any) -> str | None:
+        """If an actor group's job has ended, why; None while it runs (or if it cannot tell)."""
+        job = getattr(group, "job", None)
+        return None if job is None else self.job_failure(job)
+
     def terminate(self, job: Any) -> None:
         def stop() -> None:
             try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import pickle
+import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,18 +78,42 @@ def serialize(value: Any) -> SerializedValue:
 
 
 def serialize_error(error: BaseException) -> SerializedValue:
-    """Pickle an exception to be raised by whoever reads the object."""
+    """Pickle an exception to be raised by whoever reads the object.
+
+    A task's RayTaskError always pickles (its cause travels on its own, see `task_errors`);
+    any other error that does not is replaced by a RaySystemError with its class name, message
+    and traceback text.
+    """
     with collecting_refs():
         try:
             payload = cloudpickle.dumps(error, protocol=5)
-        except Exception as exc:  # noqa: BLE001 - keep the type name and message at least
-            payload = cloudpickle.dumps(RuntimeError(f"{type(error).__name__}: {error} (unpicklable: {exc})"))
+        except Exception as exc:  # noqa: BLE001 - keep the type name, message and traceback
+            payload = cloudpickle.dumps(_unpicklable_error(error, exc))
     return SerializedValue(payload, (), (), True)
 
 
+def _unpicklable_error(error: BaseException, problem: Exception) -> BaseException:
+    from fray_ray.exceptions import RaySystemError
+
+    kind = type(error)
+    text = "".join(traceback.format_exception(kind, error, error.__traceback__))
+    return RaySystemError(f"{kind.__module__}.{kind.__qualname__}: {error} (it could not be pickled: {problem})", text)
+
+
 def deserialize(value: SerializedValue) -> Any:
-    """Rebuild the value; arrays become read-only views of the stored buffers."""
-    return pickle.loads(value.payload, buffers=value.buffers)
+    """Rebuild the value; arrays become read-only views of the stored buffers.
+
+    An error that cannot be rebuilt here becomes a RaySystemError saying why, never a bare
+    unpickling error in place of the one that was stored.
+    """
+    if not value.is_error:
+        return pickle.loads(value.payload, buffers=value.buffers)
+    try:
+        return pickle.loads(value.payload, buffers=value.buffers)
+    except Exception as exc:  # noqa: BLE001 - the stored error is what the reader asked for
+        from fray_ray.exceptions import RaySystemError
+
+        return RaySystemError(f"an error was stored but cannot be rebuilt here: {type(exc).__name__}: {exc}")
 
 
 def describe_unpicklable(value: Any, what: str) -> str:

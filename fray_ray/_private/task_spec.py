@@ -130,4 +130,6 @@ class ActorCallSpec:
     return_ids: tuple[bytes, ...]
     num_returns: int | str
     concurrency_group: str | None = None
+    #: None: the actor's max_task_retries
     max_task_retries: int | None = None
+    retry_exceptions: bool | tuple[type, ...] = False

@@ -66,6 +66,7 @@ class TaskContext:
     placement_group_id: str | None = None
     actor_handle: Any = None
     actor_given_name: str | None = None  # the name a named actor was created with
+    actor_restarted: bool = False  # this actor instance is a restart (max_restarts)
 
 
 current_task: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar("fray_ray_task", default=None)
