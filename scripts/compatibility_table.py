@@ -130,11 +130,7 @@ def _outcome(run: Run | None, nodeid: str) -> str:
     return "not collected" if record is None else record["outcome"]
 
 
-#: Differences no test of the suite can show cheaply on both backends, written by hand.
-UNTESTED_DIFFERENCES = Path(__file__).resolve().parent.parent / "compat_tests" / "untested_differences.md"
-
-
-def render(ray_run: Run | None, fray_run: Run | None, untested: str = "") -> str:
+def render(ray_run: Run | None, fray_run: Run | None) -> str:
     runs = [r for r in (ray_run, fray_run) if r is not None]
     nodeids: dict[str, str] = {}  # nodeid -> area, over both runs
     for run in runs:
@@ -190,9 +186,6 @@ def render(ray_run: Run | None, fray_run: Run | None, untested: str = "") -> str
             reason = known[nodeid].replace("|", "\\|").replace("\n", " ")
             lines.append(f"| `{nodeid}` | {reason} | {_outcome(fray_run, nodeid)} |")
 
-    if untested.strip():
-        lines += ["", "## Differences the suite does not exercise", "", untested.strip()]
-
     if fray_run is not None:
         todo = [n for n in sorted(nodeids) if n not in known
                 and _outcome(fray_run, n) not in PASSING | {"skipped"}]
@@ -224,8 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     fray_run = _load(args.fray_ray, "fray_ray")
     if ray_run is None and fray_run is None:
         parser.error("give at least one existing report (--ray and/or --fray-ray)")
-    untested = UNTESTED_DIFFERENCES.read_text() if UNTESTED_DIFFERENCES.exists() else ""
-    text = render(ray_run, fray_run, untested)
+    text = render(ray_run, fray_run)
     if args.output == "-":
         sys.stdout.write(text)
     else:
