@@ -241,6 +241,8 @@ class JobSpec:
     existing_job_policy: ExistingJobPolicy = ExistingJobPolicy.UNSPECIFIED
     priority_band: PriorityBand = PriorityBand.UNSPECIFIED
     task_image: str = ""
+    #: the workspace bundle unpacked into each task's workdir (None: no bundle)
+    bundle: WorkspaceBundle | None = None
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -249,7 +251,9 @@ class JobSpec:
             if getattr(self, budget) < 0:
                 raise ValueError(f"{budget} must be >= 0, got {getattr(self, budget)}")
 
-    def to_proto(self, client_revision_date: str) -> controller_pb2.Controller.LaunchJobRequest:
+    def to_proto(self, client_revision_date: str, *, send_blob: bool = True) -> controller_pb2.Controller.LaunchJobRequest:
+        """The LaunchJob request. A bundle goes inline (`bundle_blob`) when `send_blob` and its
+        bytes are at hand, else by id alone (the controller must hold it already)."""
         request = controller_pb2.Controller.LaunchJobRequest(
             name=self.name.wire,
             entrypoint=self.entrypoint.to_proto(),
@@ -266,6 +270,11 @@ class JobSpec:
             task_image=self.task_image,
             client_revision_date=client_revision_date,
         )
+        if self.bundle is not None:
+            if send_blob and self.bundle.blob:
+                request.bundle_blob = self.bundle.blob
+            else:
+                request.bundle_id = self.bundle.bundle_id
         if self.coscheduling_group_by:
             request.coscheduling.group_by = self.coscheduling_group_by
         if (timeout := _duration(self.timeout_s)) is not None:
