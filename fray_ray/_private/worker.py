@@ -35,6 +35,7 @@ from fray_ray._private.execution import (
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError, connect
 from fray_ray._private.refcount import LocalReferenceCounter
+from fray_ray._private.runtime_env import process_runtime_env
 from fray_ray._private.serialization import (
     SerializedValue,
     WireBatch,
@@ -106,7 +107,7 @@ class WorkerRuntime:
         self.node_id = b""
         self.worker_id = b""
         self.session_address = ""
-        self.sys_path: list[str] = []
+        self.runtime_env = process_runtime_env()  # what tasks and actors submitted here inherit
         self.references = LocalReferenceCounter(self._on_first_ref, self._on_last_ref)
         self._cache_lock = threading.Lock()
         self._cache: OrderedDict[bytes, SerializedValue] = OrderedDict()
@@ -119,10 +120,6 @@ class WorkerRuntime:
         self.node_id = info.get("node_id", b"")
         self.worker_id = info.get("worker_id", b"")
         self.session_address = info.get("session_address", "")
-        # Code the driver can import must be importable here too (same machine, same files).
-        for entry in reversed(info.get("sys_path") or []):
-            if entry not in sys.path:
-                sys.path.insert(0, entry)
 
     # ---- references ----------------------------------------------------------------------
 

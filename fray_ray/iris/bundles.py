@@ -67,7 +67,7 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
 )
 # Every entry gets this timestamp, so the zip of equal content is byte-for-byte equal.
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
-_COMPRESS_LEVEL = 6
+_COMPRESS_LEVEL = 1  # fast: the bundle is built on the way to the first task
 
 
 class BundleTooLarge(ValueError):

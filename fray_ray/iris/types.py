@@ -10,6 +10,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from fray_ray.iris.bundles import WorkspaceBundle
 from fray_ray.iris.names import JobName
 from fray_ray.iris.rpc import controller_pb2, finelog_logging_pb2, job_pb2, logging_pb2, time_pb2
 
@@ -270,6 +271,10 @@ class JobSpec:
             task_image=self.task_image,
             client_revision_date=client_revision_date,
         )
+        if self.setup_scripts:
+            # Iris workers run the entrypoint's setup commands; clients copy the resolved
+            # scripts there (the environment keeps them for child jobs to inherit).
+            request.entrypoint.setup_commands.extend(self.setup_scripts)
         if self.bundle is not None:
             if send_blob and self.bundle.blob:
                 request.bundle_blob = self.bundle.blob
