@@ -52,7 +52,7 @@ if [ ! -f "$env_dir/.fray-ray-complete" ]; then
 import site, sys
 dirs = [d for d in site.getsitepackages() + [site.getusersitepackages()] if d]
 with open(sys.argv[1], "w") as pth:
-    pth.write("import site; [site.addsitedir(d) for d in %r]\n" % dirs)
+    pth.write("import site; list(map(site.addsitedir, %r))\n" % dirs)
 PY
   if command -v uv >/dev/null 2>&1; then
     __TIMEOUT__uv pip install --python "$env_dir/bin/python" __OPTIONS__"${requirements[@]}"

@@ -537,11 +537,12 @@ class FrayIrisClient:
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
-    def shutdown(self, wait: bool = True) -> None:
+    def shutdown(self, wait: bool = True, *, terminate: bool = True) -> None:
         """Stop what this client started: hosted actors stop serving, every job and actor group
         it launched that is still running is terminated (children go with them), and its RPC
         clients are closed. With `wait`, blocks until the controller reports those jobs ended
-        (at most TERMINATE_WAIT seconds). Idempotent; the client accepts no work afterwards.
+        (at most TERMINATE_WAIT seconds). `terminate=False` leaves the jobs running (a
+        submitter that detaches). Idempotent; the client accepts no work afterwards.
         """
         with self._lock:
             if self._state is ClientState.CLOSED:
@@ -552,7 +553,7 @@ class FrayIrisClient:
             actor_clients, self._actor_clients = list(self._actor_clients.values()), {}
         for actor in hosted:
             actor.shutdown()
-        if job_ids:
+        if job_ids and terminate:
             self._terminate_unfinished(job_ids, wait)
         self._calls.close(timeout=1.0 if wait else 0.0)
         for actor_client in actor_clients:

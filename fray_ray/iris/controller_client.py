@@ -211,6 +211,29 @@ class ControllerClient:
         lines.sort(key=lambda line: line.timestamp_ms)
         return lines
 
+    def task_logs_after(self, id: str, cursor: int = 0, *, include_children: bool = False) -> tuple[list[LogLine], int]:
+        """Output of a job, task or attempt stored after `cursor` (0: all of it), oldest first,
+        and the cursor to ask from next time. For following a running job:
+
+            lines, cursor = client.task_logs_after(job_id)
+            ...
+            more, cursor = client.task_logs_after(job_id, cursor)
+        """
+        selection = LogSelection.of(id, include_children=include_children)
+        try:
+            return self._logs.read_after(selection, cursor)
+        except LogsNotServed:
+            pass  # a controller from before finelog
+        request = Controller.GetTaskLogsRequest(id=id, include_children=include_children, attempt_id=-1, cursor=cursor)
+        try:
+            with translate_connect_errors("GetTaskLogs"):
+                response = self._stub.get_task_logs(request, headers=self._headers)
+        except NotFound:
+            return [], cursor
+        lines = [LogLine.from_proto(batch.task_id, entry) for batch in response.task_logs for entry in batch.logs]
+        lines.sort(key=lambda line: line.timestamp_ms)
+        return lines, max(cursor, response.cursor)
+
     # ---- workers -------------------------------------------------------------------------
 
     def list_workers(self, contains: str = "") -> list[WorkerInfo]:
