@@ -10,8 +10,9 @@ line and exits 1; Iris keeps it in the task's error):
 - the runtime env's `pip`/`uv` packages are installed (they are not when the cluster's workers
   skip setup scripts, as Iris's local process runtime does).
 
-Then it puts the shipped `py_modules` on the path (for its subprocesses too) and records the
-runtime env that the tasks and actors it submits inherit.
+Then it works from `$IRIS_WORKDIR` (the unpacked bundle: Ray's working_dir), puts the shipped
+`py_modules` on the path (for its subprocesses too) and records the runtime env that the tasks
+and actors it submits inherit.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def prepare_worker(driver_version: str, runtime_env: RuntimeEnv) -> None:
                 "runtime skips setup); install them in the worker image, or use a cluster that runs setup scripts"
             )
     workdir = os.environ.get("IRIS_WORKDIR") or os.getcwd()
+    if os.path.isdir(workdir):
+        os.chdir(workdir)  # relative paths resolve in the shipped working_dir, as in Ray
     extra = [workdir]
     modules = os.path.join(workdir, PY_MODULES_DIR)
     if os.path.isdir(modules):
