@@ -46,7 +46,11 @@ AREAS: dict[str, str] = {
     "actor_pool": "`ray.util.ActorPool`",
     "queue": "`ray.util.queue.Queue`",
     "util": "`ray.util.as_completed` / `map_unordered`",
+    "runtime_env": "`runtime_env`: working_dir, env_vars, validation",
 }
+#: Hand-written differences that no shared test can show (Ray and fray_ray fail differently,
+#: or only one of them can do it), appended to the generated file as they are.
+NOTES = Path(__file__).resolve().parents[1] / "COMPATIBILITY.notes.md"
 # The suite's self-tests: not Ray behaviours.
 EXCLUDED_AREAS = {"harness"}
 PASSING = {"passed", "xpassed"}
@@ -194,6 +198,8 @@ def render(ray_run: Run | None, fray_run: Run | None) -> str:
             lines += ["", "## Failing on real Ray (these tests are wrong and must be fixed)", ""]
             lines += [f"* `{n}`: {_outcome(ray_run, n)}" for n in wrong]
             lines += [f"* `{e['nodeid']}`: collection error" for e in ray_run.collection_errors]
+    if NOTES.exists():
+        lines += ["", NOTES.read_text().rstrip()]
     return "\n".join(lines) + "\n"
 
 
