@@ -185,9 +185,10 @@ class ClusterConfig:
     - `max_finished_jobs`: finished root jobs (with their subtrees and logs) remembered; the
       oldest are forgotten beyond this, so a long session's memory stays bounded.
     - `inherit_env`: tasks start from this process's environment (as Iris's process runtime).
-    - `distinct_hosts`: each worker advertises and binds a loopback address of its own
-      (127.0.0.2, 127.0.0.3, ...; as IRIS_ADVERTISE_HOST and IRIS_BIND_HOST), as if it were a
-      host of its own, when the cluster listens on 127.0.0.1 and a worker sets no `host`.
+    - `distinct_hosts`: with several workers, each advertises and binds a loopback address of
+      its own (127.0.0.2, 127.0.0.3, ...; as IRIS_ADVERTISE_HOST and IRIS_BIND_HOST), as if it
+      were a host of its own, when the cluster listens on 127.0.0.1 and a worker sets no
+      `host`. A single worker is this machine itself (127.0.0.1), as Ray's one-node cluster.
     - `run_setup_scripts`: run each job's setup scripts before its command, as Iris's
       container runtime does (False: skip them, as Iris's local process runtime does).
     """
@@ -234,8 +235,10 @@ class ClusterConfig:
     def worker_hosts(self) -> dict[str, str]:
         """The address each worker advertises and binds, by worker id."""
         hosts: dict[str, str] = {}
-        distinct = self.distinct_hosts and self.host == LOOPBACK
-        for index, worker in enumerate(self.effective_workers()):
+        workers = self.effective_workers()
+        # One worker is this machine (Ray's single node, driver included); several are hosts.
+        distinct = self.distinct_hosts and self.host == LOOPBACK and len(workers) > 1
+        for index, worker in enumerate(workers):
             if worker.host:
                 hosts[worker.worker_id] = worker.host
             elif distinct:

@@ -60,8 +60,8 @@ def test_callable_job_gets_the_iris_runtime_contract(cluster: EmbeddedCluster, c
         assert env["IRIS_TASK_ID"] == f"{task.task_id}:0"
         assert env["IRIS_NUM_TASKS"] == "2"
         assert env["IRIS_CONTROLLER_ADDRESS"] == env["IRIS_CONTROLLER_URL"] == cluster.address
-        # the worker's own loopback address, not the controller's 127.0.0.1: a host of its own
-        assert env["IRIS_ADVERTISE_HOST"] == env["IRIS_BIND_HOST"] == task.worker_address != "127.0.0.1"
+        # the address of the task's own host (with one worker: this machine, 127.0.0.1)
+        assert env["IRIS_ADVERTISE_HOST"] == env["IRIS_BIND_HOST"] == task.worker_address == "127.0.0.1"
         assert env["IRIS_VENV"] == os.path.join(env["IRIS_WORKDIR"], ".venv")
         assert env["IRIS_WORKDIR"] == info["cwd"] and info["file"] == "hello file"
         assert env["IRIS_PYTHON"] == sys.executable == info["python"]
