@@ -206,7 +206,7 @@ def test_setup_steps_and_image_override() -> None:
     assert env.setup_scripts[0] == "echo hi"
     assert "--extra gpu" in env.setup_scripts[1]
     assert env.setup_scripts[2] == pip_setup_script(["numpy<3"])
-    assert "'numpy<3'" in env.setup_scripts[2] and '"$IRIS_VENV"' in env.setup_scripts[2]
+    assert "'numpy<3'" in env.setup_scripts[2] and '${IRIS_VENV:-' in env.setup_scripts[2]
     assert env.task_image == "custom:1"
 
 
