@@ -103,6 +103,12 @@ def init(
     JSON/TOML layout, also read from FRAY_RAY_CLUSTER_CONFIG) describes the embedded cluster's
     hosts, e.g. simulated TPU slices or GPU hosts.
 
+    `runtime_env` is the job's: its `working_dir` (default: this directory) and `py_modules`
+    are captured now and shipped to every worker as an Iris workspace bundle; `pip`, `env_vars`
+    and `excludes` apply to every task and actor (see the README's "Running on an Iris
+    cluster"). `_node_ip_address` (or FRAY_RAY_NODE_IP_ADDRESS) is the address of this machine
+    that workers on other hosts connect to; inside an Iris task it is IRIS_ADVERTISE_HOST.
+
     Raises RuntimeError when called twice without ignore_reinit_error=True, or for an
     unknown keyword argument.
 
@@ -137,6 +143,7 @@ def init(
             cluster_config=cluster_config,
             object_store_memory=kwargs.get("object_store_memory"),
             system_config=kwargs.get("_system_config"),
+            node_ip_address=kwargs.get("_node_ip_address"),
         )
         runtime_state.install(runtime)
         _context = RayContext(runtime.address_info)

@@ -253,30 +253,12 @@ def _scheduling_strategy(key: str, value: Any, ctx: _Context) -> None:
 
 
 def _runtime_env(key: str, value: Any, ctx: _Context) -> None:
-    if value is None:
-        return
-    env_vars = value.get("env_vars")
-    if env_vars is not None:
-        if not isinstance(env_vars, Mapping):
-            raise TypeError(
-                f"runtime_env['env_vars'] must be of type Dict[str, str], got {type(env_vars)}"
-            )
-        for name, setting in env_vars.items():
-            if not isinstance(name, str):
-                raise TypeError(
-                    "runtime_env['env_vars'] must be of type Dict[str, str], but the key "
-                    f"{name} is of type {type(name)}"
-                )
-            if not isinstance(setting, str):
-                raise TypeError(
-                    "runtime_env['env_vars'] must be of type Dict[str, str], but the value "
-                    f"{setting} is of type {type(setting)}"
-                )
-    pip = value.get("pip")
-    if pip is not None and not (
-        isinstance(pip, str) or (isinstance(pip, list) and all(isinstance(p, str) for p in pip))
-    ):
-        raise TypeError(f"runtime_env['pip'] must be of type str or List[str], got {type(pip)}")
+    from fray_ray._private import runtime_state
+    from fray_ray._private.runtime_env import parse_runtime_env
+
+    runtime = runtime_state.current_or_none()
+    # Paths are read on the driver; a worker re-checking them against its own disk would be wrong.
+    parse_runtime_env(value, check_paths=runtime is None or runtime.is_driver)
 
 
 # Label names and values: at most 63 characters, alphanumeric at both ends, [-_.] inside.
@@ -831,11 +813,6 @@ class _Placement:
     def runtime_env_vars(self) -> dict[str, str]:
         """The `env_vars` of `runtime_env`: set in the task's or actor's process."""
         return dict((self.runtime_env or {}).get("env_vars") or {})
-
-    @property
-    def ignored_runtime_env_keys(self) -> tuple[str, ...]:
-        """`runtime_env` keys other than `env_vars`: accepted, recorded, ignored locally."""
-        return tuple(key for key in self.runtime_env or () if key != "env_vars")
 
 
 def _check_common(options: _Placement) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from fray_ray._option_values import check_c_integers, method_call_integer, method_num_returns
 from fray_ray._private import ids, runtime_state
+from fray_ray._private.runtime_env import effective_runtime_env
 from fray_ray._private.serialization import note_contained_ref
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, CodeBlob, ResourceShape
 from fray_ray.remote_function import pack_arguments, return_ids_for
@@ -160,6 +161,7 @@ class ActorClass:
         resources = dict(options.get("resources") or {})
         num_cpus = options.get("num_cpus")
         gang = shape_for(options)
+        runtime_env = effective_runtime_env(options.get("runtime_env"))
         spec = ActorCreationSpec(
             actor_id=ids.new_actor_id(),
             cls=self._code_blob(),
@@ -181,7 +183,8 @@ class ActorClass:
             namespace=options.get("namespace"),
             get_if_exists=bool(options.get("get_if_exists")),
             detached=options.get("lifetime") == "detached",
-            env_vars=dict((options.get("runtime_env") or {}).get("env_vars") or {}),
+            env_vars=runtime_env.env_vars_dict,
+            runtime_env=runtime_env,
             scheduling_strategy=options.get("scheduling_strategy"),
             accelerator=options.get("accelerator_type"),
             gang=gang,

@@ -2,9 +2,9 @@
 
     fray-ray run script.py [args...]        run an unmodified Ray script (`import ray` → fray_ray)
     fray-ray start [--tpu v5p-16 ...]       run an embedded cluster in the foreground
-    fray-ray submit --address A script.py   run a driver script as a job on a cluster
+    fray-ray submit --address A script.py   ship this directory, run the script from it as a job
     fray-ray jobs --address A               list jobs
-    fray-ray logs JOB --address A           show a job's output
+    fray-ray logs [-f] JOB --address A      show (or follow) a job's output
     fray-ray stop JOB --address A           terminate a job (and its children)
     fray-ray status --address A             is the controller up, what runs there
 
@@ -109,6 +109,9 @@ def _cmd_logs(options: argparse.Namespace) -> int:
         print(f"fray-ray logs: {exc}", file=sys.stderr)
         return 2
     with _controller(options) as controller:
+        if options.follow:
+            job_id = selection.task_id.rpartition("/")[0] if selection.task_id else options.job
+            return follow_job(controller, job_id, logs_of=options.job, include_children=options.children)
         lines = controller.task_logs(options.job, max_lines=options.tail, include_children=options.children)
         if not lines:  # no output yet, or no such job: say which (NotFound is reported by main)
             if selection.task_id:
@@ -117,9 +120,44 @@ def _cmd_logs(options: argparse.Namespace) -> int:
                 controller.job_state(options.job)
             print(f"{options.job} has printed nothing", file=sys.stderr)
         for line in lines:
-            stream = sys.stderr if line.source == "stderr" else sys.stdout
-            print(f"[{line.task_id}:{line.attempt_id}] {line.data}", file=stream)
+            _print_line(line)
     return 0
+
+
+def _print_line(line) -> None:  # noqa: ANN001 - a fray_ray.iris.types.LogLine
+    stream = sys.stderr if line.source == "stderr" else sys.stdout
+    print(f"[{line.task_id}:{line.attempt_id}] {line.data}", file=stream, flush=True)
+
+
+#: How often a followed job's output and state are read.
+FOLLOW_INTERVAL_S = 0.5
+
+
+def follow_job(controller, job_id: str, *, logs_of: str | None = None, include_children: bool = False) -> int:  # noqa: ANN001
+    """Print a job's output as it is written until the job ends; 0 if it succeeded, else 1.
+    Blocks; KeyboardInterrupt passes through (the caller says how to follow again)."""
+    import time
+
+    from fray_ray.iris.types import JobState
+
+    cursor = 0
+    while True:
+        state = controller.job_state(job_id)
+        lines, cursor = controller.task_logs_after(logs_of or job_id, cursor, include_children=include_children)
+        for line in lines:
+            _print_line(line)
+        if state.finished:
+            # Output written just before the end may reach the log store a moment later.
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline:
+                time.sleep(FOLLOW_INTERVAL_S)
+                lines, cursor = controller.task_logs_after(logs_of or job_id, cursor, include_children=include_children)
+                for line in lines:
+                    _print_line(line)
+            status = controller.job_status(job_id)
+            print(f"{job_id}: {state.name.lower()}" + (f": {status.error}" if status.error else ""), file=sys.stderr)
+            return 0 if state == JobState.SUCCEEDED else 1
+        time.sleep(FOLLOW_INTERVAL_S)
 
 
 def _cmd_stop(options: argparse.Namespace) -> int:
@@ -143,29 +181,70 @@ def _cmd_status(options: argparse.Namespace) -> int:
     return 0
 
 
+#: A submitted driver runs this: the worker's own Python, from the unpacked bundle.
+SUBMIT_COMMAND = 'cd "$IRIS_WORKDIR" && exec "$IRIS_PYTHON" -u -m fray_ray run "$@"'
+
+
 def _cmd_submit(options: argparse.Namespace) -> int:
+    """Ship the working directory as the job's bundle and run the script from it, as a job."""
+    import uuid
+
     from fray_ray.fray import Entrypoint, EnvironmentConfig, FrayIrisClient, JobRequest, ResourceConfig
 
-    client = FrayIrisClient(_address(options), token=_token(options))
+    workspace = os.path.abspath(options.working_dir or os.getcwd())
+    script = os.path.relpath(os.path.abspath(options.script), workspace)
+    if script.startswith(".." + os.sep) or script == ".." or not os.path.isfile(os.path.join(workspace, script)):
+        print(
+            f"fray-ray submit: {options.script} is not a file inside the directory that is shipped ({workspace}); "
+            "run from the project's root or pass --working-dir",
+            file=sys.stderr,
+        )
+        return 2
+    excludes = [e for e in options.exclude or []]
+    address = _address(options)
+    client = FrayIrisClient(address, token=_token(options))
+    detach = True
     try:
-        name = options.name or "driver-" + os.path.splitext(os.path.basename(options.script))[0]
+        stem = os.path.splitext(os.path.basename(script))[0]
+        name = options.name or f"driver-{''.join(c if c.isalnum() or c in '-_' else '-' for c in stem)}-{uuid.uuid4().hex[:6]}"
         request = JobRequest(
             name=name,
-            entrypoint=Entrypoint.from_binary(sys.executable, ["-m", "fray_ray", "run", os.path.abspath(options.script), *options.args]),
+            entrypoint=Entrypoint.from_binary("bash", ["-c", SUBMIT_COMMAND, "fray-ray-submit", script, *options.args]),
             resources=ResourceConfig(cpu=options.cpu, ram=options.memory, disk="1g"),
-            environment=EnvironmentConfig(workspace=os.getcwd(), env_vars={}),
+            environment=EnvironmentConfig(
+                workspace=workspace, workspace_excludes=excludes, env_vars={"PYTHONUNBUFFERED": "1"}
+            ),
         )
-        handle = client.submit(request, adopt_existing=False)
-        print(f"submitted {handle.job_id}")
+        try:
+            handle = client.submit(request, adopt_existing=False)
+        except ValueError as exc:
+            print(f"fray-ray submit: {exc}", file=sys.stderr)
+            return 2
+        job_id = handle.job_id
+        follow = f"fray-ray logs -f {job_id} --address {address}"
+        stop = f"fray-ray stop {job_id} --address {address}"
+        print(f"submitted {job_id}", flush=True)
         if options.no_wait:
+            print(f"follow its output: {follow}\nits output so far: fray-ray logs {job_id} --address {address}\n"
+                  f"stop it: {stop}", flush=True)
             return 0
-        status = handle.wait(raise_on_failure=False)
-        for line in handle.logs():
-            print(line)
-        print(f"{handle.job_id}: {status}")
-        return 0 if status == "succeeded" else 1
+        try:
+            with client_controller(address, _token(options)) as controller:
+                code = follow_job(controller, job_id)
+            detach = False
+            return code
+        except KeyboardInterrupt:
+            print(f"\ndetached: {job_id} keeps running.\nfollow it again: {follow}\nstop it: {stop}",
+                  file=sys.stderr, flush=True)
+            return 130
     finally:
-        client.shutdown(wait=False)
+        client.shutdown(wait=False, terminate=not detach)
+
+
+def client_controller(address: str, token: str | None):  # noqa: ANN201 - ControllerClient, imported lazily
+    from fray_ray.iris.controller_client import ControllerClient
+
+    return ControllerClient(address, token=token)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -189,11 +268,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("start", help="run an embedded cluster in the foreground (see --help of python -m fray_ray.cluster)", add_help=False)
 
-    submit = with_address(commands.add_parser("submit", help="run a driver script as a job on a cluster"))
-    submit.add_argument("--name", help="job name (default: driver-<script>)")
+    submit = with_address(commands.add_parser(
+        "submit", help="run a driver script as a job: the working directory is shipped, the script runs from it"
+    ))
+    submit.add_argument("--name", help="job name (default: driver-<script>-<random>)")
     submit.add_argument("--cpu", type=float, default=1.0)
     submit.add_argument("--memory", default="2g")
-    submit.add_argument("--no-wait", action="store_true", help="return once submitted")
+    submit.add_argument("--working-dir", help="directory to ship (default: the current one); holds the script")
+    submit.add_argument("--exclude", action="append", metavar="PATTERN",
+                        help="leave matching files out of the shipped directory (.gitignore syntax; repeatable)")
+    submit.add_argument("--no-wait", action="store_true", help="return once submitted; the job keeps running")
     submit.add_argument("script")
     submit.add_argument("args", nargs=argparse.REMAINDER)
 
@@ -204,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("job")
     logs.add_argument("--tail", type=int, default=0, help="only the last N lines")
     logs.add_argument("--children", action="store_true", help="include child jobs")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing output until the job ends")
 
     stop = with_address(commands.add_parser("stop", help="terminate a job and its children"))
     stop.add_argument("job")

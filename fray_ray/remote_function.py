@@ -15,6 +15,7 @@ from typing import Any
 
 from fray_ray._option_values import check_c_integers
 from fray_ray._private import ids, runtime_state
+from fray_ray._private.runtime_env import effective_runtime_env
 from fray_ray._private.task_spec import Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec
 from fray_ray._private.worker import current_task
 
@@ -215,9 +216,11 @@ def pool_key(options: Mapping[str, Any]) -> PoolKey:
         memory=int(options.get("memory") or 0),
         custom=tuple(sorted((k, float(v)) for k, v in resources.items())),
     )
-    env_vars = tuple(sorted(((options.get("runtime_env") or {}).get("env_vars") or {}).items()))
+    runtime_env = effective_runtime_env(options.get("runtime_env"))
     max_calls = int(options.get("max_calls") or 0)
     accelerator = options.get("accelerator_type")
     if shape.gpu > 0 and not max_calls:
         max_calls = 1  # tasks holding devices get their own process
-    return PoolKey(shape=shape, env_vars=env_vars, max_calls=max_calls, accelerator=accelerator)
+    return PoolKey(
+        shape=shape, env_vars=runtime_env.env_vars, max_calls=max_calls, accelerator=accelerator, runtime_env=runtime_env
+    )

@@ -77,7 +77,8 @@ class RuntimeContext:
         return {"ray.io/node-id": self.get_node_id()}
 
     def get_runtime_env_string(self) -> str:
-        return "{}"
+        """The runtime env this process runs with (the job's in the driver), as JSON."""
+        return _require_init().runtime_env.to_json()
 
     def get_session_name(self) -> str:
         return getattr(_require_init(), "session_name", "session")

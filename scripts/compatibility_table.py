@@ -49,6 +49,7 @@ AREAS: dict[str, str] = {
     "actor_pool": "`ray.util.ActorPool`",
     "queue": "`ray.util.queue.Queue`",
     "util": "`ray.util.as_completed` / `map_unordered`",
+    "runtime_env": "`runtime_env`: working_dir, env_vars, validation",
 }
 # Differences no test can show (where files go, what is enforced), written by hand and
 # appended to the generated table.

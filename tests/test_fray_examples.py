@@ -25,8 +25,8 @@ EXPECTED = {
     "fray_hosted_logger.py": ["job finished: succeeded", "  logged: hello from task 1"],
     "fray_tpu_gang.py": [
         "job finished: succeeded",
-        "  TPU host 0 of slice slice-a (v5p-16, hosts 127.0.0.1,127.0.0.1)",
-        "  TPU host 1 of slice slice-a (v5p-16, hosts 127.0.0.1,127.0.0.1)",
+        "  TPU host 0 of slice slice-a (v5p-16, hosts 127.0.0.2,127.0.0.3)",
+        "  TPU host 1 of slice slice-a (v5p-16, hosts 127.0.0.2,127.0.0.3)",
     ],
 }
 

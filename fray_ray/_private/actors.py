@@ -177,6 +177,11 @@ class ActorManager:
             max_restarts=restarts.iris_restart_budget(spec.max_restarts),
             accelerator=spec.accelerator,
             callback=launched,
+            runtime_env=spec.runtime_env,
+            started=lambda: record.state is not ActorState.STARTING,
+            start_failed=lambda problem: self._mark_dead(
+                record, self._death_error(record, "process_died", f"its worker could not start: {problem}")
+            ),
         )
         return spec.actor_id
 
@@ -214,7 +219,7 @@ class ActorManager:
         self._launcher.launch_actor(
             spec.actor_id, group_name, spec.shape, env_vars=spec.env_vars,
             max_restarts=restarts.iris_restart_budget(spec.max_restarts),
-            accelerator=None, callback=launched, gang=gang,
+            accelerator=None, callback=launched, gang=gang, runtime_env=spec.runtime_env,
         )
         return [record.spec.actor_id for record in records]
 

@@ -18,6 +18,8 @@ from fray_ray._private.object_store import SYSTEM_CONFIG_KEYS, ObjectStoreConfig
 
 logger = logging.getLogger(__name__)
 
+logger = logging.getLogger(__name__)
+
 
 def _capacity(
     num_cpus: float | None,
@@ -92,7 +94,11 @@ def start_driver(
     cluster_config: Any = None,
     object_store_memory: Any = None,
     system_config: Mapping[str, Any] | None = None,
+    node_ip_address: str | None = None,
 ) -> DriverRuntime:
+    from fray_ray._private.runtime_env import parse_runtime_env
+
+    job_env = parse_runtime_env(runtime_env)  # a bad runtime_env fails before anything starts
     session_name = "session-" + os.urandom(4).hex()
     if system_config is not None and not isinstance(system_config, Mapping):
         raise TypeError(f"_system_config must be a dict, got {type(system_config).__name__}")
@@ -113,8 +119,13 @@ def start_driver(
             address_info=_address_info("local_mode", session_name),
             warm_executors=0,
             object_store=object_store,
+            runtime_env=job_env,
         )
-        return runtime.start()
+        try:
+            return runtime.start()
+        except BaseException:
+            runtime.shutdown()
+            raise
 
     from fray_ray.fray import FrayIrisClient
     from fray_ray.iris.job_info import get_job_info
@@ -122,7 +133,7 @@ def start_driver(
     address = _resolve_address(address)
     owned: list[Any] = []
     accelerators: dict[str, float] = {}
-    host = "127.0.0.1"
+    bind, advertise = session_hosts(node_ip_address)
     if address is None:
         cluster = _start_embedded_cluster(num_gpus, cluster_config)
         owned.append(cluster)
@@ -130,13 +141,12 @@ def start_driver(
         accelerators = _accelerators_of(cluster.config)
         address = cluster.address
     elif address == "task":
-        info = get_job_info()
-        client = FrayIrisClient.from_job_info(info)
-        host = info.advertise_host if info is not None else host
+        client = FrayIrisClient.from_job_info(get_job_info())
         address = client_address(client)
     else:
         token = os.environ.get("FRAY_RAY_TOKEN") or os.environ.get("IRIS_AUTH_TOKEN") or None
         client = FrayIrisClient(address, token=token)
+        _warn_if_unreachable(client_address(client), advertise)
     capacity = _capacity(num_cpus, num_gpus if num_gpus is not None else accelerators.get("GPU"), resources, object_store)
     for key, amount in accelerators.items():
         if key != "GPU" and key not in capacity:
@@ -147,10 +157,13 @@ def start_driver(
         namespace=namespace,
         session_name=session_name,
         log_to_driver=log_to_driver,
-        host=host,
+        host=bind,
+        advertise_host=advertise,
+        node_ip=advertise,
         owned=owned,
-        address_info=_address_info(address, session_name),
+        address_info=_address_info(address, session_name, advertise),
         object_store=object_store,
+        runtime_env=job_env,
     )
     try:
         return runtime.start()
@@ -227,10 +240,47 @@ def _accelerators_of(config: Any) -> dict[str, float]:
     return totals
 
 
-def _address_info(address: str, session_name: str) -> dict[str, Any]:
+#: The address of this machine that workers on other hosts connect to (Ray's `_node_ip_address`).
+NODE_IP_ENV = "FRAY_RAY_NODE_IP_ADDRESS"
+#: What the session service binds when an address is given (default: that address).
+BIND_HOST_ENV = "FRAY_RAY_BIND_HOST"
+
+
+def session_hosts(node_ip_address: str | None) -> tuple[str, str]:
+    """(bind, advertise) for the driver's session service.
+
+    An explicit address (`init(_node_ip_address=...)`, else FRAY_RAY_NODE_IP_ADDRESS) is
+    advertised and bound (FRAY_RAY_BIND_HOST overrides the bind, e.g. 0.0.0.0 behind NAT);
+    inside an Iris task, IRIS_ADVERTISE_HOST and IRIS_BIND_HOST; otherwise loopback only.
+    """
+    from fray_ray.iris.job_info import get_job_info
+
+    explicit = node_ip_address or os.environ.get(NODE_IP_ENV)
+    if explicit:
+        return os.environ.get(BIND_HOST_ENV) or explicit, explicit
+    info = get_job_info()
+    if info is not None:
+        return os.environ.get("IRIS_BIND_HOST") or "0.0.0.0", info.advertise_host
+    return os.environ.get(BIND_HOST_ENV) or "127.0.0.1", "127.0.0.1"
+
+
+def _warn_if_unreachable(controller: str, advertise: str) -> None:
+    """A remote controller's workers cannot reach a driver that advertises loopback."""
+    import urllib.parse
+
+    host = urllib.parse.urlsplit(controller).hostname or ""
+    if advertise.startswith("127.") and host and not (host.startswith("127.") or host in ("localhost", "::1")):
+        logger.warning(
+            "the controller at %s is on another host, but this driver's session service is reachable at %s only; "
+            "workers there cannot connect back. Pass init(_node_ip_address=<this machine's address>) or set %s.",
+            controller, advertise, NODE_IP_ENV,
+        )
+
+
+def _address_info(address: str, session_name: str, node_ip: str = "127.0.0.1") -> dict[str, Any]:
     return {
-        "node_ip_address": "127.0.0.1",
-        "raylet_ip_address": "127.0.0.1",
+        "node_ip_address": node_ip,
+        "raylet_ip_address": node_ip,
         "redis_address": None,
         "object_store_address": "",
         "raylet_socket_name": "",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from fray_ray._private.object_ref import ObjectRef
     from fray_ray._private.refcount import LocalReferenceCounter
+    from fray_ray._private.runtime_env import RuntimeEnv
     from fray_ray._private.task_spec import ActorCreationSpec, ActorCallSpec, TaskSpec
 
 
@@ -23,6 +24,8 @@ class CoreRuntime(Protocol):
     references: LocalReferenceCounter
     namespace: str
     is_driver: bool
+    runtime_env: RuntimeEnv
+    """What tasks and actors submitted from here inherit (the job's, or this worker's own)."""
 
     def put(self, value: Any) -> ObjectRef:
         """Store `value` (a snapshot) and return a ref to it. Does not block on other work."""

@@ -32,6 +32,7 @@ from fray_ray._private.spilling import remove_orphaned_spill_dirs
 from fray_ray._private.refcount import LocalReferenceCounter
 from fray_ray._private.placement_groups import PlacementGroupManager
 from fray_ray._private.resources import Ledger
+from fray_ray._private.runtime_env import RuntimeEnv
 from fray_ray._private.scheduler import TaskScheduler
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize, serialize_error
 from fray_ray._private.session import SessionService
@@ -69,8 +70,13 @@ class DriverRuntime:
         address_info: Mapping[str, Any] | None = None,
         warm_executors: int = 1,
         object_store: ObjectStoreConfig | None = None,
+        runtime_env: RuntimeEnv | None = None,
+        advertise_host: str | None = None,
     ) -> None:
+        """`host` is what the session service binds, `advertise_host` (default `host`) the
+        address workers connect to."""
         self.state = DriverState.CREATED
+        self.runtime_env = runtime_env or RuntimeEnv()  # the job's: every task and actor inherits it
         self.client = client
         self.namespace = namespace
         self.session_name = session_name
@@ -87,7 +93,7 @@ class DriverRuntime:
         self.references = LocalReferenceCounter(self.objects.incref, self.objects.decref)
         self.ledger = Ledger(capacity)
         self.timers = TimerQueue("driver-timers")
-        self.session = SessionService(self, host=host, token=self._token)
+        self.session = SessionService(self, host=host, token=self._token, advertise_host=advertise_host)
         self.launcher = WorkerLauncher(client, self.session.address, self._token, job_prefix=session_name)
         self.streams = StreamTable(self.objects)
         self.placement_groups = PlacementGroupManager(self.ledger, self.objects, on_released=self._resources_released)
@@ -124,6 +130,7 @@ class DriverRuntime:
 
     def start(self) -> DriverRuntime:
         remove_orphaned_spill_dirs(self.objects.store.config.spill_parent)
+        self.launcher.prepare(self.runtime_env)  # the job's code, as it is at init
         self.session.start()
         self.state = DriverState.RUNNING
         self._flush_timer = self.timers.call_later(REFERENCE_FLUSH_S, self._flush_references)
@@ -168,7 +175,6 @@ class DriverRuntime:
             "worker_id": worker_id or b"",
             "session_address": self.session.address,
             "object_store_memory": self.objects.store.config.limit,
-            "sys_path": [p for p in sys.path if p and "site-packages" not in p and "lib/python" not in p],
         }
 
     # ---- objects -------------------------------------------------------------------------
@@ -365,6 +371,7 @@ class DriverRuntime:
     # ---- tasks and actors ----------------------------------------------------------------
 
     def submit_task(self, spec: TaskSpec) -> list[Any]:
+        self.launcher.prepare(spec.pool.runtime_env)  # raises if its code cannot be shipped
         self.references.flush()
         self.objects.create_pending(spec.return_ids, producer=spec.task_id)
         refs: list[Any] = [ObjectRef(oid) for oid in spec.return_ids]  # counted before the task can finish
@@ -403,6 +410,7 @@ class DriverRuntime:
 
     def create_actor(self, spec: ActorCreationSpec) -> bytes | list[bytes]:
         """An actor's id; for a gang (spec.gang), the members' ids in host order."""
+        self.launcher.prepare(spec.runtime_env)  # raises if its code cannot be shipped
         self.references.flush()
         if spec.gang is not None:
             return self.actors.create_gang(spec)

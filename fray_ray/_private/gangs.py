@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
+from fray_ray._private.runtime_env import RuntimeEnv, effective_runtime_env
 from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue, WireBatch
 from fray_ray._private.task_spec import TaskSpec
 from fray_ray._private.timers import TimerQueue
@@ -46,6 +47,7 @@ class GangShape:
     gpu: str | None = None
     gpus_per_host: int = 0
     env_vars: tuple[tuple[str, str], ...] = ()
+    runtime_env: RuntimeEnv = field(default_factory=RuntimeEnv)
 
     @property
     def size(self) -> int:
@@ -398,7 +400,6 @@ def shape_for(options: Any) -> GangShape | None:
     from fray_ray.iris.tpu import get_tpu_topology
 
     resources = options.get("resources") or {}
-    env_vars = tuple(sorted(((options.get("runtime_env") or {}).get("env_vars") or {}).items()))
     tpu = options.get("tpu")
     if tpu is None:
         head = next((k for k in resources if k.startswith("TPU-") and k.endswith("-head")), None)
@@ -406,11 +407,14 @@ def shape_for(options: Any) -> GangShape | None:
             tpu = head[len("TPU-") : -len("-head")]
     if tpu is not None:
         info = get_tpu_topology(tpu)
-        return GangShape(tpu=tpu, slices=int(options.get("num_slices") or 1), hosts=info.vm_count, env_vars=env_vars)
+        env = effective_runtime_env(options.get("runtime_env"))
+        return GangShape(tpu=tpu, slices=int(options.get("num_slices") or 1), hosts=info.vm_count,
+                         env_vars=env.env_vars, runtime_env=env)
     hosts = int(options.get("num_hosts") or 1)
     if options.get("gpu") and hosts > 1:
         gpus = int(options.get("num_gpus") or 1)
-        return GangShape(gpu=options["gpu"], hosts=hosts, gpus_per_host=gpus, env_vars=env_vars)
+        env = effective_runtime_env(options.get("runtime_env"))
+        return GangShape(gpu=options["gpu"], hosts=hosts, gpus_per_host=gpus, env_vars=env.env_vars, runtime_env=env)
     return None
 
 

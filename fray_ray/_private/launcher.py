@@ -11,10 +11,13 @@ import concurrent.futures
 import hashlib
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fray_ray._private.runtime_env import RuntimeEnv
 from fray_ray._private.task_spec import PoolKey, ResourceShape
+from fray_ray.fray._setup_scripts import pip_setup_script
 from fray_ray.fray import (
     ActorConfig,
     Entrypoint,
@@ -75,26 +78,67 @@ class WorkerLauncher:
         self._prefix = job_prefix
         self.in_process = isinstance(client, LocalClient)
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="launcher")
+        # Shipped as the job's workspace unless a runtime env names a working_dir.
         self._workspace = os.getcwd()
+        self._prepared: set[RuntimeEnv] = set()  # runtime envs whose code was captured
+        self._prepared_lock = threading.Lock()
+        self.startup = StartupWatch(self.job_failure)
 
-    def _environment(self, env_vars: Mapping[str, str]) -> EnvironmentConfig:
-        return EnvironmentConfig(workspace=self._workspace, env_vars=dict(env_vars))
+    def prepare(self, runtime_env: RuntimeEnv) -> None:
+        """Capture the code a runtime env ships (working_dir, py_modules) now, once per session,
+        so later edits or moves of those directories do not reach its workers. Blocks while
+        the files are read; raises ValueError when they cannot be shipped (too large, missing)
+        or when the env cannot be honoured in this mode."""
+        with self._prepared_lock:
+            if runtime_env in self._prepared:
+                return
+        if self.in_process:
+            if runtime_env.pip is not None:
+                raise ValueError(
+                    f"runtime_env['{runtime_env.pip.tool}'] cannot be honoured in local mode: tasks run in the "
+                    "driver's own process; install the packages here, or run without local_mode"
+                )
+        else:
+            self._client.prepare_environment(self._environment(runtime_env))
+        with self._prepared_lock:
+            self._prepared.add(runtime_env)
+
+    def _environment(self, runtime_env: RuntimeEnv) -> EnvironmentConfig:
+        """The Fray environment of a worker: its runtime env's code (the driver's directory by
+        default), packages (a setup script) and env vars."""
+        setup = None
+        if runtime_env.pip is not None and not self.in_process:
+            pip = runtime_env.pip
+            setup = [pip_setup_script(pip.packages, install_options=pip.install_options, check=pip.check,
+                                      timeout_s=runtime_env.setup_timeout_s)]
+        return EnvironmentConfig(
+            workspace=runtime_env.working_dir or self._workspace,
+            env_vars=runtime_env.env_vars_dict,
+            workspace_excludes=runtime_env.excludes,
+            py_modules=runtime_env.py_modules,
+            setup_scripts=setup,
+        )
 
     def launch_executor(self, executor_id: bytes, pool: PoolKey, callback: LaunchCallback) -> None:
-        from fray_ray._private.worker import executor_main
-
+        args = (self._session_address, self._token, executor_id, pool.max_calls, self.in_process)
         request = JobRequest(
             name=f"{self._prefix}-exec-{executor_id.hex()[:12]}",
-            entrypoint=Entrypoint.from_callable(
-                executor_main,
-                args=(self._session_address, self._token, executor_id, pool.max_calls, self.in_process),
-            ),
+            entrypoint=self._executor_entrypoint(pool.runtime_env, args),
             resources=resource_config(pool.shape, pool.accelerator),
-            environment=self._environment(dict(pool.env_vars)),
+            environment=self._environment(pool.runtime_env),
             max_retries_failure=0,
             max_retries_preemption=0,
         )
         self._submit(lambda: self._client.submit(request, adopt_existing=False), callback)
+
+    def _executor_entrypoint(self, runtime_env: RuntimeEnv, args: tuple[Any, ...], **kwargs: Any) -> Entrypoint:
+        from fray_ray._private.worker import executor_main
+
+        if self.in_process:
+            return Entrypoint.from_callable(executor_main, args=args, kwargs=kwargs)
+        from fray_ray._private.worker_start import start_executor
+
+        return Entrypoint.from_callable(start_executor, args=(fray_ray_version(), runtime_env, *args), kwargs=kwargs)
 
     def launch_actor(
         self,
@@ -107,10 +151,25 @@ class WorkerLauncher:
         accelerator: str | None,
         callback: LaunchCallback,
         gang: Any = None,
+        runtime_env: RuntimeEnv | None = None,
+        started: Callable[[], bool] | None = None,
+        start_failed: Callable[[str], None] | None = None,
     ) -> None:
-        """One actor (a Fray group of one), or a gang's members on one TPU slice (`gang`)."""
+        """One actor (a Fray group of one), or a gang's members on one TPU slice (`gang`).
+
+        With `started`/`start_failed`, the actor's job is watched until `started()` is true; if
+        the job ends first, `start_failed(reason)` is called (the worker's own error text)."""
         from fray_ray._private.actor_host import RayActorHost
         from fray_ray.fray import ResourceConfig
+
+        if runtime_env is None:
+            runtime_env = RuntimeEnv(env_vars=tuple(sorted(env_vars.items())))
+        host_args: tuple[Any, ...] = ()
+        host_class: type = RayActorHost
+        if not self.in_process:
+            from fray_ray._private.worker_start import CheckedActorHost
+
+            host_class, host_args = CheckedActorHost, (fray_ray_version(), runtime_env)
 
         if gang is not None:
             resources = ResourceConfig.with_tpu(gang.tpu, cpu=0, ram="256m", disk="0")
@@ -120,8 +179,9 @@ class WorkerLauncher:
             count = 1
 
         def create() -> Any:
-            return self._client.create_actor_group(
-                RayActorHost,
+            group = self._client.create_actor_group(
+                host_class,
+                *host_args,
                 self._session_address,
                 self._token,
                 actor_id,
@@ -130,12 +190,15 @@ class WorkerLauncher:
                 name=group_name,
                 count=count,
                 resources=resources,
-                environment=self._environment(env_vars),
+                environment=self._environment(runtime_env),
                 actor_config=ActorConfig(
                     max_concurrency=1_000_000,
                     max_restarts=max_restarts,
                 ),
             )
+            if started is not None and start_failed is not None:
+                self.startup.watch(group, started, start_failed)
+            return group
 
         self._submit(create, callback)
 
@@ -176,11 +239,10 @@ class WorkerLauncher:
         Each replica's executor finds its member index from its Iris task index; in-process
         (LocalClient), each member is a job of its own with an explicit index.
         """
-        from fray_ray._private.worker import executor_main
         from fray_ray.fray import ResourceConfig
 
         base_name = f"{self._prefix}-gang-{gang_id.hex()[:10]}"
-        environment = self._environment(dict(shape.env_vars))
+        environment = self._environment(shape.runtime_env)
         if shape.tpu:
             resources = ResourceConfig.with_tpu(shape.tpu, cpu=0, ram="256m", disk="0")
         else:
@@ -195,10 +257,9 @@ class WorkerLauncher:
                 for index in range(shape.size):
                     made.append(JobRequest(
                         name=f"{base_name}-{index}",
-                        entrypoint=Entrypoint.from_callable(
-                            executor_main,
-                            args=(self._session_address, self._token, gang_id, max_calls, True),
-                            kwargs={"gang_index": index},
+                        entrypoint=self._executor_entrypoint(
+                            shape.runtime_env, (self._session_address, self._token, gang_id, max_calls, True),
+                            gang_index=index,
                         ),
                         resources=ResourceConfig(cpu=0, ram="64m", disk="0"),
                         environment=environment,
@@ -207,10 +268,9 @@ class WorkerLauncher:
             for slice_index in range(shape.slices):
                 made.append(JobRequest(
                     name=f"{base_name}-{slice_index}",
-                    entrypoint=Entrypoint.from_callable(
-                        executor_main,
-                        args=(self._session_address, self._token, gang_id, max_calls, False),
-                        kwargs={"gang_base": slice_index * shape.hosts},
+                    entrypoint=self._executor_entrypoint(
+                        shape.runtime_env, (self._session_address, self._token, gang_id, max_calls, False),
+                        gang_base=slice_index * shape.hosts,
                     ),
                     resources=resources,
                     environment=environment,
@@ -248,18 +308,30 @@ class WorkerLauncher:
             callback(None, exc)
 
     def job_failure(self, job: Any) -> str | None:
-        """If the job has ended, why (with the tail of its logs); None while it runs."""
+        """If the job has ended, why: the controller's error text (the worker's own last words)
+        and the tail of its output; None while it runs."""
         try:
             status = job.status()
         except Exception as exc:  # noqa: BLE001 - a lost controller is a failure too
             return f"its job could not be queried: {exc}"
         if not JobStatus.finished(status):
             return None
+        error = ""
+        if not self.in_process:
+            try:
+                error = job.error()
+            except Exception as exc:  # noqa: BLE001 - the reason is a courtesy; the failure is not
+                error = f"(the controller's error could not be read: {exc})"
         try:
             tail = "\n".join(job.logs(max_lines=20))
         except Exception:  # noqa: BLE001 - logs are a courtesy
             tail = ""
-        return f"its job {getattr(job, 'job_id', '?')} ended {status}" + (f"; last output:\n{tail}" if tail else "")
+        text = f"its job {getattr(job, 'job_id', '?')} ended {status}"
+        if error:
+            text += f": {error}"
+        if tail and tail.strip() not in error:
+            text += f"\nlast output of the job:\n{tail}"
+        return text
 
     def group_failure(self, group: Any) -> str | None:
         """If an actor group's job has ended, why; None while it runs (or if it cannot tell)."""
@@ -283,6 +355,66 @@ class WorkerLauncher:
 
     def shutdown(self, jobs: list[Any], wait: bool = True) -> None:
         """Terminate the given jobs/groups and stop the launcher thread."""
+        self.startup.stop()
         for job in jobs:
             self.terminate(job)
         self._pool.shutdown(wait=wait)
+
+
+def fray_ray_version() -> str:
+    import fray_ray
+
+    return fray_ray.__version__
+
+
+class StartupWatch:
+    """Watches jobs whose workers have not connected yet: when one ends first, says why.
+
+    One thread polls every watched job each `interval` seconds until its `started()` turns
+    true (then forgets it) or `failure(job)` reports an end (then calls `failed(reason)`).
+    """
+
+    def __init__(self, failure: Callable[[Any], str | None], interval: float = 0.5) -> None:
+        self._failure = failure
+        self._interval = interval
+        self._lock = threading.Lock()  # guards _watched and _thread
+        self._watched: list[tuple[Any, Callable[[], bool], Callable[[str], None]]] = []
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, job: Any, started: Callable[[], bool], failed: Callable[[str], None]) -> None:
+        with self._lock:
+            if self._stopped.is_set():
+                return
+            self._watched.append((job, started, failed))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="startup-watch", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._interval):
+            with self._lock:
+                watched = list(self._watched)
+            done = []
+            for item in watched:
+                job, started, failed = item
+                if started():
+                    done.append(item)
+                    continue
+                problem = self._failure(job)
+                if problem is not None and not started():
+                    done.append(item)
+                    try:
+                        failed(problem)
+                    except Exception:  # noqa: BLE001 - one bad callback must not stop the watch
+                        logger.exception("reporting a failed start raised")
+            with self._lock:
+                self._watched = [item for item in self._watched if item not in done]
+
+    def stop(self) -> None:
+        self._stopped.set()
+        with self._lock:
+            thread, self._thread = self._thread, None
+            self._watched.clear()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)

@@ -33,8 +33,10 @@ logger = logging.getLogger(__name__)
 class SessionService:
     """Accepts worker connections for one driver and serves their requests."""
 
-    def __init__(self, driver: DriverRuntime, *, host: str, token: str) -> None:
+    def __init__(self, driver: DriverRuntime, *, host: str, token: str, advertise_host: str | None = None) -> None:
+        """Listens on `host`; workers are told to connect to `advertise_host` (default `host`)."""
         self._driver = driver
+        self._advertise_host = advertise_host or host
         self._lock = threading.Lock()  # guards _borrows and _connections
         self._borrows: dict[Connection, collections.Counter[bytes]] = {}
         self._connections: set[Connection] = set()
@@ -72,7 +74,9 @@ class SessionService:
 
     @property
     def address(self) -> str:
-        return self._server.address
+        """`host:port` as workers on other hosts reach it."""
+        host = self._advertise_host
+        return f"[{host}]:{self._server.port}" if ":" in host else f"{host}:{self._server.port}"
 
     def gate_stats(self) -> GateStats:
         """Counters of the connections accepted, refused, evicted and timed out."""

@@ -15,6 +15,7 @@ from typing import Any
 
 import cloudpickle
 
+from fray_ray._private.runtime_env import RuntimeEnv
 from fray_ray._private.serialization import SerializedValue, serialize
 
 
@@ -54,6 +55,8 @@ class PoolKey:
     env_vars: tuple[tuple[str, str], ...] = ()
     max_calls: int = 0
     accelerator: str | None = None
+    #: the effective runtime env (code, packages, env vars) of the pool's processes
+    runtime_env: RuntimeEnv = field(default_factory=RuntimeEnv)
 
 
 @dataclass
@@ -112,6 +115,8 @@ class ActorCreationSpec:
     env_vars: Mapping[str, str] = field(default_factory=dict)
     scheduling_strategy: Any = None
     accelerator: str | None = None
+    #: the effective runtime env (code, packages, env vars) of the actor's process
+    runtime_env: RuntimeEnv = field(default_factory=RuntimeEnv)
     #: a gang of actors, one per host of a TPU slice (a GangShape); its members' ids follow
     gang: Any = None
 

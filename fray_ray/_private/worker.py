@@ -38,6 +38,7 @@ from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.stream_server import introduce
 from fray_ray._private.refcount import LocalReferenceCounter
+from fray_ray._private.runtime_env import process_runtime_env
 from fray_ray._private.serialization import (
     SerializedValue,
     WireBatch,
@@ -110,7 +111,7 @@ class WorkerRuntime:
         self.node_id = b""
         self.worker_id = b""
         self.session_address = ""
-        self.sys_path: list[str] = []
+        self.runtime_env = process_runtime_env()  # what tasks and actors submitted here inherit
         self.references = LocalReferenceCounter(self._on_first_ref, self._on_last_ref)
         self._cache_lock = threading.Lock()
         self._cache: OrderedDict[bytes, SerializedValue] = OrderedDict()
@@ -125,10 +126,6 @@ class WorkerRuntime:
         self.worker_id = info.get("worker_id", b"")
         self.session_address = info.get("session_address", "")
         self.object_store_memory = int(info.get("object_store_memory") or 0)
-        # Code the driver can import must be importable here too (same machine, same files).
-        for entry in reversed(info.get("sys_path") or []):
-            if entry not in sys.path:
-                sys.path.insert(0, entry)
 
     # ---- references ----------------------------------------------------------------------
 

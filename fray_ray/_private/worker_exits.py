@@ -75,7 +75,7 @@ class ExitReports:
             on_error(worker_death_error(task_name, attempt, attempts, "the session is shutting down"))
 
     def _exit_text(self, job: Any) -> str:
-        describe = getattr(job, "failure_text", None)
+        describe = getattr(job, "error", None)
         if describe is None:
             return ""  # in-process jobs (LocalClient) have no process to lose
         deadline = time.monotonic() + self._wait_s

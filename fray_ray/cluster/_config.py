@@ -118,6 +118,8 @@ class WorkerSpec:
     gpu: GpuSpec | None = None
     tpu: TpuSpec | None = None
     device_env: Mapping[str, str] = field(default_factory=dict)
+    host: str | None = None
+    """The address this worker advertises and binds (None: the cluster chooses)."""
 
     def __post_init__(self) -> None:
         if not _WORKER_ID.match(self.worker_id):
@@ -183,6 +185,12 @@ class ClusterConfig:
     - `max_finished_jobs`: finished root jobs (with their subtrees and logs) remembered; the
       oldest are forgotten beyond this, so a long session's memory stays bounded.
     - `inherit_env`: tasks start from this process's environment (as Iris's process runtime).
+    - `distinct_hosts`: with several workers, each advertises and binds a loopback address of
+      its own (127.0.0.2, 127.0.0.3, ...; as IRIS_ADVERTISE_HOST and IRIS_BIND_HOST), as if it
+      were a host of its own, when the cluster listens on 127.0.0.1 and a worker sets no
+      `host`. A single worker is this machine itself (127.0.0.1), as Ray's one-node cluster.
+    - `run_setup_scripts`: run each job's setup scripts before its command, as Iris's
+      container runtime does (False: skip them, as Iris's local process runtime does).
     """
 
     workers: tuple[WorkerSpec, ...] = ()
@@ -199,6 +207,8 @@ class ClusterConfig:
     keep_workdirs: bool = False
     inherit_env: bool = True
     max_finished_jobs: int = 10_000
+    distinct_hosts: bool = True
+    run_setup_scripts: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "workers", tuple(self.workers))
@@ -221,3 +231,29 @@ class ClusterConfig:
 
     def effective_workers(self) -> tuple[WorkerSpec, ...]:
         return self.workers or (cpu_worker(),)
+
+    def worker_hosts(self) -> dict[str, str]:
+        """The address each worker advertises and binds, by worker id."""
+        hosts: dict[str, str] = {}
+        workers = self.effective_workers()
+        # One worker is this machine (Ray's single node, driver included); several are hosts.
+        distinct = self.distinct_hosts and self.host == LOOPBACK and len(workers) > 1
+        for index, worker in enumerate(workers):
+            if worker.host:
+                hosts[worker.worker_id] = worker.host
+            elif distinct:
+                hosts[worker.worker_id] = simulated_host(index)
+            else:
+                hosts[worker.worker_id] = self.advertise_host
+        return hosts
+
+
+LOOPBACK = "127.0.0.1"
+
+
+def simulated_host(index: int) -> str:
+    """The loopback address of simulated host `index`: 127.0.0.2, 127.0.0.3, ..."""
+    number = index + 2
+    if number >= 256 ** 3 - 1:
+        raise ValueError(f"too many simulated hosts for 127.0.0.0/8: {index + 1}")
+    return f"127.{number >> 16 & 255}.{number >> 8 & 255}.{number & 255}"

@@ -15,11 +15,12 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from fray_ray.cluster._config import WorkerSpec
+from fray_ray.cluster._config import LOOPBACK, WorkerSpec
 from fray_ray.cluster._jobs import JobRecord
 from fray_ray.cluster._log_query import LogQuery, answer, line_level
 from fray_ray.cluster._logs import LogStore
@@ -78,20 +79,21 @@ class EmbeddedController:
         logs: LogStore,
         task_python: str,
         token: str | None,
-        advertise_host: str = "127.0.0.1",
-        bind_host: str = "127.0.0.1",
+        worker_hosts: Mapping[str, str] | None = None,
         client_freshness_days: int | None = None,
         inherit_env: bool = True,
         keep_workdirs: bool = False,
         max_finished_jobs: int = 10_000,
         memory_cgroups: MemoryCgroups | None = None,
+        run_setup_scripts: bool = True,
     ) -> None:
+        """`worker_hosts`: the address each worker advertises and binds (default 127.0.0.1)."""
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._state = ClusterState(
             workers,
             client_freshness_days=client_freshness_days,
-            advertise_host=advertise_host,
+            worker_hosts=self._hosts(workers, worker_hosts),
             max_finished_roots=max_finished_jobs,
         )
         self._lifecycle = ControllerState.NEW
@@ -99,19 +101,23 @@ class EmbeddedController:
         self._supervisor = supervisor
         self._logs = logs
         self._bundles = BundleStore()
-        self._ports = PortAllocator(bind_host)
+        self._ports = PortAllocator()
         self._root_dir = root_dir
-        self._specs = list(workers)
+        self._specs = [_with_slice_hostnames(spec, workers, self._state.worker_address) for spec in workers]
         self._contract_args = dict(
             token=token,
             python=task_python,
-            advertise_host=advertise_host,
-            bind_host=bind_host,
             inherit_env=inherit_env,
             keep_workdirs=keep_workdirs,
             memory_cgroups=memory_cgroups,
+            run_setup_scripts=run_setup_scripts,
         )
         self._workers: dict[str, LocalWorker] = {}
+
+    @staticmethod
+    def _hosts(workers: Sequence[WorkerSpec], hosts: Mapping[str, str] | None) -> dict[str, str]:
+        given = dict(hosts or {})
+        return {w.worker_id: given.get(w.worker_id) or w.host or LOOPBACK for w in workers}
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -124,6 +130,7 @@ class EmbeddedController:
             self._workers = {
                 spec.worker_id: LocalWorker(
                     spec,
+                    host=self._state.worker_address(spec.worker_id),
                     root_dir=self._root_dir,
                     contract=contract,
                     supervisor=self._supervisor,
@@ -215,7 +222,8 @@ class EmbeddedController:
 
     def launch_job(self, request: Controller.LaunchJobRequest) -> str:
         if request.bundle_blob:
-            bundle_id = request.bundle_id or hashlib.sha256(request.bundle_blob).hexdigest()
+            # Content-addressed, as in Iris: the id is the blob's digest, whatever was sent.
+            bundle_id = hashlib.sha256(request.bundle_blob).hexdigest()
             self._bundles.put(bundle_id, bytes(request.bundle_blob))
             request.bundle_id = bundle_id
             request.ClearField("bundle_blob")
@@ -256,7 +264,7 @@ class EmbeddedController:
     def task_status(self, task_id: str) -> Controller.GetTaskStatusResponse:
         with self._lock:
             task = self._state.task(task_id)
-            status = task_status_proto(task, self._state.worker_address(""))
+            status = task_status_proto(task, self._state.worker_address(task.current.worker_id if task.current else ""))
             resources = task.job.request.resources
         return Controller.GetTaskStatusResponse(task=status, job_resources=resources)
 
@@ -417,3 +425,15 @@ def _matches_query(job: JobRecord, query: Controller.JobQuery) -> bool:
     if query.job_id_prefix and not job.wire.startswith(query.job_id_prefix):
         return False
     return True
+
+
+def _with_slice_hostnames(spec: WorkerSpec, workers: Sequence[WorkerSpec], host_of: Callable[[str], str]) -> WorkerSpec:
+    """A TPU host's TPU_WORKER_HOSTNAMES naming the addresses its slice's hosts really have."""
+    if spec.tpu is None or "TPU_WORKER_HOSTNAMES" not in spec.device_env:
+        return spec
+    members = sorted(
+        (w for w in workers if w.tpu is not None and w.tpu.slice_name == spec.tpu.slice_name),
+        key=lambda w: w.tpu.worker_index,  # type: ignore[union-attr]
+    )
+    env = dict(spec.device_env, TPU_WORKER_HOSTNAMES=",".join(host_of(w.worker_id) for w in members))
+    return dataclasses.replace(spec, device_env=env)

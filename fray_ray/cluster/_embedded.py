@@ -111,13 +111,13 @@ class EmbeddedCluster:
                     logs=self._logs,
                     task_python=config.task_python or default_task_python(),
                     token=self._token,
-                    advertise_host=config.advertise_host,
-                    bind_host=config.host or "0.0.0.0",
+                    worker_hosts=config.worker_hosts(),
                     client_freshness_days=config.client_freshness_days,
                     inherit_env=config.inherit_env,
                     keep_workdirs=config.keep_workdirs,
                     max_finished_jobs=config.max_finished_jobs,
                     memory_cgroups=self._memory_cgroups,
+                    run_setup_scripts=config.run_setup_scripts,
                 )
                 app = build_app(
                     ControllerService(self._controller),

@@ -34,6 +34,8 @@ _CLUSTER_KEYS = {
     "keep_workdirs",
     "inherit_env",
     "max_finished_jobs",
+    "distinct_hosts",
+    "run_setup_scripts",
     "workers",
 }
 _HOST_KEYS = {"cpu", "memory", "disk", "attributes"}

@@ -29,7 +29,7 @@ import itertools
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fray_ray.cluster._config import WorkerSpec
@@ -93,7 +93,7 @@ class ClusterState:
         workers: Sequence[WorkerSpec],
         *,
         client_freshness_days: int | None = None,
-        advertise_host: str = "127.0.0.1",
+        worker_hosts: Mapping[str, str] | None = None,
         max_finished_roots: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = _wall_ms,
@@ -111,7 +111,7 @@ class ClusterState:
         self._finished_roots: deque[JobRecord] = deque()  # in finishing order, for forgetting
         self._max_finished_roots = max_finished_roots
         self._freshness_days = client_freshness_days
-        self._advertise_host = advertise_host
+        self._worker_hosts = dict(worker_hosts or {})
         self._clock = clock
         self._wall_ms = wall_ms
 
@@ -646,7 +646,8 @@ class ClusterState:
         return task
 
     def worker_address(self, worker_id: str) -> str:
-        return self._advertise_host
+        """The address a worker advertises ("" for no worker)."""
+        return self._worker_hosts.get(worker_id, "127.0.0.1" if worker_id else "")
 
     def log_targets(
         self, id: str, *, attempt_id: int, include_children: bool

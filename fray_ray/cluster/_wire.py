@@ -123,7 +123,9 @@ def parse_launch_request(request: Controller.LaunchJobRequest) -> JobDefinition:
         argv=argv,
         workdir_files=files,
         env_vars=dict(request.environment.env_vars),
-        setup_scripts=tuple(request.environment.setup_scripts),
+        # What Iris workers run: the entrypoint's setup commands (clients copy their resolved
+        # setup_scripts there), else the environment's setup_scripts.
+        setup_scripts=tuple(request.entrypoint.setup_commands or request.environment.setup_scripts),
         ports=ports,
         replicas=replicas,
         resources=resources,

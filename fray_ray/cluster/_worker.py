@@ -73,12 +73,40 @@ class TaskContract:
     controller_url: str
     token: str | None
     python: str
-    advertise_host: str
-    bind_host: str
     inherit_env: bool = True
     keep_workdirs: bool = False
     #: per-attempt memory limits (None: the machine does not allow them)
     memory_cgroups: MemoryCgroups | None = None
+    run_setup_scripts: bool = True
+
+
+#: The virtualenv setup scripts populate, as in Iris (`$IRIS_WORKDIR/.venv`); the command runs
+#: with it activated when it exists.
+VENV_DIR = ".venv"
+
+# Runs `bash -c SETUP_RUNNER iris-setup N script_1 .. script_N argv...`: each setup script as a
+# step of its own (as Iris's container runtime does), then the command from the workdir with
+# `$IRIS_VENV` activated if a script left one there.
+SETUP_RUNNER = """\
+count="$1"; shift
+step=1
+while [ "$step" -le "$count" ]; do
+  echo "[iris setup] step $step/$count"
+  bash -c "$1" || { status=$?; echo "[iris setup] step $step/$count failed with exit code $status" >&2; exit "$status"; }
+  shift
+  step=$((step + 1))
+done
+cd "$IRIS_WORKDIR"
+if [ -f "$IRIS_VENV/bin/activate" ]; then
+  . "$IRIS_VENV/bin/activate"
+  export IRIS_PYTHON="$IRIS_VENV/bin/python"
+fi
+exec "$@"
+"""
+
+
+class MissingBundle(ValueError):
+    """A job names a workspace bundle the controller never received."""
 
 
 class AttemptListener(Protocol):
@@ -90,18 +118,18 @@ class AttemptListener(Protocol):
 
 
 class PortAllocator:
-    """Hands out free ports, never one still held by a live attempt of this cluster."""
+    """Hands out ports free on a host, never one still held by a live attempt of this cluster
+    (ports are counted per port number, so one port is never given to two hosts at once)."""
 
-    def __init__(self, host: str) -> None:
-        self._host = host
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._held: set[int] = set()
 
-    def allocate(self, count: int) -> list[int]:
+    def allocate(self, count: int, host: str) -> list[int]:
         ports: list[int] = []
         with self._lock:
             while len(ports) < count:
-                port = free_port(self._host)
+                port = free_port(host)
                 if port not in self._held and port not in ports:
                     ports.append(port)
             self._held.update(ports)
@@ -188,6 +216,7 @@ class LocalWorker:
         self,
         spec: WorkerSpec,
         *,
+        host: str,
         root_dir: str,
         contract: TaskContract,
         supervisor: ProcessSupervisor,
@@ -197,6 +226,7 @@ class LocalWorker:
         listener: AttemptListener,
     ) -> None:
         self.spec = spec
+        self.host = host  # this simulated host's address: advertised and bound by its tasks
         self._root = os.path.join(root_dir, spec.worker_id)
         self._contract = contract
         self._supervisor = supervisor
@@ -214,7 +244,7 @@ class LocalWorker:
         ports: dict[str, int] = {}
         try:
             workdir = self._make_workdir(launch)
-            numbers = self._ports.allocate(len(launch.ports))
+            numbers = self._ports.allocate(len(launch.ports), bind_host(self.host))
             ports = dict(zip(launch.ports, numbers))
             env = self.task_environment(launch, workdir, ports)
         except (OSError, ValueError, zipfile.BadZipFile) as exc:
@@ -227,7 +257,11 @@ class LocalWorker:
         cgroup = cgroups.attempt(launch.uid, launch.resources.memory_bytes) if cgroups and launch.resources.memory_bytes > 0 else None
         cleanup = functools.partial(self._attempt_done, list(ports.values()), workdir, launch.uid if cgroup else None)
         output = _AttemptOutput(launch, ports, self._logs, self._listener, cleanup, cgroup.exit_report if cgroup else None)
-        argv = cgroup.wrap(launch.argv) if cgroup else launch.argv
+        argv = launch.argv
+        if launch.setup_scripts and self._contract.run_setup_scripts:
+            argv = ("bash", "-c", SETUP_RUNNER, "iris-setup", str(len(launch.setup_scripts)), *launch.setup_scripts, *argv)
+        if cgroup is not None:
+            argv = cgroup.wrap(argv)
         try:
             self._supervisor.spawn(launch.uid, ProcessSpec(argv, env, workdir), output)
         except RuntimeError:  # the cluster is stopping
@@ -244,8 +278,12 @@ class LocalWorker:
         try:
             if launch.bundle_id:
                 blob = self._bundles.get(launch.bundle_id)
-                if blob is not None:
-                    _unpack_bundle(blob, workdir)
+                if blob is None:
+                    raise MissingBundle(
+                        f"bundle {launch.bundle_id} was never uploaded to this controller "
+                        "(send it inline once as bundle_blob)"
+                    )
+                _unpack_bundle(blob, workdir)
             for name, content in launch.workdir_files.items():
                 path = path_inside(workdir, name)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -281,10 +319,11 @@ class LocalWorker:
                 "IRIS_NUM_TASKS": str(launch.num_tasks),
                 "IRIS_CONTROLLER_ADDRESS": contract.controller_url,
                 "IRIS_CONTROLLER_URL": contract.controller_url,
-                "IRIS_ADVERTISE_HOST": contract.advertise_host,
-                "IRIS_BIND_HOST": contract.bind_host,
+                "IRIS_ADVERTISE_HOST": self.host,
+                "IRIS_BIND_HOST": bind_host(self.host),
                 "IRIS_WORKDIR": workdir,
                 "IRIS_PYTHON": contract.python,
+                "IRIS_VENV": os.path.join(workdir, VENV_DIR),
                 "IRIS_JOB_ENV": json.dumps(dict(launch.env_vars), sort_keys=True),
                 "IRIS_WORKER_ID": self.worker_id,
                 "IRIS_ATTEMPT_UID": str(launch.uid),
@@ -301,6 +340,12 @@ class LocalWorker:
             env[TOKEN_ENV] = contract.token
             env[IRIS_TASK_TOKEN_ENV] = contract.token
         return env
+
+
+def bind_host(advertised: str) -> str:
+    """What a task binds to serve at `advertised`: a loopback address itself (so simulated
+    hosts stay apart), any other address through every interface."""
+    return advertised if advertised.startswith("127.") or advertised in ("::1", "localhost") else "0.0.0.0"
 
 
 def default_task_python() -> str:

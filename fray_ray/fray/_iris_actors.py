@@ -260,6 +260,10 @@ class IrisActorGroup:
         """The last `max_lines` lines the replicas printed (0: all kept)."""
         return self.job.logs(max_lines)
 
+    def error(self) -> str:
+        """Why the group's job failed, as the controller tells it (see `IrisJobHandle.error`)."""
+        return self.job.error()
+
 
 def _error_from_text(text: str) -> BaseException | None:
     """The exception carried by the last FRAY_ACTOR_ERROR line in `text`, if any."""

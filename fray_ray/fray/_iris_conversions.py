@@ -8,12 +8,12 @@ what a Fray request becomes on the wire.
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from fray_ray.fray._setup_scripts import pip_setup_script
 from fray_ray.fray.types import (
     ANY_REGION,
     CpuConfig,
@@ -187,13 +187,11 @@ def convert_environment(
     """The Iris environment of a job: the user's `env_vars` with the device's defaults merged in
     underneath (a user value always wins), setup scripts, and the task image.
 
-    - The workspace directory is put on `PYTHONPATH`, ahead of the user's value (or this
-      process's when the user sets none), so tasks
-      import the submitter's modules as they would from an uploaded workspace bundle; nothing
-      is uploaded, so on a remote cluster the directory must exist there (or be harmlessly absent).
-    - `setup_scripts` run in order before the command (None means none: no workspace bundle
-      is synced); `pip_packages` add a `uv pip install` step, `extras`/`sync_packages` a
-      `uv sync` step. Workers that skip setup, like the embedded cluster's, ignore them.
+    - The workspace itself travels as a bundle (see `FrayIrisClient`); nothing here names a
+      path of the submitting machine, which the workers may not share.
+    - `setup_scripts` run in order before the command (None means none); `extras` and
+      `sync_packages` add a `uv sync` step, `pip_packages` a step that installs them into a
+      virtualenv layered on the worker's Python (`pip_setup_script`).
     - `image` (from `ResourceConfig.image`) or `docker_image` becomes Iris's `task_image`.
     """
     env_vars: dict[str, str] = {}
@@ -201,24 +199,17 @@ def convert_environment(
     task_image = image or ""
     if environment is not None:
         env_vars.update(environment.env_vars)
-        if environment.workspace:
-            env_vars["PYTHONPATH"] = _prepend_path(environment.workspace, env_vars.get("PYTHONPATH"))
         scripts.extend(environment.setup_scripts or ())
         if environment.extras or environment.sync_packages:
             flags = [f"--extra {shlex.quote(extra)}" for extra in environment.extras]
             flags += [f"--package {shlex.quote(package)}" for package in environment.sync_packages]
             scripts.append(f'cd "$IRIS_WORKDIR" && uv sync --link-mode symlink {" ".join(flags)}')
         if environment.pip_packages:
-            scripts.append("uv pip install " + " ".join(shlex.quote(p) for p in environment.pip_packages))
+            scripts.append(pip_setup_script(list(environment.pip_packages)))
         task_image = task_image or environment.docker_image or ""
     for name, value in device.default_env_vars().items():
         env_vars.setdefault(name, value)
     return IrisEnvironment(env_vars=env_vars, setup_scripts=tuple(scripts), task_image=task_image)
-
-
-def _prepend_path(entry: str, existing: str | None) -> str:
-    parts = [entry, *(existing or os.environ.get("PYTHONPATH", "")).split(os.pathsep)]
-    return os.pathsep.join(dict.fromkeys(p for p in parts if p))
 
 
 # ---------------------------------------------------------------------------------------------

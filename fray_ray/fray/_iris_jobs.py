@@ -171,22 +171,26 @@ class IrisJobHandle:
             raise translate_iris_error(exc, f"read the logs of job {self._job_id}", client.address) from exc
         return tuple(line.data for line in lines)
 
-    def failure_text(self) -> str:
-        """Why the job's tasks failed, as the controller tells it: each failed task's (and
-        attempt's) error text, newest last; "" while nothing failed. One ListTasks call."""
+    def error(self) -> str:
+        """Why the job failed, in the controller's words: the job's error, then each failed
+        task's (a worker's error holds its exit code and the end of its stderr). '' while the
+        job runs, once it succeeded, or when the controller says nothing. Two controller calls;
+        IrisBackendError if the controller cannot be asked."""
         client = self._owner()
         try:
-            tasks = client._call_controller(
-                f"list the tasks of {self._job_id}", lambda c: c.list_tasks(self._job_id), not_found=True
-            )
-        except NotFound:
-            return ""
-        texts: list[str] = []
+            status = client._call_controller(f"read job {self._job_id}", lambda c: c.job_status(self._job_id))
+            if not status.state.finished or status.state is JobState.SUCCEEDED:
+                return ""
+            tasks = client._call_controller(f"list the tasks of {self._job_id}", lambda c: c.list_tasks(self._job_id))
+        except IrisBackendError:
+            raise
+        parts = [status.error.strip()] if status.error.strip() else []
         for task in tasks:
-            for text in (*(attempt.error for attempt in task.attempts), task.error):
-                if text and text not in texts:
-                    texts.append(text)
-        return "\n".join(texts)
+            errors = [a.error for a in task.attempts if a.error] or ([task.error] if task.error else [])
+            for text in errors[-1:]:
+                if text.strip() and text.strip() not in parts:
+                    parts.append(f"{task.task_id}: {text.strip()}")
+        return "\n".join(parts)
 
     def terminate(self) -> None:
         """Kill the job (and its child jobs) and block until the controller reports it ended

@@ -59,12 +59,14 @@ from fray_ray.fray._iris_jobs import (
     JobRejected,
     translate_iris_error,
 )
+from fray_ray.fray._workspaces import WorkspaceBundles
 from fray_ray.fray._submit_wrappers import NSYS_DIR_ENV, NSYS_TASKS_ENV, nsys_tasks, wrap_multiprocess, wrap_nsys
 from fray_ray.fray.actor import ActorUnavailableError, HostedActor
 from fray_ray.fray.client import FrayError, JobAlreadyExists
 from fray_ray.fray.current_client import host_actor
 from fray_ray.fray.types import ActorConfig, Entrypoint, EnvironmentConfig, JobRequest, ResourceConfig
 from fray_ray.iris.actor_client import ActorClient
+from fray_ray.iris.bundles import WorkspaceBundle
 from fray_ray.iris.controller_client import Backoff, ControllerClient, normalize_address
 from fray_ray.iris.errors import AlreadyExists, IrisError, NotFound
 from fray_ray.iris.job_info import JobInfo, default_user, get_job_info
@@ -178,6 +180,7 @@ class FrayIrisClient:
         self._user = validate_segment(user) if user is not None else default_user()
         self._parent = self._resolve_parent(parent_job)
         self._workspace = workspace
+        self._workspaces = WorkspaceBundles(self._address)
         self._lock = threading.Lock()  # guards the fields below
         self._state = ClientState.OPEN
         self._jobs: dict[str, None] = {}  # ids of jobs and actor groups launched, oldest first
@@ -335,6 +338,7 @@ class FrayIrisClient:
         if environment is None and self._workspace is not None:
             environment = EnvironmentConfig(workspace=self._workspace)
         env = convert_environment(environment, resources.device, image=resources.image)
+        bundle = self._workspace_bundle(environment)
         entrypoint = wrap_multiprocess(
             convert_entrypoint(request.entrypoint), request.processes_per_task, resources.device
         )
@@ -358,7 +362,22 @@ class FrayIrisClient:
             existing_job_policy=policy,
             priority_band=convert_priority(request.priority),
             task_image=env.task_image,
+            bundle=bundle,
         )
+
+    def _workspace_bundle(self, environment: EnvironmentConfig | None) -> WorkspaceBundle | None:
+        try:
+            return self._workspaces.bundle(environment)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot ship the workspace of this job: {exc}") from exc
+
+    def prepare_environment(self, environment: EnvironmentConfig) -> None:
+        """Capture `environment`'s workspace (and `py_modules`) now, as later jobs with this
+        environment will see it, whatever happens to the directories afterwards. Jobs capture
+        it themselves the first time; call this to fix the moment. Blocks while it reads the
+        files; raises ValueError naming the size when they cannot be shipped as one bundle
+        (`BundleTooLarge`), OSError when a directory cannot be read."""
+        self._workspaces.prepare(environment)
 
     def _launch(self, request: JobRequest, *, adopt_existing: bool, ports: tuple[str, ...] = ()) -> str:
         self._check_open()
@@ -518,11 +537,12 @@ class FrayIrisClient:
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
-    def shutdown(self, wait: bool = True) -> None:
+    def shutdown(self, wait: bool = True, *, terminate: bool = True) -> None:
         """Stop what this client started: hosted actors stop serving, every job and actor group
         it launched that is still running is terminated (children go with them), and its RPC
         clients are closed. With `wait`, blocks until the controller reports those jobs ended
-        (at most TERMINATE_WAIT seconds). Idempotent; the client accepts no work afterwards.
+        (at most TERMINATE_WAIT seconds). `terminate=False` leaves the jobs running (a
+        submitter that detaches). Idempotent; the client accepts no work afterwards.
         """
         with self._lock:
             if self._state is ClientState.CLOSED:
@@ -533,7 +553,7 @@ class FrayIrisClient:
             actor_clients, self._actor_clients = list(self._actor_clients.values()), {}
         for actor in hosted:
             actor.shutdown()
-        if job_ids:
+        if job_ids and terminate:
             self._terminate_unfinished(job_ids, wait)
         self._calls.close(timeout=1.0 if wait else 0.0)
         for actor_client in actor_clients:

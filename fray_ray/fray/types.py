@@ -441,6 +441,10 @@ class EnvironmentConfig:
 
     Exactly one of `workspace` and `docker_image` must be set. `setup_scripts=None` means the
     backend's default setup; `[]` means none.
+
+    fray_ray adds two fields to Fray's: `workspace_excludes`, .gitignore-style patterns (relative
+    to the workspace) left out of the shipped workspace, and `py_modules`, further local
+    directories or files shipped with it and importable in the job's tasks (Ray's `py_modules`).
     """
 
     workspace: str | None = None
@@ -450,6 +454,8 @@ class EnvironmentConfig:
     extras: Sequence[str] = field(default_factory=list)
     setup_scripts: Sequence[str] | None = None
     sync_packages: Sequence[str] = field(default_factory=list)
+    workspace_excludes: Sequence[str] = field(default_factory=tuple)
+    py_modules: Sequence[str] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         if (self.workspace is None) == (self.docker_image is None):
@@ -457,7 +463,7 @@ class EnvironmentConfig:
                 "EnvironmentConfig needs exactly one of workspace= or docker_image= "
                 f"(got workspace={self.workspace!r}, docker_image={self.docker_image!r})"
             )
-        for name in ("pip_packages", "extras", "sync_packages"):
+        for name in ("pip_packages", "extras", "sync_packages", "workspace_excludes", "py_modules"):
             _check_str_sequence(getattr(self, name), f"EnvironmentConfig.{name}")
         if self.setup_scripts is not None:
             _check_str_sequence(self.setup_scripts, "EnvironmentConfig.setup_scripts")

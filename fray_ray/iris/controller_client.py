@@ -10,6 +10,7 @@ come out as `fray_ray.iris.errors` exceptions.
 from __future__ import annotations
 
 import datetime
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -70,6 +71,9 @@ class ControllerClient:
             self.address, accept_compression=None, send_compression=None, timeout_ms=self._timeout_ms
         )
         self._logs = LogReader(self.address, headers=self._headers, timeout_ms=self._timeout_ms)
+        self._bundle_lock = threading.Lock()  # guards the two fields below
+        self._bundles_sent: set[str] = set()  # bundle ids this controller has received from us
+        self._bundle_sends: dict[str, threading.Lock] = {}  # one lock per bundle: its first send
 
     def close(self) -> None:
         self._stub.close()
@@ -84,8 +88,26 @@ class ControllerClient:
     # ---- jobs ----------------------------------------------------------------------------
 
     def launch_job(self, spec: JobSpec) -> str:
-        """Submit a job; returns the controller's job id (always use it, not the name sent)."""
-        request = spec.to_proto(client_revision_date=today())
+        """Submit a job; returns the controller's job id (always use it, not the name sent).
+
+        A workspace bundle goes inline (`bundle_blob`) with the first job that carries it and
+        by id with every later one: the controller stores bundles by content id. Launches of
+        a bundle not yet sent wait for the one sending it, so none can name it too early.
+        """
+        bundle = spec.bundle
+        if bundle is None or not bundle.blob:
+            return self._launch(spec.to_proto(client_revision_date=today()))
+        with self._bundle_lock:
+            lock = self._bundle_sends.setdefault(bundle.bundle_id, threading.Lock())
+        with lock:
+            if bundle.bundle_id in self._bundles_sent:
+                return self._launch(spec.to_proto(client_revision_date=today(), send_blob=False))
+            job_id = self._launch(spec.to_proto(client_revision_date=today(), send_blob=True))
+            with self._bundle_lock:
+                self._bundles_sent.add(bundle.bundle_id)
+            return job_id
+
+    def _launch(self, request: Controller.LaunchJobRequest) -> str:
         with translate_connect_errors("LaunchJob"):
             response = self._stub.launch_job(
                 request, headers=self._headers, timeout_ms=int(LAUNCH_JOB_TIMEOUT_S * 1000)
@@ -188,6 +210,29 @@ class ControllerClient:
         lines = [LogLine.from_proto(batch.task_id, entry) for batch in response.task_logs for entry in batch.logs]
         lines.sort(key=lambda line: line.timestamp_ms)
         return lines
+
+    def task_logs_after(self, id: str, cursor: int = 0, *, include_children: bool = False) -> tuple[list[LogLine], int]:
+        """Output of a job, task or attempt stored after `cursor` (0: all of it), oldest first,
+        and the cursor to ask from next time. For following a running job:
+
+            lines, cursor = client.task_logs_after(job_id)
+            ...
+            more, cursor = client.task_logs_after(job_id, cursor)
+        """
+        selection = LogSelection.of(id, include_children=include_children)
+        try:
+            return self._logs.read_after(selection, cursor)
+        except LogsNotServed:
+            pass  # a controller from before finelog
+        request = Controller.GetTaskLogsRequest(id=id, include_children=include_children, attempt_id=-1, cursor=cursor)
+        try:
+            with translate_connect_errors("GetTaskLogs"):
+                response = self._stub.get_task_logs(request, headers=self._headers)
+        except NotFound:
+            return [], cursor
+        lines = [LogLine.from_proto(batch.task_id, entry) for batch in response.task_logs for entry in batch.logs]
+        lines.sort(key=lambda line: line.timestamp_ms)
+        return lines, max(cursor, response.cursor)
 
     # ---- workers -------------------------------------------------------------------------
 

@@ -188,6 +188,23 @@ class LogReader:
         return lines
 
 
+    def read_after(self, selection: LogSelection, cursor: int = 0) -> tuple[list[LogLine], int]:
+        """Lines of `selection` stored after `cursor` (0: from the start), oldest first, and the
+        cursor to pass next time: how a reader follows output as it is written."""
+        request = FetchLogsRequest(source=selection.source, match_scope=selection.scope, cursor=cursor,
+                                   max_lines=PAGE_LINES)
+        entries = []
+        for _ in range(MAX_PAGES):
+            page = self.fetch(request)
+            entries.extend(page.entries)
+            if page.cursor > request.cursor:
+                request.cursor = page.cursor
+            if len(page.entries) < PAGE_LINES:
+                break
+        lines = [LogLine.from_proto(_task_of(entry.key) or selection.task_id, entry) for entry in entries]
+        return [line for line in lines if selection.keeps(line)], request.cursor
+
+
 def _task_of(key: str) -> str:
     """`/user/job/0:2` → `/user/job/0` (empty for an empty key)."""
     task, colon, _ = key.rpartition(":")

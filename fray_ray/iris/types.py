@@ -10,6 +10,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from fray_ray.iris.bundles import WorkspaceBundle
 from fray_ray.iris.names import JobName
 from fray_ray.iris.rpc import controller_pb2, finelog_logging_pb2, job_pb2, logging_pb2, time_pb2
 
@@ -241,6 +242,8 @@ class JobSpec:
     existing_job_policy: ExistingJobPolicy = ExistingJobPolicy.UNSPECIFIED
     priority_band: PriorityBand = PriorityBand.UNSPECIFIED
     task_image: str = ""
+    #: the workspace bundle unpacked into each task's workdir (None: no bundle)
+    bundle: WorkspaceBundle | None = None
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -249,7 +252,9 @@ class JobSpec:
             if getattr(self, budget) < 0:
                 raise ValueError(f"{budget} must be >= 0, got {getattr(self, budget)}")
 
-    def to_proto(self, client_revision_date: str) -> controller_pb2.Controller.LaunchJobRequest:
+    def to_proto(self, client_revision_date: str, *, send_blob: bool = True) -> controller_pb2.Controller.LaunchJobRequest:
+        """The LaunchJob request. A bundle goes inline (`bundle_blob`) when `send_blob` and its
+        bytes are at hand, else by id alone (the controller must hold it already)."""
         request = controller_pb2.Controller.LaunchJobRequest(
             name=self.name.wire,
             entrypoint=self.entrypoint.to_proto(),
@@ -266,6 +271,15 @@ class JobSpec:
             task_image=self.task_image,
             client_revision_date=client_revision_date,
         )
+        if self.setup_scripts:
+            # Iris workers run the entrypoint's setup commands; clients copy the resolved
+            # scripts there (the environment keeps them for child jobs to inherit).
+            request.entrypoint.setup_commands.extend(self.setup_scripts)
+        if self.bundle is not None:
+            if send_blob and self.bundle.blob:
+                request.bundle_blob = self.bundle.blob
+            else:
+                request.bundle_id = self.bundle.bundle_id
         if self.coscheduling_group_by:
             request.coscheduling.group_by = self.coscheduling_group_by
         if (timeout := _duration(self.timeout_s)) is not None:

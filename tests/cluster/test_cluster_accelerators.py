@@ -37,10 +37,13 @@ def test_v5p_16_gang_starts_on_both_hosts_with_tpu_env(make_cluster) -> None:
         assert wait_finished(client, job_id).state == JobState.SUCCEEDED
         tasks = client.list_tasks(job_id)
         assert [t.worker_id for t in tasks] == ["tpu-a-w0", "tpu-a-w1"]
+        # Each VM of the slice is a host of its own, with an address of its own.
+        hosts = [t.worker_address for t in tasks]
+        assert len(set(hosts)) == 2 and all(h.startswith("127.0.0.") and h != "127.0.0.1" for h in hosts)
         for index, task in enumerate(tasks):
             (env,) = log_json(client, task.task_id)
             assert env["TPU_NAME"] == "tpu-a" and env["TPU_WORKER_ID"] == str(index)
-            assert env["TPU_WORKER_HOSTNAMES"] == "127.0.0.1,127.0.0.1"
+            assert env["TPU_WORKER_HOSTNAMES"] == ",".join(hosts)
             assert env["TPU_ACCELERATOR_TYPE"] == "v5p-16" and env["TPU_TOPOLOGY"] == "2x2x2"
             assert env["TPU_CHIPS_PER_HOST_BOUNDS"] == "2,2,1" and env["TPU_HOST_BOUNDS"] == "1,1,2"
             assert env["JAX_PLATFORMS"] == "tpu" and env["PJRT_DEVICE"] == "TPU"

@@ -49,10 +49,12 @@ def test_task_registers_and_endpoint_disappears_with_the_job(client: ControllerC
     found = wait_for(lambda: len(eps := client.list_endpoints(f"{job_id}/")) == 2 and eps, what="two endpoints")
     tasks = client.list_tasks(job_id)
     ports = {t.task_id: t.ports["actor"] for t in tasks}
+    hosts = {t.task_id: t.worker_address for t in tasks}
     assert sorted(e.task_id for e in found) == sorted(ports)
     for endpoint in found:
         assert endpoint.name == f"{job_id}/actor"
-        assert endpoint.address == f"http://127.0.0.1:{ports[endpoint.task_id]}"
+        # each task registers the address of its own host
+        assert endpoint.address == f"http://{hosts[endpoint.task_id]}:{ports[endpoint.task_id]}"
     assert len(client.list_endpoints(f"{job_id}/actor", exact=True)) == 2
     assert client.list_endpoints(f"{job_id}/act", exact=True) == []
     only_first = client.list_endpoints(f"{job_id}/", task_ids=[tasks[0].task_id])

@@ -60,7 +60,9 @@ def test_callable_job_gets_the_iris_runtime_contract(cluster: EmbeddedCluster, c
         assert env["IRIS_TASK_ID"] == f"{task.task_id}:0"
         assert env["IRIS_NUM_TASKS"] == "2"
         assert env["IRIS_CONTROLLER_ADDRESS"] == env["IRIS_CONTROLLER_URL"] == cluster.address
-        assert env["IRIS_ADVERTISE_HOST"] == "127.0.0.1" and env["IRIS_BIND_HOST"] == "127.0.0.1"
+        # the address of the task's own host (with one worker: this machine, 127.0.0.1)
+        assert env["IRIS_ADVERTISE_HOST"] == env["IRIS_BIND_HOST"] == task.worker_address == "127.0.0.1"
+        assert env["IRIS_VENV"] == os.path.join(env["IRIS_WORKDIR"], ".venv")
         assert env["IRIS_WORKDIR"] == info["cwd"] and info["file"] == "hello file"
         assert env["IRIS_PYTHON"] == sys.executable == info["python"]
         assert json.loads(env["IRIS_JOB_ENV"]) == {"MY_SETTING": "42"} and env["MY_SETTING"] == "42"

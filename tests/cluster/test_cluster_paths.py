@@ -41,11 +41,10 @@ class _Outcomes:
 
 
 def _worker(root: Path, outcomes: _Outcomes, bundles: BundleStore) -> LocalWorker:
-    contract = TaskContract(controller_url="http://127.0.0.1:1", token=None, python="python3",
-                            advertise_host="127.0.0.1", bind_host="127.0.0.1")
-    return LocalWorker(cpu_worker("cpu-0", cpu=1), root_dir=str(root), contract=contract,
+    contract = TaskContract(controller_url="http://127.0.0.1:1", token=None, python="python3")
+    return LocalWorker(cpu_worker("cpu-0", cpu=1), host="127.0.0.2", root_dir=str(root), contract=contract,
                        supervisor=None,  # type: ignore[arg-type] - never reached: preparation fails first
-                       logs=LogStore(), ports=PortAllocator("127.0.0.1"), bundles=bundles, listener=outcomes)
+                       logs=LogStore(), ports=PortAllocator(), bundles=bundles, listener=outcomes)
 
 
 def _launch(task_id: str, files: dict[str, bytes] | None = None, bundle_id: str = "") -> AttemptLaunch:

@@ -27,7 +27,10 @@ def test_list_workers_reports_every_host(make_cluster) -> None:
         assert (cpu.cpu_count, cpu.cpu_millicores, cpu.memory_bytes, cpu.disk_bytes) == (4, 4000, 8 << 30, 10 << 30)
         assert cpu.healthy and cpu.device is None and cpu.running_job_ids == ()
         assert cpu.attributes["pool"] == "small" and cpu.attributes["device-type"] == "cpu"
-        assert cpu.address == "127.0.0.1" and cpu.hostname == "cpu-0"
+        assert cpu.hostname == "cpu-0"
+        # every simulated host has a loopback address of its own (the controller keeps 127.0.0.1)
+        addresses = [w.address for w in workers.values()]
+        assert len(set(addresses)) == 4 and all(a.startswith("127.") and a != "127.0.0.1" for a in addresses)
         tpu = workers["tpu-a-w1"]
         assert isinstance(tpu.device, TpuDevice) and tpu.device.variant == "v5p-16" and tpu.device.count == 4
         assert tpu.attributes["tpu-name"] == "tpu-a" and tpu.attributes["tpu-worker-id"] == 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pickle
 
 import cloudpickle
+
+from fray_ray.fray._setup_scripts import pip_setup_script
 import pytest
 
 from fray_ray.fray import (
@@ -189,9 +191,11 @@ def test_user_env_vars_win_over_device_defaults() -> None:
     assert env.task_image == "img"
 
 
-def test_workspace_goes_first_on_pythonpath() -> None:
-    env = convert_environment(EnvironmentConfig(workspace="/ws", env_vars={"PYTHONPATH": "/a:/ws"}))
-    assert env.env_vars["PYTHONPATH"] == "/ws:/a"
+def test_the_workspace_path_never_reaches_the_workers() -> None:
+    # The workspace travels as a bundle; a path of the submitting machine is no use elsewhere.
+    env = convert_environment(EnvironmentConfig(workspace="/ws", env_vars={"PYTHONPATH": "/a"}))
+    assert env.env_vars["PYTHONPATH"] == "/a"
+    assert "/ws" not in "".join(env.env_vars.values()) + "".join(env.setup_scripts)
 
 
 def test_setup_steps_and_image_override() -> None:
@@ -201,7 +205,8 @@ def test_setup_steps_and_image_override() -> None:
     env = convert_environment(environment, image="custom:1")
     assert env.setup_scripts[0] == "echo hi"
     assert "--extra gpu" in env.setup_scripts[1]
-    assert env.setup_scripts[2] == "uv pip install 'numpy<3'"
+    assert env.setup_scripts[2] == pip_setup_script(["numpy<3"])
+    assert "'numpy<3'" in env.setup_scripts[2] and '${IRIS_VENV:-' in env.setup_scripts[2]
     assert env.task_image == "custom:1"
 
 

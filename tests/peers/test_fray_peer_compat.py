@@ -50,8 +50,11 @@ def test_real_fray_client_runs_a_job_and_an_actor_group_on_our_cluster(peer_clie
     """The peer creates a job and a 2-actor group and calls them; while its group is up, our
     client discovers the same actors (one prefix query) and calls them too."""
     marker = tmp_path / "peer-job-ran"
+    # The peer's jobs carry marin's default setup (uv sync of a workspace project); like Iris's
+    # local process runtime, these workers skip setup: the peer's venv already holds everything.
     config = ClusterConfig(
-        workers=(cpu_worker("peer-host", cpu=4, memory="8g", disk="20g"),), task_python=peer_client_python
+        workers=(cpu_worker("peer-host", cpu=4, memory="8g", disk="20g"),), task_python=peer_client_python,
+        run_setup_scripts=False,
     )
     prefix = f"fray-{uuid.uuid4().hex[:6]}"
     group_job = f"/peer/{prefix}-acc"

@@ -34,7 +34,11 @@ def run_driver(python: str, **args: object) -> dict:
 
 @pytest.fixture
 def peer_cluster(peer_client_python: str) -> Iterator[EmbeddedCluster]:
-    config = ClusterConfig(workers=(cpu_worker("peer-host", cpu=4, memory="8g"),), task_python=peer_client_python)
+    # The peer client's jobs carry marin's default setup (uv sync of a workspace project); like
+    # Iris's local process runtime, these workers skip setup: the peer's venv holds everything.
+    config = ClusterConfig(
+        workers=(cpu_worker("peer-host", cpu=4, memory="8g"),), task_python=peer_client_python, run_setup_scripts=False
+    )
     with EmbeddedCluster(config) as cluster:
         yield cluster
 

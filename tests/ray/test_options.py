@@ -270,7 +270,7 @@ RAY_ACCEPTS: list[tuple[str, dict[str, Any]]] = [
     (T, {"retry_exceptions": True}), (T, {"retry_exceptions": [ValueError]}),
     (T, {"retry_exceptions": (ValueError,)}), (T, {"retry_exceptions": []}),
     (T, {"max_calls": 1}), (T, {"max_calls": None}), (T, {"name": ""}),
-    (T, {"accelerator_type": "A100"}), (T, {"runtime_env": {"pip": ["x"], "bogus": 1}}),
+    (T, {"accelerator_type": "A100"}), (T, {"runtime_env": {"pip": ["x"], "env_vars": {"A": "b"}}}),
     (T, {"scheduling_strategy": "DEFAULT"}), (T, {"scheduling_strategy": "SPREAD"}),
     (T, {"scheduling_strategy": None}),
     (T, {"scheduling_strategy": NodeLabelSchedulingStrategy({"a": In("b")})}),
@@ -369,13 +369,15 @@ def test_task_fields_are_normalised() -> None:
     assert options.given["num_cpus"] == 2  # as given, like Ray's _default_options
 
 
-def test_runtime_env_vars_and_ignored_keys() -> None:
-    options = TaskOptions.from_options(
-        {"runtime_env": {"env_vars": {"A": "1"}, "pip": ["numpy"], "working_dir": "s3://x"}}
-    )
+def test_runtime_env_vars_and_keys_that_cannot_be_honoured() -> None:
+    options = TaskOptions.from_options({"runtime_env": {"env_vars": {"A": "1"}, "pip": ["numpy"]}})
     assert options.runtime_env_vars() == {"A": "1"}
-    assert options.ignored_runtime_env_keys == ("pip", "working_dir")
     assert TaskOptions.from_options({}).runtime_env_vars() == {}
+    # a key fray_ray cannot honour is an error naming it, never accepted and dropped
+    for env, key in [({"working_dir": "s3://x/y.zip"}, "working_dir"), ({"pip": ["x"], "bogus": 1}, "bogus"),
+                     ({"conda": "env.yml"}, "conda")]:
+        with pytest.raises(ValueError, match=key):
+            TaskOptions.from_options({"runtime_env": env})
 
 
 def test_merge_layers_options_key_by_key() -> None:
