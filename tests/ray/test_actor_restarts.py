@@ -17,6 +17,7 @@ from fray_ray._private import actor_restarts as rules
 from fray_ray._private import ids
 from fray_ray._private.actor_restarts import CallFate, RetryBudget
 from fray_ray._private.actors import ActorManager
+from fray_ray._private.object_store import ObjectStore, ObjectStoreConfig
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import ConnectionClosed
 from fray_ray._private.resources import Ledger
@@ -117,7 +118,8 @@ class FakeLauncher:
         self.max_restarts: int | None = None
         self.terminated: list[Any] = []
 
-    def launch_actor(self, actor_id, group_name, shape, *, env_vars, max_restarts, accelerator, callback, gang=None):
+    def launch_actor(self, actor_id, group_name, shape, *, env_vars, max_restarts, accelerator, callback, gang=None,
+                     runtime_env=None, started=None, start_failed=None):
         self.max_restarts = max_restarts
         callback(FakeGroup(), None)
 
@@ -164,7 +166,8 @@ class FakeHost:
 
 class Harness:
     def __init__(self, **spec: Any) -> None:
-        self.objects = ObjectTable()
+        self.store = ObjectStore(ObjectStoreConfig(limit=1 << 30), session_name="restart-tests")
+        self.objects = ObjectTable(self.store)
         self.launcher = FakeLauncher()
         self.timers = TimerQueue("test-timers")
         self.manager = ActorManager(self.objects, Ledger({"CPU": 4}), self.launcher, StreamTable(self.objects),
@@ -198,6 +201,7 @@ class Harness:
     def close(self) -> None:
         self.manager.close()
         self.timers.stop()
+        self.store.close()
 
 
 @pytest.fixture
