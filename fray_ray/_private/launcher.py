@@ -82,7 +82,7 @@ class WorkerLauncher:
         self._workspace = os.getcwd()
         self._prepared: set[RuntimeEnv] = set()  # runtime envs whose code was captured
         self._prepared_lock = threading.Lock()
-        self.startup = StartupWatch(self.job_failure)
+        self.startup = StartupWatch(self.group_failure)
 
     def prepare(self, runtime_env: RuntimeEnv) -> None:
         """Capture the code a runtime env ships (working_dir, py_modules) now, once per session,
