@@ -216,7 +216,7 @@ class ActorManager:
         )
         return [record.spec.actor_id for record in records]
 
-    def host_connected(self, actor_id: bytes, connection: Connection, pid: int | None, host: str | None) -> bool:
+    def host_connected(self, actor_id: bytes, connection: Connection, pid: int | None, host: str | None = None) -> bool:
         """A host said hello (from cluster host `host`): send it the class and every queued call."""
         with self._lock:
             record = self._actors.get(actor_id)

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping
@@ -33,13 +34,12 @@ def _check_sizes(num_cpus: float | None, num_gpus: float | None, resources: Mapp
             raise ValueError(f"{name} must be a non-negative number, got {value!r}")
 
 
-def _existing_cluster_sizes(num_cpus: float | None, num_gpus: float | None, resources: Mapping[str, float] | None,
-                            what: str = "an existing cluster") -> None:
-    """Ray 2.60 refuses sizes when connecting to a cluster that already has its nodes."""
+def _existing_cluster_sizes(num_cpus: float | None, num_gpus: float | None, resources: Mapping[str, float] | None) -> None:
+    """Ray 2.60 refuses sizes when connecting to a cluster that already has its nodes (its words)."""
     if num_cpus is not None or num_gpus is not None:
-        raise ValueError(f"When connecting to {what}, num_cpus and num_gpus must not be provided.")
+        raise ValueError("When connecting to an existing cluster, num_cpus and num_gpus must not be provided.")
     if resources is not None:
-        raise ValueError(f"When connecting to {what}, resources must not be provided.")
+        raise ValueError("When connecting to an existing cluster, resources must not be provided.")
 
 
 def default_object_store_memory() -> int:
@@ -213,14 +213,21 @@ def _start_embedded_cluster(
     config = cluster_config
     if config is None and os.environ.get("FRAY_RAY_CLUSTER_CONFIG"):
         config = os.environ["FRAY_RAY_CLUSTER_CONFIG"]  # a layout file, or the layout as JSON
-    if config is not None:
-        _existing_cluster_sizes(num_cpus, num_gpus, resources, "a cluster laid out by cluster_config")
     if isinstance(config, str):
         config = config_from_mapping(json.loads(config)) if config.lstrip().startswith("{") else load_config_file(config)
     if config is None:
-        config = ClusterConfig(workers=(_sized_host(num_cpus, num_gpus, resources),))
+        config = ClusterConfig()
     if not isinstance(config, ClusterConfig):
         raise TypeError(f"cluster_config must be a ClusterConfig or a path to a JSON/TOML layout, got {type(config).__name__}")
+    sized = num_cpus is not None or num_gpus is not None or resources is not None
+    if config.workers and sized:
+        raise ValueError(
+            "cluster_config lays out the cluster's hosts, so num_cpus, num_gpus and resources must not be provided "
+            "with it: give each host's size in cluster_config (cpu_worker(cpu=...), gpu_host(...), attributes "
+            "{'ray-resource:<name>': amount} for custom resources)"
+        )
+    if not config.workers:  # one host, this machine, sized by init's arguments
+        config = dataclasses.replace(config, workers=(_sized_host(num_cpus, num_gpus, resources),))
     cluster = EmbeddedCluster(config)
     cluster.start()
     return cluster

@@ -17,7 +17,7 @@ import dataclasses
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 
-from fray_ray._private.nodes import Node
+from fray_ray._private.nodes import Node, node_id_for
 from fray_ray._private.resources import Holding, Ledger, describe_amount
 
 #: Placement group strategies, as Ray names them.
@@ -47,6 +47,13 @@ class ClusterLedger:
         #: the CPU each live process of the session asked for, and its host once known
         self._asks: dict[bytes, tuple[float, str | None]] = {}
         self._ready = threading.Event()
+
+    @classmethod
+    def of_one_node(cls, resources: Mapping[str, float], host_id: str = "local") -> ClusterLedger:
+        """A ledger of one node with `resources` (for tests and one-host sessions)."""
+        ledger = cls()
+        ledger.update([Node(node_id_for(host_id), host_id, "127.0.0.1", host_id, True, dict(resources))])
+        return ledger
 
     # ---- nodes ---------------------------------------------------------------------------
 

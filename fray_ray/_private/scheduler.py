@@ -413,7 +413,9 @@ class TaskScheduler:
 
     # ---- executors -----------------------------------------------------------------------
 
-    def executor_connected(self, executor_id: bytes, connection: Connection, pid: int | None, host: str | None) -> bool:
+    def executor_connected(
+        self, executor_id: bytes, connection: Connection, pid: int | None, host: str | None = None
+    ) -> bool:
         with self._lock:
             executor = self._executors.get(executor_id)
             if executor is None or executor.state is not ExecutorState.STARTING:
