@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from fray_ray._private.nodes import Node, node_id_for
 from fray_ray._private.resources import Holding, Ledger, describe_amount
@@ -47,6 +47,9 @@ class ClusterLedger:
         #: the CPU each live process of the session asked for, and its host once known
         self._asks: dict[bytes, tuple[float, str | None]] = {}
         self._ready = threading.Event()
+        #: retires idle processes of the session until this much CPU is not asked for (set by
+        #: the driver to the task scheduler's `make_room`)
+        self.make_room: Callable[[float], None] | None = None
 
     @classmethod
     def of_one_node(cls, resources: Mapping[str, float], host_id: str = "local") -> ClusterLedger:
@@ -256,17 +259,30 @@ class ClusterLedger:
     def ask(self, key: bytes, cpu: float) -> float:
         """Record a process about to be launched; returns the CPU it should ask the cluster
         for: `cpu` while the live nodes have that much not asked for by this session's
-        processes (one node at least `cpu` of it), else 0."""
+        processes (one node at least `cpu` of it), after `make_room` retired idle ones if
+        needed; else 0. Call it without holding other locks (`make_room` takes the scheduler's)."""
+        fits = cpu <= 0 or self._room_for(cpu)
+        if not fits and self.make_room is not None:
+            self.make_room(cpu)
+            fits = self._room_for(cpu)
         with self._lock:
-            if cpu > 0 and self._nodes:
-                asked: dict[str | None, float] = {}
-                for amount, host in self._asks.values():
-                    asked[host] = asked.get(host, 0.0) + amount
-                rooms = [n.resources.get("CPU", 0.0) - asked.get(h, 0.0) for h, n in self._nodes.items() if n.alive]
-                if not rooms or max(rooms) < cpu or sum(max(r, 0.0) for r in rooms) - asked.get(None, 0.0) < cpu:
-                    cpu = 0.0
-            self._asks[key] = (cpu, None)
-        return cpu
+            self._asks[key] = (cpu if fits else 0.0, None)
+        return cpu if fits else 0.0
+
+    def _room_for(self, cpu: float) -> bool:
+        with self._lock:
+            if not self._nodes:
+                return True  # not seen yet: ask for what it holds
+            asked: dict[str | None, float] = {}
+            for amount, host in self._asks.values():
+                asked[host] = asked.get(host, 0.0) + amount
+            rooms = [n.resources.get("CPU", 0.0) - asked.get(h, 0.0) for h, n in self._nodes.items() if n.alive]
+            return bool(rooms) and max(rooms) >= cpu and sum(max(r, 0.0) for r in rooms) - asked.get(None, 0.0) >= cpu
+
+    def asked(self, key: bytes) -> float:
+        """The CPU the process `key` asked the cluster for (0 if unknown)."""
+        with self._lock:
+            return self._asks.get(key, (0.0, None))[0]
 
     def placed(self, key: bytes, host_id: str | None) -> None:
         """The process `key` runs on `host_id`."""

@@ -111,6 +111,7 @@ class DriverRuntime:
             self.launcher,
             self.timers,
             judge=lambda strategy, demand: self.view.judge(strategy, demand, self.node_id),
+            before_schedule=self._before_schedule,
             error_for=self._error_value,
             stream_finished=self.streams.finish,
             stream_released=self.streams.release,
@@ -130,6 +131,7 @@ class DriverRuntime:
         )
         self.gangs = GangScheduler(self.objects, self.launcher, self.timers, error_for=self._error_value)
         self.actors.on_resources_released = self._resources_released
+        self.ledger.make_room = self.scheduler.make_room  # idle executors give way to new processes
         self.objects.foreign = _ReferenceRouter(self.actors, self.streams)
         self._flush_timer = None
         self._warm_executors = warm_executors
@@ -549,9 +551,12 @@ class DriverRuntime:
     # ---- placement groups ----------------------------------------------------------------
 
     def _resources_released(self) -> None:
-        """Resources were freed or the cluster changed: waiting actors, then tasks, look again."""
-        self.actors.retry_waiting()
+        """Resources were freed or the cluster changed: waiting groups, actors, then tasks, look again."""
         self.scheduler.schedule()
+
+    def _before_schedule(self) -> None:
+        self.placement_groups.try_reserve()  # freed resources may complete pending groups
+        self.actors.retry_waiting()  # and start actors that wait for room, before more tasks run
 
     def placement_group(self, operation: str, **arguments: Any) -> Any:
         """Create, remove, wait for, look up and list placement groups (see util.placement_group)."""

@@ -106,6 +106,7 @@ class TaskScheduler:
         timers: TimerQueue,
         *,
         judge: Callable[[Any, dict[str, float]], str | None],
+        before_schedule: Callable[[], None] = lambda: None,
         error_for: Callable[[str, Any], SerializedValue],
         stream_finished: Callable[[bytes, SerializedValue | None], None],
         stream_released: Callable[[bytes], None],
@@ -114,6 +115,7 @@ class TaskScheduler:
     ) -> None:
         self._placement_groups = placement_groups
         self._judge = judge  # why a task with this strategy and demand can never run, or None
+        self._before_schedule = before_schedule  # freed resources go to waiting groups and actors first
         self._objects = objects
         self._ledger = ledger
         self._launcher = launcher
@@ -136,7 +138,7 @@ class TaskScheduler:
     def submit(self, spec: TaskSpec) -> None:
         """Queue a task whose return objects already exist (pending) in the object table."""
         demand = spec.pool.shape.as_dict()
-        problem = None if _placement_of(spec) else self._judge(spec.scheduling_strategy, demand)
+        problem = None if spec.placement else self._judge(spec.scheduling_strategy, demand)
         self._objects.incref(spec.arguments.value.contained_refs)
         record = TaskRecord(spec, demand)
         if problem is not None:
@@ -197,7 +199,7 @@ class TaskScheduler:
 
     def _ledger_for(self, record: TaskRecord) -> Ledger | ClusterLedger | None:
         """The ledger the task draws from now; None while its placement group is not placed."""
-        placement = _placement_of(record.spec)
+        placement = record.spec.placement
         if placement is None:
             return self._ledger
         group_id, index = placement
@@ -210,8 +212,7 @@ class TaskScheduler:
 
     def schedule(self) -> None:
         """Match ready tasks with idle executors; launch executors where the ledger allows."""
-        if self._placement_groups is not None:
-            self._placement_groups.try_reserve()  # freed resources may complete pending groups
+        self._before_schedule()
         dispatches: list[tuple[ExecutorRecord, TaskRecord]] = []
         launches: list[ExecutorRecord] = []
         failures: list[tuple[TaskRecord, BaseException]] = []
@@ -253,7 +254,7 @@ class TaskScheduler:
             record = queue.popleft()
             ledger = self._ledger_for(record)
             if ledger is None:
-                placement = _placement_of(record.spec)
+                placement = record.spec.placement
                 if placement and self._placement_groups.is_removed(placement[0]):
                     from fray_ray.exceptions import TaskPlacementGroupRemoved
 
@@ -652,14 +653,31 @@ class TaskScheduler:
                     keep -= 1
                     continue
                 if now - executor.idle_since >= IDLE_TIMEOUT_S:
-                    executor.state = ExecutorState.DEAD
-                    self._drop_locked(executor)
-                    if executor.connection is not None:
-                        self._by_connection.pop(executor.connection, None)
-                    retire.append(executor)
+                    retire.append(self._retire_locked(executor))
         for executor in retire:
             self._retire(executor)
         self._maintenance = self._timers.call_later(IDLE_TIMEOUT_S / 3, self._maintain)
+
+    def make_room(self, cpu: float) -> None:
+        """Retire idle executors that hold CPU at the cluster, longest idle first, until `cpu`
+        is freed there: a new process needs that room (Ray's idle workers hold nothing)."""
+        retire: list[ExecutorRecord] = []
+        with self._lock:
+            idle = sorted((e for e in self._executors.values() if e.state is ExecutorState.IDLE), key=lambda e: e.idle_since)
+            for executor in idle:
+                held = self._ledger.asked(executor.executor_id)
+                if cpu > 0 and held > 0:
+                    cpu -= held
+                    retire.append(self._retire_locked(executor))
+        for executor in retire:
+            self._retire(executor)
+
+    def _retire_locked(self, executor: ExecutorRecord) -> ExecutorRecord:
+        executor.state = ExecutorState.DEAD
+        self._drop_locked(executor)
+        if executor.connection is not None:
+            self._by_connection.pop(executor.connection, None)
+        return executor
 
     def _retire(self, executor: ExecutorRecord) -> None:
         if executor.connection is not None:
@@ -679,15 +697,6 @@ class TaskScheduler:
                 launches.append(executor)
         for executor in launches:
             self._launch(executor)
-
-    def stats(self) -> dict[str, int]:
-        with self._lock:
-            states = collections.Counter(e.state.value for e in self._executors.values())
-            return {"tasks": len(self._tasks), **{f"executors_{k}": v for k, v in states.items()}}
-
-    def executor_pids(self) -> list[int]:
-        with self._lock:
-            return [e.pid for e in self._executors.values() if e.pid]
 
     def close(self) -> list[Any]:
         """Stop scheduling; tell executors to exit; returns their Fray jobs for cleanup."""
@@ -710,15 +719,3 @@ class TaskScheduler:
                 jobs.append(executor.job)
         return jobs
 
-    def pending_task_ids(self) -> list[bytes]:
-        with self._lock:
-            return list(self._tasks)
-
-
-def _placement_of(spec: TaskSpec) -> tuple[bytes, int] | None:
-    """(group id, bundle index) when the task is scheduled into a placement group."""
-    strategy = spec.scheduling_strategy
-    group = getattr(strategy, "placement_group", None)
-    if group is None:
-        return None
-    return group.id.binary(), int(getattr(strategy, "placement_group_bundle_index", -1))

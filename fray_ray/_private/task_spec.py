@@ -94,6 +94,14 @@ class TaskSpec:
     gang: Any = None
     gang_id: bytes | None = None
 
+    @property
+    def placement(self) -> tuple[bytes, int] | None:
+        """(group id, bundle index) when the task is scheduled into a placement group."""
+        group = getattr(self.scheduling_strategy, "placement_group", None)
+        if group is None:
+            return None
+        return group.id.binary(), int(getattr(self.scheduling_strategy, "placement_group_bundle_index", -1))
+
 
 @dataclass
 class ActorCreationSpec:
