@@ -47,6 +47,9 @@ class ClusterLedger:
         #: the CPU each live process of the session asked for, and its host once known
         self._asks: dict[bytes, tuple[float, str | None]] = {}
         self._ready = threading.Event()
+        #: infeasible() answers by demand, until the nodes change (it runs for every task)
+        self._judged: dict[tuple[tuple[str, float], ...], str | None] = {}
+        self._generation = 0  # counts changes of the nodes, so no stale answer is kept
         #: retires idle processes of the session until this much CPU is not asked for (set by
         #: the driver to the task scheduler's `make_room`)
         self.make_room: Callable[[float], None] | None = None
@@ -81,6 +84,9 @@ class ClusterLedger:
                 if host_id not in seen and node.alive:
                     self._nodes[host_id] = _lost(node)
                     changed = True
+            if changed:
+                self._judged.clear()
+                self._generation += 1
         self._ready.set()
         return changed
 
@@ -133,6 +139,18 @@ class ClusterLedger:
         for key, amount in (placement or {}).items():
             wanted[key] = max(wanted.get(key, 0.0), amount)
         wanted = {k: v for k, v in wanted.items() if v > 0}
+        key = tuple(sorted(wanted.items()))
+        with self._lock:
+            if key in self._judged:
+                return self._judged[key]
+            generation = self._generation
+        problem = self._judge(wanted)
+        with self._lock:
+            if generation == self._generation:
+                self._judged[key] = problem
+        return problem
+
+    def _judge(self, wanted: Mapping[str, float]) -> str | None:
         live = self._live()
         if not live or any(ledger.fits_when_empty(wanted) for ledger in live):
             return None
