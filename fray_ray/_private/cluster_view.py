@@ -73,7 +73,7 @@ class ClusterView:
         self._stopped.set()
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=5)  # a refresh in flight ends within the RPC timeout anyway
 
     def _run(self) -> None:
         while not self._stopped.is_set():
