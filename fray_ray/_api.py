@@ -91,7 +91,8 @@ def init(
     """Start or connect to a session and return its context.
 
     - no address (and no RAY_ADDRESS/FRAY_RAY_ADDRESS): start an embedded Iris-compatible
-      cluster in this process, sized from the machine or from num_cpus/num_gpus/resources;
+      cluster in this process: one host sized from the machine or from num_cpus/num_gpus/
+      resources (custom resources become its `ray-resource:<name>` attributes);
     - `"local"`: always start a new embedded cluster;
     - `"iris://host:port"`, `"http://host:port"` or `"host:port"`: use that Iris controller;
     - `"auto"`: RAY_ADDRESS/FRAY_RAY_ADDRESS, else the surrounding Iris task's controller;
@@ -108,6 +109,10 @@ def init(
     and `excludes` apply to every task and actor (see the README's "Running on an Iris
     cluster"). `_node_ip_address` (or FRAY_RAY_NODE_IP_ADDRESS) is the address of this machine
     that workers on other hosts connect to; inside an Iris task it is IRIS_ADVERTISE_HOST.
+
+    A running cluster's size is its workers': with an address (or inside a task) num_cpus,
+    num_gpus and resources raise ValueError, as Ray's do for an existing cluster, and so they
+    do beside a `cluster_config` that lists hosts.
 
     Raises RuntimeError when called twice without ignore_reinit_error=True, or for an
     unknown keyword argument.
@@ -320,17 +325,19 @@ def _initialized_runtime() -> Any:
 
 
 def cluster_resources() -> dict[str, float]:
-    """Total logical resources of the session (RaySystemError before init)."""
+    """The summed resources of the cluster's live workers, as read from the controller at most a
+    second ago (blocks for that read); RaySystemError before init."""
     return _initialized_runtime().cluster_resources()
 
 
 def available_resources() -> dict[str, float]:
-    """Free logical resources; resources with nothing free are left out (RaySystemError before init)."""
+    """What this session's tasks and actors leave free on the live workers; resources with nothing
+    free are left out (RaySystemError before init)."""
     return _initialized_runtime().available_resources()
 
 
 def nodes() -> list[dict[str, Any]]:
-    """One entry per node of the session."""
+    """One entry per worker of the cluster (lost ones with `Alive: False`), shaped like Ray's."""
     return runtime_state.current().nodes()
 
 

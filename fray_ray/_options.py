@@ -966,12 +966,10 @@ class ActorOptions(_Placement):
         given = {key for key, value in self.given.items() if value is not None}
         if given & {"num_gpus", "resources", "accelerator_type"}:
             return 1.0, 1.0  # any other resource request makes the CPU default 1 throughout
-        if "memory" in given:
-            return 0.0, 0.0
-        return 1.0, 0.0
+        return 1.0, 0.0  # `memory` alone too: placing needs a node with a CPU, none is held
 
     def scheduling_demand(self) -> dict[str, float | int]:
-        """What a host must have free to start the actor (1 CPU by default)."""
+        """What a host must have to start the actor (1 CPU by default; in its totals, not free)."""
         return self._demand(self._cpus()[0])
 
     def resource_demand(self) -> dict[str, float | int]:

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -158,21 +159,16 @@ class ActorClass:
         from fray_ray._private.gangs import shape_for
 
         runtime = runtime_state.current()
-        resources = dict(options.get("resources") or {})
-        num_cpus = options.get("num_cpus")
         gang = shape_for(options)
         runtime_env = effective_runtime_env(options.get("runtime_env"))
+        shape, placement = actor_shapes(options)
         spec = ActorCreationSpec(
             actor_id=ids.new_actor_id(),
             cls=self._code_blob(),
             class_name=self._cls.__name__,
             arguments=pack_arguments(args, kwargs, f"{self._cls.__name__}.__init__"),
-            shape=ResourceShape(
-                cpu=float(num_cpus) if num_cpus is not None else 0.0,
-                gpu=float(options.get("num_gpus") or 0),
-                memory=int(options.get("memory") or 0),
-                custom=tuple(sorted((k, float(v)) for k, v in resources.items())),
-            ),
+            shape=shape,
+            placement=placement,
             methods=self._methods,
             is_async=self._is_async,
             max_concurrency=int(options.get("max_concurrency") or (1000 if self._is_async else 1)),
@@ -190,7 +186,7 @@ class ActorClass:
             gang=gang,
         )
         if gang is not None:
-            spec.shape = ResourceShape(cpu=0.0)  # the slice's hosts are the resource, not ledger CPUs
+            spec.shape, spec.placement = ResourceShape(cpu=0.0), None  # the slice's hosts are the resource
             member_ids = runtime.create_actor(spec)
             # One actor per host, in host order (a single handle for a one-host slice).
             handles = [ActorHandle(i, self._cls.__name__, self._methods, self._is_async) for i in member_ids]
@@ -200,6 +196,29 @@ class ActorClass:
             info = runtime.get_named_actor(spec.name, spec.namespace)
             return ActorHandle(info["actor_id"], info["class_name"], info["methods"], info["is_async"])
         return ActorHandle(actor_id, self._cls.__name__, self._methods, self._is_async)
+
+
+def actor_shapes(options: Mapping[str, Any]) -> tuple[ResourceShape, ResourceShape | None]:
+    """(what the actor holds while alive, what a node must have to place it; None: the same),
+    by Ray 2.60's rule: an actor given no resource but `memory` holds no CPU, yet only a node
+    with a CPU can place it; given any (num_cpus, num_gpus, resources, accelerator_type), it
+    holds its `num_cpus`, 1 by default.
+
+    >>> actor_shapes({})
+    (ResourceShape(cpu=0.0, gpu=0.0, memory=0, custom=()), ResourceShape(cpu=1.0, gpu=0.0, memory=0, custom=()))
+    >>> actor_shapes({"num_gpus": 1})[0].cpu
+    1.0
+    """
+    resources = dict(options.get("resources") or {})
+    num_cpus = options.get("num_cpus")
+    specified = bool(resources) or any(options.get(k) is not None for k in ("num_cpus", "num_gpus", "accelerator_type"))
+    shape = ResourceShape(
+        cpu=float(num_cpus) if num_cpus is not None else (1.0 if specified else 0.0),
+        gpu=float(options.get("num_gpus") or 0),
+        memory=int(options.get("memory") or 0),
+        custom=tuple(sorted((k, float(v)) for k, v in resources.items())),
+    )
+    return shape, None if specified else dataclasses.replace(shape, cpu=1.0)
 
 
 class _ActorOptions:

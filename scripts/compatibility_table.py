@@ -44,6 +44,7 @@ AREAS: dict[str, str] = {
     "cancel": "`ray.cancel`",
     "runtime_context": "Runtime context",
     "cluster_resources": "Cluster resources and nodes",
+    "actor_resources": "Resources actors hold; what waits when the cluster is full",
     "placement_groups": "Placement groups",
     "scheduling": "Scheduling strategies",
     "actor_pool": "`ray.util.ActorPool`",

@@ -19,16 +19,18 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from fray_ray._private import actor_restarts as restarts
+from fray_ray._private.actor_reservations import ActorReservations
 from fray_ray._private.actor_restarts import CallFate, died_error, unknown_actor_error
+from fray_ray._private.cluster_ledger import ClusterLedger
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.remote_actors import RemoteActor
-from fray_ray._private.resources import Ledger
 from fray_ray._private.streams import StreamTable
 from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue, WireBatch, serialize_error
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec
 
 if TYPE_CHECKING:
+    from fray_ray._private.cluster_view import ClusterView
     from fray_ray._private.launcher import WorkerLauncher
     from fray_ray._private.timers import TimerQueue
 
@@ -55,8 +57,6 @@ class ActorRecord:
     pid: int | None = None
     ready: threading.Event = field(default_factory=threading.Event)
     killed: bool = False
-    #: where the actor's resources come from (the session's ledger or a bundle's)
-    ledger: Ledger | None = None
     #: a named actor another driver created: calls go over ActorService, in order
     remote: RemoteActor | None = None
     placement_group: str | None = None
@@ -72,7 +72,7 @@ class ActorManager:
     def __init__(
         self,
         objects: ObjectTable,
-        ledger: Ledger,
+        ledger: ClusterLedger,
         launcher: WorkerLauncher,
         streams: StreamTable,
         *,
@@ -80,14 +80,15 @@ class ActorManager:
         session_id: str,
         placement_groups: Any = None,
         timers: TimerQueue | None = None,
+        view: ClusterView | None = None,
     ) -> None:
         self._placement_groups = placement_groups
+        self._reservations = ActorReservations(ledger, view)  # what actors hold, who waits for room
         self._timers = timers
         #: retries left per pending call (max_task_retries)
         self._retries = restarts.RetryBudget()
         self._streams = streams
         self._objects = objects
-        self._ledger = ledger
         self._launcher = launcher
         self._namespace = namespace
         self._session_id = session_id
@@ -136,16 +137,13 @@ class ActorManager:
                 self._names[(namespace, spec.name)] = spec.actor_id
         # What the constructor's arguments refer to stays alive until the constructor has run.
         self._objects.incref(spec.arguments.value.contained_refs)
-        record.ledger = self._ledger
-        group = getattr(spec.scheduling_strategy, "placement_group", None)
+        group, bundle = getattr(spec.scheduling_strategy, "placement_group", None), None
         if group is not None and self._placement_groups is not None:
             index = int(getattr(spec.scheduling_strategy, "placement_group_bundle_index", -1))
             found = self._placement_groups.bundle_ledger(group.id.binary(), index, spec.shape.as_dict())
-            if found is not None:
-                record.ledger = found[0]
+            bundle = found[0] if found is not None else None
             record.placement_group = group.id.hex()
-        record.ledger.force_acquire(spec.shape.as_dict())
-        problem = None if record.placement_group else self._ledger.infeasible(spec.shape.as_dict())
+        problem = None if record.placement_group else self._reservations.problem(spec)
         if problem is not None:
             from fray_ray.exceptions import ActorUnschedulableError
 
@@ -169,20 +167,16 @@ class ActorManager:
             if dead:
                 self._launcher.terminate(group)
 
-        self._launcher.launch_actor(
-            spec.actor_id,
-            group_name,
-            spec.shape,
-            env_vars=spec.env_vars,
-            max_restarts=restarts.iris_restart_budget(spec.max_restarts),
-            accelerator=spec.accelerator,
-            callback=launched,
-            runtime_env=spec.runtime_env,
+        # It starts once what it holds is free somewhere (now, or when a release makes room).
+        self._reservations.reserve(spec, lambda cpu: self._launcher.launch_actor(
+            spec.actor_id, group_name, spec.shape, env_vars=spec.env_vars,
+            max_restarts=restarts.iris_restart_budget(spec.max_restarts), accelerator=spec.accelerator,
+            callback=launched, runtime_env=spec.runtime_env, cpu=cpu,
             started=lambda: record.state is not ActorState.STARTING,
             start_failed=lambda problem: self._mark_dead(
                 record, self._death_error(record, "process_died", f"its worker could not start: {problem}")
             ),
-        )
+        ), bundle=bundle, in_group=record.placement_group is not None)
         return spec.actor_id
 
     def create_gang(self, spec: ActorCreationSpec) -> list[bytes]:
@@ -200,7 +194,6 @@ class ActorManager:
         records = [ActorRecord(member) for member in members]
         with self._lock:
             for record in records:
-                record.ledger = self._ledger
                 self._actors[record.spec.actor_id] = record
         for record in records:
             self._objects.incref(record.spec.arguments.value.contained_refs)
@@ -223,12 +216,13 @@ class ActorManager:
         )
         return [record.spec.actor_id for record in records]
 
-    def host_connected(self, actor_id: bytes, connection: Connection, pid: int | None) -> bool:
-        """A host said hello: send it the class and every queued call, in order."""
+    def host_connected(self, actor_id: bytes, connection: Connection, pid: int | None, host: str | None = None) -> bool:
+        """A host said hello (from cluster host `host`): send it the class and every queued call."""
         with self._lock:
             record = self._actors.get(actor_id)
             if record is None or record.state is ActorState.DEAD:
                 return False
+        self._reservations.placed(actor_id, host)
         with record.send_lock:
             with self._lock:
                 if record.state is ActorState.DEAD:
@@ -587,9 +581,12 @@ class ActorManager:
                 self._launcher.terminate(group)
 
     def _ledger_release(self, record: ActorRecord) -> None:
-        (record.ledger or self._ledger).release(record.spec.shape.as_dict())
-        if self.on_resources_released is not None:
+        if self._reservations.release(record.spec.actor_id) and self.on_resources_released is not None:
             self.on_resources_released()
+
+    def retry_waiting(self) -> None:
+        """Start the actors waiting for room that fit now."""
+        self._reservations.retry()
 
     def kill(self, actor_id: bytes, no_restart: bool) -> None:
         with self._lock:
@@ -702,6 +699,7 @@ class ActorManager:
         with self._lock:
             self._closed = True
             records = list(self._actors.values())
+            self._reservations.close()
             self._actors.clear()
             self._by_connection.clear()
             self._names.clear()

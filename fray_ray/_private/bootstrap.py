@@ -1,13 +1,18 @@
 """Building the driver runtime for init(): which cluster, which client, how big.
 
-- local_mode: Fray's LocalClient; executors and actors are threads of this process.
-- no address: an embedded Iris-compatible cluster started in this process.
-- an address: a running Iris controller (ours or a real one).
+- local_mode: Fray's LocalClient; executors and actors are threads of this process, on one
+  host sized from this machine or from num_cpus/num_gpus/resources.
+- no address: an embedded Iris-compatible cluster started in this process: its one simulated
+  host is sized from this machine or from num_cpus/num_gpus/resources (custom resources become
+  `ray-resource:<name>` worker attributes), or `cluster_config` lays out its hosts.
+- an address: a running Iris controller (ours or a real one). Its workers are the session's
+  capacity; num_cpus/num_gpus/resources raise, as Ray's do for an existing cluster.
 - inside an Iris task: the task's controller, with the task's job as parent.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping
@@ -18,26 +23,23 @@ from fray_ray._private.object_store import SYSTEM_CONFIG_KEYS, ObjectStoreConfig
 
 logger = logging.getLogger(__name__)
 
-logger = logging.getLogger(__name__)
 
-
-def _capacity(
-    num_cpus: float | None,
-    num_gpus: float | None,
-    resources: Mapping[str, float] | None,
-    object_store: ObjectStoreConfig | None = None,
-) -> dict[str, float]:
+def _check_sizes(num_cpus: float | None, num_gpus: float | None, resources: Mapping[str, float] | None) -> None:
+    """Ray's checks of init's sizes: CPU and GPU have arguments of their own."""
     for key in ("CPU", "GPU"):
         if resources and key in resources:
             raise ValueError(f"Use the '{key.lower()}s' argument instead of resources['{key}'] (num_cpus/num_gpus).")
-    capacity = {
-        "CPU": float(num_cpus if num_cpus is not None else (os.cpu_count() or 1)),
-        "GPU": float(num_gpus or 0),
-        "memory": float(_machine_memory() * 0.7),
-        "object_store_memory": float(object_store.limit if object_store else default_object_store_memory()),
-    }
-    capacity.update({k: float(v) for k, v in (resources or {}).items()})
-    return capacity
+    for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus), *(resources or {}).items()):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
+            raise ValueError(f"{name} must be a non-negative number, got {value!r}")
+
+
+def _existing_cluster_sizes(num_cpus: float | None, num_gpus: float | None, resources: Mapping[str, float] | None) -> None:
+    """Ray 2.60 refuses sizes when connecting to a cluster that already has its nodes (its words)."""
+    if num_cpus is not None or num_gpus is not None:
+        raise ValueError("When connecting to an existing cluster, num_cpus and num_gpus must not be provided.")
+    if resources is not None:
+        raise ValueError("When connecting to an existing cluster, resources must not be provided.")
 
 
 def default_object_store_memory() -> int:
@@ -106,13 +108,16 @@ def start_driver(
     ignored = sorted(set(system_config or ()) - set(SYSTEM_CONFIG_KEYS))
     if ignored:
         logger.warning("fray_ray does not use these _system_config keys: %s", ", ".join(map(str, ignored)))
+    _check_sizes(num_cpus, num_gpus, resources)
     if local_mode:
+        from fray_ray._private.nodes import resource_attributes
+        from fray_ray.fray import this_machine
         from fray_ray.fray.local_backend import LocalClient
 
-        capacity = _capacity(num_cpus, num_gpus, resources, object_store)
+        host = this_machine(cpu=num_cpus, gpus=int(num_gpus or 0), attributes=resource_attributes(resources))
         runtime = DriverRuntime(
-            LocalClient(max_threads=256),
-            capacity=capacity,
+            LocalClient(max_threads=256, host=host),
+            host_id=host.host_id,
             namespace=namespace,
             session_name=session_name,
             log_to_driver=log_to_driver,
@@ -132,28 +137,28 @@ def start_driver(
 
     address = _resolve_address(address)
     owned: list[Any] = []
-    accelerators: dict[str, float] = {}
+    host_id: str | None = None  # the cluster host this driver runs on, if it is one of them
     bind, advertise = session_hosts(node_ip_address)
     if address is None:
-        cluster = _start_embedded_cluster(num_gpus, cluster_config)
+        cluster = _start_embedded_cluster(num_cpus, num_gpus, resources, cluster_config)
         owned.append(cluster)
         client = FrayIrisClient(cluster.address, token=cluster.token)
-        accelerators = _accelerators_of(cluster.config)
+        workers = cluster.config.effective_workers()
+        host_id = workers[0].worker_id if len(workers) == 1 else None  # one host is this machine
         address = cluster.address
     elif address == "task":
+        _existing_cluster_sizes(num_cpus, num_gpus, resources)
         client = FrayIrisClient.from_job_info(get_job_info())
+        host_id = get_job_info().worker_id
         address = client_address(client)
     else:
+        _existing_cluster_sizes(num_cpus, num_gpus, resources)
         token = os.environ.get("FRAY_RAY_TOKEN") or os.environ.get("IRIS_AUTH_TOKEN") or None
         client = FrayIrisClient(address, token=token)
         _warn_if_unreachable(client_address(client), advertise)
-    capacity = _capacity(num_cpus, num_gpus if num_gpus is not None else accelerators.get("GPU"), resources, object_store)
-    for key, amount in accelerators.items():
-        if key != "GPU" and key not in capacity:
-            capacity[key] = amount
     runtime = DriverRuntime(
         client,
-        capacity=capacity,
+        host_id=host_id,
         namespace=namespace,
         session_name=session_name,
         log_to_driver=log_to_driver,
@@ -198,10 +203,12 @@ def _resolve_address(address: str | None) -> str | None:
     return address
 
 
-def _start_embedded_cluster(num_gpus: float | None, cluster_config: Any) -> Any:
+def _start_embedded_cluster(
+    num_cpus: float | None, num_gpus: float | None, resources: Mapping[str, float] | None, cluster_config: Any
+) -> Any:
     import json
 
-    from fray_ray.cluster import ClusterConfig, EmbeddedCluster, config_from_mapping, gpu_host, load_config_file
+    from fray_ray.cluster import ClusterConfig, EmbeddedCluster, config_from_mapping, load_config_file
 
     config = cluster_config
     if config is None and os.environ.get("FRAY_RAY_CLUSTER_CONFIG"):
@@ -209,35 +216,34 @@ def _start_embedded_cluster(num_gpus: float | None, cluster_config: Any) -> Any:
     if isinstance(config, str):
         config = config_from_mapping(json.loads(config)) if config.lstrip().startswith("{") else load_config_file(config)
     if config is None:
-        workers: tuple[Any, ...] = ()
-        if num_gpus:
-            from fray_ray.cluster import cpu_worker
-
-            workers = (cpu_worker(), gpu_host("auto", int(num_gpus), worker_id="gpu-0"))
-        config = ClusterConfig(workers=workers)
+        config = ClusterConfig()
     if not isinstance(config, ClusterConfig):
         raise TypeError(f"cluster_config must be a ClusterConfig or a path to a JSON/TOML layout, got {type(config).__name__}")
+    sized = num_cpus is not None or num_gpus is not None or resources is not None
+    if config.workers and sized:
+        raise ValueError(
+            "cluster_config lays out the cluster's hosts, so num_cpus, num_gpus and resources must not be provided "
+            "with it: give each host's size in cluster_config (cpu_worker(cpu=...), gpu_host(...), attributes "
+            "{'ray-resource:<name>': amount} for custom resources)"
+        )
+    if not config.workers:  # one host, this machine, sized by init's arguments
+        config = dataclasses.replace(config, workers=(_sized_host(num_cpus, num_gpus, resources),))
     cluster = EmbeddedCluster(config)
     cluster.start()
     return cluster
 
 
-def _accelerators_of(config: Any) -> dict[str, float]:
-    """Logical resources the cluster's simulated accelerator hosts add: GPU, TPU and TPU-<v>-head."""
-    totals: dict[str, float] = {}
-    slices: dict[str, str] = {}
-    for worker in config.workers or ():
-        gpu = getattr(worker, "gpu", None)
-        if gpu is not None:
-            totals["GPU"] = totals.get("GPU", 0.0) + float(gpu.count)
-        tpu = getattr(worker, "tpu", None)
-        if tpu is not None:
-            totals["TPU"] = totals.get("TPU", 0.0) + float(tpu.chips)
-            slices[tpu.slice_name] = tpu.variant
-    for variant in slices.values():
-        if variant:
-            totals[f"TPU-{variant}-head"] = totals.get(f"TPU-{variant}-head", 0.0) + 1.0
-    return totals
+def _sized_host(num_cpus: float | None, num_gpus: float | None, resources: Mapping[str, float] | None) -> Any:
+    """The embedded cluster's one host (this machine): its cores and memory, or init's sizes;
+    GPUs make it a GPU host, custom resources become its `ray-resource:` attributes."""
+    from fray_ray._private.nodes import resource_attributes
+    from fray_ray.cluster import cpu_worker, gpu_host
+
+    host = cpu_worker("cpu-0", cpu=num_cpus, attributes=resource_attributes(resources))
+    if not num_gpus:
+        return host
+    return gpu_host("auto", max(1, int(num_gpus)), worker_id="gpu-0", cpu=host.cpu_millicores / 1000,
+                    memory=host.memory_bytes, disk=host.disk_bytes, attributes=resource_attributes(resources))
 
 
 #: The address of this machine that workers on other hosts connect to (Ray's `_node_ip_address`).

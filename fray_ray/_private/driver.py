@@ -1,8 +1,9 @@
 """The driver runtime: the session that owns objects, schedules tasks and runs actors.
 
-Lifecycle: `DriverRuntime(...)` builds the parts, `start()` opens the session service and
-pre-starts one executor, `shutdown()` stops everything it started in reverse order (executors
-and actors, the session service, the Fray client, and the embedded cluster if it owns one).
+Lifecycle: `DriverRuntime(...)` builds the parts, `start()` opens the session service, starts
+reading the cluster's workers (in the background) and pre-starts one executor, `shutdown()`
+stops everything it started in reverse order (executors and actors, the cluster view, the
+session service, the Fray client, and the embedded cluster if it owns one).
 Only one driver runtime exists per process; `fray_ray.init()` creates it.
 """
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 import concurrent.futures
 import enum
 import logging
-import os
 import secrets
 import sys
 import threading
@@ -22,6 +22,8 @@ from fray_ray._private import ids
 from fray_ray._private import ids as ids_module
 from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.actors import ActorManager
+from fray_ray._private.cluster_ledger import ClusterLedger
+from fray_ray._private.cluster_view import ClusterView
 from fray_ray._private.gangs import GangScheduler
 from fray_ray._private.launcher import WorkerLauncher
 from fray_ray._private.logs import print_forwarded
@@ -30,8 +32,8 @@ from fray_ray._private.object_store import ObjectStore, ObjectStoreConfig
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.spilling import remove_orphaned_spill_dirs
 from fray_ray._private.refcount import LocalReferenceCounter
+from fray_ray._private.nodes import node_id_for
 from fray_ray._private.placement_groups import PlacementGroupManager
-from fray_ray._private.resources import Ledger
 from fray_ray._private.runtime_env import RuntimeEnv
 from fray_ray._private.scheduler import TaskScheduler
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize, serialize_error
@@ -60,7 +62,7 @@ class DriverRuntime:
         self,
         client: Any,
         *,
-        capacity: Mapping[str, float],
+        host_id: str | None = None,
         namespace: str,
         session_name: str,
         log_to_driver: bool = True,
@@ -74,24 +76,30 @@ class DriverRuntime:
         advertise_host: str | None = None,
     ) -> None:
         """`host` is what the session service binds, `advertise_host` (default `host`) the
-        address workers connect to."""
+        address workers connect to; `host_id` the cluster host this driver runs on, if any
+        (its node is then the driver's node and the head)."""
         self.state = DriverState.CREATED
         self.runtime_env = runtime_env or RuntimeEnv()  # the job's: every task and actor inherits it
         self.client = client
         self.namespace = namespace
         self.session_name = session_name
         self.job_id = ids.JOB_ID_HEX
-        self.node_id = ids.new_node_id()
+        self.host_id = host_id
+        self.node_id = node_id_for(host_id) if host_id else ids.new_node_id()
         self.node_ip = node_ip
         self.address_info = dict(address_info or {})
         self._log_to_driver = log_to_driver
         self._owned = list(owned)  # things to stop after the client (the embedded cluster)
         self._token = secrets.token_hex(16)
         if object_store is None:
-            object_store = ObjectStoreConfig(int(capacity.get("object_store_memory", 1 << 30)))
+            object_store = ObjectStoreConfig(1 << 30)
         self.objects = ObjectTable(ObjectStore(object_store, session_name=session_name))
         self.references = LocalReferenceCounter(self.objects.incref, self.objects.decref)
-        self.ledger = Ledger(capacity)
+        self.ledger = ClusterLedger()
+        self.view = ClusterView(
+            client, self.ledger, head_host=host_id, head_resources={"object_store_memory": float(object_store.limit)},
+            on_change=self._resources_released, fallback=_this_machine,
+        )
         self.timers = TimerQueue("driver-timers")
         self.session = SessionService(self, host=host, token=self._token, advertise_host=advertise_host)
         self.launcher = WorkerLauncher(client, self.session.address, self._token, job_prefix=session_name)
@@ -102,12 +110,13 @@ class DriverRuntime:
             self.ledger,
             self.launcher,
             self.timers,
+            judge=lambda strategy, demand: self.view.judge(strategy, demand, self.node_id),
+            before_schedule=self._before_schedule,
             error_for=self._error_value,
             stream_finished=self.streams.finish,
             stream_released=self.streams.release,
             warm_executors=warm_executors,
             placement_groups=self.placement_groups,
-            node_id=self.node_id.hex(),
         )
         self.actors = ActorManager(
             self.objects,
@@ -118,9 +127,11 @@ class DriverRuntime:
             session_id=session_name,
             placement_groups=self.placement_groups,
             timers=self.timers,
+            view=self.view,
         )
         self.gangs = GangScheduler(self.objects, self.launcher, self.timers, error_for=self._error_value)
-        self.actors.on_resources_released = self.scheduler.schedule
+        self.actors.on_resources_released = self._resources_released
+        self.ledger.make_room = self.scheduler.make_room  # idle executors give way to new processes
         self.objects.foreign = _ReferenceRouter(self.actors, self.streams)
         self._flush_timer = None
         self._warm_executors = warm_executors
@@ -132,6 +143,7 @@ class DriverRuntime:
         remove_orphaned_spill_dirs(self.objects.store.config.spill_parent)
         self.launcher.prepare(self.runtime_env)  # the job's code, as it is at init
         self.session.start()
+        self.view.start()  # the cluster's workers are read meanwhile: init does not wait for them
         self.state = DriverState.RUNNING
         self._flush_timer = self.timers.call_later(REFERENCE_FLUSH_S, self._flush_references)
         if self._warm_executors:
@@ -152,6 +164,7 @@ class DriverRuntime:
         from fray_ray.exceptions import RaySystemError
 
         jobs = self.scheduler.close() + self.actors.close() + self.gangs.close()
+        self.view.stop()
         self.objects.fail_all_pending(lambda _: serialize_error(RaySystemError("The session was shut down.")))
         self.launcher.shutdown(jobs, wait=True)
         self.session.close()
@@ -167,11 +180,12 @@ class DriverRuntime:
                 logger.debug("stopping %r failed", resource, exc_info=True)
         self.objects.store.close()
 
-    def worker_info(self, worker_id: bytes | None) -> dict[str, Any]:
+    def worker_info(self, worker_id: bytes | None, host_id: str | None = None) -> dict[str, Any]:
+        """What a worker learns when it says hello: its node is the host it runs on."""
         return {
             "namespace": self.namespace,
             "job_id": self.job_id,
-            "node_id": self.node_id,
+            "node_id": node_id_for(host_id) if host_id else self.node_id,
             "worker_id": worker_id or b"",
             "session_address": self.session.address,
             "object_store_memory": self.objects.store.config.limit,
@@ -505,35 +519,16 @@ class DriverRuntime:
     # ---- cluster -------------------------------------------------------------------------
 
     def cluster_resources(self) -> dict[str, float]:
-        resources = self.ledger.capacity()
-        resources[f"node:{self.node_ip}"] = 1.0
-        resources["node:__internal_head__"] = 1.0
-        return resources
+        """The sum of the live workers' resources (a view at most a second old)."""
+        return self.view.current().capacity()
 
     def available_resources(self) -> dict[str, float]:
-        resources = self.ledger.available()
-        resources[f"node:{self.node_ip}"] = 1.0
-        resources["node:__internal_head__"] = 1.0
-        return resources
+        """What the live workers have free by this session's accounting."""
+        return self.view.current().available()
 
     def nodes(self) -> list[dict[str, Any]]:
-        node_id = self.node_id.hex()
-        return [
-            {
-                "NodeID": node_id,
-                "Alive": True,
-                "alive": True,
-                "NodeManagerAddress": self.node_ip,
-                "NodeManagerHostname": os.uname().nodename,
-                "NodeName": self.node_ip,
-                "NodeManagerPort": 0,
-                "ObjectManagerPort": 0,
-                "Resources": self.cluster_resources(),
-                "Labels": {"ray.io/node-id": node_id},
-                "DeathReason": 0,
-                "DeathReasonMessage": "",
-            }
-        ]
+        """One entry per worker the cluster reports, lost ones with Alive=False."""
+        return [node.ray_entry() for node in self.view.nodes()]
 
     def context_info(self) -> dict[str, Any]:
         return {
@@ -556,7 +551,12 @@ class DriverRuntime:
     # ---- placement groups ----------------------------------------------------------------
 
     def _resources_released(self) -> None:
+        """Resources were freed or the cluster changed: waiting groups, actors, then tasks, look again."""
         self.scheduler.schedule()
+
+    def _before_schedule(self) -> None:
+        self.placement_groups.try_reserve()  # freed resources may complete pending groups
+        self.actors.retry_waiting()  # and start actors that wait for room, before more tasks run
 
     def placement_group(self, operation: str, **arguments: Any) -> Any:
         """Create, remove, wait for, look up and list placement groups (see util.placement_group)."""
@@ -615,6 +615,12 @@ class _ReferenceRouter:
     def decref(self, ids: list[bytes]) -> None:
         self._actors.decref([i for i in ids if len(i) == ids_module.ACTOR_ID_SIZE])
         self._streams.decref([i for i in ids if len(i) == ids_module.TASK_ID_SIZE])
+
+
+def _this_machine() -> Any:
+    from fray_ray.fray.hosts import this_machine
+
+    return this_machine()
 
 
 def default_pool() -> PoolKey:

@@ -55,15 +55,20 @@ def _ram(memory_bytes: int) -> str:
     return f"{(memory_bytes + WORKER_MEMORY_OVERHEAD + (1 << 20) - 1) // (1 << 20)}m"
 
 
-def resource_config(shape: ResourceShape, accelerator: str | None = None) -> ResourceConfig:
-    """What a worker process asks the cluster for.
+def resource_config(shape: ResourceShape, accelerator: str | None = None, cpu: float | None = None) -> ResourceConfig:
+    """What a worker process asks the cluster for: the CPU it holds while it works (`cpu`,
+    default the shape's), so the cluster spreads processes over hosts as their CPUs allow;
+    the memory it was given (plus its own overhead); GPUs as devices.
 
-    CPU is accounted logically by the driver's ledger (Ray's model), so processes ask Iris for
-    no CPU; GPUs are real devices and are requested as such.
+    The driver's ledger still decides what runs (Ray's logical accounting); `cpu` is less than
+    the shape's when the driver's own idle or blocked processes already hold that CPU at the
+    cluster (see `ClusterLedger.ask`), so the new one is not kept waiting behind them.
     """
+    cores = shape.cpu if cpu is None else cpu
     if shape.gpu >= 1:
-        return ResourceConfig(cpu=0, ram=_ram(shape.memory), disk="0", device=GpuConfig(accelerator or "auto", int(shape.gpu)))
-    return ResourceConfig(cpu=0, ram=_ram(shape.memory), disk="0")
+        device = GpuConfig(accelerator or "auto", int(shape.gpu))
+        return ResourceConfig(cpu=cores, ram=_ram(shape.memory), disk="0", device=device)
+    return ResourceConfig(cpu=cores, ram=_ram(shape.memory), disk="0")
 
 
 class WorkerLauncher:
@@ -119,12 +124,14 @@ class WorkerLauncher:
             setup_scripts=setup,
         )
 
-    def launch_executor(self, executor_id: bytes, pool: PoolKey, callback: LaunchCallback) -> None:
+    def launch_executor(self, executor_id: bytes, pool: PoolKey, callback: LaunchCallback, *,
+                        cpu: float | None = None) -> None:
+        """An executor for `pool`'s tasks, asking the cluster for `cpu` (default: the pool's)."""
         args = (self._session_address, self._token, executor_id, pool.max_calls, self.in_process)
         request = JobRequest(
             name=f"{self._prefix}-exec-{executor_id.hex()[:12]}",
             entrypoint=self._executor_entrypoint(pool.runtime_env, args),
-            resources=resource_config(pool.shape, pool.accelerator),
+            resources=resource_config(pool.shape, pool.accelerator, cpu),
             environment=self._environment(pool.runtime_env),
             max_retries_failure=0,
             max_retries_preemption=0,
@@ -154,8 +161,10 @@ class WorkerLauncher:
         runtime_env: RuntimeEnv | None = None,
         started: Callable[[], bool] | None = None,
         start_failed: Callable[[str], None] | None = None,
+        cpu: float | None = None,
     ) -> None:
-        """One actor (a Fray group of one), or a gang's members on one TPU slice (`gang`).
+        """One actor (a Fray group of one), or a gang's members on one TPU slice (`gang`),
+        asking the cluster for `cpu` (default: what the actor holds).
 
         With `started`/`start_failed`, the actor's job is watched until `started()` is true; if
         the job ends first, `start_failed(reason)` is called (the worker's own error text)."""
@@ -175,7 +184,7 @@ class WorkerLauncher:
             resources = ResourceConfig.with_tpu(gang.tpu, cpu=0, ram="256m", disk="0")
             count = gang.hosts
         else:
-            resources = resource_config(shape, accelerator)
+            resources = resource_config(shape, accelerator, cpu)
             count = 1
 
         def create() -> Any:

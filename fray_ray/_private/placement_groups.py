@@ -1,12 +1,11 @@
 """Placement groups in the driver: bundles of resources reserved all at once, or not at all.
 
-A group is PENDING until every bundle fits in what the session has free; then the bundles
-are taken from the session's ledger together (CREATED) and each gets a ledger of its own, from
-which tasks and actors scheduled into that bundle draw. A group that can never fit stays
-PENDING (as in Ray) and says why in a warning. Removing a group returns its resources.
-
-The session is one logical node, so PACK, SPREAD and STRICT_PACK place every bundle on it,
-and STRICT_SPREAD with more than one bundle can never be placed.
+A group is PENDING until every bundle fits on the cluster's nodes by its strategy (PACK and
+STRICT_PACK on one node, SPREAD and STRICT_SPREAD on different ones; see
+`ClusterLedger.try_acquire_bundles`); then the bundles are taken from the session's ledger
+together (CREATED) and each gets a ledger of its own, from which tasks and actors scheduled
+into that bundle draw. A group that can never fit stays PENDING (as in Ray) and says why in a
+warning. Removing a group returns its resources.
 """
 
 from __future__ import annotations
@@ -18,13 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fray_ray._private.cluster_ledger import STRATEGIES, ClusterLedger
+from fray_ray._private.nodes import node_id_for
 from fray_ray._private.object_table import ObjectTable
-from fray_ray._private.resources import Ledger
+from fray_ray._private.resources import Holding, Ledger
 from fray_ray._private.serialization import serialize
 
 logger = logging.getLogger(__name__)
-
-STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 
 class GroupState(enum.Enum):
@@ -43,6 +42,7 @@ class PlacementGroupRecord:
     detached: bool = False
     state: GroupState = GroupState.PENDING
     ledgers: list[Ledger] = field(default_factory=list)
+    holdings: list[Holding] = field(default_factory=list)  # one per bundle, on its node
 
 
 def validate_bundles(bundles: Any) -> list[dict[str, float]]:
@@ -72,7 +72,7 @@ def validate_bundles(bundles: Any) -> list[dict[str, float]]:
 class PlacementGroupManager:
     """Reserves and releases placement groups against the session's ledger. Thread-safe."""
 
-    def __init__(self, ledger: Ledger, objects: ObjectTable, on_released: Callable[[], None]) -> None:
+    def __init__(self, ledger: ClusterLedger, objects: ObjectTable, on_released: Callable[[], None]) -> None:
         self._ledger = ledger
         self._objects = objects
         self._on_released = on_released
@@ -96,13 +96,7 @@ class PlacementGroupManager:
         self.try_reserve()
 
     def _never_fits(self, record: PlacementGroupRecord) -> str | None:
-        if record.strategy == "STRICT_SPREAD" and len(record.bundles) > 1:
-            return "STRICT_SPREAD needs one node per bundle and this session has one node"
-        total: dict[str, float] = {}
-        for bundle in record.bundles:
-            for key, amount in bundle.items():
-                total[key] = total.get(key, 0.0) + amount
-        return self._ledger.infeasible(total)
+        return self._ledger.bundles_infeasible(record.bundles, record.strategy)
 
     def try_reserve(self) -> None:
         """Reserve every pending group that now fits (in creation order)."""
@@ -111,12 +105,10 @@ class PlacementGroupManager:
             for record in self._groups.values():
                 if record.state is not GroupState.PENDING or self._never_fits(record):
                     continue
-                total: dict[str, float] = {}
-                for bundle in record.bundles:
-                    for key, amount in bundle.items():
-                        total[key] = total.get(key, 0.0) + amount
-                if self._ledger.try_acquire(total):
+                holdings = self._ledger.try_acquire_bundles(record.bundles, record.strategy)
+                if holdings is not None:
                     record.state = GroupState.CREATED
+                    record.holdings = holdings
                     record.ledgers = [Ledger(bundle) for bundle in record.bundles]
                     ready.append(record.ready_id)
         for ready_id in ready:
@@ -134,11 +126,8 @@ class PlacementGroupManager:
             record.state = GroupState.REMOVED
         self._objects.decref([record.ready_id])
         if was_created:
-            total: dict[str, float] = {}
-            for bundle in record.bundles:
-                for key, amount in bundle.items():
-                    total[key] = total.get(key, 0.0) + amount
-            self._ledger.release(total)
+            for holding in record.holdings:
+                self._ledger.release(holding)
             self._on_released()
         else:
             try:
@@ -203,7 +192,8 @@ def _row(record: PlacementGroupRecord) -> dict[str, Any]:
         "placement_group_id": record.group_id.hex(),
         "name": record.name,
         "bundles": {i: dict(b) for i, b in enumerate(record.bundles)},
-        "bundles_to_node_id": {i: None for i in range(len(record.bundles))},
+        "bundles_to_node_id": {i: node_id_for(h.node).hex() if h.node else None for i, h in enumerate(record.holdings)}
+        or {i: None for i in range(len(record.bundles))},
         "strategy": record.strategy,
         "state": record.state.value,
         "stats": {},

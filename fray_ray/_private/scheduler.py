@@ -1,10 +1,11 @@
 """Task scheduling in the driver: dependencies, logical resources, warm executor pools.
 
 A task waits until its top-level ref arguments are ready, then queues in the pool for its
-resource shape. An executor takes a lease on the ledger for its shape when it gets work and
-holds it while it has work; it runs one task at a time, and up to PREFETCH more wait in its
-own queue so it never idles between tasks. When no executor is idle, a new one is launched
-(an Iris job through the Fray client), up to what the ledger allows. A task blocked in `get`
+resource shape. An executor takes a lease on the ledger for its shape when it gets work (on
+the node it runs on, when that node has room) and holds it while it has work; it runs one
+task at a time, and up to PREFETCH more wait in its own queue so it never idles between tasks.
+When no executor is idle, a new one is launched (an Iris job through the Fray client), up to
+what the cluster's nodes have room for. A task blocked in `get`
 lends its lease back and its executor hands its queued tasks back, so a parent waiting on
 its children never starves them. Executors idle too long are retired.
 
@@ -26,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
-from fray_ray._private.resources import Ledger
+from fray_ray._private.cluster_ledger import ClusterLedger
+from fray_ray._private.resources import Holding, Ledger
 from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue, WireBatch
 from fray_ray._private.task_spec import PoolKey, TaskSpec
 from fray_ray._private.timers import TimerQueue
@@ -66,7 +68,7 @@ class TaskRecord:
     demand: dict[str, float]
     state: TaskState = TaskState.WAITING
     #: where the task's resources come from: the session's ledger or a placement group bundle's
-    ledger: Ledger | None = None
+    ledger: Ledger | ClusterLedger | None = None
     placement: tuple[bytes, int] | None = None  # (group id, bundle index) it runs in
     waiting_on: set[bytes] = field(default_factory=set)
     executor: ExecutorRecord | None = None
@@ -85,32 +87,35 @@ class ExecutorRecord:
     job: Any = None  # the Fray JobHandle
     #: tasks sent to it, in order; the first is running, the rest wait in its queue
     tasks: collections.deque[TaskRecord] = field(default_factory=collections.deque)
-    #: the ledger and demand of its lease (None while it holds none)
-    lease: tuple[Ledger, dict[str, float]] | None = None
+    #: the ledger and holding of its lease (None while it holds none)
+    lease: tuple[Ledger | ClusterLedger, Holding] | None = None
     sent_code: set[bytes] = field(default_factory=set)
     calls: int = 0
     idle_since: float = 0.0
     launched_at: float = field(default_factory=time.monotonic)
     pid: int | None = None
+    host: str | None = None  # the cluster host it runs on, once it said
 
 
 class TaskScheduler:
     def __init__(
         self,
         objects: ObjectTable,
-        ledger: Ledger,
+        ledger: ClusterLedger,
         launcher: WorkerLauncher,
         timers: TimerQueue,
         *,
+        judge: Callable[[Any, dict[str, float]], str | None],
+        before_schedule: Callable[[], None] = lambda: None,
         error_for: Callable[[str, Any], SerializedValue],
         stream_finished: Callable[[bytes, SerializedValue | None], None],
         stream_released: Callable[[bytes], None],
         warm_executors: int = 1,
         placement_groups: Any = None,
-        node_id: str = "",
     ) -> None:
         self._placement_groups = placement_groups
-        self._node_id = node_id
+        self._judge = judge  # why a task with this strategy and demand can never run, or None
+        self._before_schedule = before_schedule  # freed resources go to waiting groups and actors first
         self._objects = objects
         self._ledger = ledger
         self._launcher = launcher
@@ -133,15 +138,7 @@ class TaskScheduler:
     def submit(self, spec: TaskSpec) -> None:
         """Queue a task whose return objects already exist (pending) in the object table."""
         demand = spec.pool.shape.as_dict()
-        problem = None if _placement_of(spec) else self._ledger_infeasible(demand)
-        affinity = spec.scheduling_strategy
-        if (
-            problem is None
-            and type(affinity).__name__ == "NodeAffinitySchedulingStrategy"
-            and not getattr(affinity, "soft", True)
-            and getattr(affinity, "node_id", self._node_id) != self._node_id
-        ):
-            problem = f"node {affinity.node_id} (hard node affinity), which is not part of this cluster"
+        problem = None if spec.placement else self._judge(spec.scheduling_strategy, demand)
         self._objects.incref(spec.arguments.value.contained_refs)
         record = TaskRecord(spec, demand)
         if problem is not None:
@@ -161,10 +158,6 @@ class TaskScheduler:
                 self._objects.add_done_callback(object_id, lambda oid, r=record: self._dependency_done(r, oid))
         self._check_failed_dependencies(record)
         self.schedule()
-
-    def _ledger_infeasible(self, demand: dict[str, float]) -> str | None:
-        with self._lock:
-            return self._ledger.infeasible(demand)
 
     def _dependency_done(self, record: TaskRecord, object_id: bytes) -> None:
         with self._lock:
@@ -204,9 +197,9 @@ class TaskScheduler:
 
     # ---- dispatch ------------------------------------------------------------------------
 
-    def _ledger_for(self, record: TaskRecord) -> Ledger | None:
+    def _ledger_for(self, record: TaskRecord) -> Ledger | ClusterLedger | None:
         """The ledger the task draws from now; None while its placement group is not placed."""
-        placement = _placement_of(record.spec)
+        placement = record.spec.placement
         if placement is None:
             return self._ledger
         group_id, index = placement
@@ -219,8 +212,7 @@ class TaskScheduler:
 
     def schedule(self) -> None:
         """Match ready tasks with idle executors; launch executors where the ledger allows."""
-        if self._placement_groups is not None:
-            self._placement_groups.try_reserve()  # freed resources may complete pending groups
+        self._before_schedule()
         dispatches: list[tuple[ExecutorRecord, TaskRecord]] = []
         launches: list[ExecutorRecord] = []
         failures: list[tuple[TaskRecord, BaseException]] = []
@@ -262,7 +254,7 @@ class TaskScheduler:
             record = queue.popleft()
             ledger = self._ledger_for(record)
             if ledger is None:
-                placement = _placement_of(record.spec)
+                placement = record.spec.placement
                 if placement and self._placement_groups.is_removed(placement[0]):
                     from fray_ray.exceptions import TaskPlacementGroupRemoved
 
@@ -280,9 +272,10 @@ class TaskScheduler:
                     f"Task {record.spec.name} cannot run in its placement group bundle: it asks for {problem}."
                 )))
                 continue
-            if idle and ledger.try_acquire(record.demand):
+            holding = ledger.try_acquire(record.demand, prefer=idle[-1].host) if idle else None
+            if holding is not None:
                 executor = idle.pop()
-                executor.lease = (ledger, record.demand)
+                executor.lease = (ledger, holding)
                 executor.state = ExecutorState.BUSY
                 self._assign_locked(executor, record, ledger)
                 dispatches.append((executor, record))
@@ -312,14 +305,14 @@ class TaskScheduler:
             launches.append(executor)
         return launches
 
-    def _assign_locked(self, executor: ExecutorRecord, record: TaskRecord, ledger: Ledger) -> None:
+    def _assign_locked(self, executor: ExecutorRecord, record: TaskRecord, ledger: Ledger | ClusterLedger) -> None:
         record.state = TaskState.RUNNING if not executor.tasks else TaskState.ASSIGNED
         record.executor = executor
         record.ledger = ledger
         executor.tasks.append(record)
 
     def _prefetch_target_locked(
-        self, members: list[ExecutorRecord], record: TaskRecord, ledger: Ledger
+        self, members: list[ExecutorRecord], record: TaskRecord, ledger: Ledger | ClusterLedger
     ) -> ExecutorRecord | None:
         """A busy executor that can queue `record` behind its work, or None.
 
@@ -335,6 +328,11 @@ class TaskScheduler:
         ]
         return min(candidates, key=lambda e: len(e.tasks), default=None)
 
+    def _drop_locked(self, executor: ExecutorRecord) -> None:
+        """Forget an executor that is gone or going (and what it asked the cluster for)."""
+        self._executors.pop(executor.executor_id, None)
+        self._ledger.forget(executor.executor_id)
+
     def _launch(self, executor: ExecutorRecord) -> None:
         def launched(job: Any, error: BaseException | None) -> None:
             if error is not None:
@@ -342,7 +340,8 @@ class TaskScheduler:
                 return
             with self._lock:
                 executor.job = job
-        self._launcher.launch_executor(executor.executor_id, executor.pool, launched)
+        cpu = self._ledger.ask(executor.executor_id, executor.pool.shape.cpu)
+        self._launcher.launch_executor(executor.executor_id, executor.pool, launched, cpu=cpu)
         self._timers.call_later(STARTUP_CHECK_S, lambda: self._check_startup(executor))
 
     def _check_startup(self, executor: ExecutorRecord) -> None:
@@ -364,7 +363,7 @@ class TaskScheduler:
             if executor.state is not ExecutorState.STARTING:
                 return
             executor.state = ExecutorState.DEAD
-            self._executors.pop(executor.executor_id, None)
+            self._drop_locked(executor)
             queue = self._ready.get(executor.pool)
             victims = list(queue) if queue else []
             still_starting = any(
@@ -415,13 +414,15 @@ class TaskScheduler:
 
     # ---- executors -----------------------------------------------------------------------
 
-    def executor_connected(self, executor_id: bytes, connection: Connection, pid: int | None) -> bool:
+    def executor_connected(
+        self, executor_id: bytes, connection: Connection, pid: int | None, host: str | None = None
+    ) -> bool:
         with self._lock:
             executor = self._executors.get(executor_id)
             if executor is None or executor.state is not ExecutorState.STARTING:
                 return False
-            executor.connection = connection
-            executor.pid = pid
+            executor.connection, executor.pid, executor.host = connection, pid, host
+            self._ledger.placed(executor_id, host)
             executor.state = ExecutorState.IDLE
             executor.idle_since = time.monotonic()
             self._by_connection[connection] = executor
@@ -435,7 +436,7 @@ class TaskScheduler:
             if executor is None:
                 return
             executor.state = ExecutorState.DEAD
-            self._executors.pop(executor.executor_id, None)
+            self._drop_locked(executor)
             self._release_lease_locked(executor)
             tasks = list(executor.tasks)
             executor.tasks.clear()
@@ -473,8 +474,8 @@ class TaskScheduler:
 
     def _release_lease_locked(self, executor: ExecutorRecord) -> None:
         if executor.lease is not None:
-            ledger, demand = executor.lease
-            ledger.release(demand)
+            ledger, holding = executor.lease
+            ledger.release(holding)
             executor.lease = None
 
     def task_done(self, connection: Connection, task_id: bytes, results: Sequence[SerializedValue], user_error: bool) -> None:
@@ -489,13 +490,13 @@ class TaskScheduler:
                     if record.blocked:  # its lease was lent out; take it back for the next task
                         record.blocked = False
                         if executor.lease is not None:
-                            executor.lease[0].force_acquire(executor.lease[1])
+                            executor.lease[0].retake(executor.lease[1])
                 if executor.tasks:
                     executor.tasks[0].state = TaskState.RUNNING
                 elif executor.pool.max_calls and executor.calls >= executor.pool.max_calls:
                     self._release_lease_locked(executor)
                     executor.state = ExecutorState.DEAD  # it exits by itself
-                    self._executors.pop(executor.executor_id, None)
+                    self._drop_locked(executor)
                     self._by_connection.pop(connection, None)
                 else:
                     self._release_lease_locked(executor)
@@ -601,7 +602,7 @@ class TaskScheduler:
             record.blocked = False
             executor = record.executor
             if record.state is TaskState.RUNNING and executor is not None and executor.lease is not None:
-                executor.lease[0].force_acquire(executor.lease[1])
+                executor.lease[0].retake(executor.lease[1])
 
     # ---- cancel --------------------------------------------------------------------------
 
@@ -652,14 +653,31 @@ class TaskScheduler:
                     keep -= 1
                     continue
                 if now - executor.idle_since >= IDLE_TIMEOUT_S:
-                    executor.state = ExecutorState.DEAD
-                    self._executors.pop(executor.executor_id, None)
-                    if executor.connection is not None:
-                        self._by_connection.pop(executor.connection, None)
-                    retire.append(executor)
+                    retire.append(self._retire_locked(executor))
         for executor in retire:
             self._retire(executor)
         self._maintenance = self._timers.call_later(IDLE_TIMEOUT_S / 3, self._maintain)
+
+    def make_room(self, cpu: float) -> None:
+        """Retire idle executors that hold CPU at the cluster, longest idle first, until `cpu`
+        is freed there: a new process needs that room (Ray's idle workers hold nothing)."""
+        retire: list[ExecutorRecord] = []
+        with self._lock:
+            idle = sorted((e for e in self._executors.values() if e.state is ExecutorState.IDLE), key=lambda e: e.idle_since)
+            for executor in idle:
+                held = self._ledger.asked(executor.executor_id)
+                if cpu > 0 and held > 0:
+                    cpu -= held
+                    retire.append(self._retire_locked(executor))
+        for executor in retire:
+            self._retire(executor)
+
+    def _retire_locked(self, executor: ExecutorRecord) -> ExecutorRecord:
+        executor.state = ExecutorState.DEAD
+        self._drop_locked(executor)
+        if executor.connection is not None:
+            self._by_connection.pop(executor.connection, None)
+        return executor
 
     def _retire(self, executor: ExecutorRecord) -> None:
         if executor.connection is not None:
@@ -679,15 +697,6 @@ class TaskScheduler:
                 launches.append(executor)
         for executor in launches:
             self._launch(executor)
-
-    def stats(self) -> dict[str, int]:
-        with self._lock:
-            states = collections.Counter(e.state.value for e in self._executors.values())
-            return {"tasks": len(self._tasks), **{f"executors_{k}": v for k, v in states.items()}}
-
-    def executor_pids(self) -> list[int]:
-        with self._lock:
-            return [e.pid for e in self._executors.values() if e.pid]
 
     def close(self) -> list[Any]:
         """Stop scheduling; tell executors to exit; returns their Fray jobs for cleanup."""
@@ -710,15 +719,3 @@ class TaskScheduler:
                 jobs.append(executor.job)
         return jobs
 
-    def pending_task_ids(self) -> list[bytes]:
-        with self._lock:
-            return list(self._tasks)
-
-
-def _placement_of(spec: TaskSpec) -> tuple[bytes, int] | None:
-    """(group id, bundle index) when the task is scheduled into a placement group."""
-    strategy = spec.scheduling_strategy
-    group = getattr(strategy, "placement_group", None)
-    if group is None:
-        return None
-    return group.id.binary(), int(getattr(strategy, "placement_group_bundle_index", -1))

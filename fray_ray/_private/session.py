@@ -124,12 +124,13 @@ class SessionService:
             connection.reply_error(message_id, "ValueError", "this connection has already introduced itself")
             return
         kind, worker_id, pid = body.get("kind"), body.get("id"), body.get("pid")
+        host = body.get("host") if isinstance(body.get("host"), str) else None
         connection.peer_info = {"kind": kind, "id": worker_id, "pid": pid}
-        connection.reply(message_id, self._driver.worker_info(worker_id))
+        connection.reply(message_id, self._driver.worker_info(worker_id, host))
         if kind == "executor":
-            accepted = self._driver.scheduler.executor_connected(worker_id, connection, pid)
+            accepted = self._driver.scheduler.executor_connected(worker_id, connection, pid, host)
         elif kind == "actor":
-            accepted = self._driver.actors.host_connected(worker_id, connection, pid)
+            accepted = self._driver.actors.host_connected(worker_id, connection, pid, host)
         elif kind == "gang":
             accepted = self._driver.gangs.member_connected(worker_id, body.get("index", 0), connection, body.get("ip", ""))
         else:

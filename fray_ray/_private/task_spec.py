@@ -94,6 +94,14 @@ class TaskSpec:
     gang: Any = None
     gang_id: bytes | None = None
 
+    @property
+    def placement(self) -> tuple[bytes, int] | None:
+        """(group id, bundle index) when the task is scheduled into a placement group."""
+        group = getattr(self.scheduling_strategy, "placement_group", None)
+        if group is None:
+            return None
+        return group.id.binary(), int(getattr(self.scheduling_strategy, "placement_group_bundle_index", -1))
+
 
 @dataclass
 class ActorCreationSpec:
@@ -101,6 +109,7 @@ class ActorCreationSpec:
     cls: CodeBlob
     class_name: str
     arguments: Arguments
+    #: what the actor holds while alive
     shape: ResourceShape
     methods: Mapping[str, Mapping[str, Any]]
     is_async: bool = False
@@ -119,6 +128,9 @@ class ActorCreationSpec:
     runtime_env: RuntimeEnv = field(default_factory=RuntimeEnv)
     #: a gang of actors, one per host of a TPU slice (a GangShape); its members' ids follow
     gang: Any = None
+    #: what a node must have (in all, not free) to place it, when more than `shape` (Ray's
+    #: placement resources: 1 CPU for an actor that holds none)
+    placement: ResourceShape | None = None
 
 
 def gang_member_id(base: bytes, index: int) -> bytes:

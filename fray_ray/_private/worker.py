@@ -645,13 +645,13 @@ def open_session(
     handlers: Mapping[str, Any],
     on_runtime: Any = None,
 ) -> WorkerRuntime:
-    """Connect to the driver, introduce this worker, and return its runtime.
+    """Connect to the driver, introduce this worker (and its cluster host), return its runtime.
 
     The introduction (carrying the session token) is the first frame on the connection and is
     answered before anything else is sent or read. `on_runtime(runtime)` runs before any
     message is handled, so handlers can rely on the runtime existing.
     """
-    greeting = {**hello, "token": token, "pid": os.getpid(), "ip": node_ip()}
+    greeting = {**hello, "token": token, "pid": os.getpid(), "ip": node_ip(), "host": os.environ.get("IRIS_WORKER_ID")}
     connection, info = introduce(session_address, greeting, name=f"{hello.get('kind', 'worker')}-session")
     runtime = WorkerRuntime(connection)
     runtime.set_info(info)

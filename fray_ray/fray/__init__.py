@@ -19,6 +19,7 @@ from fray_ray.fray.actor import (
 )
 from fray_ray.fray.client import Client, FrayError, JobAlreadyExists, JobFailed, JobHandle, wait_all
 from fray_ray.fray.current_client import current_client, host_actor, set_current_client
+from fray_ray.fray.hosts import HostInfo, this_machine
 from fray_ray.fray.local_backend import LocalClient
 from fray_ray.fray.types import (
     ANY_REGION,
@@ -105,6 +106,7 @@ __all__ = [
     "FrayIrisClient",
     "GpuConfig",
     "GpuType",
+    "HostInfo",
     "HostedActor",
     "IrisActorGroup",
     "IrisActorHandle",
@@ -131,6 +133,7 @@ __all__ = [
     "host_actor",
     "parse_bytes",
     "set_current_client",
+    "this_machine",
     "tpu_family",
     "tpu_hbm_bytes_per_chip",
     "tpu_hbm_capacity_bytes",

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from fray_ray.fray._setup_scripts import pip_setup_script
+from fray_ray.fray.hosts import HostInfo
 from fray_ray.fray.types import (
     ANY_REGION,
     CpuConfig,
@@ -28,7 +29,16 @@ from fray_ray.fray.types import (
 )
 from fray_ray.iris.entrypoint import callable_entrypoint, command_entrypoint
 from fray_ray.iris.tpu import get_tpu_topology
-from fray_ray.iris.types import Constraint, ConstraintOp, GpuDevice, JobState, PriorityBand, ResourceSpec, TpuDevice
+from fray_ray.iris.types import (
+    Constraint,
+    ConstraintOp,
+    GpuDevice,
+    JobState,
+    PriorityBand,
+    ResourceSpec,
+    TpuDevice,
+    WorkerInfo,
+)
 from fray_ray.iris.types import Entrypoint as IrisEntrypoint
 
 __all__ = [
@@ -41,6 +51,7 @@ __all__ = [
     "convert_priority",
     "convert_resources",
     "fray_status",
+    "host_info",
     "resolve_coscheduling",
 ]
 
@@ -151,6 +162,35 @@ def resolve_coscheduling(resources: ResourceConfig, replicas: int) -> str | None
 
 def _gpu_gang_level(variant: str) -> str:
     return _GPU_GANG_LEVEL_BY_VARIANT.get(variant.upper(), GPU_GANG_LEVEL)
+
+
+def host_info(worker: WorkerInfo) -> HostInfo:
+    """A worker as a Fray host: its address without the port (what its tasks advertise), cores,
+    memory, disk, accelerators and attributes; an unhealthy worker is not alive."""
+    device = worker.device
+    return HostInfo(
+        host_id=worker.worker_id,
+        address=_host_part(worker.address),
+        hostname=worker.hostname,
+        alive=worker.healthy,
+        cpu=float(worker.cpu_count),
+        memory_bytes=worker.memory_bytes,
+        disk_bytes=worker.disk_bytes,
+        gpus=device.count if isinstance(device, GpuDevice) else 0,
+        gpu_variant=device.variant if isinstance(device, GpuDevice) else "",
+        tpu_chips=device.count if isinstance(device, TpuDevice) else 0,
+        tpu_variant=device.variant if isinstance(device, TpuDevice) else "",
+        attributes=worker.attributes,
+    )
+
+
+def _host_part(address: str) -> str:
+    """`10.0.0.2:8080` -> `10.0.0.2`, `[::1]:80` -> `::1`; a bare host stays as it is."""
+    if address.startswith("["):
+        return address[1:].split("]", 1)[0]
+    if address.count(":") == 1:
+        return address.split(":", 1)[0]
+    return address
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from fray_ray.fray.types import ActorConfig, EnvironmentConfig, JobRequest, JobS
 
 if TYPE_CHECKING:
     from fray_ray.fray.actor import ActorGroup, ActorHandle, HostedActor
+    from fray_ray.fray.hosts import HostInfo
 
 __all__ = ["Client", "FrayError", "JobAlreadyExists", "JobFailed", "JobHandle", "wait_all"]
 
@@ -154,6 +155,15 @@ class Client(Protocol):
         """Start `count` actors of `actor_class(*args, **kwargs)`; returns immediately.
 
         Construction proceeds in the background; use `ActorGroup.wait_ready` for handles.
+        """
+        ...
+
+    def list_hosts(self) -> list[HostInfo]:
+        """The hosts this backend runs work on, as it knows them now (lost ones included, with
+        `alive=False`), in the backend's order.
+
+        Blocks for at most one controller call; raises the backend's error when the cluster
+        cannot be asked (the caller decides whether to retry).
         """
         ...
 

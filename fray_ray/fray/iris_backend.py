@@ -48,6 +48,7 @@ from fray_ray.fray._iris_conversions import (
     convert_priority,
     convert_resources,
     fray_status,
+    host_info,
     resolve_coscheduling,
     retry_budget,
 )
@@ -64,6 +65,7 @@ from fray_ray.fray._submit_wrappers import NSYS_DIR_ENV, NSYS_TASKS_ENV, nsys_ta
 from fray_ray.fray.actor import ActorUnavailableError, HostedActor
 from fray_ray.fray.client import FrayError, JobAlreadyExists
 from fray_ray.fray.current_client import host_actor
+from fray_ray.fray.hosts import HostInfo
 from fray_ray.fray.types import ActorConfig, Entrypoint, EnvironmentConfig, JobRequest, ResourceConfig
 from fray_ray.iris.actor_client import ActorClient
 from fray_ray.iris.bundles import WorkspaceBundle
@@ -479,6 +481,10 @@ class FrayIrisClient:
             "look up an actor", lambda c: c.list_endpoints(handle.endpoint, exact=True)
         )
         return handle if endpoints else None
+
+    def list_hosts(self) -> list[HostInfo]:
+        """The controller's workers (ListWorkers) as hosts, in its order. One controller call."""
+        return [host_info(w) for w in self._call_controller("list workers", lambda c: c.list_workers())]
 
     def create_actor(
         self,

@@ -47,15 +47,10 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from typing import Any, TextIO
 
-from fray_ray.fray.actor import (
-    ActorContext,
-    ActorUnavailableError,
-    HostedActor,
-    _reset_current_actor,
-    _set_current_actor,
-)
+from fray_ray.fray.actor import ActorContext, ActorUnavailableError, HostedActor, _reset_current_actor, _set_current_actor
 from fray_ray.fray.client import FrayError, JobAlreadyExists
 from fray_ray.fray.current_client import _current_client
+from fray_ray.fray.hosts import HostInfo, this_machine
 from fray_ray.fray.types import ActorConfig, EnvironmentConfig, JobRequest, JobStatus, ResourceConfig
 
 __all__ = ["LocalActorGroup", "LocalActorHandle", "LocalActorMethod", "LocalClient", "LocalJobHandle"]
@@ -938,11 +933,11 @@ class LocalClient:
     <JobStatus.SUCCEEDED: 'succeeded'>
     """
 
-    def __init__(self, max_threads: int = 8) -> None:
+    def __init__(self, max_threads: int = 8, *, host: HostInfo | None = None) -> None:
         if not isinstance(max_threads, int) or isinstance(max_threads, bool) or max_threads < 1:
             raise ValueError(f"max_threads must be a positive integer, got {max_threads!r}")
-        self.client_id = uuid.uuid4().hex
-        self.max_threads = max_threads
+        self.client_id, self.max_threads = uuid.uuid4().hex, max_threads
+        self._host = host or this_machine()  # what list_hosts() reports: this machine by default
         self._lock = threading.RLock()  # guards every field below
         self._state = _ClientState.OPEN
         self._jobs: dict[str, _LocalJob] = {}  # unfinished jobs by job_id
@@ -971,6 +966,10 @@ class LocalClient:
 
     def __repr__(self) -> str:
         return f"LocalClient(max_threads={self.max_threads}, id={self.client_id[:8]}, {self._state.value})"
+
+    def list_hosts(self) -> list[HostInfo]:
+        """The one host everything runs on: this machine, or the `host` given. Never blocks."""
+        return [self._host]
 
     def _check_open_locked(self) -> None:
         if self._state is not _ClientState.OPEN:

@@ -237,11 +237,16 @@ class ControllerClient:
     # ---- workers -------------------------------------------------------------------------
 
     def list_workers(self, contains: str = "") -> list[WorkerInfo]:
-        """The controller's workers (those whose id or address contains `contains`)."""
-        request = Controller.ListWorkersRequest(query=Controller.WorkerQuery(contains=contains))
-        with translate_connect_errors("ListWorkers"):
-            response = self._stub.list_workers(request, headers=self._headers)
-        return [WorkerInfo.from_proto(worker) for worker in response.workers]
+        """The controller's workers (those whose id or address contains `contains`), every page
+        of them when the controller pages its answer."""
+        workers: list[WorkerInfo] = []
+        while True:
+            query = Controller.WorkerQuery(contains=contains, offset=len(workers))
+            with translate_connect_errors("ListWorkers"):
+                response = self._stub.list_workers(Controller.ListWorkersRequest(query=query), headers=self._headers)
+            workers += [WorkerInfo.from_proto(worker) for worker in response.workers]
+            if not response.has_more or not response.workers:
+                return workers
 
     # ---- endpoints -----------------------------------------------------------------------
 

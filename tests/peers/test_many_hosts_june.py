@@ -1,7 +1,7 @@
 """A Ray program on the real Iris controller (marin-iris 2026-06 LocalCluster) from a driver that
 shares nothing with its workers but the bundle: its modules live in a directory moved away right
 after init; `fray-ray submit` runs a driver as a job there; a worker without fray_ray is a clear
-error. The workers run the peer venv's Python, unmodified: fray_ray reaches them through the
+error; the session's capacity is the controller's workers. The workers run the peer venv's Python, unmodified: fray_ray reaches them through the
 controller process's PYTHONPATH (this checkout plus its dependencies in a temp dir), which Iris's
 local process runtime passes on to tasks."""
 
@@ -225,3 +225,56 @@ def test_a_worker_without_fray_ray_is_a_clear_error_on_the_real_controller(
     lines = {line.split(" ", 1)[0]: line for line in result.stdout.splitlines() if line.startswith(("task", "actor"))}
     assert lines["task"].startswith("task RaySystemError") and "No module named 'fray_ray'" in lines["task"]
     assert lines["actor"].startswith("actor ActorDiedError") and "No module named 'fray_ray'" in lines["actor"]
+
+
+CAPACITY_PROBE = """
+import json, sys, time
+import fray_ray as ray
+from fray_ray.iris.controller_client import ControllerClient
+
+ray.init(sys.argv[1])
+
+@ray.remote(num_cpus=2)
+def where():
+    import os
+    return os.environ.get("IRIS_WORKER_ID"), ray.get_runtime_context().get_node_id()
+
+host, node_id = ray.get(where.remote(), timeout=120)
+with ControllerClient(sys.argv[1]) as controller:
+    # The June LocalCluster autoscales: read until the controller's workers are the same before
+    # and after the session's view was taken (a view is at most a second old).
+    deadline = time.monotonic() + 120
+    while True:
+        before = [w for w in controller.list_workers() if w.healthy]
+        time.sleep(1.2)
+        resources, nodes = ray.cluster_resources(), ray.nodes()
+        after = [w for w in controller.list_workers() if w.healthy]
+        if [w.worker_id for w in before] == [w.worker_id for w in after] or time.monotonic() > deadline:
+            break
+print(json.dumps({
+    "workers": [[w.worker_id, w.address, w.cpu_count, w.memory_bytes] for w in after],
+    "resources": resources,
+    "nodes": [[n["NodeID"], n["NodeManagerAddress"], n["Alive"], n["Resources"].get("CPU")] for n in nodes],
+    "ran_on": [host, node_id],
+}))
+ray.shutdown()
+"""
+
+
+def test_the_sessions_capacity_is_the_real_controllers_workers(june: str, tmp_path: Path) -> None:
+    import json
+
+    (tmp_path / "probe.py").write_text(CAPACITY_PROBE)
+    result = subprocess.run([sys.executable, "probe.py", june], cwd=tmp_path, env=clean_env(),
+                            capture_output=True, text=True, timeout=DEADLINE)
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    workers, resources = seen["workers"], seen["resources"]
+    assert workers and all(cpus == 8 for _, _, cpus, _ in workers)  # June's local workers report 8 cores
+    assert resources["CPU"] == sum(cpus for _, _, cpus, _ in workers)
+    assert resources["memory"] == sum(memory for *_, memory in workers)
+    alive = [n for n in seen["nodes"] if n[2]]
+    assert len(alive) == len(workers) and all(cpus == 8 for *_, cpus in alive)
+    assert {address for _, address, _, _ in alive} == {address.split(":")[0] for _, address, _, _ in workers}
+    host, node_id = seen["ran_on"]
+    assert host in {worker_id for worker_id, *_ in workers} and node_id in {n[0] for n in alive}

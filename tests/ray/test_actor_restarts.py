@@ -20,7 +20,7 @@ from fray_ray._private.actors import ActorManager
 from fray_ray._private.object_store import ObjectStore, ObjectStoreConfig
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import ConnectionClosed
-from fray_ray._private.resources import Ledger
+from fray_ray._private.cluster_ledger import ClusterLedger
 from fray_ray._private.serialization import deserialize, serialize, serialize_error
 from fray_ray._private.streams import StreamTable
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, Arguments, CodeBlob, ResourceShape
@@ -119,7 +119,7 @@ class FakeLauncher:
         self.terminated: list[Any] = []
 
     def launch_actor(self, actor_id, group_name, shape, *, env_vars, max_restarts, accelerator, callback, gang=None,
-                     runtime_env=None, started=None, start_failed=None):
+                     runtime_env=None, started=None, start_failed=None, cpu=None):
         self.max_restarts = max_restarts
         callback(FakeGroup(), None)
 
@@ -170,7 +170,7 @@ class Harness:
         self.objects = ObjectTable(self.store)
         self.launcher = FakeLauncher()
         self.timers = TimerQueue("test-timers")
-        self.manager = ActorManager(self.objects, Ledger({"CPU": 4}), self.launcher, StreamTable(self.objects),
+        self.manager = ActorManager(self.objects, ClusterLedger.of_one_node({"CPU": 4}), self.launcher, StreamTable(self.objects),
                                     namespace="tests", session_id="s", timers=self.timers)
         self.spec = ActorCreationSpec(
             actor_id=ids.new_actor_id(), cls=CodeBlob(b"c", b"", "A"), class_name="A",

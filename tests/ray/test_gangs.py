@@ -18,7 +18,7 @@ def slices_session() -> Iterator[None]:
     if ray.is_initialized():
         ray.shutdown()
     layout = ClusterConfig(workers=(cpu_worker(cpu=2), *tpu_slice("v5p-16", "slice-a"), *tpu_slice("v5p-16", "slice-b")))
-    ray.init(num_cpus=2, cluster_config=layout)
+    ray.init(cluster_config=layout)
     yield
     ray.shutdown()
 

@@ -20,7 +20,7 @@ def pid_and_task() -> tuple[int, str | None]:
 def test_init_by_address_uses_that_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     with EmbeddedCluster(ClusterConfig(workers=(cpu_worker(cpu=2),))) as cluster:
         monkeypatch.setenv("FRAY_RAY_TOKEN", cluster.token)
-        ray.init(cluster.address.replace("http://", "iris://"), num_cpus=2)
+        ray.init(cluster.address.replace("http://", "iris://"))
         pid, task_id = ray.get(pid_and_task.remote(), timeout=120)
         assert pid != os.getpid() and task_id is not None  # an Iris task of that cluster
         with cluster.client() as controller:
@@ -32,7 +32,7 @@ def test_address_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     with EmbeddedCluster(ClusterConfig(workers=(cpu_worker(cpu=2),))) as cluster:
         monkeypatch.setenv("FRAY_RAY_ADDRESS", cluster.address)
         monkeypatch.setenv("FRAY_RAY_TOKEN", cluster.token)
-        context = ray.init(num_cpus=1)
+        context = ray.init()
         assert context.address_info["address"] == cluster.address
         assert ray.get(pid_and_task.remote(), timeout=120)[1] is not None
         ray.shutdown()
@@ -42,14 +42,14 @@ def test_wrong_token_is_a_clear_error_at_init(monkeypatch: pytest.MonkeyPatch) -
     with EmbeddedCluster(ClusterConfig(workers=(cpu_worker(cpu=2),))) as cluster:
         monkeypatch.setenv("FRAY_RAY_TOKEN", "not-the-token")
         with pytest.raises(Exception, match="(?i)token|unauthenticated") as info:
-            ray.init(cluster.address, num_cpus=1)
+            ray.init(cluster.address)
         assert cluster.address in str(info.value) or "token" in str(info.value).lower()
         assert not ray.is_initialized()
 
 
 def test_nothing_listening_at_the_address_fails_at_init() -> None:
     with pytest.raises(ConnectionError, match="127.0.0.1:1"):
-        ray.init("iris://127.0.0.1:1", num_cpus=1)
+        ray.init("iris://127.0.0.1:1")
     assert not ray.is_initialized()
 
 

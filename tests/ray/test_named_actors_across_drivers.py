@@ -37,7 +37,7 @@ def _other_driver(address: str, token: str, body: str) -> str:
 def test_a_second_driver_finds_and_calls_a_named_actor(monkeypatch: pytest.MonkeyPatch) -> None:
     with EmbeddedCluster(ClusterConfig(workers=(cpu_worker(cpu=2),))) as cluster:
         monkeypatch.setenv("FRAY_RAY_TOKEN", cluster.token)
-        ray.init(cluster.address, num_cpus=2, namespace="shared")
+        ray.init(cluster.address, namespace="shared")
         counter = Counter.options(name="counter").remote()
         assert ray.get(counter.incr.remote()) == 1
         out = _other_driver(cluster.address, cluster.token, """
@@ -56,7 +56,7 @@ def test_a_second_driver_finds_and_calls_a_named_actor(monkeypatch: pytest.Monke
 def test_a_second_driver_cannot_take_a_name_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
     with EmbeddedCluster(ClusterConfig(workers=(cpu_worker(cpu=2),))) as cluster:
         monkeypatch.setenv("FRAY_RAY_TOKEN", cluster.token)
-        ray.init(cluster.address, num_cpus=2, namespace="shared")
+        ray.init(cluster.address, namespace="shared")
         counter = Counter.options(name="taken").remote()
         ray.get(counter.incr.remote())
         out = _other_driver(cluster.address, cluster.token, """

@@ -429,13 +429,14 @@ def test_actor_defaults() -> None:
 @pytest.mark.parametrize(
     ("given", "to_place", "while_alive"),
     [
-        # Observed with Ray 2.60.0 through get_assigned_resources() and available_resources().
+        # Observed with Ray 2.60.0 through get_assigned_resources() and available_resources();
+        # "to place" through init(num_cpus=0), where {} and {"memory": 1} stay pending.
         ({}, 1.0, 0.0),
         ({"num_cpus": None}, 1.0, 0.0),
         ({"num_cpus": 4}, 4.0, 4.0),
         ({"num_gpus": 0}, 1.0, 1.0),
         ({"resources": {"a": 1}}, 1.0, 1.0),
-        ({"memory": 1}, 0.0, 0.0),
+        ({"memory": 1}, 1.0, 0.0),
     ],
 )
 def test_actor_cpu_demand(given: dict[str, Any], to_place: float, while_alive: float) -> None:

@@ -1,0 +1,155 @@
+"""Ray nodes from the cluster's hosts: one node per host, with Ray's resource names.
+
+A host (an Iris worker, as the Fray client reports it) becomes a node with `CPU`, `memory`,
+`GPU`, `TPU` (chips of the VM), `TPU-<variant>-head` (on host 0 of a slice),
+`accelerator_type:<gpu>`, `node:<address>`, and the custom resources its attributes declare:
+an attribute `ray-resource:<name>` with a numeric value is the resource `<name>` (Iris has no
+custom resources of its own; operators set such attributes on a scale group's workers). Node
+ids are derived from host ids, so every process of a session names a host's node the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fray_ray.fray.hosts import AttributeValue, HostInfo
+
+logger = logging.getLogger(__name__)
+
+#: Worker attributes named `ray-resource:<name>` declare the custom resource `<name>`.
+RESOURCE_ATTRIBUTE_PREFIX = "ray-resource:"
+#: The resource Ray puts on the head node only.
+HEAD_RESOURCE = "node:__internal_head__"
+#: Resource names that are Ray's own: a resource attribute cannot redefine them.
+_BUILT_IN = frozenset({"CPU", "GPU", "TPU", "memory", "object_store_memory"})
+
+
+def node_id_for(host_id: str) -> bytes:
+    """The 28-byte node id of a host (the same in every process, for the same host id).
+
+    >>> len(node_id_for("cpu-0")), node_id_for("cpu-0") == node_id_for("cpu-0")
+    (28, True)
+    """
+    return hashlib.blake2b(b"fray-ray-node:" + host_id.encode("utf-8", "surrogatepass"), digest_size=28).digest()
+
+
+def resource_attributes(resources: Mapping[str, float] | None) -> dict[str, AttributeValue]:
+    """The worker attributes that declare `resources` (for sizing an embedded cluster's host).
+
+    >>> resource_attributes({"custom": 3})
+    {'ray-resource:custom': 3.0}
+    """
+    return {f"{RESOURCE_ATTRIBUTE_PREFIX}{name}": float(amount) for name, amount in (resources or {}).items()}
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node: a host with its Ray resources (totals) and labels."""
+
+    node_id: bytes
+    host_id: str
+    address: str
+    hostname: str
+    alive: bool
+    resources: Mapping[str, float] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def node_id_hex(self) -> str:
+        return self.node_id.hex()
+
+    @property
+    def is_head(self) -> bool:
+        return HEAD_RESOURCE in self.resources
+
+    def ray_entry(self) -> dict[str, Any]:
+        """This node as one entry of `ray.nodes()`."""
+        return {
+            "NodeID": self.node_id_hex,
+            "Alive": self.alive,
+            "alive": self.alive,
+            "NodeManagerAddress": self.address,
+            "NodeManagerHostname": self.hostname or self.address,
+            "NodeName": self.address,
+            "NodeManagerPort": 0,
+            "ObjectManagerPort": 0,
+            "ObjectStoreSocketName": "",
+            "RayletSocketName": "",
+            "MetricsExportPort": 0,
+            "Resources": dict(self.resources) if self.alive else {},
+            "Labels": dict(self.labels),
+            "DeathReason": 0 if self.alive else 1,
+            "DeathReasonMessage": "" if self.alive else "the cluster reports this worker lost",
+        }
+
+
+def node_from_host(host: HostInfo, *, head: bool = False, head_resources: Mapping[str, float] | None = None) -> Node:
+    """The node of `host`; the head node also gets Ray's head marker and `head_resources`."""
+    resources: dict[str, float] = {"CPU": float(host.cpu), "memory": float(host.memory_bytes)}
+    if host.gpus:
+        resources["GPU"] = float(host.gpus)
+        if host.gpu_variant and host.gpu_variant.lower() != "auto":
+            resources[f"accelerator_type:{host.gpu_variant}"] = 1.0
+    if host.tpu_chips:
+        resources["TPU"] = float(host.tpu_chips)
+        if host.tpu_variant and _is_slice_head(host):
+            resources[f"TPU-{host.tpu_variant}-head"] = 1.0
+    for key, value in host.attributes.items():
+        if key.startswith(RESOURCE_ATTRIBUTE_PREFIX):
+            name, amount = key[len(RESOURCE_ATTRIBUTE_PREFIX):], _number(value)
+            if not name or name in _BUILT_IN or name.startswith("node:") or amount is None or amount < 0:
+                logger.warning("ignoring worker attribute %s=%r of %s: not a custom resource amount", key, value,
+                               host.host_id)
+                continue
+            resources[name] = resources.get(name, 0.0) + amount
+    resources[f"node:{host.address}"] = 1.0
+    if head:
+        resources[HEAD_RESOURCE] = 1.0
+        resources.update(head_resources or {})
+    node_id = node_id_for(host.host_id)
+    labels = {"ray.io/node-id": node_id.hex()}
+    labels.update(
+        {key: str(value) for key, value in host.attributes.items() if not key.startswith(RESOURCE_ATTRIBUTE_PREFIX)}
+    )
+    return Node(
+        node_id=node_id,
+        host_id=host.host_id,
+        address=host.address,
+        hostname=host.hostname,
+        alive=host.alive,
+        resources={key: amount for key, amount in resources.items() if amount > 0},
+        labels=labels,
+    )
+
+
+def nodes_from_hosts(
+    hosts: list[HostInfo], *, head_host: str | None, head_resources: Mapping[str, float] | None = None
+) -> list[Node]:
+    """Every host as a node. The head is `head_host` when it is one of them (the driver runs
+    there), else the first live host."""
+    live = [h.host_id for h in hosts if h.alive]
+    head = head_host if head_host in live else (live[0] if live else None)
+    return [node_from_host(h, head=h.host_id == head, head_resources=head_resources) for h in hosts]
+
+
+def _is_slice_head(host: HostInfo) -> bool:
+    index = host.attributes.get("tpu-worker-id", 0)
+    try:
+        return int(index) == 0
+    except (TypeError, ValueError):
+        return False
+
+
+def _number(value: AttributeValue) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        return None
