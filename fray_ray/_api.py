@@ -5,6 +5,7 @@ Each is a few lines handing off to the process's runtime (`fray_ray._private.run
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -147,6 +148,10 @@ def init(
         )
         runtime_state.install(runtime)
         _context = RayContext(runtime.address_info)
+        # As Ray does: a driver that ends without shutdown() still ends its session cleanly.
+        # Registered last, so it runs before the exit hook of an embedded cluster it started.
+        atexit.unregister(_shutdown_at_exit)
+        atexit.register(_shutdown_at_exit)
         return _context
 
 
@@ -173,7 +178,15 @@ def shutdown(*, wait_for_processes: bool = False, _exiting_interpreter: bool = F
             return
         runtime_state.uninstall(runtime)
         _context = None
+        atexit.unregister(_shutdown_at_exit)
         runtime.shutdown()
+
+
+def _shutdown_at_exit() -> None:
+    try:
+        shutdown()
+    except Exception:  # noqa: BLE001 - the interpreter is exiting; nothing left to tell
+        logger.debug("shutdown at exit failed", exc_info=True)
 
 
 # ---- objects -------------------------------------------------------------------------------

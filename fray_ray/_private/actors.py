@@ -182,6 +182,8 @@ class ActorManager:
             start_failed=lambda problem: self._mark_dead(
                 record, self._death_error(record, "process_died", f"its worker could not start: {problem}")
             ),
+            detached=spec.detached,
+            named=bool(spec.name),
         )
         return spec.actor_id
 
@@ -710,7 +712,7 @@ class ActorManager:
             if record.remote is not None:
                 record.remote.stop()
                 continue
-            if record.connection is not None:
+            if record.connection is not None and not record.spec.detached:
                 try:
                     record.connection.notify("die", {"restart": False})
                 except ConnectionClosed:
