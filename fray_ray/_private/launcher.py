@@ -355,6 +355,8 @@ class WorkerLauncher:
             text += f": {error}"
         if tail and tail.strip() not in error:
             text += f"\nlast output of the job:\n{tail}"
+        if status == JobStatus.STOPPED:  # maybe cancelled with the session's lease job: say why that ended
+            text += self.lease.failure() or ""
         return text
 
     def group_failure(self, group: Any) -> str | None:

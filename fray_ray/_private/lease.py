@@ -162,6 +162,23 @@ class SessionLease:
             self._holder = connection
         return True
 
+    def failure(self) -> str | None:
+        """If the lease job has ended while the session runs (its holder could not reach the
+        driver, or lost it), why, for the errors of the jobs Iris cancelled with it; else None.
+        Blocks for a controller query or two."""
+        with self._lock:
+            job = self._job if self._state is LeaseState.LAUNCHED else None
+        if job is None:
+            return None
+        try:
+            status = job.status()
+            if not status.finished():
+                return None
+            tail = "\n".join(job.logs(max_lines=5))
+        except Exception:  # noqa: BLE001 - a courtesy: the caller's failure stands without it
+            return None
+        return f"\nthe session's lease job {job.job_id} ended {status} before it:\n{tail}"
+
     def release(self) -> None:
         """Clean shutdown: terminate the lease job and with it every child still running.
         Blocks until the controller reports it ended."""
@@ -226,7 +243,8 @@ def main():
             break
         except ConnectionRefusedError as exc:
             if time.monotonic() - start > {REFUSED_WINDOW_S}:
-                fail("the session service of %s at %s refuses connections (%s): its driver is gone" % (session, address, exc))
+                fail("the session service of %s at %s refuses connections (%s): its driver is gone, or that "
+                     "address does not reach it from this host" % (session, address, exc))
         except OSError as exc:
             if time.monotonic() - start > {UNREACHABLE_WINDOW_S}:
                 fail("cannot reach the session service of %s at %s: %s" % (session, address, exc))

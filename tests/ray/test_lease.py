@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from fray_ray._private.lease import LEASE_HOLDER_SOURCE
+from fray_ray._private.protocol import Connection
+from fray_ray._private.stream_server import StreamServer
 from fray_ray.iris.controller_client import ControllerClient
 from fray_ray.iris.types import JobState
 
@@ -40,6 +43,72 @@ from fate_scenarios import (  # noqa: E402
 #: How long a dead driver's workers may outlive it (the issue's bound; it takes well under 1 s).
 GONE_WITHIN_S = 10.0
 DEADLINE = 180.0
+
+
+# ---- the lease holder against a real stream server -------------------------------------------
+
+
+def run_holder(address: str, token: str) -> subprocess.Popen:
+    """The lease holder as the lease job runs it: `exec` of its source, standard library only."""
+    code = f"exec({LEASE_HOLDER_SOURCE!r}, {{'LEASE': ({address!r}, 'session-test', {token!r})}})"
+    return subprocess.Popen([sys.executable, "-I", "-S", "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+class Greeted:
+    """A stream server that records the greetings of the connections it accepts."""
+
+    def __init__(self, token: str) -> None:
+        self.greetings: list[dict] = []
+        self.connections: list[Connection] = []
+        self.server = StreamServer(self._accept, token=token, name="lease-test").start()
+
+    def _accept(self, connection: Connection, greeting: list) -> None:
+        self.greetings.append(greeting[3])
+        self.connections.append(connection)
+        connection.start({"hello": lambda c, message_id, body, buffers: c.reply(message_id, {"ok": True})},
+                         first_frame=greeting)
+
+
+def test_the_lease_holder_greets_with_the_token_and_fails_when_the_connection_ends() -> None:
+    server = Greeted("s3cret")
+    holder = run_holder(server.server.address, "s3cret")
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().startswith("holding the lease of session-test")
+        assert server.greetings[0]["kind"] == "lease" and server.greetings[0]["pid"] == holder.pid
+        assert holder.poll() is None  # holds while the connection lives
+        server.connections[0].close()  # the driver is gone
+        _, err = holder.communicate(timeout=60)
+        assert holder.returncode == 1 and "lost the connection to the driver of session-test" in err
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.communicate()
+        server.server.close()
+
+
+def test_a_lease_holder_with_the_wrong_token_is_refused_and_fails() -> None:
+    server = Greeted("s3cret")
+    holder = run_holder(server.server.address, "guess")
+    try:
+        _, err = holder.communicate(timeout=60)
+        assert holder.returncode == 1 and "refused this lease holder" in err
+        assert server.greetings == []
+    finally:
+        server.server.close()
+
+
+def test_a_lease_holder_whose_driver_is_gone_fails() -> None:
+    server = Greeted("s3cret")
+    address = server.server.address
+    server.server.close()  # nothing listens there any more
+    holder = run_holder(address, "s3cret")
+    _, err = holder.communicate(timeout=120)
+    assert holder.returncode == 1 and "refuses connections" in err
+
+
+# ---- sessions on a standalone cluster ----------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
