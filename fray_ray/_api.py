@@ -130,6 +130,12 @@ def init(
             )
         from fray_ray._private.bootstrap import start_driver
 
+        if kwargs.get("logging_config") is not None:
+            logger.warning(
+                "fray_ray does not apply init(logging_config=...) to its workers; configure logging in the "
+                "task or actor (a worker's root logger is at WARNING, as in Ray)"
+            )
+
         local_mode = local_mode or os.environ.get("FRAY_RAY_LOCAL_MODE", "") not in ("", "0")
 
         runtime = start_driver(
