@@ -383,12 +383,10 @@ class WorkerLauncher:
         """Terminate the given jobs/groups (all at once with the lease job when they are its
         children) and stop the launcher thread."""
         self.startup.stop()
-        if self.lease.covers_children:
-            self._submit(self.lease.release, lambda _result, _error: None)
-        else:
+        if not self.lease.covers_children:
             for job in jobs:
                 self.terminate(job)
-            self._submit(self.lease.release, lambda _result, _error: None)
+        self._submit(self.lease.release, lambda _result, _error: None)
         self._pool.shutdown(wait=wait)
 
 
