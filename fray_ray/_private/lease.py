@@ -8,12 +8,13 @@ How the work of a session ends when its driver does (fate sharing), by where the
 - `FateMode.DRIVER_JOB`: the driver runs inside an Iris task (`fray-ray submit`); the session's
   jobs are children of the driver's own job, and Iris cancels them when that job ends other
   than by succeeding, or is terminated.
-- `FateMode.LEASE`: any other cluster. The driver first launches a lease job: a small task,
-  standard library only (it runs through Iris's callable runner as `exec` of a script, so a
-  worker image without fray_ray cannot break it), that connects back to the session service,
-  authenticated with the session token, and exits 1 as soon as that connection is lost. Everything else the session starts is its child, so when the driver dies
-  (SIGKILL included) the lease job fails and Iris cancels the children recursively. A clean
-  `shutdown()` terminates the lease job, which ends its children as killed by the driver.
+- `FateMode.LEASE`: any other cluster. The driver first launches a lease job: a small script
+  of standard library Python (run by Iris's callable runner as `exec`, so a worker image
+  without fray_ray cannot break it) that connects back to the session service, authenticated
+  with the session token, and exits 1 as soon as that connection is lost. Everything else the
+  session starts is its child, so when the driver dies (SIGKILL included) the lease job fails
+  and Iris cancels the children recursively. A clean `shutdown()` terminates the lease job,
+  which ends its children as killed by the driver.
 
 Detached actors are root jobs in every mode: they outlive the driver until `ray.kill` or the
 cluster stops. Independently of all this, an executor or actor host exits at once (status 1,
@@ -31,9 +32,10 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fray_ray._private.protocol import Connection
+if TYPE_CHECKING:
+    from fray_ray._private.protocol import Connection
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +86,6 @@ class SessionLease:
         self._state = LeaseState.NOT_LAUNCHED
         self._job: Any = None  # the lease job's Fray handle while it is to be released
         self._job_id: str | None = None  # kept after release: late launches under it are refused
-        self._holder: Connection | None = None
 
     # ---- placement -----------------------------------------------------------------------
 
@@ -155,12 +156,10 @@ class SessionLease:
         )
 
     def holder_connected(self, connection: Connection) -> bool:
-        """The lease holder introduced itself (authenticated by the session service)."""
+        """The lease holder introduced itself (authenticated by the session service): keep its
+        connection open (the session service owns it) unless this session holds no lease."""
         with self._lock:
-            if self.mode is not FateMode.LEASE or self._state is not LeaseState.LAUNCHED:
-                return False
-            self._holder = connection
-        return True
+            return self.mode is FateMode.LEASE and self._state is LeaseState.LAUNCHED
 
     def failure(self) -> str | None:
         """If the lease job has ended while the session runs (its holder could not reach the
