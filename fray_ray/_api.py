@@ -5,6 +5,7 @@ Each is a few lines handing off to the process's runtime (`fray_ray._private.run
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -134,6 +135,12 @@ def init(
             )
         from fray_ray._private.bootstrap import start_driver
 
+        if kwargs.get("logging_config") is not None:
+            logger.warning(
+                "fray_ray does not apply init(logging_config=...) to its workers; configure logging in the "
+                "task or actor (a worker's root logger is at WARNING, as in Ray)"
+            )
+
         local_mode = local_mode or os.environ.get("FRAY_RAY_LOCAL_MODE", "") not in ("", "0")
 
         runtime = start_driver(
@@ -152,6 +159,10 @@ def init(
         )
         runtime_state.install(runtime)
         _context = RayContext(runtime.address_info)
+        # As Ray does: a driver that ends without shutdown() still ends its session cleanly.
+        # Registered last, so it runs before the exit hook of an embedded cluster it started.
+        atexit.unregister(_shutdown_at_exit)
+        atexit.register(_shutdown_at_exit)
         return _context
 
 
@@ -178,7 +189,15 @@ def shutdown(*, wait_for_processes: bool = False, _exiting_interpreter: bool = F
             return
         runtime_state.uninstall(runtime)
         _context = None
+        atexit.unregister(_shutdown_at_exit)
         runtime.shutdown()
+
+
+def _shutdown_at_exit() -> None:
+    try:
+        shutdown()
+    except Exception:  # noqa: BLE001 - the interpreter is exiting; nothing left to tell
+        logger.debug("shutdown at exit failed", exc_info=True)
 
 
 # ---- objects -------------------------------------------------------------------------------

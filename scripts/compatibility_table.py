@@ -43,6 +43,7 @@ AREAS: dict[str, str] = {
     "generators": "Generators (streaming, `num_returns`)",
     "cancel": "`ray.cancel`",
     "runtime_context": "Runtime context",
+    "output": "Task and actor output in the driver: prints and `logging`",
     "cluster_resources": "Cluster resources and nodes",
     "actor_resources": "Resources actors hold; what waits when the cluster is full",
     "placement_groups": "Placement groups",

@@ -86,10 +86,11 @@ class RayActorHost:
         self._calls_lock = threading.Lock()  # guards _cancelled and _running
         self._cancelled: set[bytes] = set()
         self._running: dict[bytes, Any] = {}  # call id -> TaskContext or asyncio.Task
+        # Set before the session opens: its reader may deliver `create` (which sets it) at once.
+        self._detached = False
         self._runtime: WorkerRuntime = open_session(
             session_address, token, {"kind": "actor", "id": self._actor_id}, handlers, on_runtime=self._set_runtime
         )
-        self._detached = False
         self._runtime.connection.add_close_callback(lambda _: self._session_lost())
 
     def _set_runtime(self, runtime: WorkerRuntime) -> None:
@@ -388,13 +389,27 @@ class RayActorHost:
         return {"class_name": self._class_name, "methods": self._methods_blob, "is_async": self._is_async}
 
     def kill(self, restart: bool = False) -> None:
-        """End the actor's process shortly after answering (ray.kill from another driver)."""
-        threading.Timer(0.05, os._exit, args=(1 if restart else 0,)).start()
+        """End the actor's process shortly after answering (ray.kill from another driver).
+
+        With `restart` it exits 1, so Iris starts it again under its restart budget; without,
+        it has its own job terminated, so the job ends as killed (exiting 0 would report it
+        succeeded), and exits anyway if the controller does not act within seconds."""
+        if restart or self._in_process:
+            threading.Timer(0.05, os._exit, args=(1 if restart else 0,)).start()
+            return
+        threading.Thread(target=_end_own_job, name="actor-kill", daemon=True).start()
 
     def _session_lost(self) -> None:
-        """The creating driver went away: a detached actor keeps serving other drivers."""
-        if not self._detached:
+        """The creating driver went away: a detached actor keeps serving other drivers; any
+        other ends at once, a running call included, and its job fails (it never ends as
+        succeeded after losing its driver)."""
+        if self._detached:
+            return
+        if self._in_process or self._stopped.is_set():
             self._stop()
+            return
+        print(f"fray_ray: actor {self._class_name} lost its driver's session; exiting", file=sys.__stderr__, flush=True)
+        os._exit(1)
 
 
 class _GroupLoop:
@@ -436,6 +451,22 @@ class _GroupLoop:
             self.loop.call_soon_threadsafe(lambda: self.loop.create_task(cancel_all()))
         except RuntimeError:
             pass
+
+
+def _end_own_job() -> None:
+    """Ask the controller to terminate the job of this task, then exit (if still alive)."""
+    import time
+
+    time.sleep(0.05)  # let the reply to `kill` go out first
+    try:
+        from fray_ray.fray.iris_backend import FrayIrisClient, IrisJobHandle
+
+        client = FrayIrisClient.from_job_info()
+        if client.parent_job is not None:
+            IrisJobHandle(client, client.parent_job).terminate()
+    except Exception:  # noqa: BLE001 - the exit below ends the actor either way
+        logger.debug("terminating this actor's job failed", exc_info=True)
+    os._exit(0)
 
 
 def _reset_quietly(reset: Any, token: Any) -> None:

@@ -176,6 +176,8 @@ class ActorManager:
             start_failed=lambda problem: self._mark_dead(
                 record, self._death_error(record, "process_died", f"its worker could not start: {problem}")
             ),
+            detached=spec.detached,
+            named=bool(spec.name),
         ), bundle=bundle, in_group=record.placement_group is not None)
         return spec.actor_id
 
@@ -708,7 +710,7 @@ class ActorManager:
             if record.remote is not None:
                 record.remote.stop()
                 continue
-            if record.connection is not None:
+            if record.connection is not None and not record.spec.detached:
                 try:
                     record.connection.notify("die", {"restart": False})
                 except ConnectionClosed:

@@ -102,7 +102,9 @@ class DriverRuntime:
         )
         self.timers = TimerQueue("driver-timers")
         self.session = SessionService(self, host=host, token=self._token, advertise_host=advertise_host)
-        self.launcher = WorkerLauncher(client, self.session.address, self._token, job_prefix=session_name)
+        self.launcher = WorkerLauncher(
+            client, self.session.address, self._token, job_prefix=session_name, owns_cluster=bool(self._owned)
+        )
         self.streams = StreamTable(self.objects)
         self.placement_groups = PlacementGroupManager(self.ledger, self.objects, on_released=self._resources_released)
         self.scheduler = TaskScheduler(
@@ -144,6 +146,7 @@ class DriverRuntime:
         self.launcher.prepare(self.runtime_env)  # the job's code, as it is at init
         self.session.start()
         self.view.start()  # the cluster's workers are read meanwhile: init does not wait for them
+        self.launcher.start()  # the lease job, ahead of every job of the session
         self.state = DriverState.RUNNING
         self._flush_timer = self.timers.call_later(REFERENCE_FLUSH_S, self._flush_references)
         if self._warm_executors:

@@ -74,7 +74,10 @@ def resource_config(shape: ResourceShape, accelerator: str | None = None, cpu: f
 class WorkerLauncher:
     """Launches executors and actor hosts for one session."""
 
-    def __init__(self, client: Any, session_address: str, token: str, *, job_prefix: str) -> None:
+    def __init__(
+        self, client: Any, session_address: str, token: str, *, job_prefix: str, owns_cluster: bool = False
+    ) -> None:
+        from fray_ray._private.lease import SessionLease, fate_mode
         from fray_ray.fray.local_backend import LocalClient
 
         self._client = client
@@ -82,12 +85,22 @@ class WorkerLauncher:
         self._token = token
         self._prefix = job_prefix
         self.in_process = isinstance(client, LocalClient)
+        #: where the session's jobs go in Iris's job tree, so they end with it
+        self.lease = SessionLease(
+            client, fate_mode(client, in_process=self.in_process, owns_cluster=owns_cluster),
+            session_name=job_prefix, session_address=session_address, token=token,
+        )
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="launcher")
         # Shipped as the job's workspace unless a runtime env names a working_dir.
         self._workspace = os.getcwd()
         self._prepared: set[RuntimeEnv] = set()  # runtime envs whose code was captured
         self._prepared_lock = threading.Lock()
         self.startup = StartupWatch(self.group_failure)
+
+    def start(self) -> None:
+        """Launch the session's lease job first, so every job launched after it (on the same
+        thread) can be its child. Does not wait for it."""
+        self._submit(self.lease.launch, lambda _result, _error: None)
 
     def prepare(self, runtime_env: RuntimeEnv) -> None:
         """Capture the code a runtime env ships (working_dir, py_modules) now, once per session,
@@ -136,7 +149,7 @@ class WorkerLauncher:
             max_retries_failure=0,
             max_retries_preemption=0,
         )
-        self._submit(lambda: self._client.submit(request, adopt_existing=False), callback)
+        self._submit(lambda: self._client.submit(request, adopt_existing=False, **self.lease.children()), callback)
 
     def _executor_entrypoint(self, runtime_env: RuntimeEnv, args: tuple[Any, ...], **kwargs: Any) -> Entrypoint:
         from fray_ray._private.worker import executor_main
@@ -162,12 +175,17 @@ class WorkerLauncher:
         started: Callable[[], bool] | None = None,
         start_failed: Callable[[str], None] | None = None,
         cpu: float | None = None,
+        detached: bool = False,
+        named: bool = False,
     ) -> None:
         """One actor (a Fray group of one), or a gang's members on one TPU slice (`gang`),
         asking the cluster for `cpu` (default: what the actor holds).
 
-        With `started`/`start_failed`, the actor's job is watched until `started()` is true; if
-        the job ends first, `start_failed(reason)` is called (the worker's own error text)."""
+        A `detached` actor is a root job that outlives the session; any other is one of the
+        session's jobs (see `lease`), and a `named` one is also registered where other drivers
+        look names up (`lookup_named`). With `started`/`start_failed`, the actor's job is
+        watched until `started()` is true; if the job ends first, `start_failed(reason)` is
+        called (the worker's own error text)."""
         from fray_ray._private.actor_host import RayActorHost
         from fray_ray.fray import ResourceConfig
 
@@ -188,6 +206,9 @@ class WorkerLauncher:
             count = 1
 
         def create() -> Any:
+            placement: dict[str, Any] = self.lease.detached() if detached else self.lease.children()
+            if named and not detached and not self.in_process:
+                placement["findable_at_root"] = True
             group = self._client.create_actor_group(
                 host_class,
                 *host_args,
@@ -204,7 +225,10 @@ class WorkerLauncher:
                     max_concurrency=1_000_000,
                     max_restarts=max_restarts,
                 ),
+                **placement,
             )
+            if detached and not self.in_process:
+                self._client.detach_job(group.job_id)  # the client's shutdown must leave it running
             if started is not None and start_failed is not None:
                 self.startup.watch(group, started, start_failed)
             return group
@@ -231,7 +255,7 @@ class WorkerLauncher:
         if find is None:  # in-process clients have no other drivers
             return None
         try:
-            handle = find(self.named_group(namespace, name))
+            handle = find(self.named_group(namespace, name), **self.lease.detached())
         except Exception:  # noqa: BLE001 - a controller hiccup: treat as not found
             return None
         if handle is None:
@@ -293,7 +317,7 @@ class WorkerLauncher:
             jobs = []
             try:
                 for request in requests():
-                    jobs.append(self._client.submit(request, adopt_existing=False))
+                    jobs.append(self._client.submit(request, adopt_existing=False, **self.lease.children()))
             except BaseException:
                 for job in jobs:
                     self.terminate(job)
@@ -340,6 +364,8 @@ class WorkerLauncher:
             text += f": {error}"
         if tail and tail.strip() not in error:
             text += f"\nlast output of the job:\n{tail}"
+        if status == JobStatus.STOPPED:  # maybe cancelled with the session's lease job: say why that ended
+            text += self.lease.failure() or ""
         return text
 
     def group_failure(self, group: Any) -> str | None:
@@ -363,10 +389,13 @@ class WorkerLauncher:
             stop()
 
     def shutdown(self, jobs: list[Any], wait: bool = True) -> None:
-        """Terminate the given jobs/groups and stop the launcher thread."""
+        """Terminate the given jobs/groups (all at once with the lease job when they are its
+        children) and stop the launcher thread."""
         self.startup.stop()
-        for job in jobs:
-            self.terminate(job)
+        if not self.lease.covers_children:
+            for job in jobs:
+                self.terminate(job)
+        self._submit(self.lease.release, lambda _result, _error: None)
         self._pool.shutdown(wait=wait)
 
 

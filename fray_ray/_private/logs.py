@@ -3,11 +3,19 @@
 As with Ray's `log_to_driver`, a line `hello` printed by task `f` in process 1234 appears in
 the driver as `(f pid=1234) hello`. The worker still writes to its own stdout/stderr, so the
 task's Iris logs keep everything.
+
+Python `logging` in a worker is set up as in a Ray worker, so records of tasks and actors
+reach the driver the way prints do: the root logger is at WARNING with no handler of its own,
+so a record goes through whatever handler the user configured in the worker (`basicConfig`,
+which `logging.warning()` calls, writes to the forwarded stderr) or Python's last-resort
+handler (also the forwarded stderr). fray_ray's own loggers keep the task runner's handler and
+write to the worker's log only.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import os
 import sys
 import threading
@@ -108,11 +116,34 @@ def flush_forwarded() -> None:
 
 
 def forward_output(runtime: WorkerRuntime) -> None:
-    """Route this worker process's stdout/stderr lines to the driver as well."""
+    """Route this worker process's stdout/stderr lines, and the logging records of its tasks
+    and actors, to the driver as well."""
     global _active
     forwarder = _active = _Forwarder(runtime)
     sys.stdout = _ForwardingStream(sys.stdout, "stdout", forwarder)
     sys.stderr = _ForwardingStream(sys.stderr, "stderr", forwarder)
+    _configure_worker_logging()
+
+
+#: The root logger's level in a worker, as in a Ray worker.
+WORKER_ROOT_LEVEL = logging.WARNING
+
+
+def _configure_worker_logging() -> None:
+    """The root logger as a Ray worker has it (WARNING, no handler); the handlers it had (the
+    task runner's, writing to the task's own stderr) move to fray_ray's logger, which stops
+    propagating, so fray_ray's diagnostics stay in the worker's log and off the driver."""
+    root = logging.getLogger()
+    inherited = list(root.handlers)
+    for handler in inherited:
+        root.removeHandler(handler)
+    root.setLevel(WORKER_ROOT_LEVEL)
+    internal = logging.getLogger("fray_ray")
+    for handler in inherited:
+        internal.addHandler(handler)
+    if internal.level == logging.NOTSET:
+        internal.setLevel(logging.INFO)
+    internal.propagate = not inherited
 
 
 def print_forwarded(body: Mapping[str, Any], out: TextIO | None = None, err: TextIO | None = None) -> None:

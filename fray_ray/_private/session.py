@@ -133,6 +133,10 @@ class SessionService:
             accepted = self._driver.actors.host_connected(worker_id, connection, pid, host)
         elif kind == "gang":
             accepted = self._driver.gangs.member_connected(worker_id, body.get("index", 0), connection, body.get("ip", ""))
+        elif kind == "lease":
+            if not self._driver.launcher.lease.holder_connected(connection):
+                connection.close()  # a holder this session does not know: it ends, as it should
+            return
         else:
             accepted = False
         if not accepted:

@@ -457,10 +457,26 @@ class Executor:
             os._exit(1)  # a forced cancel kills the worker, as in Ray
         _interrupt_thread(self._main_thread_id)
 
+    def _session_lost(self, _connection: Connection) -> None:
+        """The driver went away without saying `exit`: end now, a running task included, and
+        fail (exit 1), so the job never reports success for work nobody will collect."""
+        with self._condition:
+            told = self._exiting
+            self._exiting = True
+            self._condition.notify()
+        if not told and not self._in_process:
+            print("fray_ray: executor lost its driver's session; exiting", file=sys.__stderr__, flush=True)
+            os._exit(1)
+
+    def finish(self) -> None:
+        """Mark a normal end (max_calls reached, or told to exit) before the connection closes."""
+        with self._condition:
+            self._exiting = True
+
     def serve(self) -> None:
         """Run tasks until told to exit, the driver goes away, or max_calls is reached."""
         self._main_thread_id = threading.get_ident()
-        self.runtime.connection.add_close_callback(lambda _: self._on_exit(None, None, None, []))  # type: ignore[arg-type]
+        self.runtime.connection.add_close_callback(self._session_lost)
         calls = 0
         while True:
             with self._condition:
@@ -696,6 +712,7 @@ def executor_main(
     try:
         executor.serve()
     finally:
+        executor.finish()
         if in_process:
             runtime_state.reset_context_runtime(context_token)
         runtime.shutdown()

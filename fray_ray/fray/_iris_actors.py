@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
@@ -348,10 +348,17 @@ def _construct(actor_class: type, args: tuple[Any, ...], kwargs: dict[str, Any],
 
 
 def _serve(
-    client: FrayIrisClient, info: JobInfo, endpoint: str, instance: object, max_concurrency: int, port: int
+    client: FrayIrisClient,
+    info: JobInfo,
+    endpoint: str,
+    instance: object,
+    max_concurrency: int,
+    port: int,
+    aliases: Sequence[str] = (),
 ) -> tuple[ActorServer, EndpointRegistry]:
-    """Serve `instance` over ActorService on `port` (0: any) and register it as `endpoint` for
-    this task attempt; returns the server and registry, which the caller must close."""
+    """Serve `instance` over ActorService on `port` (0: any) and register it as `endpoint`
+    (and as each of `aliases`, the same actor under other names) for this task attempt;
+    returns the server and registry, which the caller must close."""
     # Imported here: only processes that serve actors need the server stack (uvicorn).
     from fray_ray.iris.actor_server import ActorServer
     from fray_ray.iris.endpoints import EndpointRegistry
@@ -359,10 +366,14 @@ def _serve(
     secret = actor_secret(info)
     server = ActorServer(info.bind_host, port, token=secret)
     server.register(endpoint, instance, max_concurrency=max_concurrency)
+    for alias in aliases:
+        server.add_alias(endpoint, alias)
     registry = EndpointRegistry(client._controller, info)
     try:
         server.start()
-        registry.register(endpoint, server.address_for(info.advertise_host), auth_metadata(secret))
+        address = server.address_for(info.advertise_host)
+        for name in (endpoint, *aliases):
+            registry.register(name, address, auth_metadata(secret))
     except BaseException:
         registry.close()
         server.stop()
@@ -371,12 +382,19 @@ def _serve(
 
 
 def _host_actor(
-    actor_class: type, args: tuple[Any, ...], kwargs: dict[str, Any], name: str, max_concurrency: int
+    actor_class: type,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    name: str,
+    max_concurrency: int,
+    alias_jobs: Sequence[str] = (),
 ) -> None:
     """Run in each replica of an actor group's job: build, serve, register, wait, exit.
 
-    Never returns: the process exits 0 after a clean stop and 1 after a failed constructor or
-    `ctx.fail()`, so the job's retry budget decides what happens next.
+    Replica i registers `<its job>/<name>-<i>`, and `<alias>/<name>-<i>` for each of
+    `alias_jobs` (job names under which the group is also found). Never returns: the process
+    exits 0 after a clean stop and 1 after a failed constructor or `ctx.fail()`, so the job's
+    retry budget decides what happens next.
     """
     info = get_job_info()
     if info is None or not info.controller_address:
@@ -391,7 +409,8 @@ def _host_actor(
     except BaseException as exc:  # noqa: BLE001 - reported to wait_ready through the task's output
         _report_and_exit(exc, "constructor")
     try:
-        server, registry = _serve(client, info, endpoint, instance, max_concurrency, _actor_port(info))
+        aliases = [f"{alias}/{name}-{info.task_index}" for alias in alias_jobs]
+        server, registry = _serve(client, info, endpoint, instance, max_concurrency, _actor_port(info), aliases)
     except BaseException as exc:  # noqa: BLE001 - e.g. the port is taken
         _report_and_exit(exc, "serve")
     shutdown_event.wait()

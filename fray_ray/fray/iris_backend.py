@@ -9,7 +9,9 @@ call them (`_iris_calls`); jobs are watched through `IrisJobHandle` (`_iris_jobs
 Naming. Outside an Iris task a job is a root job `/<user>/<name>`, the user taken from
 `user=`, else IRIS_USER, else the OS user. With `parent_job=` (or, by default, inside a task
 whose controller this client talks to) it is a child `<parent>/<name>`, so it ends with its
-parent. `from_job_info` builds the ambient client of the current task (cached per task attempt).
+parent. Each launch and lookup may name its own parent (`parent_job=`, None for a root job)
+instead of the client's. `from_job_info` builds the ambient client of the current task
+(cached per task attempt).
 
 Errors: `IrisBackendError` and its subclasses `ControllerUnavailableError` (nothing answers)
 and `JobRejected` (LaunchJob refused the request), defined and translated in `_iris_jobs`.
@@ -77,6 +79,7 @@ from fray_ray.iris.resolver import ControllerResolver
 from fray_ray.iris.types import ExistingJobPolicy, JobSpec
 
 __all__ = [
+    "CLIENT_PARENT",
     "GPU_GANG_LEVEL",
     "IRIS_TO_FRAY_STATUS",
     "NSYS_DIR_ENV",
@@ -123,6 +126,16 @@ _ACTOR_CALL_ATTEMPTS = 5
 class ClientState(enum.Enum):
     OPEN = "open"  # accepts work
     CLOSED = "closed"  # shut down: what it started is terminated, its RPC clients closed
+
+
+class _Placement(enum.Enum):
+    CLIENT_PARENT = "client parent"  # the client's own parent_job (a root job when it has none)
+
+
+#: `parent_job=CLIENT_PARENT` (the default of every launch and lookup): under the client's own
+#: `parent_job`. Pass None for a root job, or a job name for a child of that job.
+CLIENT_PARENT = _Placement.CLIENT_PARENT
+ParentJob = str | JobName | None | _Placement
 
 
 # Every open FrayIrisClient, oldest first, so an unpickled handle outside a task can find one
@@ -327,9 +340,21 @@ class FrayIrisClient:
 
     # ---- jobs ----------------------------------------------------------------------------------
 
-    def _job_name(self, name: str) -> JobName:
+    def _job_name(self, name: str, parent_job: ParentJob = CLIENT_PARENT) -> JobName:
         validate_segment(name)
-        return self._parent.child(name) if self._parent is not None else JobName.root(self._user, name)
+        if parent_job is CLIENT_PARENT:
+            parent = self._parent
+        elif isinstance(parent_job, str):
+            parent = JobName.from_wire(parent_job)
+        else:
+            parent = parent_job
+        return parent.child(name) if parent is not None else JobName.root(self._user, name)
+
+    def job_name(self, name: str, parent_job: ParentJob = CLIENT_PARENT) -> str:
+        """The wire name a job called `name` gets from this client: `<parent>/<name>`, or
+        `/<user>/<name>` for a root job (`parent_job=None`, or a client without a parent).
+        ValueError for a name that cannot be a job name segment."""
+        return self._job_name(name, parent_job).wire
 
     def _job_spec(
         self, request: JobRequest, name: JobName, policy: ExistingJobPolicy, ports: tuple[str, ...] = ()
@@ -381,9 +406,16 @@ class FrayIrisClient:
         (`BundleTooLarge`), OSError when a directory cannot be read."""
         self._workspaces.prepare(environment)
 
-    def _launch(self, request: JobRequest, *, adopt_existing: bool, ports: tuple[str, ...] = ()) -> str:
+    def _launch(
+        self,
+        request: JobRequest,
+        *,
+        adopt_existing: bool,
+        ports: tuple[str, ...] = (),
+        parent_job: ParentJob = CLIENT_PARENT,
+    ) -> str:
         self._check_open()
-        name = self._job_name(request.name)
+        name = self._job_name(request.name, parent_job)
         policy = ExistingJobPolicy.KEEP if adopt_existing else ExistingJobPolicy.UNSPECIFIED
         spec = self._job_spec(request, name, policy, ports)
         try:
@@ -396,16 +428,26 @@ class FrayIrisClient:
             self._jobs[job_id] = None
         return job_id
 
-    def submit(self, request: JobRequest, adopt_existing: bool = True) -> IrisJobHandle:
+    def submit(
+        self, request: JobRequest, adopt_existing: bool = True, *, parent_job: ParentJob = CLIENT_PARENT
+    ) -> IrisJobHandle:
         """Launch the job on the controller; returns its handle once the controller accepted it.
 
         While a job of the same name is still running, `adopt_existing=True` returns a handle
         to it (Iris's KEEP policy) and `False` raises `JobAlreadyExists` carrying one; a
-        finished job's name is reused. Raises `JobRejected` when the controller refuses the
-        request (e.g. no worker could ever run it), ValueError for an invalid name or an
-        unsplittable `processes_per_task`, `ControllerUnavailableError` when nothing answers.
+        finished job's name is reused. `parent_job` places it (see `CLIENT_PARENT`): a child
+        ends when its parent ends other than by succeeding. Raises `JobRejected` when the
+        controller refuses the request (e.g. no worker could ever run it, or the parent has
+        ended), ValueError for an invalid name or an unsplittable `processes_per_task`,
+        `ControllerUnavailableError` when nothing answers.
         """
-        return IrisJobHandle(self, self._launch(request, adopt_existing=adopt_existing))
+        return IrisJobHandle(self, self._launch(request, adopt_existing=adopt_existing, parent_job=parent_job))
+
+    def detach_job(self, job_id: str) -> None:
+        """Stop answering for a job this client launched: `shutdown()` leaves it running (an
+        actor meant to outlive its creator). Unknown ids are ignored."""
+        with self._lock:
+            self._jobs.pop(job_id, None)
 
     # ---- actors --------------------------------------------------------------------------------
 
@@ -418,10 +460,16 @@ class FrayIrisClient:
         resources: ResourceConfig = ResourceConfig(),
         environment: EnvironmentConfig | None = None,
         actor_config: ActorConfig = ActorConfig(),
+        parent_job: ParentJob = CLIENT_PARENT,
+        findable_at_root: bool = False,
         **kwargs: Any,
     ) -> IrisActorGroup:
         """Launch one job whose `count` replicas each host `actor_class(*args, **kwargs)`;
         returns as soon as the controller accepted it (use `wait_ready` for handles).
+
+        `parent_job` places the job (see `CLIENT_PARENT`). With `findable_at_root`, each
+        replica is also registered under the endpoint name a root group of that name would
+        have, so `find_actor(name, parent_job=None)` finds a child group from any client.
 
         `actor_config.max_concurrency` calls run at once on each actor. A replica whose actor
         fails (constructor raised, `ctx.fail()`, process died) is restarted with fresh state up
@@ -452,10 +500,13 @@ class FrayIrisClient:
             restarts_setting = actor_config.max_task_retries
         restarts = retry_budget(restarts_setting, unlimited=UNLIMITED_RETRIES)
         preemptions = restarts if actor_config.max_restarts is not None else DEFAULT_ACTOR_PREEMPTION_RETRIES
+        name_of_job = self._job_name(name, parent_job)
+        root_name = JobName.root(self._user, name)
+        alias_jobs = (root_name.wire,) if findable_at_root and root_name != name_of_job else ()
         request = JobRequest(
             name=name,
             entrypoint=Entrypoint.from_callable(
-                _host_actor, args=(actor_class, args, kwargs, name, actor_config.max_concurrency)
+                _host_actor, args=(actor_class, args, kwargs, name, actor_config.max_concurrency, alias_jobs)
             ),
             resources=resources,
             environment=environment,
@@ -465,18 +516,20 @@ class FrayIrisClient:
             max_task_failures=count - 1,
             priority=actor_config.priority,
         )
-        job_id = self._launch(request, adopt_existing=False, ports=("actor",))
+        job_id = self._launch(request, adopt_existing=False, ports=("actor",), parent_job=parent_job)
         return IrisActorGroup(name, count, job_id, self)
 
-    def actor_handle(self, group_name: str, index: int = 0) -> IrisActorHandle:
+    def actor_handle(self, group_name: str, index: int = 0, *, parent_job: ParentJob = CLIENT_PARENT) -> IrisActorHandle:
         """A handle to replica `index` of the actor group `group_name` that this client's user
-        (and parent job) would have created, wherever it was created from. Does not block;
-        calls raise ActorUnavailableError while no such actor is registered."""
-        return IrisActorHandle(f"{self._job_name(group_name).wire}/{group_name}-{index}", self)
+        (and parent job, or `parent_job`) would have created, wherever it was created from.
+        Does not block; calls raise ActorUnavailableError while no such actor is registered."""
+        return IrisActorHandle(f"{self._job_name(group_name, parent_job).wire}/{group_name}-{index}", self)
 
-    def find_actor(self, group_name: str, index: int = 0) -> IrisActorHandle | None:
+    def find_actor(
+        self, group_name: str, index: int = 0, *, parent_job: ParentJob = CLIENT_PARENT
+    ) -> IrisActorHandle | None:
         """`actor_handle(...)` if that actor is registered now, else None (one controller call)."""
-        handle = self.actor_handle(group_name, index)
+        handle = self.actor_handle(group_name, index, parent_job=parent_job)
         endpoints = self._call_controller(
             "look up an actor", lambda c: c.list_endpoints(handle.endpoint, exact=True)
         )

@@ -176,10 +176,18 @@ class ActorServer:
             previous.executor.shutdown(wait=False)
         return name
 
+    def add_alias(self, name: str, alias: str) -> None:
+        """Answer calls addressed to `alias` as calls to the actor registered as `name` (one
+        instance, one executor, so its order and concurrency limit hold across both names).
+        KeyError if nothing is registered as `name`."""
+        with self._lock:
+            self._actors[alias] = self._actors[name]
+
     def unregister(self, name: str) -> None:
         with self._lock:
             hosted = self._actors.pop(name, None)
-        if hosted is not None and hosted.owns_executor:
+            still_served = any(other is hosted for other in self._actors.values())
+        if hosted is not None and hosted.owns_executor and not still_served:
             hosted.executor.shutdown(wait=False)
 
     def _lookup(self, actor_name: str) -> _HostedActor | None:
@@ -302,7 +310,7 @@ class _ActorService:
 
     async def list_actors(self, request: actor_pb2.ListActorsRequest, ctx: Any) -> actor_pb2.ListActorsResponse:
         with self._server._lock:
-            actors = list(self._server._actors.values())
+            actors = list({id(a): a for a in self._server._actors.values()}.values())  # aliases once
         return actor_pb2.ListActorsResponse(
             actors=[
                 actor_pb2.ActorInfo(

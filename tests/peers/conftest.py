@@ -6,12 +6,19 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+
+# The suite runs with --import-mode=importlib, which leaves sys.path alone; the test modules
+# here import their shared helpers by this directory's (unique) module names.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from june_controller import start_controller, stop_controller  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_ENV = "FRAY_RAY_PEER_CLIENT_PYTHON"
@@ -105,3 +112,15 @@ def fray_ray_pythonpath(tmp_path_factory: pytest.TempPathFactory) -> Callable[[s
         return made[python]
 
     return for_python
+
+
+@pytest.fixture(scope="module")
+def june(peer_controller_python: str, fray_ray_pythonpath, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A June controller whose workers' Python imports fray_ray (and its dependencies)."""
+    process, address = start_controller(
+        peer_controller_python, tmp_path_factory.mktemp("june-home"), fray_ray_pythonpath(peer_controller_python)
+    )
+    try:
+        yield address
+    finally:
+        stop_controller(process)

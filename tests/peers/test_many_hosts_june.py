@@ -19,8 +19,8 @@ import pytest
 
 from fray_ray.iris.controller_client import ControllerClient
 from fray_ray.iris.types import JobState
+from june_controller import start_controller, stop_controller
 
-HERE = Path(__file__).resolve().parent
 DEADLINE = 240.0
 
 PROGRAM = {
@@ -80,47 +80,6 @@ SUBMITTED = """
         ticks -= 1
     print("finished", flush=True)
 """
-
-
-def start_controller(python: str, home: Path, pythonpath: str | None) -> tuple[subprocess.Popen, str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HOME=str(home), TMPDIR=str(home))
-    if pythonpath is not None:
-        env["PYTHONPATH"] = pythonpath
-        # A driver running as a job of this controller serves its session on loopback: this
-        # machine's only other address is not one tests may connect to.
-        env["FRAY_RAY_NODE_IP_ADDRESS"] = "127.0.0.1"
-    process = subprocess.Popen(
-        [python, str(HERE / "iris_controller_main.py"), "2"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-    )
-    assert process.stdout is not None
-    for line in process.stdout:
-        if line.startswith("ADDRESS "):
-            return process, line.split()[1]
-    raise AssertionError(f"the real Iris controller did not start (exit {process.poll()})")
-
-
-def stop_controller(process: subprocess.Popen) -> None:
-    assert process.stdin is not None
-    process.stdin.close()
-    try:
-        process.wait(60)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-@pytest.fixture(scope="module")
-def june(peer_controller_python: str, fray_ray_pythonpath, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A June controller whose workers' Python imports fray_ray (and its dependencies)."""
-    process, address = start_controller(
-        peer_controller_python, tmp_path_factory.mktemp("june-home"), fray_ray_pythonpath(peer_controller_python)
-    )
-    try:
-        yield address
-    finally:
-        stop_controller(process)
 
 
 @pytest.fixture(scope="module")

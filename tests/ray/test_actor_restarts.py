@@ -119,7 +119,7 @@ class FakeLauncher:
         self.terminated: list[Any] = []
 
     def launch_actor(self, actor_id, group_name, shape, *, env_vars, max_restarts, accelerator, callback, gang=None,
-                     runtime_env=None, started=None, start_failed=None, cpu=None):
+                     runtime_env=None, started=None, start_failed=None, cpu=None, detached=False, named=False):
         self.max_restarts = max_restarts
         callback(FakeGroup(), None)
 

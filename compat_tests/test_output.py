@@ -1,0 +1,98 @@
+"""What tasks and actors print and log reaches the driver's output (``log_to_driver``, on by
+default): each line prefixed with the task or actor class name and the worker's pid,
+``(name pid=N)`` (Ray adds ``, ip=...`` for other nodes and colours the prefix on a terminal),
+stdout lines on the driver's stdout, stderr lines (where ``logging`` writes) on its stderr.
+Python ``logging`` in a worker behaves as in a plain Python process whose root logger is at
+WARNING: ``logging.warning`` prints ``WARNING:root:<message>``, records below WARNING are
+dropped unless the worker code configures a lower level.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import uuid
+
+import pytest
+
+from compat_tests._backend import ray
+from compat_tests.helpers import wait_for_condition
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class Captured:
+    """Everything the driver wrote so far (capfd hands out each piece once)."""
+
+    def __init__(self, capfd: pytest.CaptureFixture[str]) -> None:
+        self._capfd = capfd
+        self.out = ""
+        self.err = ""
+
+    def _read(self) -> None:
+        new = self._capfd.readouterr()
+        self.out += _ANSI.sub("", new.out)
+        self.err += _ANSI.sub("", new.err)
+
+    def line(self, stream: str, text: str) -> str:
+        """The first line of `stream` ("out" or "err") holding `text`, waiting for it."""
+        found: list[str] = []
+
+        def arrived() -> bool:
+            self._read()
+            found[:] = [line for line in getattr(self, stream).splitlines() if text in line]
+            return bool(found)
+
+        wait_for_condition(arrived, timeout=60)
+        return found[0]
+
+
+def _prefixed(line: str, name: str, pid: int) -> str:
+    """The line without its `(name pid=N[, ip=...]) ` prefix; AssertionError if it has another."""
+    match = re.match(rf"^\({re.escape(name)} pid={pid}(?:, ip=[0-9a-fA-F.:]+)?\) (.*)$", line)
+    assert match is not None, line
+    return match.group(1)
+
+
+@ray.remote
+def emit(tag: str) -> int:
+    print(f"printed {tag}")
+    logging.warning("logged %s", tag)
+    logging.info("dropped %s", tag)
+    return os.getpid()
+
+
+def test_output__task_prints_and_logging_reach_the_driver(ray_start_regular_shared, capfd):
+    tag = uuid.uuid4().hex[:8]
+    pid = ray.get(emit.remote(tag))
+    captured = Captured(capfd)
+    assert _prefixed(captured.line("out", f"printed {tag}"), "emit", pid) == f"printed {tag}"
+    assert _prefixed(captured.line("err", f"logged {tag}"), "emit", pid) == f"WARNING:root:logged {tag}"
+    assert f"dropped {tag}" not in captured.err
+
+
+@ray.remote
+class Reporter:
+    def __init__(self) -> None:
+        self.log = logging.getLogger("compat.reporter")
+        self.log.setLevel(logging.INFO)
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        self.log.addHandler(handler)
+        self.log.propagate = False
+
+    def report(self, tag: str) -> int:
+        self.log.info("configured %s", tag)
+        self.log.debug("below the level %s", tag)
+        return os.getpid()
+
+
+def test_output__actor_logging_at_the_level_configured_in_the_worker(ray_start_regular_shared, capfd):
+    tag = uuid.uuid4().hex[:8]
+    reporter = Reporter.remote()
+    pid = ray.get(reporter.report.remote(tag))
+    captured = Captured(capfd)
+    line = captured.line("err", f"configured {tag}")
+    assert _prefixed(line, "Reporter", pid) == f"INFO compat.reporter: configured {tag}"
+    assert f"below the level {tag}" not in captured.err
