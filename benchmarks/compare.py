@@ -306,7 +306,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--round-s", type=float, help="seconds of a rate shape's timed round (default 1; quick 0.2)")
     parser.add_argument("--warmup-s", type=float, help="warm-up seconds of a rate shape (default 0.5; quick 0.1)")
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every shape's timeout (see shapes.py)")
-    parser.add_argument("--memory-guard-gib", type=float, help="stop an actors point when MemAvailable falls below this (default max(2, 10%% of RAM))")
+    parser.add_argument("--memory-guard-gib", type=float, help="stop an actors point when MemAvailable falls below this (default max(3, 15%% of RAM))")
     parser.add_argument("--keep-logs", action="store_true", help="keep the per-run logs and JSON (path printed)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)

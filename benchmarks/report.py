@@ -119,6 +119,10 @@ def extras(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
             out.append(f"{backend}: idle {e['processes']} process(es); largest RSS (MiB): {top}")
         if (e := last("shutdown")) is not None and e.get("until_no_processes_s") is not None:
             out.append(f"{backend}: shutdown() until no child process is left: {num(e['until_no_processes_s'])} s")
+        for shape in (s for s in shapes if s.startswith("queued_tasks_")):
+            if (e := last(shape)) is not None:
+                out.append(f"{backend}: {shape}: submitting took {num(e['submit_s'])} s of {num(e['seconds'])} s "
+                           f"({e['submit_s'] / e['tasks'] * 1e6:.0f} µs per .remote())")
         for shape in (s for s in shapes if s.startswith("actors_")):
             if (e := last(shape)) is not None:
                 out.append(f"{backend}: {shape}: {e['processes_before']} → {e['processes']} processes, "

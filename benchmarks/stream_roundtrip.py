@@ -10,6 +10,8 @@ frame checks and receive buffers from scheduling. Prints, per shape, the best an
 - `sync_small`: one small request, wait for the reply, repeat (µs per round trip);
 - `pipelined_small`: 1000 requests in flight, then all replies (requests per second);
 - `buffer_1mb` / `buffer_100mb`: one out-of-band buffer sent and echoed back (GB/s both ways).
+
+`protocol_rtt_us()` is the `floor_protocol_rtt_us` row of `compare.py`.
 """
 
 from __future__ import annotations

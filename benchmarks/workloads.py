@@ -234,10 +234,13 @@ def queued_tasks(ray: ModuleType, remotes: SimpleNamespace, name: str, n: int, t
 
 
 def memory_guard_bytes(total_bytes: int, guard_gib: float | None) -> int:
-    """MemAvailable below which a curve point stops: `guard_gib`, or max(2 GiB, 10% of RAM)."""
+    """MemAvailable below which a curve point stops: `guard_gib`, or max(3 GiB, 15% of RAM).
+
+    The machine is shared: the guard leaves room for everything else running on it.
+    """
     if guard_gib is not None:
         return int(guard_gib * GIB)
-    return max(2 * GIB, total_bytes // 10)
+    return max(3 * GIB, total_bytes * 15 // 100)
 
 
 def _wait_all(ray: ModuleType, refs: list[Any], deadline: float, guard_bytes: int) -> None:
