@@ -10,6 +10,8 @@ frame checks and receive buffers from scheduling. Prints, per shape, the best an
 - `sync_small`: one small request, wait for the reply, repeat (µs per round trip);
 - `pipelined_small`: 1000 requests in flight, then all replies (requests per second);
 - `buffer_1mb` / `buffer_100mb`: one out-of-band buffer sent and echoed back (GB/s both ways).
+
+`protocol_rtt_us()` is the `floor_protocol_rtt_us` row of `compare.py`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import socket
 import statistics
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from fray_ray._private.protocol import Connection
@@ -78,18 +82,39 @@ def _tcp_pair() -> tuple[socket.socket, socket.socket]:
     return ours, theirs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=float, default=2.0, help="duration of each run")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    args = parser.parse_args()
+@contextmanager
+def echo_connection() -> Iterator[Connection]:
+    """A started `Connection` to a fresh echo child process; the child ends when this closes."""
     ours, theirs = _tcp_pair()
     context = multiprocessing.get_context("spawn")
     child = context.Process(target=_echo_child, args=(theirs,), daemon=True)
     child.start()
     theirs.close()
     connection = Connection(ours, name="bench").start({})
+    try:
+        connection.call("echo", {})  # warm up both ends
+        yield connection
+    finally:
+        connection.close()
+        child.join(timeout=10)
+        if child.is_alive():
+            child.kill()
+            child.join()
+
+
+def protocol_rtt_us(warmup_s: float, round_s: float) -> float:
+    """Microseconds per small synchronous round trip, one round after a warm-up (compare.py's floor)."""
+    with echo_connection() as connection:
+        _sync_small(connection, warmup_s)
+        return _sync_small(connection, round_s)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=2.0, help="duration of each run")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    args = parser.parse_args()
     shapes = {
         "sync_small_us": lambda: _sync_small(connection, args.seconds),
         "pipelined_small_per_s": lambda: _pipelined_small(connection, args.seconds),
@@ -97,18 +122,11 @@ def main() -> None:
         "buffer_100mb_gbps": lambda: _buffer(connection, 100 * 1000 * 1000, args.seconds),
     }
     results: dict[str, dict[str, float]] = {}
-    try:
-        connection.call("echo", {})  # warm up both ends
+    with echo_connection() as connection:
         for name, run in shapes.items():
             values = [run() for _ in range(args.repeat)]
             best = min(values) if name.endswith("_us") else max(values)
             results[name] = {"best": best, "median": statistics.median(values)}
-    finally:
-        connection.close()
-        child.join(timeout=10)
-        if child.is_alive():
-            child.kill()
-            child.join()
     if args.json:
         print(json.dumps(results))
         return

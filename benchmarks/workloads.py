@@ -1,50 +1,44 @@
-"""Benchmark shapes, written once against a `ray`-like module passed in.
+"""The shapes, written once against a `ray`-like module passed in.
 
-The same functions run on fray_ray (`import fray_ray as ray`) and on Ray itself, so numbers from
-one run can be compared shape by shape. The shapes follow Ray's microbenchmark (see
-shared/reference/ray-api.md §3) with a shorter timing scheme: a warm-up of about `warmup_s`,
-then `rounds` rounds of about `round_s` each; each rate is reported as mean and stdev over the
-rounds.
+The same functions run on fray_ray (`import fray_ray as ray`) and on Ray itself. One call of a
+shape is one repetition: rate shapes run a warm-up of about `warmup_s` and then one timed round
+of about `round_s`; curve points run their N tasks or actors once. Repetitions come from
+`compare.py` starting fresh processes, so that each one sees a fresh session.
 
-Three kinds of shape:
-
-- lifecycle (`init_to_first_result`, `idle_memory_mib`, `shutdown`): measured on a fresh
-  session, once per session (run a fresh interpreter per sample for cold numbers);
-- rate (`tasks_sync`, `tasks_batch_1000`, actor calls, `put_get_small`, 100 MB put/get): timed
-  rounds inside one running session;
-- scale (`queued_tasks_10k`, `actors_100`): one timed run each, to show cost stays linear.
-
-Every result is a dict: `unit`, `better` ("higher" or "lower"), `mean`, `stdev`, `values` (one
-per round or session) and optional `extra` details.
+Every shape returns `{"status": "ok", "metrics": {name: value}, "extra": {...}}`. A curve point
+that runs out of time, or that would leave the machine short of memory, raises `ShapeStopped`,
+which `run_one.py` records with its status ("timeout" or "memory") and what was reached.
 """
 
 from __future__ import annotations
 
-import os
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
+from procs import (
+    mem_available_bytes,
+    memory_snapshot,
+    session_pids,
+    settle_processes,
+    wait_children_gone,
+)
+
 MB = 1_000_000
 BIG_BYTES = 100 * MB
-
-# Environment variable that marks every process started by one benchmark run; children inherit
-# it, so compare.py (and idle_memory_mib) can find them even after they are re-parented.
-MARK_ENV = "FRAY_BENCH_MARK"
+GIB = 1024**3
 
 
 @dataclass
 class Timing:
     warmup_s: float = 0.5
     round_s: float = 1.0
-    rounds: int = 4
 
     @classmethod
-    def quick(cls) -> "Timing":
-        return cls(warmup_s=0.05, round_s=0.1, rounds=2)
+    def quick(cls) -> Timing:
+        return cls(warmup_s=0.1, round_s=0.2)
 
 
 @dataclass
@@ -59,79 +53,36 @@ class Backend:
         self.ray.init(**self.init_kwargs)
 
 
-@dataclass(frozen=True)
-class Shape:
-    name: str
-    kind: str  # "lifecycle" | "rate" | "scale"
-    unit: str
-    better: str  # "higher" | "lower"
-    description: str
+class ShapeStopped(Exception):
+    """A shape ended early on purpose: `status` is "timeout" or "memory"."""
+
+    def __init__(self, status: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.extra = extra
 
 
-SHAPES: dict[str, Shape] = {
-    s.name: s
-    for s in [
-        Shape("init_to_first_result", "lifecycle", "s", "lower", "init() to the first task's result, fresh session"),
-        Shape("idle_memory_mib", "lifecycle", "MiB", "lower", "RSS of driver + all descendants, idle after one task"),
-        Shape("shutdown", "lifecycle", "s", "lower", "shutdown() of a session that ran one task"),
-        Shape("tasks_sync", "rate", "ops/s", "higher", "submit one no-op task and get it"),
-        Shape("tasks_batch_1000", "rate", "tasks/s", "higher", "submit 1000 no-op tasks, get the list"),
-        Shape("actor_calls_sync", "rate", "ops/s", "higher", "1:1 call + get, num_cpus=0 actor"),
-        Shape("actor_calls_async", "rate", "calls/s", "higher", "1000 pipelined calls, then get"),
-        Shape("async_actor_calls_sync", "rate", "ops/s", "higher", "call + get on an async def actor"),
-        Shape("async_actor_calls_async", "rate", "calls/s", "higher", "1000 pipelined calls on an async def actor"),
-        Shape("put_get_small", "rate", "ops/s", "higher", "get(put(0))"),
-        Shape("put_100mb_gbps", "rate", "GB/s", "higher", "put of a 100 MB numpy array"),
-        Shape("get_100mb_gbps", "rate", "GB/s", "higher", "get of a 100 MB numpy array already put"),
-        Shape("queued_tasks_10k", "scale", "tasks/s", "higher", "10,000 no-op tasks submitted at once, all got"),
-        Shape("actors_100", "scale", "s", "lower", "create 100 actors (num_cpus=0) and call each once"),
-    ]
-}
-
-LIFECYCLE = [n for n, s in SHAPES.items() if s.kind == "lifecycle"]
-RATE = [n for n, s in SHAPES.items() if s.kind == "rate"]
-SCALE = [n for n, s in SHAPES.items() if s.kind == "scale"]
+def ok(metrics: dict[str, float], **extra: Any) -> dict[str, Any]:
+    return {"status": "ok", "metrics": metrics, "extra": extra}
 
 
-# ---- results -----------------------------------------------------------------------------------
+def timed_round(fn: Callable[[], Any], timing: Timing, multiplier: float = 1.0) -> float:
+    """Call `fn` for a warm-up (at least once), then for one round; `multiplier * calls / s`.
 
-
-def result(name: str, values: list[float], **extra: Any) -> dict[str, Any]:
-    shape = SHAPES[name]
-    out: dict[str, Any] = {
-        "unit": shape.unit,
-        "better": shape.better,
-        "mean": statistics.fmean(values),
-        "stdev": statistics.stdev(values) if len(values) > 1 else 0.0,
-        "values": values,
-    }
-    if extra:
-        out["extra"] = extra
-    return out
-
-
-def timed_rounds(fn: Callable[[], Any], timing: Timing, multiplier: float = 1.0) -> list[float]:
-    """Call `fn` for a warm-up, then for `timing.rounds` rounds; `multiplier * calls / s` per round.
-
-    A round is at least one call, so a call slower than `round_s` still yields one sample.
+    The round is at least one call, so a call slower than `round_s` still yields a value.
     """
     clock = time.perf_counter
     warm_end = clock() + timing.warmup_s
     fn()
     while clock() < warm_end:
         fn()
-    rates = []
-    for _ in range(timing.rounds):
-        calls = 0
-        start = clock()
-        while True:
-            fn()
-            calls += 1
-            elapsed = clock() - start
-            if elapsed >= timing.round_s:
-                break
-        rates.append(multiplier * calls / elapsed)
-    return rates
+    calls, start = 0, clock()
+    while True:
+        fn()
+        calls += 1
+        elapsed = clock() - start
+        if elapsed >= timing.round_s:
+            return multiplier * calls / elapsed
 
 
 # ---- remote code -------------------------------------------------------------------------------
@@ -148,6 +99,10 @@ def make_remotes(ray: ModuleType) -> SimpleNamespace:
     def noop() -> None:
         return None
 
+    @ray.remote
+    def total(array: Any) -> int:
+        return int(array.sum())  # reads every byte of the argument
+
     @ray.remote(num_cpus=0)
     class SyncActor:
         def ping(self) -> bytes:
@@ -158,135 +113,14 @@ def make_remotes(ray: ModuleType) -> SimpleNamespace:
         async def ping(self) -> bytes:
             return b"ok"
 
-    return SimpleNamespace(noop=noop, SyncActor=SyncActor, AsyncActor=AsyncActor)
-
-
-# ---- processes (/proc, no psutil) --------------------------------------------------------------
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode(errors="replace")
-    except OSError:
-        return None
-
-
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, ppid) of a process, or None if it is gone."""
-    text = _read(f"/proc/{pid}/stat")
-    if not text:
-        return None
-    rest = text[text.rfind(")") + 2 :].split()
-    return rest[0], int(rest[1])
-
-
-def all_pids() -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-
-
-def descendants(root: int) -> set[int]:
-    """`root` and every live (non-zombie) process below it."""
-    children: dict[int, list[int]] = {}
-    for pid in all_pids():
-        st = _stat(pid)
-        if st and st[0] != "Z":
-            children.setdefault(st[1], []).append(pid)
-    found, todo = {root}, [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def marked_pids(mark: str, exclude: set[int] = frozenset()) -> set[int]:
-    """Live processes whose environment carries MARK_ENV=mark (needs same user or root)."""
-    needle = f"{MARK_ENV}={mark}".encode()
-    found = set()
-    for pid in all_pids():
-        if pid in exclude:
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read()
-        except OSError:
-            continue
-        if needle in env.split(b"\0"):
-            st = _stat(pid)
-            if st and st[0] != "Z":
-                found.add(pid)
-    return found
-
-
-def session_pids() -> set[int]:
-    """This driver and every process it started, directly or through re-parented daemons."""
-    pids = descendants(os.getpid())
-    mark = os.environ.get(MARK_ENV)
-    if mark:
-        pids |= marked_pids(mark)
-    return pids
-
-
-def _status_kib(pid: int, key: str) -> int:
-    text = _read(f"/proc/{pid}/status") or ""
-    for line in text.splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    return 0
-
-
-def _pss_kib(pid: int) -> int:
-    text = _read(f"/proc/{pid}/smaps_rollup") or ""
-    for line in text.splitlines():
-        if line.startswith("Pss:"):
-            return int(line.split()[1])
-    return 0
-
-
-def process_name(pid: int) -> str:
-    raw = _read(f"/proc/{pid}/cmdline") or ""
-    parts = [p for p in raw.split("\0") if p]
-    if not parts:
-        return (_read(f"/proc/{pid}/comm") or "?").strip()
-    name = os.path.basename(parts[0])
-    if name.startswith("python") and len(parts) > 1:
-        arg = parts[2] if parts[1] in ("-u", "-m") and len(parts) > 2 else parts[1]
-        name = f"{name} {os.path.basename(arg)}"
-    return name[:60]
-
-
-def memory_snapshot(pids: set[int]) -> dict[str, Any]:
-    rss = {pid: _status_kib(pid, "VmRSS") for pid in pids}
-    return {
-        "rss_mib": sum(rss.values()) / 1024,
-        "pss_mib": sum(_pss_kib(pid) for pid in pids) / 1024,
-        "processes": len(pids),
-        "by_process": sorted(((process_name(pid), round(kib / 1024, 1)) for pid, kib in rss.items()), key=lambda x: -x[1]),
-    }
-
-
-def settle_processes(min_settle_s: float = 1.0, stable_s: float = 1.5, poll_s: float = 0.25, max_s: float = 20.0) -> tuple[set[int], float]:
-    """Wait at least `min_settle_s`, then until the process set is unchanged for `stable_s`."""
-    start = time.perf_counter()
-    time.sleep(min_settle_s)
-    last, since = session_pids(), time.perf_counter()
-    while time.perf_counter() - start < max_s:
-        time.sleep(poll_s)
-        now = session_pids()
-        if now != last:
-            last, since = now, time.perf_counter()
-        elif time.perf_counter() - since >= stable_s:
-            break
-    return last, time.perf_counter() - start
+    return SimpleNamespace(noop=noop, total=total, SyncActor=SyncActor, AsyncActor=AsyncActor)
 
 
 # ---- lifecycle -------------------------------------------------------------------------------
 
 
 def run_lifecycle(backend: Backend, wanted: list[str]) -> dict[str, dict[str, Any]]:
-    """One fresh session: init, first result, (idle memory), shutdown. One sample per shape."""
+    """One fresh session: init, first result, idle memory, shutdown. One value per shape."""
     ray = backend.ray
     remotes = make_remotes(ray)
     out: dict[str, dict[str, Any]] = {}
@@ -296,135 +130,172 @@ def run_lifecycle(backend: Backend, wanted: list[str]) -> dict[str, dict[str, An
     ray.get(remotes.noop.remote())
     t_first = time.perf_counter()
     if "init_to_first_result" in wanted:
-        out["init_to_first_result"] = result(
-            "init_to_first_result", [t_first - t0], init_s=t_init - t0, first_task_s=t_first - t_init
-        )
-    if "idle_memory_mib" in wanted:
+        out["init_to_first_result"] = ok({"init_to_first_result": t_first - t0}, init_s=t_init - t0, first_task_s=t_first - t_init)
+    if "idle_memory" in wanted:
         pids, settled = settle_processes()
         snap = memory_snapshot(pids)
-        out["idle_memory_mib"] = result(
-            "idle_memory_mib",
-            [snap["rss_mib"]],
-            pss_mib=snap["pss_mib"],
-            processes=snap["processes"],
-            settle_s=settled,
-            by_process=snap["by_process"],
-        )
+        out["idle_memory"] = ok({"idle_memory_mib": snap["rss_mib"], "idle_pss_mib": snap["pss_mib"]},
+                                processes=snap["processes"], settle_s=settled, by_process=snap["by_process"][:8])
     t0 = time.perf_counter()
     ray.shutdown()
     t_down = time.perf_counter() - t0
-    gone = _wait_children_gone(timeout_s=15.0)
+    gone = wait_children_gone(timeout_s=15.0)
     if "shutdown" in wanted:
-        out["shutdown"] = result("shutdown", [t_down], until_no_processes_s=t_down + gone if gone is not None else None)
+        out["shutdown"] = ok({"shutdown": t_down}, until_no_processes_s=t_down + gone if gone is not None else None)
     return out
-
-
-def _wait_children_gone(timeout_s: float) -> float | None:
-    """Seconds until no process of this session but the driver is left; None on timeout."""
-    start = time.perf_counter()
-    me = os.getpid()
-    while time.perf_counter() - start < timeout_s:
-        if session_pids() <= {me}:
-            return time.perf_counter() - start
-        time.sleep(0.02)
-    return None
 
 
 # ---- rate shapes -------------------------------------------------------------------------------
 
 
+def _int64_array(nbytes: int) -> Any:
+    import numpy as np
+
+    return np.arange(nbytes // 8, dtype=np.int64)  # every page written
+
+
 def rate_shapes(ray: ModuleType, remotes: SimpleNamespace) -> dict[str, Callable[[Timing], dict[str, Any]]]:
     """name -> function(timing) -> result, inside an initialized session."""
 
-    def tasks_sync(t: Timing) -> dict[str, Any]:
-        noop = remotes.noop
-        return result("tasks_sync", timed_rounds(lambda: ray.get(noop.remote()), t))
+    def one(name: str, fn: Callable[[], Any], t: Timing, multiplier: float = 1.0) -> dict[str, Any]:
+        return ok({name: timed_round(fn, t, multiplier)})
 
-    def tasks_batch_1000(t: Timing) -> dict[str, Any]:
-        noop = remotes.noop
-        return result("tasks_batch_1000", timed_rounds(lambda: ray.get([noop.remote() for _ in range(1000)]), t, 1000))
-
-    def _actor_sync(name: str, cls: Any, t: Timing) -> dict[str, Any]:
+    def _actor(name: str, cls: Any, pipelined: bool, t: Timing) -> dict[str, Any]:
         actor = cls.remote()
         ray.get(actor.ping.remote())
         try:
-            return result(name, timed_rounds(lambda: ray.get(actor.ping.remote()), t))
+            if pipelined:
+                return one(name, lambda: ray.get([actor.ping.remote() for _ in range(1000)]), t, 1000)
+            return one(name, lambda: ray.get(actor.ping.remote()), t)
         finally:
             ray.kill(actor)
-
-    def _actor_async(name: str, cls: Any, t: Timing) -> dict[str, Any]:
-        actor = cls.remote()
-        ray.get(actor.ping.remote())
-        try:
-            return result(name, timed_rounds(lambda: ray.get([actor.ping.remote() for _ in range(1000)]), t, 1000))
-        finally:
-            ray.kill(actor)
-
-    def put_get_small(t: Timing) -> dict[str, Any]:
-        return result("put_get_small", timed_rounds(lambda: ray.get(ray.put(0)), t))
-
-    def _big() -> Any:
-        import numpy as np
-
-        return np.arange(BIG_BYTES // 8, dtype=np.int64)  # every page written
 
     def put_100mb_gbps(t: Timing) -> dict[str, Any]:
-        arr = _big()
-        return result("put_100mb_gbps", timed_rounds(lambda: ray.put(arr), t, BIG_BYTES / 1e9))
+        arr = _int64_array(BIG_BYTES)
+        return one("put_100mb_gbps", lambda: ray.put(arr), t, BIG_BYTES / 1e9)
 
     def get_100mb_gbps(t: Timing) -> dict[str, Any]:
-        arr = _big()
+        arr = _int64_array(BIG_BYTES)
         ref = ray.put(arr)
         del arr
         back = ray.get(ref)
         if back.nbytes != BIG_BYTES or int(back[-1]) != BIG_BYTES // 8 - 1:
             raise AssertionError("get returned a different array")
         del back
-        return result("get_100mb_gbps", timed_rounds(lambda: ray.get(ref), t, BIG_BYTES / 1e9))
+        return one("get_100mb_gbps", lambda: ray.get(ref), t, BIG_BYTES / 1e9)
 
+    def task_arg(name: str, nbytes: int, t: Timing) -> dict[str, Any]:
+        arr = _int64_array(nbytes)
+        expected = int(arr.sum())
+
+        def call() -> None:
+            got = ray.get(remotes.total.remote(arr))
+            if got != expected:
+                raise AssertionError(f"the task summed {got}, expected {expected}")
+
+        return one(name, call, t, nbytes / 1e9)
+
+    noop = remotes.noop
     return {
-        "tasks_sync": tasks_sync,
-        "tasks_batch_1000": tasks_batch_1000,
-        "actor_calls_sync": lambda t: _actor_sync("actor_calls_sync", remotes.SyncActor, t),
-        "actor_calls_async": lambda t: _actor_async("actor_calls_async", remotes.SyncActor, t),
-        "async_actor_calls_sync": lambda t: _actor_sync("async_actor_calls_sync", remotes.AsyncActor, t),
-        "async_actor_calls_async": lambda t: _actor_async("async_actor_calls_async", remotes.AsyncActor, t),
-        "put_get_small": put_get_small,
+        "tasks_sync": lambda t: one("tasks_sync", lambda: ray.get(noop.remote()), t),
+        "tasks_batch_1000": lambda t: one("tasks_batch_1000", lambda: ray.get([noop.remote() for _ in range(1000)]), t, 1000),
+        "actor_calls_sync": lambda t: _actor("actor_calls_sync", remotes.SyncActor, False, t),
+        "actor_calls_async": lambda t: _actor("actor_calls_async", remotes.SyncActor, True, t),
+        "async_actor_calls_sync": lambda t: _actor("async_actor_calls_sync", remotes.AsyncActor, False, t),
+        "async_actor_calls_async": lambda t: _actor("async_actor_calls_async", remotes.AsyncActor, True, t),
+        "put_get_small": lambda t: one("put_get_small", lambda: ray.get(ray.put(0)), t),
         "put_100mb_gbps": put_100mb_gbps,
         "get_100mb_gbps": get_100mb_gbps,
+        "task_arg_1mb_gbps": lambda t: task_arg("task_arg_1mb_gbps", MB, t),
+        "task_arg_100mb_gbps": lambda t: task_arg("task_arg_100mb_gbps", BIG_BYTES, t),
     }
 
 
-# ---- scale shapes ------------------------------------------------------------------------------
+# ---- curve points ------------------------------------------------------------------------------
 
 
-def scale_shapes(ray: ModuleType, remotes: SimpleNamespace) -> dict[str, Callable[[bool], dict[str, Any]]]:
-    """name -> function(quick) -> result; one timed run each (smaller counts when quick)."""
+def queued_tasks(ray: ModuleType, remotes: SimpleNamespace, name: str, n: int, timeout_s: float) -> dict[str, Any]:
+    """`n` no-op tasks submitted at once, then all got: tasks/s and µs per task."""
+    noop = remotes.noop
+    start = time.perf_counter()
+    refs = [noop.remote() for _ in range(n)]
+    submitted = time.perf_counter() - start
+    try:
+        if submitted >= timeout_s:
+            raise TimeoutError("submitting took longer than the timeout")
+        values = ray.get(refs, timeout=timeout_s - submitted)
+    except TimeoutError as exc:
+        raise ShapeStopped("timeout", f"{n:,} tasks not all done after {time.perf_counter() - start:.0f} s",
+                           tasks=n, submit_s=submitted) from exc
+    elapsed = time.perf_counter() - start
+    if len(values) != n or any(v is not None for v in values):
+        raise AssertionError(f"got {len(values)} results for {n} tasks, or a wrong one")
+    return ok({name: n / elapsed, f"{name}_us_per_task": elapsed / n * 1e6}, tasks=n, seconds=elapsed, submit_s=submitted)
 
-    def queued_tasks_10k(quick: bool) -> dict[str, Any]:
-        n = 500 if quick else 10_000
-        noop = remotes.noop
-        start = time.perf_counter()
-        refs = [noop.remote() for _ in range(n)]
-        submitted = time.perf_counter() - start
-        values = ray.get(refs)
+
+def memory_guard_bytes(total_bytes: int, guard_gib: float | None) -> int:
+    """MemAvailable below which a curve point stops: `guard_gib`, or max(3 GiB, 15% of RAM).
+
+    The machine is shared: the guard leaves room for everything else running on it.
+    """
+    if guard_gib is not None:
+        return int(guard_gib * GIB)
+    return max(3 * GIB, total_bytes * 15 // 100)
+
+
+def _wait_all(ray: ModuleType, refs: list[Any], deadline: float, guard_bytes: int) -> None:
+    """Wait for every ref; ShapeStopped when the deadline passes or memory runs short."""
+    pending = list(refs)
+    while pending:
+        available = mem_available_bytes()
+        if available < guard_bytes:
+            raise ShapeStopped("memory", f"MemAvailable {available / GIB:.1f} GiB < guard {guard_bytes / GIB:.1f} GiB",
+                               ready=len(refs) - len(pending))
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            raise ShapeStopped("timeout", "deadline passed", ready=len(refs) - len(pending))
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=min(0.5, left))
+
+
+def actors(ray: ModuleType, remotes: SimpleNamespace, name: str, n: int, timeout_s: float, guard_bytes: int) -> dict[str, Any]:
+    """`n` num_cpus=0 actors created at once and called once each; time and memory per actor.
+
+    Memory is summed over every process of the session (smaps_rollup), with the actors alive,
+    minus the same sum just before they were created.
+    """
+    before_pids, _ = settle_processes(min_settle_s=0.3, stable_s=0.7, max_s=10.0)
+    before = memory_snapshot(before_pids)
+    start = time.perf_counter()
+    handles = [remotes.SyncActor.remote() for _ in range(n)]
+    pings = [a.ping.remote() for a in handles]
+    try:
+        try:
+            _wait_all(ray, pings, start + timeout_s, guard_bytes)
+        except ShapeStopped as stop:
+            elapsed = time.perf_counter() - start
+            ready = stop.extra["ready"]
+            snap = memory_snapshot(session_pids())
+            raise ShapeStopped(stop.status, f"{ready}/{n} actors ready after {elapsed:.0f} s: {stop}",
+                               ready=ready, actors=n, seconds=elapsed, processes=snap["processes"],
+                               pss_mib=snap["pss_mib"], pss_mib_before=before["pss_mib"]) from None
         elapsed = time.perf_counter() - start
-        if len(values) != n:
-            raise AssertionError(f"got {len(values)} results for {n} tasks")
-        return result("queued_tasks_10k", [n / elapsed], tasks=n, seconds=elapsed, submit_s=submitted)
-
-    def actors_100(quick: bool) -> dict[str, Any]:
-        n = 10 if quick else 100
-        start = time.perf_counter()
-        actors = [remotes.SyncActor.remote() for _ in range(n)]
-        answers = ray.get([a.ping.remote() for a in actors])
-        elapsed = time.perf_counter() - start
-        if answers != [b"ok"] * n:
+        if ray.get(pings) != [b"ok"] * n:
             raise AssertionError("an actor answered wrongly")
-        pids = session_pids()
-        snap = memory_snapshot(pids)
-        for a in actors:
-            ray.kill(a)
-        return result("actors_100", [elapsed], actors=n, rss_mib_with_actors=snap["rss_mib"], processes=snap["processes"])
-
-    return {"queued_tasks_10k": queued_tasks_10k, "actors_100": actors_100}
+        with_actors = memory_snapshot(session_pids())
+    finally:
+        for a in handles:
+            try:
+                ray.kill(a)
+            except Exception:  # noqa: BLE001 - an actor that never started cannot be killed; the session ends anyway
+                pass
+    rss_added = with_actors["rss_mib"] - before["rss_mib"]
+    pss_added = with_actors["pss_mib"] - before["pss_mib"]
+    return ok({
+        name: elapsed,
+        f"{name}_ms_per_actor": elapsed / n * 1e3,
+        f"{name}_rss_per_actor": rss_added / n,
+        f"{name}_pss_per_actor": pss_added / n,
+        f"{name}_pss_total": with_actors["pss_mib"],
+    }, actors=n, processes_before=before["processes"], processes=with_actors["processes"],
+        rss_mib=with_actors["rss_mib"], pss_mib=with_actors["pss_mib"],
+        pss_mib_before=before["pss_mib"], largest=with_actors["by_process"][:4])

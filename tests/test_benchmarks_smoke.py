@@ -1,4 +1,4 @@
-"""Smoke test of benchmarks/run_one.py: it runs and reports positive numbers. Never asserts speed."""
+"""Smoke tests of the benchmark harness on fray_ray alone (tiny sizes, no Ray). Never asserts speed."""
 
 from __future__ import annotations
 
@@ -10,46 +10,114 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUN_ONE = os.path.join(ROOT, "benchmarks", "run_one.py")
-SHAPES = ["tasks_sync", "put_get_small"]
+BENCH = os.path.join(ROOT, "benchmarks")
+sys.path.insert(0, BENCH)
+
+import stats  # noqa: E402
+from shapes import Curves, Target, TargetKind, catalog  # noqa: E402
+
+ENV = {k: v for k, v in os.environ.items() if k not in ("FRAY_RAY_LOCAL_MODE", "FRAY_BENCH_QUICK")}
 
 
-def run_one(tmp_path, *extra: str) -> dict:
+def _run(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, env=ENV, cwd=ROOT, check=False)
+
+
+def _compare(tmp_path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
     out = tmp_path / "out.json"
-    proc = subprocess.run(
-        [sys.executable, RUN_ONE, "--backend", "fray_ray", "--only", ",".join(SHAPES), "--quick", "--json", str(out), *extra],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-        env={k: v for k, v in os.environ.items() if k != "FRAY_RAY_LOCAL_MODE"},
-    )
+    proc = _run([os.path.join(BENCH, "compare.py"), "--ray-python", "", "--fray-mode", "default", "--quick",
+                 "--round-s", "0.05", "--warmup-s", "0.02", "--json", str(out), "--quiet", *extra])
     assert out.exists(), f"no JSON written; exit {proc.returncode}\n{proc.stderr[-3000:]}"
-    report = json.loads(out.read_text())
-    # stdout ends with the same report
-    assert json.loads(proc.stdout[proc.stdout.index("{") :])["results"].keys() == report["results"].keys()
-    return report
+    return proc, json.loads(out.read_text())
 
 
-def check(report: dict) -> None:
-    assert report["backend"] == "fray_ray"
-    assert set(report["results"]) == set(SHAPES)
-    for name, res in report["results"].items():
-        assert "error" not in res, f"{name}: {res.get('error')}\n{res.get('traceback', '')}"
-        assert res["unit"] == "ops/s"
-        assert res["values"] and all(v > 0 for v in res["values"]), res
-        assert res["mean"] > 0 and res["stdev"] >= 0
+def test_compare_reports_median_spread_targets_and_floor(tmp_path):
+    proc, report = _compare(tmp_path, "--reps", "2", "--shapes", "floor,actor_calls_sync")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert report["reps"] == 2
+    assert "load average" in report["header"][1] and "2 repetition(s)" in report["header"][1]
+    metrics = report["metrics"]
+    for name in ("floor_socket_rtt_us", "floor_socket_threaded_rtt_us", "floor_socket_100mb_gbps", "floor_protocol_rtt_us",
+                 "actor_calls_sync", "actor_call_sync_vs_floor"):
+        row = metrics[name]
+        assert row["fray_ray"]["n"] == 2, (name, row)
+        assert row["fray_ray"]["median"] > 0 and row["fray_ray"]["spread"] is not None, (name, row)
+        assert row["ray"] is None and row["ratio"] is None  # Ray skipped: no ratio invented
+    assert metrics["actor_call_sync_vs_floor"]["target"] == "≤ 3× floor"
+    assert metrics["actor_call_sync_vs_floor"]["met"] in ("met", "missed")
+    assert metrics["actor_calls_sync"]["met"] == "n/a"  # a ratio target cannot be judged without Ray
+    assert "**Floor**" in proc.stdout and "**Calls and objects**" in proc.stdout and "Ray skipped" in proc.stdout
+
+
+def test_a_curve_point_that_runs_out_of_time_is_reported_not_dropped(tmp_path):
+    # with every timeout shrunk to microseconds, submitting 500 tasks already takes too long
+    proc, report = _compare(tmp_path, "--reps", "2", "--shapes", "queued_tasks", "--tasks-curve", "500,800",
+                            "--timeout-scale", "0.000001")
+    assert proc.returncode == 1
+    runs = report["runs"]["fray_ray"]
+    assert [r["status"] for r in runs["queued_tasks_500"]] == ["timeout"]  # not tried again in repetition 2
+    assert [r["status"] for r in runs["queued_tasks_800"]] == ["skipped", "timeout"]  # after a smaller point stopped
+    assert report["metrics"]["queued_tasks_500"]["met"] == "missed"
+    assert "timeout (rep 1)" in proc.stdout
+    assert any("queued_tasks_500 stopped (timeout) in repetition 1; not tried again" in n for n in report["notes"])
 
 
 def test_run_one_local_mode(tmp_path):
-    report = run_one(tmp_path, "--local-mode")
-    assert report["mode"] == "local_mode"
-    check(report)
+    out = tmp_path / "out.json"
+    proc = _run([os.path.join(BENCH, "run_one.py"), "--backend", "fray_ray", "--local-mode", "--quick",
+                 "--only", "tasks_sync,put_get_small", "--round-s", "0.05", "--json", str(out)], timeout=120)
+    report = json.loads(out.read_text())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["mode"] == "local_mode" and set(report["results"]) == {"tasks_sync", "put_get_small"}
+    for name, res in report["results"].items():
+        assert res["status"] == "ok", res
+        assert res["metrics"][name] > 0
 
 
-def test_run_one_default_mode(tmp_path):
-    report = run_one(tmp_path)
-    errors = [r.get("error", "") for r in report["results"].values()]
-    if any("NotImplementedError" in e for e in errors):
-        pytest.skip("fray_ray's default mode is not implemented yet")
-    check(report)
+def test_summary_and_spread():
+    s = stats.summary([10.0, 11.0, 12.0, 13.0, 100.0])
+    assert s["median"] == 12.0 and s["q1"] == 11.0 and s["q3"] == 13.0
+    assert s["spread"] == pytest.approx(2 / 12) and not s["flagged"]  # one outlier does not flag
+    assert s["range_spread"] == pytest.approx(90 / 12)
+    assert stats.summary([10.0, 10.0, 14.0, 14.0, 14.0])["flagged"]
+    assert stats.summary([]) is None
+
+
+def test_ratios_are_paired_by_repetition_and_oriented():
+    fray, ray = {0: 200.0, 1: 100.0, 3: 50.0}, {0: 100.0, 1: 100.0, 2: 1.0}
+    assert stats.paired_ratios(fray, ray, "higher") == {0: 2.0, 1: 1.0}
+    assert stats.paired_ratios(fray, ray, "lower") == {0: 0.5, 1: 1.0}
+
+
+def test_derived_metrics_and_verdicts():
+    cat = catalog(Curves(tasks=(10, 100), actors=(2, 4)))
+    values = {
+        "floor_socket_rtt_us": {0: 20.0, 1: 25.0},
+        "actor_calls_sync": {0: 10_000.0, 1: 2_000.0},
+        "queued_tasks_10_us_per_task": {0: 100.0},
+        "queued_tasks_100_us_per_task": {0: 150.0},
+        "actors_2_ms_per_actor": {0: 100.0},
+        "actors_4_ms_per_actor": {0: 90.0},
+    }
+    derived = stats.derive(cat, values)
+    assert derived["actor_call_sync_vs_floor"] == {0: pytest.approx(5.0), 1: pytest.approx(20.0)}
+    assert derived["queued_tasks_cost_growth"] == {0: pytest.approx(1.5)}
+    assert derived["actors_time_cost_growth"] == {0: pytest.approx(0.9)}
+    assert "actors_pss_cost_growth" not in derived
+    at_most = Target(TargetKind.AT_MOST, 3.0, "≤ 3×")
+    assert stats.verdict(at_most, stats.summary([2.0, 4.0, 2.5]), None, True) == "met"
+    ratio = Target(TargetKind.RATIO, 5.0, "≥ 5×")
+    assert stats.verdict(ratio, None, stats.summary([4.0, 6.0, 4.5]), True) == "missed"
+    assert stats.verdict(ratio, None, None, True) == "n/a"
+    completes = Target(TargetKind.COMPLETES, 0.0, "completes")
+    assert stats.verdict(completes, None, None, False) == "missed"
+
+
+def test_shape_selection_by_name_and_group():
+    cat = catalog(Curves())
+    assert cat.select(["actors"]) == ["actors_10", "actors_100", "actors_500"]
+    assert cat.select(["queued_tasks_100k", "floor"]) == ["floor", "queued_tasks_100k"]
+    with pytest.raises(ValueError, match="unknown shape"):
+        cat.select(["actors_7"])
+    assert cat.targets["actors_100"].value == 10.0 and cat.targets["actors_100_pss_total"].value == 4.0
