@@ -137,7 +137,7 @@ def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/status") as f:
             return "State:\tZ" not in f.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, or gone while being read
         return False
 
 

@@ -1,0 +1,2 @@
+def square_area(side: int) -> int:
+    return side * side
