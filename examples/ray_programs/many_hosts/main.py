@@ -18,7 +18,6 @@ import sys
 import time
 
 import ray
-
 from shapes import geometry
 from shapes.tally import Tally
 
