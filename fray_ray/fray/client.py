@@ -8,7 +8,7 @@ This module does not import any backend; `current_client.py` picks one.
 Errors raised by this layer::
 
     RuntimeError
-     └── FrayError                 anything the Fray layer raises on its own account
+     └── FrayError                 (fray_ray.fray.errors) anything the Fray layer raises on its own account
           ├── JobFailed            a job ended FAILED or STOPPED (wait_all, backend waits)
           ├── JobAlreadyExists     a job of that name is still running and adopting was refused
           └── ActorUnavailableError  (fray_ray.fray.actor) an actor is gone or unreachable
@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from fray_ray.fray.errors import FrayError
 from fray_ray.fray.types import ActorConfig, EnvironmentConfig, JobRequest, JobStatus, ResourceConfig
 
 if TYPE_CHECKING:
@@ -27,10 +28,6 @@ if TYPE_CHECKING:
     from fray_ray.fray.hosts import HostInfo
 
 __all__ = ["Client", "FrayError", "JobAlreadyExists", "JobFailed", "JobHandle", "wait_all"]
-
-
-class FrayError(RuntimeError):
-    """Base of the errors the Fray layer raises itself."""
 
 
 class JobFailed(FrayError):

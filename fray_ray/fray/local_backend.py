@@ -49,7 +49,7 @@ from typing import Any, TextIO
 
 from fray_ray.fray.actor import ActorContext, ActorUnavailableError, HostedActor, _reset_current_actor, _set_current_actor
 from fray_ray.fray.client import FrayError, JobAlreadyExists
-from fray_ray.fray.current_client import _current_client
+from fray_ray.fray._client_context import current_client_var as _current_client
 from fray_ray.fray.hosts import HostInfo, this_machine
 from fray_ray.fray.types import ActorConfig, EnvironmentConfig, JobRequest, JobStatus, ResourceConfig
 
