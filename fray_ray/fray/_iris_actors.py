@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from fray_ray.fray._iris_calls import IrisActorHandle
-from fray_ray.fray._iris_registry import IrisClientCore, ambient_client, bound_client
 from fray_ray.fray._iris_jobs import IrisJobHandle
+from fray_ray.fray._iris_registry import IrisClientCore, ambient_client, bound_client
 from fray_ray.fray.actor import (
     ActorContext,
     ActorUnavailableError,

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fray_ray.fray._iris_registry import IrisClientCore, ambient_client, bound_client
 from fray_ray.fray._iris_conversions import fray_status
+from fray_ray.fray._iris_registry import IrisClientCore, ambient_client, bound_client
 from fray_ray.fray.client import JobFailed
 from fray_ray.fray.errors import FrayError
 from fray_ray.fray.types import JobStatus

@@ -35,7 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from fray_ray.fray._iris_actors import DEFAULT_READY_TIMEOUT, IrisActorGroup, _host_actor, serve_hosted_actor
 from fray_ray.fray._iris_calls import CallThreads, IrisActorHandle, IrisActorMethod, IrisOperationFuture
@@ -53,7 +53,6 @@ from fray_ray.fray._iris_conversions import (
     resolve_coscheduling,
     retry_budget,
 )
-from fray_ray.fray._iris_registry import ambient_client, forget_client, register_open_client, task_client
 from fray_ray.fray._iris_jobs import (
     TERMINATE_WAIT,
     ControllerUnavailableError,
@@ -62,8 +61,10 @@ from fray_ray.fray._iris_jobs import (
     JobRejected,
     translate_iris_error,
 )
-from fray_ray.fray._workspaces import WorkspaceBundles
+from fray_ray.fray._iris_registry import ambient_client, forget_client, register_open_client, task_client
+from fray_ray.fray._single_actor import create_single_actor
 from fray_ray.fray._submit_wrappers import NSYS_DIR_ENV, NSYS_TASKS_ENV, nsys_tasks, wrap_multiprocess, wrap_nsys
+from fray_ray.fray._workspaces import WorkspaceBundles
 from fray_ray.fray.actor import ActorUnavailableError, HostedActor
 from fray_ray.fray.client import FrayError, JobAlreadyExists
 from fray_ray.fray.hosts import HostInfo
@@ -514,21 +515,18 @@ class FrayIrisClient:
         Raises the constructor's exception if it failed for good (the group is shut down),
         TimeoutError if it is not ready in time.
         """
-        group = self.create_actor_group(
+        handle = create_single_actor(
+            self,
             actor_class,
-            *args,
+            args,
+            kwargs,
             name=name,
-            count=1,
             resources=resources,
             environment=environment,
             actor_config=actor_config,
-            **kwargs,
+            ready_timeout=DEFAULT_READY_TIMEOUT,
         )
-        try:
-            return group.wait_ready(timeout=DEFAULT_READY_TIMEOUT)[0]
-        except BaseException:
-            group.shutdown()
-            raise
+        return cast(IrisActorHandle, handle)  # this client's groups hold IrisActorHandles
 
     def host_actor(
         self, actor_class: type, *args: Any, name: str, actor_config: ActorConfig = ActorConfig(), **kwargs: Any
