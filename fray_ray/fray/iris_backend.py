@@ -227,6 +227,11 @@ class FrayIrisClient:
         return self._parent.wire if self._parent is not None else None
 
     @property
+    def in_process(self) -> bool:
+        """False: jobs and actors run as Iris tasks, processes of their own."""
+        return False
+
+    @property
     def user(self) -> str:
         return self._user
 

@@ -131,6 +131,22 @@ class LocalClient:
     def __repr__(self) -> str:
         return f"LocalClient(max_threads={self.max_threads}, id={self.client_id[:8]}, {self._state.value})"
 
+    @property
+    def in_process(self) -> bool:
+        """True: jobs and actors run on threads of this process."""
+        return True
+
+    @property
+    def parent_job(self) -> None:
+        """None: local jobs form no tree."""
+        return None
+
+    def prepare_environment(self, environment: EnvironmentConfig) -> None:
+        """Nothing to capture: local jobs read their directories in place. Returns at once."""
+
+    def detach_job(self, job_id: str) -> None:
+        """Ignored: nothing outlives a LocalClient, whose `shutdown()` stops every job."""
+
     def list_hosts(self) -> list[HostInfo]:
         """The one host everything runs on: this machine, or the `host` given. Never blocks."""
         return [self._host]
@@ -282,6 +298,17 @@ class LocalClient:
             group.shutdown()
             raise
         return HostedActor(handle, handle.endpoint, stop=group.shutdown)
+
+    def find_actor(self, group_name: str, index: int = 0, *, parent_job: str | None = None) -> LocalActorHandle | None:
+        """Replica `index` of this client's live group `group_name` (the newest, if several
+        have that name), or None. `parent_job` is ignored: local jobs form no tree. Never blocks."""
+        prefix, suffix = f"local-{group_name}-", f"/{group_name}-{index}"  # endpoint: <job_id>/<name>-<index>
+        with self._lock:
+            live = list(self._actors.values())  # registration order, oldest first
+        for actor in reversed(live):
+            if actor.index == index and actor.endpoint.startswith(prefix) and actor.endpoint.endswith(suffix):
+                return actor.handle
+        return None
 
     def _find_actor(self, endpoint: str) -> _LocalActor | None:
         with self._lock:
