@@ -56,10 +56,10 @@ from fray_ray.fray.types import (
     tpu_hbm_bytes_per_chip,
     tpu_hbm_capacity_bytes,
 )
-from fray_ray.iris.job_info import JobInfo
 
 if TYPE_CHECKING:
     from fray_ray.fray.iris_backend import FrayIrisClient
+    from fray_ray.iris.job_info import JobInfo
 
 #: Fray's own name for `Entrypoint`, for code ported from Fray.
 FrayEntrypoint = Entrypoint

@@ -608,3 +608,25 @@ def test_detach_job_does_not_let_an_actor_outlive_a_local_client() -> None:
     local.shutdown()
     with pytest.raises(ActorUnavailableError):
         handle.step.remote("late").result(timeout=DEADLINE)
+
+
+class _Keeps:
+    def __init__(self, **kwargs: object) -> None:
+        self.kwargs = kwargs
+
+    def seen(self) -> dict[str, object]:
+        return self.kwargs
+
+
+class _Refuses:
+    def __init__(self) -> None:
+        raise KeyError("refused")
+
+
+def test_create_actor_passes_every_constructor_keyword_and_cleans_up_a_failure(client: LocalClient) -> None:
+    # Keywords of the shared create_actor helper itself still reach the constructor.
+    actor = client.create_actor(_Keeps, name="keeps", client="c", ready_timeout=1, args=(), kwargs={})
+    assert actor.seen() == {"client": "c", "ready_timeout": 1, "args": (), "kwargs": {}}
+    with pytest.raises(KeyError, match="refused"):
+        client.create_actor(_Refuses, name="refuses")
+    assert client.find_actor("refuses") is None  # its group was shut down
