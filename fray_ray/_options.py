@@ -516,7 +516,7 @@ _METHOD_CALL_ONLY: Final[dict[str, _Key]] = {"name": _Key(_STR)}
 
 def _tpu_variant(key: str, value: Any, ctx: _Context) -> None:
     if value is not None:
-        from fray_ray.iris.tpu import get_tpu_topology
+        from fray_ray.fray import get_tpu_topology
 
         get_tpu_topology(value)  # ValueError listing the valid variants
 

@@ -397,7 +397,7 @@ def shape_for(options: Any) -> GangShape | None:
     `tpu="v5p-16"` (with `num_slices`), or Ray's `resources={"TPU-v5p-16-head": 1, ...}`, ask
     for every host of a slice; `gpu="H100"` with `num_hosts > 1` asks for a group of GPU hosts.
     """
-    from fray_ray.iris.tpu import get_tpu_topology
+    from fray_ray.fray import get_tpu_topology
 
     resources = options.get("resources") or {}
     tpu = options.get("tpu")

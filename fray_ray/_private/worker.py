@@ -693,7 +693,7 @@ def executor_main(
     """
     hello: dict[str, Any] = {"kind": "executor", "id": executor_id}
     if gang_index is not None or gang_base is not None:
-        from fray_ray.iris.job_info import get_job_info
+        from fray_ray.fray.job_info import get_job_info
 
         info = get_job_info()
         index = gang_index if gang_index is not None else gang_base + (info.task_index if info else 0)
