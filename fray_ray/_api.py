@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import textwrap
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -15,6 +16,7 @@ from typing import Any
 
 from fray_ray._private import options as options_model
 from fray_ray._private import runtime_state
+from fray_ray._private.options import rendering as options_text
 from fray_ray._private.object_ref import ObjectRef
 
 logger = logging.getLogger(__name__)
@@ -297,6 +299,10 @@ def remote(*args: Any, **kwargs: Any) -> Any:
         return make(target, {})
     options_model.check_decorator_options(options)
     return lambda target: make(target, options)
+
+
+# `help(fray_ray.remote)` lists every option with its default, generated from the options table.
+remote.__doc__ = f"{remote.__doc__}\n{textwrap.indent(options_text.remote_options_text(), '    ')}"
 
 
 # ---- actors and tasks ----------------------------------------------------------------------

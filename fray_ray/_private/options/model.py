@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal, TypeAlias
 
 __all__ = [
@@ -58,30 +58,72 @@ class Kind(enum.Enum):
 
 
 class Where(enum.Enum):
-    """Where fray_ray acts on an option's value."""
+    """Where fray_ray acts on an option's value (`meaning` says what that is)."""
 
     DRIVER_RETRY_LOOP = "driver retry loop"
-    """The driver resubmits a failed task or actor call itself (Iris is told not to retry)."""
     EXECUTOR_POOL_KEY = "executor pool key"
-    """Part of the key that picks the warm worker processes a task runs in."""
     RESOURCE_LEDGER = "resource ledger"
-    """Reserved in the session's ledger of what each host has free."""
     IRIS_JOB_FIELD = "Iris job field"
-    """Sent to Iris in the job request that starts a process."""
     DRIVER_SUBMIT = "driver at submit"
-    """Read by the driver when the call is submitted (return ids, names, placement)."""
     DRIVER_SCHEDULER = "driver scheduler"
-    """Chooses the host or placement-group bundle a task or actor runs on."""
     ACTOR_REGISTRY = "actor registry"
-    """Names, namespaces and lifetimes of actors, kept by the driver and the session."""
     ACTOR_HOST = "actor host"
-    """The process that runs the actor: its call queue, threads and event loop."""
     GANG_PLACEMENT = "gang placement"
-    """Reserves every host of a TPU slice or GPU group and runs one member on each."""
     WORKER_PROCESS = "worker process"
-    """Applied in the process that runs the code (environment, installed packages)."""
     VALIDATED_ONLY = "validated only"
-    """Checked as Ray checks it, then not acted on: the row's `note` says why."""
+
+    @property
+    def meaning(self) -> str:
+        """One sentence on what this place is, with the files that hold it."""
+        return _MEANINGS[self]
+
+
+_MEANINGS: Final[dict[Where, str]] = {
+    Where.DRIVER_RETRY_LOOP: (
+        "The driver resubmits a failed task or actor call itself; Iris is told not to retry "
+        "(`_private/scheduler.py`, `_private/gangs.py`, `_private/actor_restarts.py`)."
+    ),
+    Where.EXECUTOR_POOL_KEY: (
+        "Part of the key that picks the warm worker processes a task runs in "
+        "(`remote_function.pool_key`, `_private/task_spec.PoolKey`)."
+    ),
+    Where.RESOURCE_LEDGER: (
+        "Reserved in the session's ledger of what each host has free while the task or actor "
+        "holds it (`_private/resources.py`, `_private/cluster_ledger.py`)."
+    ),
+    Where.IRIS_JOB_FIELD: (
+        "Sent to Iris in the request that starts the process: its resources, restarts, parent "
+        "(`_private/launcher.py`)."
+    ),
+    Where.DRIVER_SUBMIT: (
+        "Read by the driver when the call is submitted: return ids, display names "
+        "(`remote_function.py`, `actor.py`)."
+    ),
+    Where.DRIVER_SCHEDULER: (
+        "Chooses the host or placement-group bundle a task or actor runs on "
+        "(`_private/scheduler.py`, `_private/placement_groups.py`)."
+    ),
+    Where.ACTOR_REGISTRY: (
+        "Names, namespaces, lifetimes and restarts of actors, kept by the driver and the "
+        "session (`_private/actors.py`)."
+    ),
+    Where.ACTOR_HOST: (
+        "The process that runs the actor: its call queues, threads and event loop "
+        "(`_private/actor_host.py`)."
+    ),
+    Where.GANG_PLACEMENT: (
+        "Reserves every host of a TPU slice or GPU group and runs one member on each "
+        "(`_private/gangs.py`)."
+    ),
+    Where.WORKER_PROCESS: (
+        "Applied in the process that runs the code: environment variables, working directory, "
+        "packages (`_private/runtime_env.py`, `_private/launcher.py`)."
+    ),
+    Where.VALIDATED_ONLY: (
+        "Checked as Ray checks it, then not acted on; the note says why. Nothing is dropped "
+        "without this row saying so."
+    ),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,11 +167,16 @@ class Option:
     """The types the keyword takes, in the order Ray's TypeError lists them."""
     check: Check | None = None
     default: Default = Default()
-    where: tuple[Where, ...] = (Where.VALIDATED_ONLY,)
+    where: tuple[Where, ...] | Mapping[Kind, tuple[Where, ...]] = (Where.VALIDATED_ONLY,)
+    """Where the value is acted on; a mapping when that differs between kinds."""
     note: str = ""
     """What the option does here, and why when it is only validated."""
     fray_only: bool = False
     """fray_ray's own keyword (gangs of hosts): accepted, but absent from Ray's error lists."""
+
+    def where_for(self, kind: Kind) -> tuple[Where, ...]:
+        """Where the value is acted on for targets of `kind`."""
+        return self.where.get(kind, ()) if isinstance(self.where, Mapping) else self.where
 
     def validate(self, value: Any, ctx: Context) -> None:
         """Raise as Ray does if `value` has the wrong type or fails the check."""

@@ -61,7 +61,9 @@ _ACTOR_STORE: Final = Option(
     "object_store_memory", _ACTOR, _INT, checks.actor_object_store_memory,
     note="Deprecated in Ray (it reserves nothing there either); warns.",
 )
-_NO_LABELS: Final = "fray_ray's hosts carry no Ray node labels, so there is nothing to select on."
+_NO_LABELS: Final = (
+    "fray_ray does not schedule by node labels; NodeAffinitySchedulingStrategy pins a node."
+)
 _NO_EVENTS: Final = "fray_ray keeps no task event store (no Ray dashboard or state API)."
 _NO_BACKPRESSURE: Final = "Streamed items are sent as they are produced; there is no backpressure."
 _DEPRECATED_PG: Final = (
@@ -78,35 +80,47 @@ def _by_target(plain: Any, special: Any, trait: str) -> Default:
 
 _RETURNS: Final = _by_target(1, "streaming", "is_generator")
 
+
+def _per_kind(*, task: tuple[Where, ...], actor: tuple[Where, ...]) -> Mapping[Kind, tuple[Where, ...]]:
+    """Where a common option acts, when that differs between functions and classes."""
+    return MappingProxyType({Kind.TASK: task, Kind.ACTOR: actor})
+
+
+# Resources a task holds while it runs (and its pool is keyed by) or an actor holds while alive.
+_HELD: Final = _per_kind(
+    task=(Where.RESOURCE_LEDGER, Where.EXECUTOR_POOL_KEY, Where.IRIS_JOB_FIELD),
+    actor=(Where.RESOURCE_LEDGER, Where.IRIS_JOB_FIELD),
+)
+
 # Valid for both remote functions and actors, in the order Ray lists them.
 COMMON: Final[tuple[Option, ...]] = (
     Option("label_selector", _BOTH, _DICT, labels.label_selector, note=_NO_LABELS),
     Option("fallback_strategy", _BOTH, (list, _NoneType), labels.fallback_strategy, note=_NO_LABELS),
-    Option("accelerator_type", _BOTH, _STR, where=(Where.EXECUTOR_POOL_KEY, Where.IRIS_JOB_FIELD),
+    Option("accelerator_type", _BOTH, _STR, where=_per_kind(
+               task=(Where.EXECUTOR_POOL_KEY, Where.IRIS_JOB_FIELD), actor=(Where.IRIS_JOB_FIELD,)),
            note="The GPU variant asked of Iris for processes that hold GPUs."),
-    Option("memory", _BOTH, _NUMBER, checks.quantity, Default(0),
-           (Where.RESOURCE_LEDGER, Where.EXECUTOR_POOL_KEY, Where.IRIS_JOB_FIELD), "Bytes to reserve."),
-    Option("name", _BOTH, _STR, where=(Where.DRIVER_SUBMIT, Where.ACTOR_REGISTRY),
+    Option("memory", _BOTH, _NUMBER, checks.quantity, Default(0), _HELD, "Bytes to reserve."),
+    Option("name", _BOTH, _STR, where=_per_kind(task=(Where.DRIVER_SUBMIT,), actor=(Where.ACTOR_REGISTRY,)),
            note="A task's display name; an actor's name in its namespace."),
     Option("num_cpus", _ACTOR, _NUMBER, checks.quantity,
            Default(UNSET, shown="1 to place, 0 held while alive; 1 throughout if any resource is given"),
            (Where.RESOURCE_LEDGER, Where.IRIS_JOB_FIELD), "Ray 2.60's actor CPU rule."),
-    Option("num_gpus", _BOTH, _NUMBER, checks.quantity, Default(0.0, shown="0"),
-           (Where.RESOURCE_LEDGER, Where.EXECUTOR_POOL_KEY, Where.IRIS_JOB_FIELD)),
+    Option("num_gpus", _BOTH, _NUMBER, checks.quantity, Default(0.0, shown="0"), _HELD),
     _ACTOR_STORE,
     Option("placement_group", _BOTH, (_NoneType, str, PlacementGroup), note=_DEPRECATED_PG),
     Option("placement_group_bundle_index", _BOTH, (int,), default=Default(-1), note=_DEPRECATED_PG),
     Option("placement_group_capture_child_tasks", _BOTH, _BOOL, note=_DEPRECATED_PG),
-    Option("resources", _BOTH, _DICT, checks.resources, _EMPTY,
-           (Where.RESOURCE_LEDGER, Where.EXECUTOR_POOL_KEY, Where.GANG_PLACEMENT),
+    Option("resources", _BOTH, _DICT, checks.resources, _EMPTY, _per_kind(
+               task=(Where.RESOURCE_LEDGER, Where.EXECUTOR_POOL_KEY, Where.GANG_PLACEMENT),
+               actor=(Where.RESOURCE_LEDGER, Where.GANG_PLACEMENT)),
            'Custom resources; {"TPU-<variant>-head": 1} asks for a whole TPU slice.'),
-    Option("runtime_env", _BOTH, _DICT, checks.runtime_env,
-           where=(Where.EXECUTOR_POOL_KEY, Where.WORKER_PROCESS),
+    Option("runtime_env", _BOTH, _DICT, checks.runtime_env, where=_per_kind(
+               task=(Where.EXECUTOR_POOL_KEY, Where.WORKER_PROCESS), actor=(Where.WORKER_PROCESS,)),
            note="env_vars, working_dir, py_modules, pip/uv are applied where the code runs."),
     Option("scheduling_strategy", _BOTH, _STRATEGIES, checks.scheduling_strategy,
            where=(Where.DRIVER_SCHEDULER,)),
     Option("enable_task_events", _BOTH, (bool,), default=Default(True), note=_NO_EVENTS),
-    Option("_labels", _BOTH, _DICT, note="Shown by the runtime context; not used to schedule."),
+    Option("_labels", _BOTH, _DICT, note="Ray's private task and actor labels; fray_ray records none."),
 )
 
 # Remote functions only (num_cpus and object_store_memory are re-specified for tasks).
