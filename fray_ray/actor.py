@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -356,17 +357,34 @@ class ActorMethod:
     def _call_options(self) -> MethodOptions:
         """The method's `@method` keywords with this call's `.options()` on top, checked and
         converted as Ray does at `.remote()` (integers as C integers: 2.0 is 2, NaN raises)."""
-        given = {**self._info.get("options", {}), **self._options}
-        if given.get("num_returns") is not None:
-            given["num_returns"] = method_num_returns(given["num_returns"])
-        if given.get("max_task_retries") is not None:
-            given["max_task_retries"] = method_call_integer("max_task_retries", given["max_task_retries"])
-        if given.get("retry_exceptions") is not None:
-            validate_method_options({"retry_exceptions": given["retry_exceptions"]}, in_options=True)
-        return MethodOptions.from_checked(given, is_generator=bool(self._info.get("is_generator")))
+        # Each value's type is part of the key: 1 and True are equal, but only True is a valid
+        # retry_exceptions.
+        given = tuple((key, type(value), value) for key, value in {**self._info.get("options", {}), **self._options}.items())
+        is_generator = bool(self._info.get("is_generator"))
+        try:
+            hash(given)
+        except TypeError:  # e.g. retry_exceptions given as a list
+            return _method_call_options(given, is_generator)
+        return _cached_method_call_options(given, is_generator)
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("fray_ray does not support Ray DAGs (.bind()); call .remote() instead")
+
+
+def _method_call_options(given: tuple[tuple[str, type, Any], ...], is_generator: bool) -> MethodOptions:
+    """Parse one call's method keywords (key, type, value), converting them as Ray does at `.remote()`."""
+    options = {key: value for key, _, value in given}
+    if options.get("num_returns") is not None:
+        options["num_returns"] = method_num_returns(options["num_returns"])
+    if options.get("max_task_retries") is not None:
+        options["max_task_retries"] = method_call_integer("max_task_retries", options["max_task_retries"])
+    if options.get("retry_exceptions") is not None:
+        validate_method_options({"retry_exceptions": options["retry_exceptions"]}, in_options=True)
+    return MethodOptions.from_checked(options, is_generator=is_generator)
+
+
+# Most calls repeat a few keyword sets (usually none), so their parsed values are kept.
+_cached_method_call_options = functools.lru_cache(maxsize=1024)(_method_call_options)
 
 
 def exit_actor() -> None:

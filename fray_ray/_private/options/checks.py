@@ -11,6 +11,7 @@ import os
 import sys
 import warnings
 from collections.abc import Mapping
+from types import FrameType
 from typing import Any, Final
 
 from fray_ray._private import runtime_state
@@ -24,7 +25,8 @@ _PACKAGE_DIR: Final = os.path.dirname(os.path.dirname(os.path.dirname(os.path.ab
 
 def _warn(message: str) -> None:
     """Warn at the first frame outside fray_ray, so the user's decorator line is blamed."""
-    level, frame = 2, sys._getframe(1)  # stacklevel 2 is the caller of _warn
+    level = 2  # stacklevel 2 is the caller of _warn
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         level, frame = level + 1, frame.f_back
     warnings.warn(message, DeprecationWarning, stacklevel=level)

@@ -12,7 +12,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
 from fray_ray._private.options.model import UNSET, Context, Kind, Option
-from fray_ray._private.options.table import ALL_OPTION_KEYS, METHOD_OPTION_KEYS, TASK_OPTION_KEYS, ACTOR_OPTION_KEYS, rows_for
+from fray_ray._private.options.table import (
+    ACTOR_OPTION_KEYS,
+    ALL_OPTION_KEYS,
+    METHOD_OPTION_KEYS,
+    TASK_OPTION_KEYS,
+    rows_for,
+)
 
 __all__ = [
     "check_decorator_options",

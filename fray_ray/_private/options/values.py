@@ -28,6 +28,7 @@ from fray_ray._private.options.validation import (
     validate_method_options,
     validate_task_options,
 )
+from fray_ray._private.placement_group_handle import PlacementGroup
 from fray_ray._private.scheduling_strategies import SchedulingStrategyT
 
 __all__ = ["ActorOptions", "MethodOptions", "TaskOptions"]
@@ -99,7 +100,7 @@ class _Placement:
     memory: int
     resources: Mapping[str, float]
     runtime_env: Mapping[str, Any] | None
-    placement_group: Any
+    placement_group: PlacementGroup | str | None
     placement_group_bundle_index: int
     scheduling_strategy: SchedulingStrategyT
     tpu: str | None
@@ -151,7 +152,7 @@ class TaskOptions(_Placement):
     name: str | None = _default(Kind.TASK, "name")
     runtime_env: Mapping[str, Any] | None = _default(Kind.TASK, "runtime_env")
     scheduling_strategy: SchedulingStrategyT = _default(Kind.TASK, "scheduling_strategy")
-    placement_group: Any = _default(Kind.TASK, "placement_group")
+    placement_group: PlacementGroup | str | None = _default(Kind.TASK, "placement_group")
     placement_group_bundle_index: int = _default(Kind.TASK, "placement_group_bundle_index")
     placement_group_capture_child_tasks: bool | None = _default(Kind.TASK, "placement_group_capture_child_tasks")
     label_selector: Mapping[str, str] | None = _default(Kind.TASK, "label_selector")
@@ -230,7 +231,7 @@ class ActorOptions(_Placement):
     enable_tensor_transport: bool = _default(Kind.ACTOR, "enable_tensor_transport")
     runtime_env: Mapping[str, Any] | None = _default(Kind.ACTOR, "runtime_env")
     scheduling_strategy: SchedulingStrategyT = _default(Kind.ACTOR, "scheduling_strategy")
-    placement_group: Any = _default(Kind.ACTOR, "placement_group")
+    placement_group: PlacementGroup | str | None = _default(Kind.ACTOR, "placement_group")
     placement_group_bundle_index: int = _default(Kind.ACTOR, "placement_group_bundle_index")
     placement_group_capture_child_tasks: bool | None = _default(Kind.ACTOR, "placement_group_capture_child_tasks")
     label_selector: Mapping[str, str] | None = _default(Kind.ACTOR, "label_selector")
