@@ -16,17 +16,33 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Concatenate, Generic, NoReturn, ParamSpec, Protocol, TypeAlias, TypeVar, Union, cast, overload
 
 from fray_ray._option_values import check_c_integers, method_call_integer, method_num_returns
 from fray_ray._private import ids, runtime_state
+from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.runtime_env import effective_runtime_env
 from fray_ray._private.serialization import note_contained_ref
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, CodeBlob, ResourceShape
 from fray_ray.remote_function import pack_arguments, return_ids_for
 
-__all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod", "exit_actor", "method"]
+__all__ = [
+    "ActorClass",
+    "ActorClassInheritanceException",
+    "ActorHandle",
+    "ActorMethod",
+    "ActorProxy",
+    "exit_actor",
+    "method",
+]
+
+T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
+S = TypeVar("S", contravariant=True)
+F = TypeVar("F", covariant=True)
+V = TypeVar("V")
 
 _METHOD_OPTIONS = ("num_returns", "concurrency_group", "max_task_retries", "retry_exceptions",
                    "_generator_backpressure_num_objects", "_num_objects_per_yield", "enable_task_events",
@@ -37,8 +53,51 @@ class ActorClassInheritanceException(TypeError):
     """Raised when a class tries to inherit from an actor class."""
 
 
-def method(*args: Any, **kwargs: Any) -> Callable[[Any], Any]:
-    """Annotate an actor method, e.g. `@fray_ray.method(num_returns=2)`."""
+class TypedMethod(Protocol[S, P, F, V]):
+    """What a type checker sees for a method decorated with `@method(...)` (no runtime class).
+
+    Read through an actor handle it is an `ActorMethod[V]`, so `handle.m.remote()` is an
+    `ObjectRef[V]`; read on an instance (`self.m` inside the actor) it is the plain method.
+    `S` is the class, `P` the parameters, `F` what calling it returns, `V` the value its
+    ref resolves to (`F` itself, or what an `async def` method's coroutine returns).
+    """
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any], /) -> ActorMethod[V]: ...
+    @overload
+    def __get__(self, instance: S, owner: type[Any] | None = None, /) -> Callable[P, F]: ...
+
+
+class _MethodDecorator(Protocol):
+    """What `@method(...)` returns: a decorator keeping the method's types."""
+
+    @overload
+    def __call__(
+        self, function: Callable[Concatenate[S, P], Coroutine[Any, Any, R]], /
+    ) -> TypedMethod[S, P, Coroutine[Any, Any, R], R]: ...
+    @overload
+    def __call__(self, function: Callable[Concatenate[S, P], R], /) -> TypedMethod[S, P, R, R]: ...
+
+
+def method(*args: Any, **kwargs: Any) -> _MethodDecorator:
+    """Set per-method options on an actor method, e.g. `@fray_ray.method(num_returns=2)`.
+
+    The options travel with the method, so every call through any handle gets them (a
+    call's `.options()` still overrides them). As in Ray, a decorated method is also typed:
+    `handle.m.remote()` is an `ObjectRef` to what `m` returns.
+
+    Args:
+        **kwargs: `num_returns`, `concurrency_group`, `max_task_retries`, `retry_exceptions`,
+            `_generator_backpressure_num_objects`, `_num_objects_per_yield`,
+            `enable_task_events` or `tensor_transport`.
+
+    Returns:
+        A decorator that records the options on the method and returns the method itself.
+
+    Raises:
+        ValueError: no option was given, a positional argument was given, or an option is
+            unknown.
+    """
     if args or not kwargs:
         raise ValueError(
             "The @ray.method decorator must be applied using at least one of the arguments in "
@@ -52,7 +111,8 @@ def method(*args: Any, **kwargs: Any) -> Callable[[Any], Any]:
         function.__ray_method_options__ = {**getattr(function, "__ray_method_options__", {}), **kwargs}
         return function
 
-    return decorate
+    decorator: _MethodDecorator = decorate
+    return decorator
 
 
 def _method_table(cls: type) -> dict[str, dict[str, Any]]:
@@ -85,10 +145,19 @@ def _method_table(cls: type) -> dict[str, dict[str, Any]]:
     return table
 
 
-class ActorClass:
-    """What `@fray_ray.remote` makes of a class. Create actors with `.remote(...)`."""
+class ActorClass(Generic[T]):
+    """What `@fray_ray.remote` makes of a class `T`. Create actors with `.remote(...)`.
 
-    def __init__(self, cls: type, options: Mapping[str, Any], *_subclass_args: Any) -> None:
+    Args:
+        cls: the class whose instances run as actors.
+        options: the `@remote(...)` options every actor of it starts from.
+
+    Raises:
+        ActorClassInheritanceException: a class statement tried to subclass an actor class.
+        ValueError: an option is invalid.
+    """
+
+    def __init__(self, cls: type[T], options: Mapping[str, Any], *_subclass_args: Any) -> None:
         if _subclass_args or not isinstance(cls, type):
             raise ActorClassInheritanceException(
                 "Inheriting from actor classes is not allowed. Apply @ray.remote to the subclass instead."
@@ -105,7 +174,7 @@ class ActorClass:
         self.__qualname__ = cls.__qualname__
         self.__module__ = cls.__module__
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise TypeError(
             "Actors cannot be instantiated directly. Instead of "
             f"'{self._cls.__name__}()', use '{self._cls.__name__}.remote()'."
@@ -117,19 +186,50 @@ class ActorClass:
     def __repr__(self) -> str:
         return f"ActorClass({self._cls.__name__})"
 
-    def options(self, **options: Any) -> _ActorOptions:
-        """This class with options overridden for the next `.remote()`."""
+    def options(self, **options: Any) -> _ActorOptions[T]:
+        """Override some options for the actors created through the returned view.
+
+        Args:
+            **options: the options of `remote(...)` for classes to change (name, namespace,
+                lifetime, resources, ...).
+
+        Returns:
+            A view with `.remote()` creating actors of this class with the merged options.
+
+        Raises:
+            ValueError: an option is unknown or has a bad value.
+        """
         from fray_ray import _options
 
         _options.validate_actor_options(options, is_async=self._is_async, in_options=True)
         merged = _options.validate_actor_options({**self._default_options, **options}, is_async=self._is_async)
         return _ActorOptions(self, merged)
 
-    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
-        """Create an actor; returns its handle at once (calls queue until it is up)."""
-        return self._create(args, kwargs, self._default_options)
+    def remote(self, *args: Any, **kwargs: Any) -> ActorProxy[T]:
+        """Create an actor and return its handle at once; calls queue until it is up.
 
-    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        Args:
+            *args: arguments of the class's `__init__` (an ObjectRef stands for its value).
+            **kwargs: keyword arguments of `__init__`.
+
+        Returns:
+            The actor's handle, typed `ActorProxy[T]` as in Ray, so methods decorated with
+            `@method(...)` are typed. A gang (`tpu` option) over several hosts returns a list
+            of handles, one per host.
+
+        Raises:
+            TypeError: the arguments do not fit `__init__`, or cannot be pickled.
+            ValueError: the actor's name or namespace is empty, or a named actor exists.
+        """
+        handle: ActorProxy[T] = self._create(args, kwargs, self._default_options)
+        return handle
+
+    def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Ray builds a DAG node here; fray_ray has no DAGs.
+
+        Raises:
+            NotImplementedError: always; call `.remote()` instead.
+        """
         raise NotImplementedError("fray_ray does not support Ray DAGs (.bind()); call .remote() instead")
 
     def _code_blob(self) -> CodeBlob:
@@ -140,7 +240,7 @@ class ActorClass:
                 raise TypeError(f"Could not serialize the actor class {self._cls.__name__}: {exc}") from exc
         return self._code
 
-    def _create(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]) -> ActorHandle:
+    def _create(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]) -> Any:
         check_c_integers(options)
         init = getattr(self._cls, "__init__", None)
         if init is not None and init is not object.__init__:
@@ -187,13 +287,13 @@ class ActorClass:
         )
         if gang is not None:
             spec.shape, spec.placement = ResourceShape(cpu=0.0), None  # the slice's hosts are the resource
-            member_ids = runtime.create_actor(spec)
+            member_ids = cast("list[bytes]", runtime.create_actor(spec))
             # One actor per host, in host order (a single handle for a one-host slice).
-            handles = [ActorHandle(i, self._cls.__name__, self._methods, self._is_async) for i in member_ids]
+            handles: list[ActorHandle[T]] = [ActorHandle(i, self._cls.__name__, self._methods, self._is_async) for i in member_ids]
             return handles if len(handles) > 1 else handles[0]
-        actor_id = runtime.create_actor(spec)
+        actor_id = cast(bytes, runtime.create_actor(spec))
         if actor_id != spec.actor_id:  # get_if_exists found a live actor
-            info = runtime.get_named_actor(spec.name, spec.namespace)
+            info = runtime.get_named_actor(cast(str, spec.name), spec.namespace)
             return ActorHandle(info["actor_id"], info["class_name"], info["methods"], info["is_async"])
         return ActorHandle(actor_id, self._cls.__name__, self._methods, self._is_async)
 
@@ -221,16 +321,19 @@ def actor_shapes(options: Mapping[str, Any]) -> tuple[ResourceShape, ResourceSha
     return shape, None if specified else dataclasses.replace(shape, cpu=1.0)
 
 
-class _ActorOptions:
-    def __init__(self, actor_class: ActorClass, options: Mapping[str, Any]) -> None:
+class _ActorOptions(Generic[T]):
+    def __init__(self, actor_class: ActorClass[T], options: Mapping[str, Any]) -> None:
         self._actor_class = actor_class
         self._options = options
 
-    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
-        return self._actor_class._create(args, kwargs, self._options)
+    def remote(self, *args: Any, **kwargs: Any) -> ActorProxy[T]:
+        """Create an actor with these options; see `ActorClass.remote`."""
+        handle: ActorProxy[T] = self._actor_class._create(args, kwargs, self._options)
+        return handle
 
-    def bind(self, *args: Any, **kwargs: Any) -> Any:
-        return self._actor_class.bind(*args, **kwargs)
+    def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Ray builds a DAG node here; fray_ray has no DAGs (raises NotImplementedError)."""
+        self._actor_class.bind(*args, **kwargs)
 
 
 def _concurrency_groups(value: Any) -> dict[str, int]:
@@ -241,11 +344,19 @@ def _concurrency_groups(value: Any) -> dict[str, int]:
     return {str(name): 1 for name in value}
 
 
-class ActorHandle:
-    """A reference to an actor; `handle.method.remote(...)` calls it. Picklable.
+class ActorHandle(Generic[T]):
+    """A reference to an actor of class `T`; `handle.method.remote(...)` calls it. Picklable.
 
     A non-detached actor lives while a handle to it exists anywhere (here, in a task, inside a
-    stored value); when the last one goes, the actor ends after its pending calls.
+    stored value); when the last one goes, the actor ends after its pending calls. A type
+    checker sees a method read from a bare `ActorHandle[T]` as `ActorMethod[Any]`; through
+    `ActorProxy[T]` (what `.remote()` returns) methods decorated with `@method(...)` are typed.
+
+    Args:
+        actor_id: the actor's id.
+        class_name: the actor's class name, for messages.
+        methods: what calls need to know about each method (signature, options).
+        is_async: whether the actor runs its calls on an event loop.
     """
 
     def __init__(
@@ -273,7 +384,7 @@ class ActorHandle:
         if counter is not None:
             counter.release_later(self._actor_id)
 
-    def __getattr__(self, name: str) -> ActorMethod:
+    def __getattr__(self, name: str) -> ActorMethod[Any]:
         methods = self.__dict__.get("_methods") or {}
         if name in methods:
             return ActorMethod(self, name, methods[name])
@@ -313,22 +424,43 @@ class _ActorID:
         return self._binary
 
 
-class ActorMethod:
-    """One method of an actor; call it with `.remote(...)`."""
+class ActorMethod(Generic[R]):
+    """One method of an actor, read from its handle; call it with `.remote(...)`.
 
-    def __init__(self, handle: ActorHandle, name: str, info: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> None:
+    `ActorMethod[R]` is a method returning `R`, so `.remote()` gives an `ObjectRef[R]`.
+
+    Args:
+        handle: the actor's handle.
+        name: the method's name.
+        info: what calls need to know about the method (signature, options).
+        options: options set by `.options()` for calls through this object.
+    """
+
+    def __init__(self, handle: ActorHandle[Any], name: str, info: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> None:
         self._handle = handle
         self._name = name
         self._info = info
         self._options = dict(options or {})
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise TypeError(
             "Actor methods cannot be called directly. Instead of running 'object.{0}()', try "
             "'object.{0}.remote()'.".format(self._name)
         )
 
-    def options(self, **options: Any) -> ActorMethod:
+    def options(self, **options: Any) -> ActorMethod[R]:
+        """Override some options for calls through the returned method object.
+
+        Args:
+            **options: `num_returns`, `name`, `concurrency_group`, `max_task_retries`,
+                `retry_exceptions`, `enable_task_events` or `_generator_backpressure_num_objects`.
+
+        Returns:
+            This method with the options merged over its own.
+
+        Raises:
+            ValueError: an option is unknown, or `num_returns` is negative.
+        """
         for key in options:
             if key not in ("num_returns", "name", "concurrency_group", "max_task_retries", "retry_exceptions",
                            "enable_task_events", "_generator_backpressure_num_objects"):
@@ -338,7 +470,21 @@ class ActorMethod:
             raise ValueError(f"num_returns must be >= 0, but got {count}.")
         return ActorMethod(self._handle, self._name, self._info, {**self._options, **options})
 
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
+    def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[R]:
+        """Queue a call on the actor and return at once; calls from one caller run in order.
+
+        Args:
+            *args: the method's arguments; an ObjectRef stands for its value.
+            **kwargs: keyword arguments, likewise.
+
+        Returns:
+            A ref to the result. With `num_returns=n` (n > 1) a list of refs, with
+            `num_returns=0` None, and for a generator method an ObjectRefGenerator; the type
+            says `ObjectRef[R]`, as Ray's does, so annotate those results yourself.
+
+        Raises:
+            TypeError: the arguments do not fit the method's signature, or cannot be pickled.
+        """
         signature = self._info.get("signature")
         if signature is not None:
             signature.bind(*args, **kwargs)
@@ -362,10 +508,10 @@ class ActorMethod:
             max_task_retries=max_task_retries,
             retry_exceptions=self._retry_exceptions(),
         )
-        refs = runtime_state.current().submit_actor_call(spec)
+        refs: Any = runtime_state.current().submit_actor_call(spec)
         if isinstance(num_returns, str) or count == 1:
-            return refs[0]
-        return refs if count else None
+            return refs[0]  # type: ignore[no-any-return]
+        return refs if count else None  # type: ignore[return-value]
 
     def _retry_exceptions(self) -> bool | tuple[type, ...]:
         """Which user exceptions retry the call (under max_task_retries): the call's, else the method's."""
@@ -377,12 +523,31 @@ class ActorMethod:
         _options.validate_method_options({"retry_exceptions": value}, in_options=True)
         return value if isinstance(value, bool) else tuple(value)
 
-    def bind(self, *args: Any, **kwargs: Any) -> Any:
+    def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Ray builds a DAG node here; fray_ray has no DAGs.
+
+        Raises:
+            NotImplementedError: always; call `.remote()` instead.
+        """
         raise NotImplementedError("fray_ray does not support Ray DAGs (.bind()); call .remote() instead")
 
 
-def exit_actor() -> None:
-    """End the current actor after this call (callers then see ActorDiedError)."""
+ActorProxy: TypeAlias = Union[ActorHandle[T], type[T]]
+"""What `ActorClass[T].remote()` returns, for type checkers: a handle, seen also as the class.
+
+Reading `handle.m` through the class side gives a method decorated with `@method(...)` its
+`ActorMethod[R]` type (see `TypedMethod`), as Ray's `ActorProxy` does. An undecorated method
+reads as the plain function, so a checker rejects `.remote` on it: decorate methods you want
+checked, or annotate the handle as `ActorHandle[T]` to see every method as `ActorMethod[Any]`.
+"""
+
+
+def exit_actor() -> NoReturn:
+    """End the current actor once this call returns; later calls raise ActorDiedError.
+
+    Raises:
+        TypeError: called outside an actor.
+    """
     from fray_ray._private.actor_host import ActorExit
     from fray_ray._private.worker import current_task
 

@@ -10,22 +10,39 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
 
 from fray_ray._option_values import check_c_integers
 from fray_ray._private import ids, runtime_state
+from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.runtime_env import effective_runtime_env
 from fray_ray._private.task_spec import Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec
 from fray_ray._private.worker import current_task
 
 __all__ = ["RemoteFunction"]
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-class RemoteFunction:
-    """A function that runs as a task: `f.remote(...)` returns ObjectRefs at once."""
 
-    def __init__(self, function: Any, options: Mapping[str, Any]) -> None:
+class RemoteFunction(Generic[P, R]):
+    """A function that runs as a task: `f.remote(...)` returns an ObjectRef at once.
+
+    `RemoteFunction[P, R]` keeps the function's parameters `P` and return type `R`, so
+    `ray.get(f.remote(...))` is typed as `R`. Arguments of `.remote()` are not checked against
+    `P`: each may be the value or an ObjectRef to it, which Python's typing cannot spell for a
+    whole parameter list.
+
+    Args:
+        function: the function to run (not a coroutine function: tasks are synchronous).
+        options: the `@remote(...)` options every call starts from.
+
+    Raises:
+        ValueError: `function` is an `async def` function, or an option is invalid.
+    """
+
+    def __init__(self, function: Callable[P, R], options: Mapping[str, Any]) -> None:
         from fray_ray import _options
 
         if inspect.iscoroutinefunction(function):
@@ -49,7 +66,7 @@ class RemoteFunction:
         self.__module__ = getattr(function, "__module__", __name__)
         self.__wrapped__ = function
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise TypeError(
             "Remote functions cannot be called directly. Instead of running "
             f"'{self._function_name}()', try '{self._function_name}.remote()'."
@@ -58,8 +75,20 @@ class RemoteFunction:
     def __repr__(self) -> str:
         return f"<fray_ray.remote_function.RemoteFunction object for {self._function_name}>"
 
-    def options(self, **options: Any) -> _BoundOptions:
-        """A view of this function with some options overridden for the next calls.
+    def options(self, **options: Any) -> _BoundOptions[P, R]:
+        """Override some options for the calls made through the returned view.
+
+        The function itself keeps its options, so one definition serves differently sized calls.
+
+        Args:
+            **options: the options of `remote(...)` to change (`max_calls` belongs to the
+                function, not to a call, and is refused).
+
+        Returns:
+            A view with `.remote()` and `.options()`, typed like this function.
+
+        Raises:
+            ValueError: an option is unknown or has a bad value.
 
         >>> add.options(num_cpus=2).remote(1, 2)  # doctest: +SKIP
         """
@@ -69,16 +98,37 @@ class RemoteFunction:
         _refuse_max_calls(options)
         return _BoundOptions(self, merged)
 
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
-        """Submit a call; returns an ObjectRef (or a list of them for num_returns > 1)."""
-        return self._submit(args, kwargs, self._default_options)
+    def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[R]:
+        """Submit a call and return at once; the task runs on the cluster.
+
+        Args:
+            *args: the function's arguments; an ObjectRef stands for its value, which the task
+                receives once it is ready.
+            **kwargs: keyword arguments, likewise.
+
+        Returns:
+            A ref to the result. With `num_returns=n` (n > 1) a list of n refs, with
+            `num_returns=0` None, and for a generator function an ObjectRefGenerator; the type
+            says `ObjectRef[R]`, as Ray's does, so annotate those results yourself.
+
+        Raises:
+            TypeError: the arguments do not fit the function's signature, or one cannot be
+                pickled.
+        """
+        ref: ObjectRef[R] = self._submit(args, kwargs, self._default_options)
+        return ref
 
     def _remote(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
         if options:
             return self.options(**options).remote(*(args or ()), **(kwargs or {}))
         return self.remote(*(args or ()), **(kwargs or {}))
 
-    def bind(self, *args: Any, **kwargs: Any) -> Any:
+    def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Ray builds a DAG node here; fray_ray has no DAGs.
+
+        Raises:
+            NotImplementedError: always; call `.remote()` instead.
+        """
         raise NotImplementedError("fray_ray does not support Ray DAGs (.bind()); call .remote() instead")
 
     def _code_blob(self) -> CodeBlob:
@@ -133,17 +183,20 @@ class RemoteFunction:
         return refs if count else None
 
 
-class _BoundOptions:
+class _BoundOptions(Generic[P, R]):
     """`f.options(...)`: submits with the merged options."""
 
-    def __init__(self, function: RemoteFunction, options: Mapping[str, Any]) -> None:
+    def __init__(self, function: RemoteFunction[P, R], options: Mapping[str, Any]) -> None:
         self._function = function
         self._options = options
 
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
-        return self._function._submit(args, kwargs, self._options)
+    def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[R]:
+        """Submit a call with these options; see `RemoteFunction.remote`."""
+        ref: ObjectRef[R] = self._function._submit(args, kwargs, self._options)
+        return ref
 
-    def options(self, **options: Any) -> _BoundOptions:
+    def options(self, **options: Any) -> _BoundOptions[P, R]:
+        """Override more options; see `RemoteFunction.options`."""
         from fray_ray import _options
 
         merged = _options.validate_task_options(
@@ -152,8 +205,9 @@ class _BoundOptions:
         _refuse_max_calls(options)
         return _BoundOptions(self._function, merged)
 
-    def bind(self, *args: Any, **kwargs: Any) -> Any:
-        return self._function.bind(*args, **kwargs)
+    def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Ray builds a DAG node here; fray_ray has no DAGs (raises NotImplementedError)."""
+        self._function.bind(*args, **kwargs)
 
 
 def return_ids_for(task_id: bytes, num_returns: int | str) -> tuple[tuple[bytes, ...], int]:
