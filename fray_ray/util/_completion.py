@@ -22,7 +22,7 @@ __all__ = ["as_completed", "map_unordered"]
 
 
 def as_completed(
-    refs: Sequence[ray.ObjectRef], *, chunk_size: int = 10, yield_obj_refs: bool = False, **kwargs: Any
+    refs: Sequence[ray.ObjectRef[Any]], *, chunk_size: int = 10, yield_obj_refs: bool = False, **kwargs: Any
 ) -> Iterator[Any]:
     """Yield the values of `refs` as they become ready, up to `chunk_size` at a time.
 
@@ -51,7 +51,7 @@ def as_completed(
 
 
 def map_unordered(
-    fn: RemoteFunction,
+    fn: RemoteFunction[..., Any],
     items: Iterable[Any],
     *,
     backpressure_size: int | None = 100,
@@ -84,7 +84,7 @@ def map_unordered(
     return _mapped(fn, items, backpressure_size, chunk_size, yield_obj_refs, kwargs)
 
 
-def _check_refs(refs: Iterable[ray.ObjectRef]) -> list[ray.ObjectRef]:
+def _check_refs(refs: Iterable[ray.ObjectRef[Any]]) -> list[ray.ObjectRef[Any]]:
     if isinstance(refs, ray.ObjectRef):
         raise TypeError("as_completed() takes a list of ObjectRefs, not a single ObjectRef; wrap it in a list")
     pending = list(refs)
@@ -102,8 +102,8 @@ def _check_chunking(chunk_size: int, wait_kwargs: dict[str, Any]) -> None:
 
 
 def _next_chunk(
-    pending: list[ray.ObjectRef], chunk_size: int, yield_obj_refs: bool, wait_kwargs: dict[str, Any]
-) -> tuple[list[Any], list[ray.ObjectRef]]:
+    pending: list[ray.ObjectRef[Any]], chunk_size: int, yield_obj_refs: bool, wait_kwargs: dict[str, Any]
+) -> tuple[list[Any], list[ray.ObjectRef[Any]]]:
     """Wait for the next chunk of `pending`: (its values or refs, the refs still pending)."""
     ready, pending = ray.wait(pending, num_returns=min(chunk_size, len(pending)), **wait_kwargs)
     if yield_obj_refs or not ready:
@@ -112,7 +112,7 @@ def _next_chunk(
 
 
 def _completed(
-    pending: list[ray.ObjectRef], chunk_size: int, yield_obj_refs: bool, wait_kwargs: dict[str, Any]
+    pending: list[ray.ObjectRef[Any]], chunk_size: int, yield_obj_refs: bool, wait_kwargs: dict[str, Any]
 ) -> Iterator[Any]:
     while pending:
         chunk, pending = _next_chunk(pending, chunk_size, yield_obj_refs, wait_kwargs)
@@ -120,14 +120,14 @@ def _completed(
 
 
 def _mapped(
-    fn: RemoteFunction,
+    fn: RemoteFunction[..., Any],
     items: Iterable[Any],
     backpressure_size: int | None,
     chunk_size: int,
     yield_obj_refs: bool,
     wait_kwargs: dict[str, Any],
 ) -> Iterator[Any]:
-    in_flight: list[ray.ObjectRef] = []
+    in_flight: list[ray.ObjectRef[Any]] = []
     for item in items:
         while backpressure_size is not None and len(in_flight) >= backpressure_size:
             chunk, in_flight = _next_chunk(in_flight, chunk_size, yield_obj_refs, wait_kwargs)

@@ -13,7 +13,8 @@ from typing import Any
 
 from fray_ray._private import runtime_state
 from fray_ray._private.object_ref import ObjectRef
-from fray_ray._private.placement_groups import STRATEGIES, validate_bundles
+from fray_ray._private.cluster_ledger import STRATEGIES
+from fray_ray._private.placement_groups import validate_bundles
 
 __all__ = [
     "PlacementGroup",
@@ -57,7 +58,7 @@ class PlacementGroup:
         self._ready_id = _ready_id
 
     def _info(self) -> dict[str, Any]:
-        info = runtime_state.current().placement_group("info", id=self.id.binary())
+        info: dict[str, Any] | None = runtime_state.current().placement_group("info", id=self.id.binary())
         if info is None:
             raise ValueError(f"Placement group {self.id.hex()} does not exist.")
         return info
@@ -72,7 +73,7 @@ class PlacementGroup:
     def bundle_count(self) -> int:
         return len(self.bundle_specs)
 
-    def ready(self) -> ObjectRef:
+    def ready(self) -> ObjectRef[Any]:
         """A ref that becomes ready when every bundle is reserved."""
         if self._ready_id is None:
             self._ready_id = self._info()["ready_id"]
@@ -139,7 +140,8 @@ def get_placement_group(placement_group_name: str) -> PlacementGroup:
 def placement_group_table(placement_group: PlacementGroup | None = None) -> dict[str, Any]:
     """One group's row, or every group keyed by id hex."""
     group_id = None if placement_group is None else placement_group.id.binary()
-    return runtime_state.current().placement_group("table", id=group_id)
+    table: dict[str, Any] = runtime_state.current().placement_group("table", id=group_id)
+    return table
 
 
 def get_current_placement_group() -> PlacementGroup | None:

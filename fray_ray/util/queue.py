@@ -120,7 +120,7 @@ class Queue:
         self.maxsize = maxsize
         options = dict(actor_options or {})
         # @ray.remote turned the class into an actor class, which type checkers cannot see.
-        self.actor: ActorHandle | None = _QueueActor.options(**options).remote(maxsize)  # type: ignore[attr-defined]
+        self.actor: ActorHandle[Any] | None = _QueueActor.options(**options).remote(maxsize)  # type: ignore[attr-defined]
         """The actor holding the items; None once this handle has shut the queue down."""
 
     def __len__(self) -> int:
@@ -136,7 +136,8 @@ class Queue:
         >>> q.qsize()
         1
         """
-        return ray.get(self._handle().qsize.remote())
+        size: int = ray.get(self._handle().qsize.remote())
+        return size
 
     def size(self) -> int:
         """The same as `qsize()`.
@@ -309,7 +310,8 @@ class Queue:
         found, items = ray.get(self._handle().get_batch.remote(num_items))
         if not found:
             raise Empty(f"Cannot get {num_items} items: the queue holds {items}")
-        return items
+        batch: list[Any] = items
+        return batch
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -335,7 +337,7 @@ class Queue:
             ray.wait([exited], timeout=grace_period_s)
         ray.kill(actor)
 
-    def _handle(self) -> ActorHandle:
+    def _handle(self) -> ActorHandle[Any]:
         """The queue's actor; raises the error a dead actor gives once this handle shut it down."""
         if self.actor is None:
             raise ray.exceptions.ActorDiedError("This Queue was shut down; its actor is dead.")

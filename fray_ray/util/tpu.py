@@ -173,7 +173,7 @@ class SlicePlacementGroup:
         self.num_bundles = self.num_hosts * num_slices
         self.bundle_resources = dict(resources_per_bundle or {"TPU": float(self.chips_per_host)})
         self.name = name
-        self._gang_id = runtime_state.current().reserve_gang(
+        self._gang_id: bytes | None = runtime_state.current().reserve_gang(
             tpu=self.variant, num_slices=num_slices, timeout=head_reservation_timeout_s
         )
 
