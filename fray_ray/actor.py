@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, Concatenate, Generic, NoReturn, ParamSpec, Protocol, TypeAlias, TypeVar, Union, cast, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, NoReturn, ParamSpec, Protocol, TypeAlias, TypeVar, Union, cast, overload
 
 from fray_ray._option_values import check_c_integers, method_call_integer, method_num_returns
 from fray_ray._private import ids, runtime_state
@@ -174,11 +174,13 @@ class ActorClass(Generic[T]):
         self.__qualname__ = cls.__qualname__
         self.__module__ = cls.__module__
 
-    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise TypeError(
-            "Actors cannot be instantiated directly. Instead of "
-            f"'{self._cls.__name__}()', use '{self._cls.__name__}.remote()'."
-        )
+    if not TYPE_CHECKING:  # hidden from type checkers, so they report the call (it always raises)
+
+        def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
+            raise TypeError(
+                "Actors cannot be instantiated directly. Instead of "
+                f"'{self._cls.__name__}()', use '{self._cls.__name__}.remote()'."
+            )
 
     def __dir__(self) -> list[str]:
         return sorted({*self._methods, "options", "remote", "bind"})
@@ -442,11 +444,13 @@ class ActorMethod(Generic[R]):
         self._info = info
         self._options = dict(options or {})
 
-    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise TypeError(
-            "Actor methods cannot be called directly. Instead of running 'object.{0}()', try "
-            "'object.{0}.remote()'.".format(self._name)
-        )
+    if not TYPE_CHECKING:  # hidden from type checkers, so they report the call (it always raises)
+
+        def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
+            raise TypeError(
+                "Actor methods cannot be called directly. Instead of running 'object.{0}()', try "
+                "'object.{0}.remote()'.".format(self._name)
+            )
 
     def options(self, **options: Any) -> ActorMethod[R]:
         """Override some options for calls through the returned method object.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar
 
 from fray_ray._option_values import check_c_integers
 from fray_ray._private import ids, runtime_state
@@ -66,11 +66,13 @@ class RemoteFunction(Generic[P, R]):
         self.__module__ = getattr(function, "__module__", __name__)
         self.__wrapped__ = function
 
-    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise TypeError(
-            "Remote functions cannot be called directly. Instead of running "
-            f"'{self._function_name}()', try '{self._function_name}.remote()'."
-        )
+    if not TYPE_CHECKING:  # hidden from type checkers, so they report the call (it always raises)
+
+        def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
+            raise TypeError(
+                "Remote functions cannot be called directly. Instead of running "
+                f"'{self._function_name}()', try '{self._function_name}.remote()'."
+            )
 
     def __repr__(self) -> str:
         return f"<fray_ray.remote_function.RemoteFunction object for {self._function_name}>"
