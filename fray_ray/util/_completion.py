@@ -31,6 +31,15 @@ def as_completed(
     submission within one. With `yield_obj_refs`, the refs themselves are yielded (nothing
     is fetched). Blocks while iterating.
 
+    Args:
+        refs: the refs to follow.
+        chunk_size: how many ready refs to wait for per step.
+        yield_obj_refs: yield the refs instead of their values.
+        **kwargs: passed to `wait` (e.g. `timeout`, `fetch_local`).
+
+    Returns:
+        An iterator over the values (or refs).
+
     Raises:
         ValueError: `chunk_size < 1`, `num_returns` passed (use `chunk_size`), or a ref
             appears twice.
@@ -65,6 +74,17 @@ def map_unordered(
     flight, the next `chunk_size` finished ones are yielded before more are started. Tasks
     are started while iterating, never ahead of the consumer by more than the limit.
     Results come in no defined order; with `yield_obj_refs`, the refs are yielded.
+
+    Args:
+        fn: a remote function taking one item.
+        items: the items, one task each.
+        backpressure_size: how many tasks may run at once; None for no limit.
+        chunk_size: how many finished tasks to wait for per step.
+        yield_obj_refs: yield the refs instead of their values.
+        **kwargs: passed to `wait`.
+
+    Returns:
+        An iterator over the results (or refs).
 
     Raises:
         ValueError: `backpressure_size < 1`, `chunk_size < 1`, or `num_returns` passed.

@@ -65,6 +65,10 @@ class ActorPool:
 
         Returns immediately. Take the result later with `get_next` or `get_next_unordered`.
 
+        Args:
+            fn: `fn(actor, value)` starts one call on `actor` and returns what `.remote()` returned.
+            value: the value to hand to `fn`.
+
         >>> pool = ActorPool([Doubler.remote()])
         >>> pool.submit(double, 1)
         >>> pool.submit(double, 2)  # waits in the pool until the actor is free
@@ -81,6 +85,13 @@ class ActorPool:
         raises a call's error when its turn comes. Results of earlier submissions that were
         not taken yet are dropped first, so they never mix into this map's results.
 
+        Args:
+            fn: `fn(actor, value)` starts one call on `actor` and returns what `.remote()` returned.
+            values: the values, one call each.
+
+        Returns:
+            An iterator over the results, in the order of `values`.
+
         >>> pool = ActorPool([Doubler.remote(), Doubler.remote()])
         >>> list(pool.map(double, [1, 2, 3, 4]))
         [2, 4, 6, 8]
@@ -92,6 +103,13 @@ class ActorPool:
 
     def map_unordered(self, fn: SubmitFn[V], values: Iterable[V]) -> Iterator[Any]:
         """Like `map`, but iterate the results in the order the calls finish.
+
+        Args:
+            fn: `fn(actor, value)` starts one call on `actor` and returns what `.remote()` returned.
+            values: the values, one call each.
+
+        Returns:
+            An iterator over the results, in the order the calls finish.
 
         >>> pool = ActorPool([Doubler.remote(), Doubler.remote()])
         >>> sorted(pool.map_unordered(double, [1, 2, 3, 4]))
@@ -108,6 +126,13 @@ class ActorPool:
         """Return the result of the oldest call whose result has not been taken yet.
 
         Blocks until that call finishes, for at most `timeout` seconds (None: no limit).
+
+        Args:
+            timeout: seconds to wait at most; None waits as long as it takes.
+            ignore_if_timedout: on a timeout, drop the call's result instead of keeping it.
+
+        Returns:
+            The call's result (a list of values for a call that returned a list of refs).
 
         Raises:
             StopIteration: no call is outstanding (`has_next()` is False).
@@ -132,6 +157,13 @@ class ActorPool:
 
         Blocks for at most `timeout` seconds (None: no limit). Raises as `get_next` does; on a
         timeout with `ignore_if_timedout`, the oldest outstanding call is the one dropped.
+
+        Args:
+            timeout: seconds to wait at most; None waits as long as it takes.
+            ignore_if_timedout: on a timeout, drop the oldest call's result instead of keeping it.
+
+        Returns:
+            The first finished call's result.
 
         >>> pool = ActorPool([Doubler.remote(), Doubler.remote()])
         >>> pool.submit(double, 1)
@@ -189,6 +221,9 @@ class ActorPool:
 
     def push(self, actor: ActorProxy[Any]) -> None:
         """Add an actor to the pool; it starts the oldest waiting submission, if any.
+
+        Args:
+            actor: a handle to the actor to add.
 
         Raises:
             ValueError: the actor is already in the pool (idle or busy).
