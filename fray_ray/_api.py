@@ -397,8 +397,10 @@ def remote(*args: Any, **kwargs: Any) -> Any:
         a decorator that makes one of them.
 
     Raises:
-        TypeError: the target is neither a function nor a class, or an `async def` function.
-        ValueError: an option is unknown, has a bad value, or does not fit the target.
+        TypeError: the target is neither a Python function nor a class.
+        ValueError: the target is an `async def` function, or an option is unknown, has a bad
+            value or does not fit the target.
+        AssertionError: `@remote()` with no options, or a target and options together (as Ray).
 
     >>> @fray_ray.remote(num_cpus=2)  # doctest: +SKIP
     ... def f(): ...
