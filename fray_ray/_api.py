@@ -8,12 +8,15 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import textwrap
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
 
+from fray_ray._private import options as options_model
 from fray_ray._private import runtime_state
+from fray_ray._private.options import rendering as options_text
 from fray_ray._private.object_ref import ObjectRef
 
 if TYPE_CHECKING:
@@ -386,7 +389,7 @@ def remote(*args: Any, **kwargs: Any) -> Any:
 
     `@remote` and `@remote(...)` keep the target's types: `f.remote(...)` is an `ObjectRef`
     to what `f` returns, and `ray.get` of it has that type. Actor methods are typed when
-    decorated with `@fray_ray.method(...)`, as in Ray.
+    decorated with `@fray_ray.method` (bare or with options), as in Ray.
 
     Args:
         *args: the function or class, when used bare (`@remote`).
@@ -405,20 +408,23 @@ def remote(*args: Any, **kwargs: Any) -> Any:
     >>> @fray_ray.remote(num_cpus=2)  # doctest: +SKIP
     ... def f(): ...
     """
-    from fray_ray import _options
     from fray_ray.actor import ActorClass
     from fray_ray.remote_function import RemoteFunction
 
     def make(target: Any, options: Mapping[str, Any]) -> Any:
-        if _options.check_remote_target(target) == "class":
+        if options_model.check_remote_target(target) == "class":
             return ActorClass(target, options)
         return RemoteFunction(target, options)
 
-    target, options = _options.split_remote_args(args, kwargs)
-    if target is not _options.UNSET:
+    target, options = options_model.split_remote_args(args, kwargs)
+    if target is not options_model.UNSET:
         return make(target, {})
-    _options.check_decorator_options(options)
+    options_model.check_decorator_options(options)
     return lambda target: make(target, options)
+
+
+# `help(fray_ray.remote)` lists every option with its default, generated from the options table.
+remote.__doc__ = f"{remote.__doc__}\n{textwrap.indent(options_text.remote_options_text(), '    ')}"
 
 
 # ---- actors and tasks ----------------------------------------------------------------------

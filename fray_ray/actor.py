@@ -15,13 +15,23 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, NoReturn, ParamSpec, Protocol, TypeAlias, TypeVar, Union, cast, overload
 
-from fray_ray._option_values import check_c_integers, method_call_integer, method_num_returns
 from fray_ray._private import ids, runtime_state
 from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.options import (
+    UNSET,
+    ActorOptions,
+    MethodOptions,
+    check_method_call_keys,
+    split_method_args,
+    validate_actor_options,
+    validate_method_options,
+)
+from fray_ray._private.options.quantities import check_c_integers, method_call_integer, method_num_returns
 from fray_ray._private.runtime_env import effective_runtime_env
 from fray_ray._private.serialization import note_contained_ref
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, CodeBlob, ResourceShape
@@ -44,17 +54,12 @@ S = TypeVar("S", contravariant=True)
 F = TypeVar("F", covariant=True)
 V = TypeVar("V")
 
-_METHOD_OPTIONS = ("num_returns", "concurrency_group", "max_task_retries", "retry_exceptions",
-                   "_generator_backpressure_num_objects", "_num_objects_per_yield", "enable_task_events",
-                   "tensor_transport")
-
-
 class ActorClassInheritanceException(TypeError):
     """Raised when a class tries to inherit from an actor class."""
 
 
 class TypedMethod(Protocol[S, P, F, V]):
-    """What a type checker sees for a method decorated with `@method(...)` (no runtime class).
+    """What a type checker sees for a method decorated with `@method` (no runtime class).
 
     Read through an actor handle it is an `ActorMethod[V]`, so `handle.m.remote()` is an
     `ObjectRef[V]`; read on an instance (`self.m` inside the actor) it is the plain method.
@@ -79,36 +84,52 @@ class _MethodDecorator(Protocol):
     def __call__(self, function: Callable[Concatenate[S, P], R], /) -> TypedMethod[S, P, R, R]: ...
 
 
-def method(*args: Any, **kwargs: Any) -> _MethodDecorator:
-    """Set per-method options on an actor method, e.g. `@fray_ray.method(num_returns=2)`.
+@overload
+def method(
+    function: Callable[Concatenate[S, P], Coroutine[Any, Any, R]], /
+) -> TypedMethod[S, P, Coroutine[Any, Any, R], R]: ...
+@overload
+def method(function: Callable[Concatenate[S, P], R], /) -> TypedMethod[S, P, R, R]: ...
+@overload
+def method(
+    *,
+    num_returns: int | str | None = ...,
+    concurrency_group: str = ...,
+    max_task_retries: int = ...,
+    retry_exceptions: bool | list[type[BaseException]] | tuple[type[BaseException], ...] = ...,
+    _generator_backpressure_num_objects: int = ...,
+    _num_objects_per_yield: int = ...,
+    enable_task_events: bool = ...,
+    tensor_transport: str = ...,
+) -> _MethodDecorator: ...
+def method(*args: Any, **kwargs: Any) -> Any:
+    """Mark an actor method, bare (`@fray_ray.method`) or with options (`@fray_ray.method(num_returns=2)`).
 
     The options travel with the method, so every call through any handle gets them (a
     call's `.options()` still overrides them). As in Ray, a decorated method is also typed:
-    `handle.m.remote()` is an `ObjectRef` to what `m` returns.
+    `handle.m.remote()` is an `ObjectRef` to what `m` returns. The keywords are checked here;
+    their values when a call is submitted, where Ray checks them.
 
     Args:
+        *args: the method itself, for the bare form `@method`.
         **kwargs: `num_returns`, `concurrency_group`, `max_task_retries`, `retry_exceptions`,
             `_generator_backpressure_num_objects`, `_num_objects_per_yield`,
             `enable_task_events` or `tensor_transport`.
 
     Returns:
-        A decorator that records the options on the method and returns the method itself.
+        The method itself for the bare form; otherwise a decorator that records the options
+        on the method and returns the method.
 
     Raises:
-        ValueError: no option was given, a positional argument was given, or an option is
-            unknown.
+        AssertionError: a keyword is unknown, or positional arguments other than one method
+            were given (as in Ray).
     """
-    if args or not kwargs:
-        raise ValueError(
-            "The @ray.method decorator must be applied using at least one of the arguments in "
-            f"{list(_METHOD_OPTIONS)}, for example '@ray.method(num_returns=2)'."
-        )
-    for key in kwargs:
-        if key not in _METHOD_OPTIONS:
-            raise ValueError(f"Unexpected keyword argument to @ray.method: '{key}'. Valid ones: {list(_METHOD_OPTIONS)}")
+    function, options = split_method_args(args, kwargs)
+    if function is not UNSET:
+        return function
 
     def decorate(function: Any) -> Any:
-        function.__ray_method_options__ = {**getattr(function, "__ray_method_options__", {}), **kwargs}
+        function.__ray_method_options__ = {**getattr(function, "__ray_method_options__", {}), **options}
         return function
 
     decorator: _MethodDecorator = decorate
@@ -135,10 +156,7 @@ def _method_table(cls: type) -> dict[str, dict[str, Any]]:
             signature = None
         table[name] = {
             "signature": signature,
-            "num_returns": options.get("num_returns"),
-            "concurrency_group": options.get("concurrency_group"),
-            "max_task_retries": options.get("max_task_retries"),
-            "retry_exceptions": options.get("retry_exceptions"),
+            "options": options,
             "is_async": inspect.iscoroutinefunction(function),
             "is_generator": inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function),
         }
@@ -154,7 +172,8 @@ class ActorClass(Generic[T]):
 
     Raises:
         ActorClassInheritanceException: a class statement tried to subclass an actor class.
-        ValueError: an option is invalid.
+        ValueError: an option is unknown or has a bad value.
+        TypeError: an option's value has the wrong type.
     """
 
     def __init__(self, cls: type[T], options: Mapping[str, Any], *_subclass_args: Any) -> None:
@@ -162,12 +181,11 @@ class ActorClass(Generic[T]):
             raise ActorClassInheritanceException(
                 "Inheriting from actor classes is not allowed. Apply @ray.remote to the subclass instead."
             )
-        from fray_ray import _options
-
         self._cls = cls
         self._methods = _method_table(cls)
         self._is_async = any(m["is_async"] for m in self._methods.values())
-        self._default_options = _options.validate_actor_options(dict(options), is_async=self._is_async)
+        self._default_options = validate_actor_options(dict(options), is_async=self._is_async)
+        self._parsed: ActorOptions | None = None
         self._code: CodeBlob | None = None
         self.__doc__ = cls.__doc__
         self.__name__ = cls.__name__
@@ -199,12 +217,12 @@ class ActorClass(Generic[T]):
             A view with `.remote()` creating actors of this class with the merged options.
 
         Raises:
-            ValueError: an option is unknown or has a bad value.
+            ValueError: an option is unknown or has a bad value, or is one `.options()` cannot
+                change (`concurrency_groups`).
+            TypeError: an option's value has the wrong type.
         """
-        from fray_ray import _options
-
-        _options.validate_actor_options(options, is_async=self._is_async, in_options=True)
-        merged = _options.validate_actor_options({**self._default_options, **options}, is_async=self._is_async)
+        validate_actor_options(options, is_async=self._is_async, in_options=True)
+        merged = validate_actor_options({**self._default_options, **options}, is_async=self._is_async)
         return _ActorOptions(self, merged)
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorProxy[T]:
@@ -216,15 +234,22 @@ class ActorClass(Generic[T]):
 
         Returns:
             The actor's handle, typed `ActorProxy[T]` as in Ray, so methods decorated with
-            `@method(...)` are typed. A gang (`tpu` option) over several hosts returns a list
+            `@method` are typed. A gang (`tpu` option) over several hosts returns a list
             of handles, one per host.
 
         Raises:
             TypeError: the arguments do not fit `__init__`, or cannot be pickled.
-            ValueError: the actor's name or namespace is empty, or a named actor exists.
+            OverflowError: an integer option does not fit a C long (checked here, as in Ray).
+            ValueError: the actor's name or namespace is empty, `get_if_exists` has no name,
+                or a named actor exists.
         """
-        handle: ActorProxy[T] = self._create(args, kwargs, self._default_options)
+        handle: ActorProxy[T] = self._create(args, kwargs, self._default_options, self._default_typed)
         return handle
+
+    def _default_typed(self) -> ActorOptions:
+        if self._parsed is None:
+            self._parsed = ActorOptions.from_checked(self._default_options, is_async=self._is_async)
+        return self._parsed
 
     def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
         """Ray builds a DAG node here; fray_ray has no DAGs.
@@ -242,8 +267,12 @@ class ActorClass(Generic[T]):
                 raise TypeError(f"Could not serialize the actor class {self._cls.__name__}: {exc}") from exc
         return self._code
 
-    def _create(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]) -> Any:
-        check_c_integers(options)
+    def _create(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], given: Mapping[str, Any], typed: Callable[[], ActorOptions]
+    ) -> Any:
+        """Create one actor; `given` are the keywords (checked for C integers here, as in Ray),
+        `typed` parses them (on first use, so that their cross-checks also fail here)."""
+        check_c_integers(given)
         init = getattr(self._cls, "__init__", None)
         if init is not None and init is not object.__init__:
             try:
@@ -254,15 +283,12 @@ class ActorClass(Generic[T]):
                 pass
         elif args or kwargs:
             raise TypeError(f"{self._cls.__name__}() takes no arguments")
-        if options.get("name") == "":
-            raise ValueError("Actor name cannot be an empty string.")
-        if options.get("namespace") == "":
-            raise ValueError('"" is not a valid namespace. Pass None to not specify a namespace.')
+        options = typed()  # an empty name or namespace raises here
         from fray_ray._private.gangs import shape_for
 
         runtime = runtime_state.current()
         gang = shape_for(options)
-        runtime_env = effective_runtime_env(options.get("runtime_env"))
+        runtime_env = effective_runtime_env(options.runtime_env)
         shape, placement = actor_shapes(options)
         spec = ActorCreationSpec(
             actor_id=ids.new_actor_id(),
@@ -273,18 +299,18 @@ class ActorClass(Generic[T]):
             placement=placement,
             methods=self._methods,
             is_async=self._is_async,
-            max_concurrency=int(options.get("max_concurrency") or (1000 if self._is_async else 1)),
-            concurrency_groups=_concurrency_groups(options.get("concurrency_groups")),
-            max_restarts=int(options.get("max_restarts") or 0),
-            max_task_retries=int(options.get("max_task_retries") or 0),
-            name=options.get("name"),
-            namespace=options.get("namespace"),
-            get_if_exists=bool(options.get("get_if_exists")),
-            detached=options.get("lifetime") == "detached",
+            max_concurrency=int(cast(int, options.max_concurrency)),  # parsing resolves it (never UNSET)
+            concurrency_groups=dict(options.concurrency_groups),
+            max_restarts=options.max_restarts,
+            max_task_retries=options.max_task_retries,
+            name=options.name,
+            namespace=options.namespace,
+            get_if_exists=options.get_if_exists,
+            detached=options.detached,
             env_vars=runtime_env.env_vars_dict,
             runtime_env=runtime_env,
-            scheduling_strategy=options.get("scheduling_strategy"),
-            accelerator=options.get("accelerator_type"),
+            scheduling_strategy=options.scheduling_strategy,
+            accelerator=options.accelerator_type,
             gang=gang,
         )
         if gang is not None:
@@ -300,50 +326,41 @@ class ActorClass(Generic[T]):
         return ActorHandle(actor_id, self._cls.__name__, self._methods, self._is_async)
 
 
-def actor_shapes(options: Mapping[str, Any]) -> tuple[ResourceShape, ResourceShape | None]:
+def actor_shapes(options: ActorOptions) -> tuple[ResourceShape, ResourceShape | None]:
     """(what the actor holds while alive, what a node must have to place it; None: the same),
-    by Ray 2.60's rule: an actor given no resource but `memory` holds no CPU, yet only a node
-    with a CPU can place it; given any (num_cpus, num_gpus, resources, accelerator_type), it
-    holds its `num_cpus`, 1 by default.
+    by Ray 2.60's rule (see `ActorOptions.scheduling_demand` and `resource_demand`).
 
-    >>> actor_shapes({})
+    >>> actor_shapes(ActorOptions())
     (ResourceShape(cpu=0.0, gpu=0.0, memory=0, custom=()), ResourceShape(cpu=1.0, gpu=0.0, memory=0, custom=()))
-    >>> actor_shapes({"num_gpus": 1})[0].cpu
+    >>> actor_shapes(ActorOptions.from_options({"num_gpus": 1}))[0].cpu
     1.0
     """
-    resources = dict(options.get("resources") or {})
-    num_cpus = options.get("num_cpus")
-    specified = bool(resources) or any(options.get(k) is not None for k in ("num_cpus", "num_gpus", "accelerator_type"))
+    held, to_place = float(options.resource_demand()["CPU"]), float(options.scheduling_demand()["CPU"])
     shape = ResourceShape(
-        cpu=float(num_cpus) if num_cpus is not None else (1.0 if specified else 0.0),
-        gpu=float(options.get("num_gpus") or 0),
-        memory=int(options.get("memory") or 0),
-        custom=tuple(sorted((k, float(v)) for k, v in resources.items())),
+        cpu=held, gpu=options.num_gpus, memory=options.memory, custom=tuple(sorted(options.resources.items()))
     )
-    return shape, None if specified else dataclasses.replace(shape, cpu=1.0)
+    return shape, None if to_place == held else dataclasses.replace(shape, cpu=to_place)
 
 
 class _ActorOptions(Generic[T]):
     def __init__(self, actor_class: ActorClass[T], options: Mapping[str, Any]) -> None:
         self._actor_class = actor_class
         self._options = options
+        self._parsed: ActorOptions | None = None
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorProxy[T]:
         """Create an actor with these options; see `ActorClass.remote`."""
-        handle: ActorProxy[T] = self._actor_class._create(args, kwargs, self._options)
+        handle: ActorProxy[T] = self._actor_class._create(args, kwargs, self._options, self._typed)
         return handle
+
+    def _typed(self) -> ActorOptions:
+        if self._parsed is None:
+            self._parsed = ActorOptions.from_checked(self._options, is_async=self._actor_class._is_async)
+        return self._parsed
 
     def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
         """Ray builds a DAG node here; fray_ray has no DAGs (raises NotImplementedError)."""
         self._actor_class.bind(*args, **kwargs)
-
-
-def _concurrency_groups(value: Any) -> dict[str, int]:
-    if not value:
-        return {}
-    if isinstance(value, Mapping):
-        return {str(k): int(v) for k, v in value.items()}
-    return {str(name): 1 for name in value}
 
 
 class ActorHandle(Generic[T]):
@@ -352,7 +369,7 @@ class ActorHandle(Generic[T]):
     A non-detached actor lives while a handle to it exists anywhere (here, in a task, inside a
     stored value); when the last one goes, the actor ends after its pending calls. A type
     checker sees a method read from a bare `ActorHandle[T]` as `ActorMethod[Any]`; through
-    `ActorProxy[T]` (what `.remote()` returns) methods decorated with `@method(...)` are typed.
+    `ActorProxy[T]` (what `.remote()` returns) methods decorated with `@method` are typed.
 
     Args:
         actor_id: the actor's id.
@@ -391,7 +408,7 @@ class ActorHandle(Generic[T]):
         if name in methods:
             return ActorMethod(self, name, methods[name])
         if name == "__ray_terminate__":
-            return ActorMethod(self, name, {"num_returns": 1, "signature": None})
+            return ActorMethod(self, name, {"options": {}, "signature": None})
         raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
 
     def __dir__(self) -> list[str]:
@@ -457,18 +474,17 @@ class ActorMethod(Generic[R]):
 
         Args:
             **options: `num_returns`, `name`, `concurrency_group`, `max_task_retries`,
-                `retry_exceptions`, `enable_task_events` or `_generator_backpressure_num_objects`.
+                `retry_exceptions`, `enable_task_events`, `_generator_backpressure_num_objects`,
+                `_num_objects_per_yield` or `tensor_transport`.
 
         Returns:
             This method with the options merged over its own.
 
         Raises:
-            ValueError: an option is unknown, or `num_returns` is negative.
+            TypeError: an option is unknown.
+            ValueError: `num_returns` is negative (the other values are checked at `.remote()`).
         """
-        for key in options:
-            if key not in ("num_returns", "name", "concurrency_group", "max_task_retries", "retry_exceptions",
-                           "enable_task_events", "_generator_backpressure_num_objects"):
-                raise ValueError(f"Invalid option keyword {key} for actor method {self._name}.")
+        check_method_call_keys(options)
         count = options.get("num_returns")
         if isinstance(count, int) and count < 0:  # Ray checks this one here; the rest at .remote()
             raise ValueError(f"num_returns must be >= 0, but got {count}.")
@@ -487,18 +503,17 @@ class ActorMethod(Generic[R]):
             says `ObjectRef[R]`, as Ray's does, so annotate those results yourself.
 
         Raises:
-            TypeError: the arguments do not fit the method's signature, or cannot be pickled.
+            TypeError: the arguments do not fit the method's signature, cannot be pickled, or
+                an option value has the wrong type (options are checked here, as in Ray).
+            ValueError: an option has a bad value (e.g. a negative `num_returns`).
+            OverflowError: an integer option does not fit a C long.
+            AssertionError: `retry_exceptions` is neither a bool nor a list of exception types.
         """
         signature = self._info.get("signature")
         if signature is not None:
             signature.bind(*args, **kwargs)
-        num_returns = self._options.get("num_returns", self._info.get("num_returns"))
-        if num_returns is None:
-            num_returns = "streaming" if self._info.get("is_generator") else 1
-        num_returns = method_num_returns(num_returns)
-        max_task_retries = self._options.get("max_task_retries", self._info.get("max_task_retries"))
-        if max_task_retries is not None:  # None: the actor's own max_task_retries
-            max_task_retries = method_call_integer("max_task_retries", max_task_retries)
+        options = self._call_options()
+        num_returns = cast("int | str", options.num_returns)  # parsing resolves it (never UNSET)
         call_id = ids.new_task_id()
         return_ids, count = return_ids_for(call_id, num_returns)
         spec = ActorCallSpec(
@@ -508,24 +523,27 @@ class ActorMethod(Generic[R]):
             arguments=pack_arguments(args, kwargs, f"{self._handle._class_name}.{self._name}"),
             return_ids=return_ids,
             num_returns=num_returns if isinstance(num_returns, str) else count,
-            concurrency_group=self._options.get("concurrency_group", self._info.get("concurrency_group")),
-            max_task_retries=max_task_retries,
-            retry_exceptions=self._retry_exceptions(),
+            concurrency_group=options.concurrency_group,
+            max_task_retries=None if options.max_task_retries is UNSET else options.max_task_retries,
+            retry_exceptions=options.retry_exceptions,
         )
         refs: Any = runtime_state.current().submit_actor_call(spec)
         if isinstance(num_returns, str) or count == 1:
             return refs[0]  # type: ignore[no-any-return]
         return refs if count else None  # type: ignore[return-value]
 
-    def _retry_exceptions(self) -> bool | tuple[type, ...]:
-        """Which user exceptions retry the call (under max_task_retries): the call's, else the method's."""
-        from fray_ray import _options
-
-        value = self._options.get("retry_exceptions", self._info.get("retry_exceptions"))
-        if value is None:
-            return False
-        _options.validate_method_options({"retry_exceptions": value}, in_options=True)
-        return value if isinstance(value, bool) else tuple(value)
+    def _call_options(self) -> MethodOptions:
+        """The method's `@method` keywords with this call's `.options()` on top, checked and
+        converted as Ray does at `.remote()` (integers as C integers: 2.0 is 2, NaN raises)."""
+        # Each value's type is part of the key: 1 and True are equal, but only True is a valid
+        # retry_exceptions.
+        given = tuple((key, type(value), value) for key, value in {**self._info.get("options", {}), **self._options}.items())
+        is_generator = bool(self._info.get("is_generator"))
+        try:
+            hash(given)
+        except TypeError:  # e.g. retry_exceptions given as a list
+            return _method_call_options(given, is_generator)
+        return _cached_method_call_options(given, is_generator)
 
     def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
         """Ray builds a DAG node here; fray_ray has no DAGs.
@@ -536,10 +554,26 @@ class ActorMethod(Generic[R]):
         raise NotImplementedError("fray_ray does not support Ray DAGs (.bind()); call .remote() instead")
 
 
+def _method_call_options(given: tuple[tuple[str, type, Any], ...], is_generator: bool) -> MethodOptions:
+    """Parse one call's method keywords (key, type, value), converting them as Ray does at `.remote()`."""
+    options = {key: value for key, _, value in given}
+    if options.get("num_returns") is not None:
+        options["num_returns"] = method_num_returns(options["num_returns"])
+    if options.get("max_task_retries") is not None:
+        options["max_task_retries"] = method_call_integer("max_task_retries", options["max_task_retries"])
+    if options.get("retry_exceptions") is not None:
+        validate_method_options({"retry_exceptions": options["retry_exceptions"]}, in_options=True)
+    return MethodOptions.from_checked(options, is_generator=is_generator)
+
+
+# Most calls repeat a few keyword sets (usually none), so their parsed values are kept.
+_cached_method_call_options = functools.lru_cache(maxsize=1024)(_method_call_options)
+
+
 ActorProxy: TypeAlias = Union[ActorHandle[T], type[T]]
 """What `ActorClass[T].remote()` returns, for type checkers: a handle, seen also as the class.
 
-Reading `handle.m` through the class side gives a method decorated with `@method(...)` its
+Reading `handle.m` through the class side gives a method decorated with `@method` its
 `ActorMethod[R]` type (see `TypedMethod`), as Ray's `ActorProxy` does. An undecorated method
 reads as the plain function, so a checker rejects `.remote` on it: decorate methods you want
 checked, or annotate the handle as `ActorHandle[T]` to see every method as `ActorMethod[Any]`.

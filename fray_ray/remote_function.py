@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar, cast
 
-from fray_ray._option_values import check_c_integers
 from fray_ray._private import ids, runtime_state
 from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.options import TaskOptions, validate_task_options
+from fray_ray._private.options.quantities import check_c_integers
 from fray_ray._private.runtime_env import effective_runtime_env
 from fray_ray._private.task_spec import Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec
 from fray_ray._private.worker import current_task
@@ -39,12 +40,12 @@ class RemoteFunction(Generic[P, R]):
         options: the `@remote(...)` options every call starts from.
 
     Raises:
-        ValueError: `function` is an `async def` function, or an option is invalid.
+        ValueError: `function` is an `async def` function, or an option is unknown or has a
+            bad value.
+        TypeError: an option's value has the wrong type.
     """
 
     def __init__(self, function: Callable[P, R], options: Mapping[str, Any]) -> None:
-        from fray_ray import _options
-
         if inspect.iscoroutinefunction(function):
             raise ValueError(
                 "'async def' should not be used for remote tasks. You can wrap the async function with "
@@ -52,7 +53,8 @@ class RemoteFunction(Generic[P, R]):
             )
         self._function = function
         self._is_generator = inspect.isgeneratorfunction(function)
-        self._default_options = _options.validate_task_options(dict(options), is_generator=self._is_generator)
+        self._default_options = validate_task_options(dict(options), is_generator=self._is_generator)
+        self._parsed: TaskOptions | None = None
         self._function_name = f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', repr(function))}"
         self._display_name = getattr(function, "__name__", "task")
         try:
@@ -91,12 +93,11 @@ class RemoteFunction(Generic[P, R]):
 
         Raises:
             ValueError: an option is unknown or has a bad value.
+            TypeError: an option's value has the wrong type.
 
         >>> add.options(num_cpus=2).remote(1, 2)  # doctest: +SKIP
         """
-        from fray_ray import _options
-
-        merged = _options.validate_task_options({**self._default_options, **options}, is_generator=self._is_generator)
+        merged = validate_task_options({**self._default_options, **options}, is_generator=self._is_generator)
         _refuse_max_calls(options)
         return _BoundOptions(self, merged)
 
@@ -116,9 +117,16 @@ class RemoteFunction(Generic[P, R]):
         Raises:
             TypeError: the arguments do not fit the function's signature, or one cannot be
                 pickled.
+            OverflowError: an integer option does not fit a C long (checked here, as in Ray).
+            ValueError: the options do not fit together (checked on the first call, as in Ray).
         """
-        ref: ObjectRef[R] = self._submit(args, kwargs, self._default_options)
+        ref: ObjectRef[R] = self._submit(args, kwargs, self._default_options, self._default_typed)
         return ref
+
+    def _default_typed(self) -> TaskOptions:
+        if self._parsed is None:
+            self._parsed = TaskOptions.from_checked(self._default_options, is_generator=self._is_generator)
+        return self._parsed
 
     def _remote(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
         if options:
@@ -144,19 +152,22 @@ class RemoteFunction(Generic[P, R]):
                 ) from exc
         return self._code
 
-    def _submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]) -> Any:
-        check_c_integers(options)
+    def _submit(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], given: Mapping[str, Any], typed: Callable[[], TaskOptions]
+    ) -> Any:
+        """Submit one call; `given` are the keywords (checked for C integers here, as in Ray),
+        `typed` parses them (on first use, so that their cross-checks also fail at submit)."""
+        check_c_integers(given)
         if self._signature is not None:
             self._signature.bind(*args, **kwargs)  # TypeError here, at submit time, as in Ray
+        options = typed()
         runtime = runtime_state.current()
         arguments = pack_arguments(args, kwargs, self._function_name)
         from fray_ray._private.gangs import shape_for
 
-        num_returns = options.get("num_returns")
-        if num_returns is None:
-            num_returns = "streaming" if self._is_generator else 1
+        num_returns = cast("int | str", options.num_returns)  # parsing resolves it (never UNSET)
         task_id = ids.new_task_id()
-        gang, gang_id = shape_for(options), options.get("_gang")
+        gang, gang_id = shape_for(options), options.gang
         if gang is not None or gang_id is not None:
             # A gang call returns one ref per host (a single ref for a one-host slice).
             size = gang.size if gang is not None else runtime.gang("size", gang_id=gang_id)
@@ -169,12 +180,12 @@ class RemoteFunction(Generic[P, R]):
             arguments=arguments,
             return_ids=return_ids,
             num_returns=num_returns if isinstance(num_returns, str) else count,
-            name=options.get("name") or self._display_name,
+            name=options.name or self._display_name,
             pool=pool_key(options),
-            max_retries=int(options.get("max_retries", 3)),
-            retry_exceptions=_retry_exceptions(options.get("retry_exceptions", False)),
-            scheduling_strategy=options.get("scheduling_strategy"),
-            runtime_env=dict(options.get("runtime_env") or {}),
+            max_retries=options.max_retries,
+            retry_exceptions=options.retry_exceptions,
+            scheduling_strategy=options.scheduling_strategy,
+            runtime_env=dict(options.runtime_env or {}),
             parent_task_id=context.task_id if context else None,
             gang=gang,
             gang_id=gang_id,
@@ -191,17 +202,21 @@ class _BoundOptions(Generic[P, R]):
     def __init__(self, function: RemoteFunction[P, R], options: Mapping[str, Any]) -> None:
         self._function = function
         self._options = options
+        self._parsed: TaskOptions | None = None
 
     def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[R]:
         """Submit a call with these options; see `RemoteFunction.remote`."""
-        ref: ObjectRef[R] = self._function._submit(args, kwargs, self._options)
+        ref: ObjectRef[R] = self._function._submit(args, kwargs, self._options, self._typed)
         return ref
+
+    def _typed(self) -> TaskOptions:
+        if self._parsed is None:
+            self._parsed = TaskOptions.from_checked(self._options, is_generator=self._function._is_generator)
+        return self._parsed
 
     def options(self, **options: Any) -> _BoundOptions[P, R]:
         """Override more options; see `RemoteFunction.options`."""
-        from fray_ray import _options
-
-        merged = _options.validate_task_options(
+        merged = validate_task_options(
             {**self._options, **options}, is_generator=self._function._is_generator
         )
         _refuse_max_calls(options)
@@ -257,24 +272,17 @@ def _refuse_max_calls(options: Mapping[str, Any]) -> None:
         raise ValueError("Setting 'max_calls' is not supported in '.options()'.")
 
 
-def _retry_exceptions(value: Any) -> bool | tuple[type, ...]:
-    if isinstance(value, bool):
-        return value
-    return tuple(value)
-
-
-def pool_key(options: Mapping[str, Any]) -> PoolKey:
+def pool_key(options: TaskOptions) -> PoolKey:
     """Which executor pool runs a task with these options."""
-    resources = dict(options.get("resources") or {})
     shape = ResourceShape(
-        cpu=float(options.get("num_cpus", 1) if options.get("num_cpus") is not None else 1),
-        gpu=float(options.get("num_gpus") or 0),
-        memory=int(options.get("memory") or 0),
-        custom=tuple(sorted((k, float(v)) for k, v in resources.items())),
+        cpu=options.num_cpus,
+        gpu=options.num_gpus,
+        memory=options.memory,
+        custom=tuple(sorted(options.resources.items())),
     )
-    runtime_env = effective_runtime_env(options.get("runtime_env"))
-    max_calls = int(options.get("max_calls") or 0)
-    accelerator = options.get("accelerator_type")
+    runtime_env = effective_runtime_env(options.runtime_env)
+    max_calls = options.max_calls
+    accelerator = options.accelerator_type
     if shape.gpu > 0 and not max_calls:
         max_calls = 1  # tasks holding devices get their own process
     return PoolKey(

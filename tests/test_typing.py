@@ -70,6 +70,7 @@ ray.get(f.remote(1)).upper()  # E: attr-defined
 f(1)  # E: operator
 ray.get(1)  # E: call-overload
 ray.get((f.remote(1),))  # E: call-overload
+ray.method(num_return=1)  # E: call-overload
 """
 
 ACTORS = """
@@ -92,12 +93,23 @@ class Counter:
     def twice(self) -> int:
         return self.add(1) + self.add(1)  # inside the actor, a method is a plain method
 
+    @ray.method
+    def label(self) -> str:
+        return str(self.value)
+
+    @ray.method
+    async def later(self) -> int:
+        return self.value
+
 CounterActor = ray.remote(Counter)
 reveal_type(CounterActor)  # R: fray_ray.actor.ActorClass[actors.Counter]
 counter = CounterActor.remote(0)
 reveal_type(ray.get(counter.add.remote(2)))  # R: Any | int
 reveal_type(ray.get(counter.ratio.remote()))  # R: Any | float
 reveal_type(ray.get(counter.add.options(name="add").remote(2)))  # R: Any | int
+# bare @ray.method types a method as @ray.method(...) does
+reveal_type(ray.get(counter.label.remote()))  # R: Any | str
+reveal_type(ray.get(counter.later.remote()))  # R: Any | int
 named = CounterActor.options(name="c").remote(0)
 total: int = ray.get(counter.add.remote(1)) + ray.get(named.twice.remote())
 wrong: str = ray.get(counter.add.remote(1))  # E: assignment

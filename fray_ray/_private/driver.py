@@ -418,9 +418,9 @@ class DriverRuntime:
         raise ValueError(f"unknown gang operation {operation!r}")
 
     def reserve_gang(self, *, tpu: str, num_slices: int, timeout: float | None) -> bytes:
-        from fray_ray._private.gangs import shape_for
+        from fray_ray._private.gangs import slice_shape
 
-        return self.gang("reserve", shape=shape_for({"tpu": tpu, "num_slices": num_slices}), timeout=timeout)
+        return self.gang("reserve", shape=slice_shape(tpu, num_slices), timeout=timeout)
 
     def release_gang(self, gang_id: bytes) -> None:
         self.gang("release", gang_id=gang_id)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fray_ray._private.protocol import Connection
+    from fray_ray.fray import Client
 
 logger = logging.getLogger(__name__)
 
@@ -52,13 +53,13 @@ class FateMode(enum.Enum):
     LEASE = "lease"  # children of a lease job that ends when the driver's connection does
 
 
-def fate_mode(client: Any, *, in_process: bool, owns_cluster: bool) -> FateMode:
+def fate_mode(client: Client, *, in_process: bool, owns_cluster: bool) -> FateMode:
     """The fate-sharing arrangement for a session on `client`."""
     if in_process:
         return FateMode.IN_PROCESS
     if owns_cluster:
         return FateMode.OWNED_CLUSTER
-    if getattr(client, "parent_job", None):
+    if client.parent_job:
         return FateMode.DRIVER_JOB
     return FateMode.LEASE
 
@@ -76,7 +77,7 @@ class SessionLease:
     `launch()` and `release()` block on the controller: the launcher runs them on its thread.
     """
 
-    def __init__(self, client: Any, mode: FateMode, *, session_name: str, session_address: str, token: str) -> None:
+    def __init__(self, client: Client, mode: FateMode, *, session_name: str, session_address: str, token: str) -> None:
         self.mode = mode
         self._client = client
         self._session_name = session_name

@@ -262,9 +262,9 @@ class WorkerRuntime:
         return cloudpickle.loads(reply["result"])
 
     def reserve_gang(self, *, tpu: str, num_slices: int, timeout: float | None) -> bytes:
-        from fray_ray._private.gangs import shape_for
+        from fray_ray._private.gangs import slice_shape
 
-        return self.gang("reserve", shape=shape_for({"tpu": tpu, "num_slices": num_slices}), timeout=timeout)
+        return self.gang("reserve", shape=slice_shape(tpu, num_slices), timeout=timeout)
 
     def release_gang(self, gang_id: bytes) -> None:
         self.gang("release", gang_id=gang_id)
@@ -693,7 +693,7 @@ def executor_main(
     """
     hello: dict[str, Any] = {"kind": "executor", "id": executor_id}
     if gang_index is not None or gang_base is not None:
-        from fray_ray.iris.job_info import get_job_info
+        from fray_ray.fray.job_info import get_job_info
 
         info = get_job_info()
         index = gang_index if gang_index is not None else gang_base + (info.task_index if info else 0)

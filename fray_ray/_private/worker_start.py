@@ -26,7 +26,7 @@ from typing import Any
 from fray_ray._private import runtime_env as runtime_env_module
 from fray_ray._private.actor_host import RayActorHost
 from fray_ray._private.runtime_env import RuntimeEnv
-from fray_ray.iris.bundles import PY_MODULES_DIR
+from fray_ray.fray._workspaces import PY_MODULES_DIR
 
 __all__ = ["CheckedActorHost", "WorkerEnvironmentError", "prepare_worker", "start_executor"]
 
