@@ -241,6 +241,11 @@ def _concurrency_groups(value: Any) -> dict[str, int]:
     return {str(name): 1 for name in value}
 
 
+#: Methods every actor has, as in Ray: `__ray_ready__` (True once the actor is up),
+#: `__ray_call__(fn, *args)` (runs `fn(instance, *args)` in the actor) and `__ray_terminate__`.
+_BUILT_IN_METHODS = frozenset({"__ray_ready__", "__ray_call__", "__ray_terminate__"})
+
+
 class ActorHandle:
     """A reference to an actor; `handle.method.remote(...)` calls it. Picklable.
 
@@ -277,7 +282,7 @@ class ActorHandle:
         methods = self.__dict__.get("_methods") or {}
         if name in methods:
             return ActorMethod(self, name, methods[name])
-        if name == "__ray_terminate__":
+        if name in _BUILT_IN_METHODS:
             return ActorMethod(self, name, {"num_returns": 1, "signature": None})
         raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
 

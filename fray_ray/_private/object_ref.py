@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Generator
+import types
+from collections.abc import Callable, Generator
 from typing import Any
 
 from fray_ray._private import runtime_state
@@ -22,6 +23,9 @@ class ObjectRef:
     """
 
     __slots__ = ("_id", "_counter", "__weakref__")
+
+    #: `ObjectRef[int]` in annotations, as Ray's ObjectRef allows
+    __class_getitem__ = classmethod(types.GenericAlias)
 
     def __init__(self, object_id: bytes, *, _register: bool = True, _announced: bool = False) -> None:
         self._id = object_id
@@ -99,6 +103,13 @@ class ObjectRef:
 
     def __await__(self) -> Generator[Any, None, Any]:
         return self.as_future().__await__()
+
+    def _on_completed(self, py_callback: Callable[[Any], None]) -> None:
+        """Call `py_callback(value)` once the object is ready (at once if it is), on a
+        runtime thread; for a failed task the value is its exception. Returns immediately."""
+        from fray_ray._private.completion_callbacks import call_when_completed
+
+        call_when_completed(self.future(), py_callback)
 
 
 def _rebuild_ref(object_id: bytes) -> ObjectRef:
