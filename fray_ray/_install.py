@@ -15,10 +15,7 @@ import sys
 from types import ModuleType
 
 #: ray module → fray_ray module, where the names differ.
-_RENAMED = {
-    "ray.util.accelerators.tpu": "fray_ray.util.tpu",
-    "ray.util.accelerators.accelerators": "fray_ray.util.accelerators",
-}
+_RENAMED = {"ray.util.accelerators.tpu": "fray_ray.util.tpu"}
 
 
 class _AliasLoader(importlib.abc.Loader):

@@ -12,8 +12,11 @@ way Ray's do.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Final
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "CALLER_MEMORY_USAGE_PER_OBJECT_REF",
@@ -57,23 +60,28 @@ __all__ = [
 
 
 def env_integer(key: str, default: int) -> int:
-    """The integer in environment variable `key`, else `default` (ValueError if not an integer)."""
+    """The integer in environment variable `key`, else `default` (with a warning when it is
+    set but not an integer, as Ray does)."""
     if key in os.environ:
         value = os.environ[key]
-        if value.isdigit() or (value.startswith("-") and value[1:].isdigit()):
+        try:
             return int(value)
-        raise ValueError(f"Found {key} in environment, but value must be an integer. Got: {value}.")
+        except ValueError:
+            logger.warning("Found %s in environment, but value must be an integer. Got: %s. Returning provided "
+                           "default %s.", key, value, default)
     return default
 
 
 def env_float(key: str, default: float) -> float:
-    """The number in environment variable `key`, else `default` (ValueError if not a number)."""
+    """The number in environment variable `key`, else `default` (with a warning when it is set
+    but not a number, as Ray does)."""
     if key in os.environ:
         value = os.environ[key]
         try:
             return float(value)
         except ValueError:
-            raise ValueError(f"Found {key} in environment, but value must be a float. Got: {value}.") from None
+            logger.warning("Found %s in environment, but value must be a float. Got: %s. Returning provided "
+                           "default %s.", key, value, default)
     return default
 
 

@@ -1,8 +1,9 @@
 """Where a running cluster is recorded, so `init(address="auto")` finds it (Ray's address file).
 
 `fray-ray start` (and `ray.cluster_utils.Cluster`) record the cluster's address and token in
-a per-user file, `fray_ray_current_cluster` in `$FRAY_RAY_TEMP_DIR`, else in
-`<system temp dir>/fray-ray-<uid>/`; it is removed when that cluster stops. The directory must
+a per-user file, `fray_ray_current_cluster` in `--temp-dir`/`init(_temp_dir=...)`, else in
+`$FRAY_RAY_TEMP_DIR`, else in `fray-ray-<uid>/` under `$RAY_TMPDIR` or the system temp dir; it
+is removed when that cluster stops. The directory must
 belong to this user and be closed to others (mode 0700): the file holds a bearer token, so a
 directory anyone else could write to is refused rather than trusted. Like Ray's
 `/tmp/ray/ray_current_cluster`, the last cluster started wins.
@@ -51,8 +52,12 @@ class ClusterRecord:
 
 
 def record_dir(temp_dir: str | None = None) -> str:
-    """The directory of the address file: `temp_dir`, `$FRAY_RAY_TEMP_DIR`, or a per-user one."""
-    return temp_dir or os.environ.get(TEMP_DIR_ENV) or os.path.join(tempfile.gettempdir(), f"fray-ray-{os.getuid()}")
+    """The directory of the address file: `temp_dir`, `$FRAY_RAY_TEMP_DIR`, else a per-user
+    directory in `$RAY_TMPDIR` (Ray's temp root) or the system temp dir."""
+    explicit = temp_dir or os.environ.get(TEMP_DIR_ENV)
+    if explicit:
+        return explicit
+    return os.path.join(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir(), f"fray-ray-{os.getuid()}")
 
 
 def _private_dir(path: str, *, create: bool) -> bool:
