@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["MODULE_MAP", "ModuleEntry", "ModuleStatus", "import_error_message", "lookup"]
+__all__ = ["MODULE_MAP", "ModuleEntry", "ModuleStatus", "import_error_message", "lookup", "status_of"]
 
 
 class ModuleStatus(enum.Enum):
@@ -66,7 +66,7 @@ MODULE_MAP: tuple[ModuleEntry, ...] = (
     ModuleEntry("ray.client_builder", _NO, _NO_CLIENT),
     ModuleEntry("ray.cloudpickle", _P, "the `cloudpickle` package itself (Ray vendors a copy)", subtree=True),
     ModuleEntry("ray.cluster_utils", _PART, "`Cluster` runs nodes as simulated hosts of one embedded cluster (see "
-                "\"ray.cluster_utils\" below); its nodes are `ClusterNode` values, not Ray's `Node` process objects "
+                "\"Modules, ray.cluster_utils and init(address='auto')\"); its nodes are `ClusterNode` values, not Ray's `Node` process objects "
                 "(no `kill_raylet`, `all_processes`); `AutoscalingCluster` raises NotImplementedError"),
     ModuleEntry("ray.core", _NO, "Ray's generated protobuf messages for its GCS and raylet services; fray_ray "
                 "speaks Iris's protocol instead", subtree=True),
@@ -165,6 +165,17 @@ def lookup(path: str) -> ModuleEntry | None:
         if ancestor is not None and ancestor.subtree:
             return ancestor
     return None
+
+
+def status_of(path: str) -> ModuleStatus | None:
+    """What fray_ray has for Ray module `path`: its entry's status; a module below an entry
+    that is provided only in part is not provided (that entry's note says what is there)."""
+    entry = lookup(path)
+    if entry is None:
+        return None
+    if entry.path != path and entry.status is ModuleStatus.PARTIAL:
+        return ModuleStatus.NOT_PROVIDED
+    return entry.status
 
 
 def import_error_message(path: str) -> str:

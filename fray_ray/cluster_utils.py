@@ -104,6 +104,7 @@ class Cluster:
         self.webui_url = ""
         self._lock = threading.Lock()  # guards the embedded cluster and the node sets
         self._embedded: Any = None  # the EmbeddedCluster, once the head node is added
+        self._address: str | None = None  # its address, kept for shutdown after it stopped
         self._removed: set[str] = set()  # worker ids of removed nodes
         self._ids = itertools.count()
         self._shutdown_at_exit = shutdown_at_exit
@@ -119,7 +120,7 @@ class Cluster:
     @property
     def address(self) -> str | None:
         """The controller's address (`init(address=cluster.address)`), or None before a head."""
-        return None if self._embedded is None else self._embedded.address
+        return None if self._embedded is None else self._address
 
     @property
     def gcs_address(self) -> str | None:
@@ -153,6 +154,7 @@ class Cluster:
                 self.worker_nodes.add(node)
         if wait:
             self._wait_for_node(node)
+            self._refresh_driver()
         return node
 
     def _host_spec(self, worker_id: str, args: Mapping[str, Any]) -> Any:
@@ -172,7 +174,7 @@ class Cluster:
         from fray_ray.cluster import ClusterConfig, EmbeddedCluster
 
         embedded = EmbeddedCluster(ClusterConfig(workers=(spec,))).start()
-        self._embedded = embedded
+        self._embedded, self._address = embedded, embedded.address
         cluster_address.remember(embedded.address, embedded.token)
         try:  # as Ray's Cluster does: init(address="auto") on this machine finds it
             cluster_address.write(embedded.address, embedded.token)
@@ -195,6 +197,18 @@ class Cluster:
                 self.head_node = None
             else:
                 self.worker_nodes.discard(node)
+        self._refresh_driver()
+
+    def _refresh_driver(self) -> None:
+        """Make this process's driver, if it runs on this cluster, see the nodes as they are now
+        (as Ray's driver does once `add_node` returns), instead of at its next poll."""
+        from fray_ray._private import runtime_state
+
+        runtime = runtime_state.current_or_none()
+        if runtime is not None and self._address is not None and _driver_address() == self._address:
+            view = getattr(runtime, "view", None)  # a local-mode runtime has no cluster view
+            if view is not None:
+                view.refresh()
 
     def _wait_for_node(self, node: ClusterNode, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -257,13 +271,14 @@ class Cluster:
 
         with self._lock:
             embedded, self._embedded = self._embedded, None
+            address = self._address
             self.head_node, self.worker_nodes = None, set()
-        if embedded is not None and fray_ray.is_initialized() and _driver_address() in (embedded.address,):
+        if embedded is not None and fray_ray.is_initialized() and _driver_address() == address:
             fray_ray.shutdown()
         self.connected = False
-        if embedded is not None:
-            cluster_address.remove(embedded.address)
-            cluster_address.forget(embedded.address)
+        if embedded is not None and address is not None:
+            cluster_address.remove(address)
+            cluster_address.forget(address)
             embedded.stop()
         if self._shutdown_at_exit:
             atexit.unregister(self.shutdown)
