@@ -1,7 +1,8 @@
 """The `fray-ray` command: run Ray scripts on fray_ray, run a cluster, look at jobs.
 
     fray-ray run script.py [args...]        run an unmodified Ray script (`import ray` → fray_ray)
-    fray-ray start [--tpu v5p-16 ...]       run an embedded cluster in the foreground
+    fray-ray start [--tpu v5p-16 ...]       run an embedded cluster in the foreground (recorded
+                                            for init(address="auto") while it runs)
     fray-ray submit --address A script.py   ship this directory, run the script from it as a job
     fray-ray jobs --address A               list jobs
     fray-ray logs [-f] JOB --address A      show (or follow) a job's output
