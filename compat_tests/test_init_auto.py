@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from compat_tests._backend import BACKEND, ray
+from compat_tests.helpers import wait_for_condition
 
 #: A resource only the standalone cluster has, to tell which cluster a driver reached.
 MARKER = "compat_auto_marker"
@@ -88,8 +89,10 @@ def standalone_cluster(temp_dir: str):
             else:
                 raise AssertionError("ray start --head failed:\n" + "".join(seen[-40:]))
             threading.Thread(target=process.stdout.read, daemon=True).start()
-            # the address Ray recorded (it replaces 127.0.0.1 with the node's own address)
-            yield Path(temp_dir, "ray_current_cluster").read_text().strip(), {}
+            # the address Ray records (the node's own address), written just after that line
+            record = Path(temp_dir, "ray_current_cluster")
+            wait_for_condition(lambda: record.exists() and record.read_text().strip(), timeout=60)
+            yield record.read_text().strip(), {}
         finally:
             _stop_session(process, signal.SIGTERM)
         return
