@@ -29,26 +29,43 @@ from fray_ray._api import (
     wait,
 )
 from fray_ray._install import install, uninstall
-from fray_ray._private.generators import ObjectRefGenerator
+from fray_ray._private.generators import DynamicObjectRefGenerator, ObjectRefGenerator
 from fray_ray._private.object_ref import ObjectID, ObjectRef
+from fray_ray._private.unique_ids import ActorClassID, ActorID, FunctionID, JobID, NodeID, TaskID, UniqueID, WorkerID
 from fray_ray.actor import method
 from fray_ray.runtime_context import get_runtime_context
 
+#: Submodules reachable as attributes after `import ray`, as in Ray; loaded on first use to
+#: keep import fast.
+_LAZY_SUBMODULES = frozenset({"util", "ray_constants", "cloudpickle", "types", "runtime_env", "_raylet"})
 
 
 def __getattr__(name: str) -> object:
-    # `ray.util` works after `import ray`, as in Ray; loaded on first use to keep import fast.
-    if name == "util":
+    if name in _LAZY_SUBMODULES:
         import importlib
 
-        return importlib.import_module("fray_ray.util")
+        return importlib.import_module(f"fray_ray.{name}")
+    if name == "PlacementGroupID":
+        from fray_ray._private.placement_group_handle import PlacementGroupID
+
+        return PlacementGroupID
     raise AttributeError(f"module 'fray_ray' has no attribute {name!r}")
 
 __all__ = [
+    "ActorClassID",
+    "ActorID",
+    "DynamicObjectRefGenerator",
+    "FunctionID",
+    "JobID",
+    "NodeID",
     "ObjectID",
     "ObjectRef",
     "ObjectRefGenerator",
+    "PlacementGroupID",
     "RayContext",
+    "TaskID",
+    "UniqueID",
+    "WorkerID",
     "__version__",
     "available_resources",
     "cancel",

@@ -120,7 +120,9 @@ def init(
       resources (custom resources become its `ray-resource:<name>` attributes);
     - `"local"`: always start a new embedded cluster;
     - `"iris://host:port"`, `"http://host:port"` or `"host:port"`: use that Iris controller;
-    - `"auto"`: RAY_ADDRESS/FRAY_RAY_ADDRESS, else the surrounding Iris task's controller;
+    - `"auto"`: RAY_ADDRESS/FRAY_RAY_ADDRESS, else the surrounding Iris task's controller, else
+      the cluster `fray-ray start` recorded last on this machine (in `_temp_dir`, or
+      FRAY_RAY_TEMP_DIR, or a per-user temp dir); ConnectionError when there is none;
     - inside an Iris task with no address: attach to the task's job;
     - `local_mode=True` (or FRAY_RAY_LOCAL_MODE=1): run everything in this process on threads,
       for debuggers.
@@ -199,6 +201,7 @@ def init(
             object_store_memory=kwargs.get("object_store_memory"),
             system_config=kwargs.get("_system_config"),
             node_ip_address=kwargs.get("_node_ip_address"),
+            temp_dir=kwargs.get("_temp_dir"),  # where init(address="auto") looks for the address file
         )
         runtime_state.install(runtime)
         _context = RayContext(runtime.address_info)

@@ -2,7 +2,7 @@
 
 An import hook maps every `ray[.sub]` import to `fray_ray[.sub]`, so unmodified Ray code runs
 on fray_ray. Modules fray_ray does not have (`ray.dag`, `ray.data`, `ray._private`, ...)
-fail to import with a message saying so.
+fail to import with a message saying why and what to use instead (`fray_ray._module_map`).
 """
 
 from __future__ import annotations
@@ -41,11 +41,9 @@ class _RayAliasFinder(importlib.abc.MetaPathFinder):
         except (ImportError, ValueError):
             found = None
         if found is None:
-            raise ModuleNotFoundError(
-                f"No module named {fullname!r}: fray_ray provides Ray Core's API (ray, ray.util, ray.actor, "
-                f"ray.exceptions, ...), not {fullname}. Run this program on Ray itself if it needs {fullname}.",
-                name=fullname,
-            )
+            from fray_ray._module_map import import_error_message
+
+            raise ModuleNotFoundError(import_error_message(fullname), name=fullname)
         return importlib.machinery.ModuleSpec(fullname, _AliasLoader(target_name), is_package=found.submodule_search_locations is not None)
 
 

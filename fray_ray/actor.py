@@ -363,6 +363,11 @@ class _ActorOptions(Generic[T]):
         self._actor_class.bind(*args, **kwargs)
 
 
+#: Methods every actor has, as in Ray: `__ray_ready__` (True once the actor is up),
+#: `__ray_call__(fn, *args)` (runs `fn(instance, *args)` in the actor) and `__ray_terminate__`.
+_BUILT_IN_METHODS = frozenset({"__ray_ready__", "__ray_call__", "__ray_terminate__"})
+
+
 class ActorHandle(Generic[T]):
     """A reference to an actor of class `T`; `handle.method.remote(...)` calls it. Picklable.
 
@@ -407,7 +412,7 @@ class ActorHandle(Generic[T]):
         methods = self.__dict__.get("_methods") or {}
         if name in methods:
             return ActorMethod(self, name, methods[name])
-        if name == "__ray_terminate__":
+        if name in _BUILT_IN_METHODS:
             return ActorMethod(self, name, {"options": {}, "signature": None})
         raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
 

@@ -1,7 +1,8 @@
 """The `fray-ray` command: run Ray scripts on fray_ray, run a cluster, look at jobs.
 
     fray-ray run script.py [args...]        run an unmodified Ray script (`import ray` → fray_ray)
-    fray-ray start [--tpu v5p-16 ...]       run an embedded cluster in the foreground
+    fray-ray start [--tpu v5p-16 ...]       run an embedded cluster in the foreground (recorded
+                                            for init(address="auto") while it runs)
     fray-ray submit --address A script.py   ship this directory, run the script from it as a job
     fray-ray jobs --address A               list jobs
     fray-ray logs [-f] JOB --address A      show (or follow) a job's output
@@ -81,9 +82,28 @@ def _cmd_run(options: argparse.Namespace) -> int:
 
 
 def _cmd_start(options: argparse.Namespace, rest: Sequence[str]) -> int:
+    """Run a cluster in the foreground, recorded (address and token) in the per-user address
+    file while it runs, so `init(address="auto")` on this machine finds it."""
+    from fray_ray._private import cluster_address
     from fray_ray.cluster._cli import main as cluster_main
 
-    return cluster_main(list(rest))
+    record = argparse.ArgumentParser(add_help=False)
+    record.add_argument("--temp-dir", help="directory of the address file (default: $FRAY_RAY_TEMP_DIR, "
+                        "else a per-user directory in the system temp dir)")
+    own, rest = record.parse_known_args(list(rest))
+    if "-h" in rest or "--help" in rest:
+        print("fray-ray start [--temp-dir DIR] [cluster options below]: records the cluster for "
+              "init(address='auto') while it runs")
+
+    def record_cluster(cluster):  # noqa: ANN001, ANN202 - an EmbeddedCluster; returns its undo
+        try:
+            cluster_address.write(cluster.address, cluster.token, temp_dir=own.temp_dir)
+        except OSError as exc:  # PermissionError included: a directory others may write to
+            print(f"fray-ray start: not recorded for init(address='auto'): {exc}", file=sys.stderr)
+            return None
+        return lambda: cluster_address.remove(cluster.address, temp_dir=own.temp_dir)
+
+    return cluster_main(rest, on_ready=record_cluster)
 
 
 def _cmd_jobs(options: argparse.Namespace) -> int:

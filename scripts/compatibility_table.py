@@ -52,6 +52,9 @@ AREAS: dict[str, str] = {
     "queue": "`ray.util.queue.Queue`",
     "util": "`ray.util.as_completed` / `map_unordered`",
     "runtime_env": "`runtime_env`: working_dir, env_vars, validation",
+    "modules": "Modules and names programs import (`ray.cloudpickle`, `ray._raylet`, ...)",
+    "init_auto": "`init(address=\"auto\")`: finding a running cluster",
+    "cluster_utils": "`ray.cluster_utils.Cluster`: many nodes on one machine",
 }
 # Differences no test can show (where files go, what is enforced), written by hand and
 # appended to the generated table.

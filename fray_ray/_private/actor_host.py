@@ -22,6 +22,7 @@ from typing import Any
 import cloudpickle
 
 from fray_ray._private import runtime_state
+from fray_ray._private.actor_builtins import built_in_method
 from fray_ray._private.execution import (
     error_results,
     make_task_error,
@@ -188,7 +189,7 @@ class RayActorHost:
             raise _creation_failed(self._class_name)
         inline = dict(zip(body["resolved"], values[1:]))
         args, kwargs = resolve_arguments(values[0], value_resolver(self._runtime.fetch, inline), body["top_level"])
-        method = getattr(self._instance, body["method"])
+        method = built_in_method(self._instance, body["method"]) or getattr(self._instance, body["method"])
         return method, args, kwargs
 
     def _context(self, body: Mapping[str, Any]) -> TaskContext:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from fray_ray._private.nodes import placement_needs
 from fray_ray._private.cluster_ledger import ClusterLedger
 from fray_ray._private.resources import Holding, Ledger
 from fray_ray._private.task_spec import ActorCreationSpec
@@ -74,7 +75,7 @@ class ActorReservations:
         assert holding is not None
         with self._lock:
             self._held[spec.actor_id] = (source, holding)
-        launch(self._ledger.ask(spec.actor_id, spec.shape.cpu))
+        launch(self._ledger.ask(spec.actor_id, spec.shape.cpu, placement_needs(spec.shape.custom)))
         return True
 
     def retry(self) -> None:
@@ -89,7 +90,8 @@ class ActorReservations:
                     self._held[actor_id] = (self._ledger, holding)
                     started.append(waiting)
         for waiting in started:
-            waiting.launch(self._ledger.ask(waiting.spec.actor_id, waiting.spec.shape.cpu))
+            waiting.launch(self._ledger.ask(waiting.spec.actor_id, waiting.spec.shape.cpu,
+                                            placement_needs(waiting.spec.shape.custom)))
 
     def is_waiting(self, actor_id: bytes) -> bool:
         with self._lock:

@@ -100,6 +100,7 @@ def start_driver(
     object_store_memory: Any = None,
     system_config: Mapping[str, Any] | None = None,
     node_ip_address: str | None = None,
+    temp_dir: str | None = None,
 ) -> DriverRuntime:
     from fray_ray._private.runtime_env import parse_runtime_env
 
@@ -138,7 +139,7 @@ def start_driver(
     from fray_ray.fray import FrayIrisClient
     from fray_ray.fray.job_info import get_job_info
 
-    address = _resolve_address(address)
+    address = _resolve_address(address, temp_dir)
     owned: list[Any] = []
     host_id: str | None = None  # the cluster host this driver runs on, if it is one of them
     bind, advertise = session_hosts(node_ip_address)
@@ -156,7 +157,7 @@ def start_driver(
         address = client_address(client)
     else:
         _existing_cluster_sizes(num_cpus, num_gpus, resources)
-        token = os.environ.get("FRAY_RAY_TOKEN") or os.environ.get("IRIS_AUTH_TOKEN") or None
+        token = os.environ.get("FRAY_RAY_TOKEN") or os.environ.get("IRIS_AUTH_TOKEN") or _known_token(address, temp_dir)
         client = FrayIrisClient(address, token=token)
         _warn_if_unreachable(client_address(client), advertise)
     runtime = DriverRuntime(
@@ -180,12 +181,36 @@ def start_driver(
         raise
 
 
+def _known_token(address: str, temp_dir: str | None) -> str | None:
+    """The token of a cluster this process started, or of the one `fray-ray start` recorded."""
+    from fray_ray._private import cluster_address
+
+    return cluster_address.token_for(address, temp_dir=temp_dir)
+
+
 def client_address(client: FrayIrisClient) -> str:
     return client.address
 
 
-def _resolve_address(address: str | None) -> str | None:
-    """None: start an embedded cluster; "task": the surrounding Iris task's; else a URL."""
+def _recorded_cluster(temp_dir: str | None) -> str:
+    """The address of the cluster `fray-ray start` recorded last (Ray's address file)."""
+    from fray_ray._private import cluster_address
+
+    record = cluster_address.read(temp_dir=temp_dir)
+    if record is None:
+        raise ConnectionError(
+            "Could not find any running Ray instance. Please specify the one to connect to by setting "
+            "RAY_ADDRESS (or FRAY_RAY_ADDRESS), or start a cluster with `fray-ray start`: init(address='auto') "
+            f"connects to the last one started on this machine (recorded in {cluster_address.record_dir(temp_dir)})."
+        )
+    return record.address
+
+
+def _resolve_address(address: str | None, temp_dir: str | None = None) -> str | None:
+    """None: start an embedded cluster; "task": the surrounding Iris task's; else a URL.
+
+    `"auto"`: RAY_ADDRESS/FRAY_RAY_ADDRESS, else the surrounding Iris task's controller, else
+    the cluster `fray-ray start` recorded last; ConnectionError when there is none."""
     from fray_ray.fray.job_info import get_job_info
 
     if address == "local":
@@ -197,9 +222,7 @@ def _resolve_address(address: str | None) -> str | None:
         if get_job_info() is not None and get_job_info().controller_address:
             return "task"
         if address == "auto":
-            raise ConnectionError(
-                "init(address='auto') found no cluster: set FRAY_RAY_ADDRESS (or RAY_ADDRESS), or run inside an Iris task"
-            )
+            return _recorded_cluster(temp_dir)
         return None
     if address.startswith("ray://"):
         raise ValueError(f"Ray Client addresses ({address}) are not supported; give an Iris controller address (iris://host:port)")

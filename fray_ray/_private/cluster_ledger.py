@@ -274,27 +274,31 @@ class ClusterLedger:
 
     # ---- what processes ask the cluster for ----------------------------------------------
 
-    def ask(self, key: bytes, cpu: float) -> float:
+    def ask(self, key: bytes, cpu: float, needs: Iterable[str] = ()) -> float:
         """Record a process about to be launched; returns the CPU it should ask the cluster
         for: `cpu` while the live nodes have that much not asked for by this session's
         processes (one node at least `cpu` of it), after `make_room` retired idle ones if
-        needed; else 0. Call it without holding other locks (`make_room` takes the scheduler's)."""
-        fits = cpu <= 0 or self._room_for(cpu)
+        needed; else 0. With `needs` (custom resources that pin it to the nodes declaring
+        them), only those nodes count. Call it without holding other locks (`make_room` takes
+        the scheduler's)."""
+        needs = tuple(needs)
+        fits = cpu <= 0 or self._room_for(cpu, needs)
         if not fits and self.make_room is not None:
             self.make_room(cpu)
-            fits = self._room_for(cpu)
+            fits = self._room_for(cpu, needs)
         with self._lock:
             self._asks[key] = (cpu if fits else 0.0, None)
         return cpu if fits else 0.0
 
-    def _room_for(self, cpu: float) -> bool:
+    def _room_for(self, cpu: float, needs: tuple[str, ...] = ()) -> bool:
         with self._lock:
             if not self._nodes:
                 return True  # not seen yet: ask for what it holds
             asked: dict[str | None, float] = {}
             for amount, host in self._asks.values():
                 asked[host] = asked.get(host, 0.0) + amount
-            rooms = [n.resources.get("CPU", 0.0) - asked.get(h, 0.0) for h, n in self._nodes.items() if n.alive]
+            rooms = [n.resources.get("CPU", 0.0) - asked.get(h, 0.0) for h, n in self._nodes.items()
+                     if n.alive and all(n.resources.get(name, 0.0) > 0 for name in needs)]
             return bool(rooms) and max(rooms) >= cpu and sum(max(r, 0.0) for r in rooms) - asked.get(None, 0.0) >= cpu
 
     def asked(self, key: bytes) -> float:

@@ -59,17 +59,21 @@ def _ram(memory_bytes: int) -> str:
 def resource_config(shape: ResourceShape, accelerator: str | None = None, cpu: float | None = None) -> ResourceConfig:
     """What a worker process asks the cluster for: the CPU it holds while it works (`cpu`,
     default the shape's), so the cluster spreads processes over hosts as their CPUs allow;
-    the memory it was given (plus its own overhead); GPUs as devices.
+    the memory it was given (plus its own overhead); GPUs as devices; and, for custom
+    resources, the host attributes that declare them (so it runs on a host that has them).
 
     The driver's ledger still decides what runs (Ray's logical accounting); `cpu` is less than
     the shape's when the driver's own idle or blocked processes already hold that CPU at the
     cluster (see `ClusterLedger.ask`), so the new one is not kept waiting behind them.
     """
+    from fray_ray._private.nodes import required_attributes
+
     cores = shape.cpu if cpu is None else cpu
+    needs = required_attributes(shape.custom)  # custom resources: only hosts that declare them
     if shape.gpu >= 1:
         device = GpuConfig(accelerator or "auto", int(shape.gpu))
-        return ResourceConfig(cpu=cores, ram=_ram(shape.memory), disk="0", device=device)
-    return ResourceConfig(cpu=cores, ram=_ram(shape.memory), disk="0")
+        return ResourceConfig(cpu=cores, ram=_ram(shape.memory), disk="0", device=device, required_attributes=needs)
+    return ResourceConfig(cpu=cores, ram=_ram(shape.memory), disk="0", required_attributes=needs)
 
 
 class WorkerLauncher:

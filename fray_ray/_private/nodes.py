@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,31 @@ def resource_attributes(resources: Mapping[str, float] | None) -> dict[str, Attr
     {'ray-resource:custom': 3.0}
     """
     return {f"{RESOURCE_ATTRIBUTE_PREFIX}{name}": float(amount) for name, amount in (resources or {}).items()}
+
+
+def placement_needs(custom: Iterable[tuple[str, float]]) -> tuple[str, ...]:
+    """The custom resources that decide where a process may run: those hosts declare
+    (`ray-resource:<name>`); names a node derives from its hardware or address (`node:...`,
+    `accelerator_type:...`, `TPU-...-head`) are the driver's to account, not a placement rule.
+
+    >>> placement_needs([("special", 1.0), ("node:10.0.0.2", 0.01)])
+    ('special',)
+    """
+    return tuple(
+        name
+        for name, amount in custom
+        if amount > 0 and name not in _BUILT_IN and not name.startswith(("node:", "accelerator_type:"))
+        and not (name.startswith("TPU-") and name.endswith("-head"))
+    )
+
+
+def required_attributes(custom: Iterable[tuple[str, float]]) -> tuple[str, ...]:
+    """The worker attributes a process needing these custom resources must run where.
+
+    >>> required_attributes([("special", 1.0), ("node:10.0.0.2", 0.01)])
+    ('ray-resource:special',)
+    """
+    return tuple(f"{RESOURCE_ATTRIBUTE_PREFIX}{name}" for name in placement_needs(custom))
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from fray_ray._private import runtime_state
@@ -159,6 +159,13 @@ class ObjectRef(Generic[T]):
 
     def __await__(self) -> Generator[Any, None, T]:
         return self.as_future().__await__()
+
+    def _on_completed(self, py_callback: Callable[[Any], None]) -> None:
+        """Call `py_callback(value)` once the object is ready (at once if it is), on a
+        runtime thread; for a failed task the value is its exception. Returns immediately."""
+        from fray_ray._private.completion_callbacks import call_when_completed
+
+        call_when_completed(self.future(), py_callback)
 
 
 def _rebuild_ref(object_id: bytes) -> ObjectRef[Any]:

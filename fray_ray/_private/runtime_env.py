@@ -283,7 +283,8 @@ def _packages(value: Any, tool: str, check: bool) -> tuple[str, ...]:
 def _config(value: Any) -> tuple[float | None, bool | None]:
     if not isinstance(value, Mapping):
         raise TypeError(f"runtime_env['config'] must be of type dict or RuntimeEnvConfig, got: {type(value)}")
-    unknown = [k for k in value if k not in _CONFIG_FIELDS]
+    # An empty `log_files` (RuntimeEnvConfig's default) asks for nothing.
+    unknown = [k for k in value if k not in _CONFIG_FIELDS and not (k == "log_files" and not value[k])]
     if unknown:
         raise ValueError(
             f"runtime_env['config'] fields {unknown} are not supported by fray_ray (it honours "

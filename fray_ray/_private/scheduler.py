@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import threading
 from typing import TYPE_CHECKING, Any
 
+from fray_ray._private.nodes import placement_needs
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.cluster_ledger import ClusterLedger
@@ -340,7 +341,8 @@ class TaskScheduler:
                 return
             with self._lock:
                 executor.job = job
-        cpu = self._ledger.ask(executor.executor_id, executor.pool.shape.cpu)
+        cpu = self._ledger.ask(executor.executor_id, executor.pool.shape.cpu,
+                               placement_needs(executor.pool.shape.custom))
         self._launcher.launch_executor(executor.executor_id, executor.pool, launched, cpu=cpu)
         self._timers.call_later(STARTUP_CHECK_S, lambda: self._check_startup(executor))
 

@@ -13,7 +13,7 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from fray_ray.cluster._config import ClusterConfig, WorkerSpec, cpu_worker
 from fray_ray.cluster._devices import gpu_hosts, tpu_slice
@@ -122,7 +122,13 @@ def config_from_args(args: argparse.Namespace) -> ClusterConfig:
     return dataclasses.replace(base, workers=tuple(workers), **values)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    on_ready: Callable[[EmbeddedCluster], Callable[[], None]] | None = None,
+) -> int:
+    """Run the cluster until SIGINT/SIGTERM. `on_ready(cluster)` runs once it serves; the
+    function it returns runs when the cluster stops (before the cluster is torn down)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -137,8 +143,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     cluster = EmbeddedCluster(config)
+    on_stop: Callable[[], None] | None = None
     try:
         cluster.start()
+        if on_ready is not None:
+            on_stop = on_ready(cluster)
         workers = [w.spec for w in cluster.workers()]
         if args.json:
             print(
@@ -157,6 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         while not stop.wait(3600):
             pass
     finally:
+        if on_stop is not None:
+            on_stop()
         cluster.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

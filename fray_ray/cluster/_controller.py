@@ -113,6 +113,7 @@ class EmbeddedController:
             run_setup_scripts=run_setup_scripts,
         )
         self._workers: dict[str, LocalWorker] = {}
+        self._contract: TaskContract | None = None  # what tasks are told; set by start()
 
     @staticmethod
     def _hosts(workers: Sequence[WorkerSpec], hosts: Mapping[str, str] | None) -> dict[str, str]:
@@ -127,23 +128,36 @@ class EmbeddedController:
         with self._lock:
             if self._lifecycle != ControllerState.NEW:
                 raise RuntimeError(f"controller is {self._lifecycle.value}")
-            self._workers = {
-                spec.worker_id: LocalWorker(
-                    spec,
-                    host=self._state.worker_address(spec.worker_id),
-                    root_dir=self._root_dir,
-                    contract=contract,
-                    supervisor=self._supervisor,
-                    logs=self._logs,
-                    ports=self._ports,
-                    bundles=self._bundles,
-                    listener=self,
-                )
-                for spec in self._specs
-            }
+            self._contract = contract
+            self._workers = {spec.worker_id: self._local_worker(spec) for spec in self._specs}
             self._lifecycle = ControllerState.RUNNING
             self._thread = threading.Thread(target=self._run, name="fray-ray-scheduler", daemon=True)
             self._thread.start()
+
+    def _local_worker(self, spec: WorkerSpec) -> LocalWorker:
+        assert self._contract is not None
+        return LocalWorker(
+            spec,
+            host=self._state.worker_address(spec.worker_id),
+            root_dir=self._root_dir,
+            contract=self._contract,
+            supervisor=self._supervisor,
+            logs=self._logs,
+            ports=self._ports,
+            bundles=self._bundles,
+            listener=self,
+        )
+
+    def add_worker(self, spec: WorkerSpec, address: str) -> None:
+        """A new local worker (a simulated host at `address`) joins the running cluster.
+
+        Raises ValueError when its id is taken, RuntimeError when the controller is not running."""
+        with self._lock:
+            if self._lifecycle != ControllerState.RUNNING:
+                raise RuntimeError(f"controller is {self._lifecycle.value}")
+            self._state.add_worker(spec, address)
+            self._workers[spec.worker_id] = self._local_worker(spec)
+            self._changed.notify()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop scheduling and join the scheduler thread. Processes are the supervisor's."""

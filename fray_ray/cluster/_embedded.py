@@ -24,7 +24,7 @@ import time
 import weakref
 
 from fray_ray.cluster._cgroups import MemoryCgroups
-from fray_ray.cluster._config import ClusterConfig, WorkerSpec
+from fray_ray.cluster._config import ClusterConfig, WorkerSpec, simulated_host
 from fray_ray.cluster._controller import EmbeddedController, WorkerStatus
 from fray_ray.cluster._guard import ProcessGuard
 from fray_ray.cluster._http import build_app
@@ -237,6 +237,21 @@ class EmbeddedCluster:
     def revive_worker(self, worker_id: str) -> None:
         """Bring a killed worker back (a replacement host)."""
         self.controller.revive_worker(worker_id)
+
+    def add_worker(self, spec: WorkerSpec) -> WorkerStatus:
+        """A new worker joins the running cluster, a simulated host of its own: its `host`, or the
+        next loopback address no worker has (127.0.0.2, 127.0.0.3, ...). Returns its status.
+
+        Raises ValueError when its worker id is taken, RuntimeError when the cluster is not running."""
+        taken = {w.address for w in self.workers()}
+        address = spec.host
+        index = 0
+        while not address:
+            candidate = simulated_host(index)
+            address = candidate if candidate not in taken else ""
+            index += 1
+        self.controller.add_worker(spec, address)
+        return next(w for w in self.workers() if w.spec.worker_id == spec.worker_id)
 
     def task_pids(self) -> list[int]:
         """Process-group leaders of the task attempts running now."""

@@ -581,6 +581,14 @@ class ClusterState:
         self._capacity(worker_id).alive = True
         self.wants_pass = True
 
+    def add_worker(self, spec: WorkerSpec, address: str) -> None:
+        """A worker joins: a new host at `address`. Raises ValueError when its id is taken."""
+        if spec.worker_id in self.capacities:
+            raise ValueError(f"worker {spec.worker_id} already exists")
+        self.capacities[spec.worker_id] = WorkerCapacity(spec)
+        self._worker_hosts[spec.worker_id] = address
+        self.wants_pass = True
+
     # ---- endpoints ----------------------------------------------------------------------------
 
     def register_endpoint(

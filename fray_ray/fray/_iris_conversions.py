@@ -105,7 +105,8 @@ def convert_constraints(resources: ResourceConfig) -> list[Constraint]:
       (None adds nothing); mixing ANY_REGION with named regions raises ValueError;
     - `zone`: EQ; `target_cluster`: `cluster` EQ;
     - `device_alternatives`: `device-variant IN [variant, *alternatives]`, which also replaces
-      the controller's implicit `device-variant == variant`.
+      the controller's implicit `device-variant == variant`;
+    - `required_attributes`: `<attribute> EXISTS` for each.
     """
     constraints: list[Constraint] = []
     if not resources.preemptible:
@@ -127,6 +128,8 @@ def convert_constraints(resources: ResourceConfig) -> list[Constraint]:
     if resources.device_alternatives:
         variants = _device_variants(resources)
         constraints.append(Constraint(ATTR_DEVICE_VARIANT, ConstraintOp.IN, values=tuple(variants)))
+    for attribute in resources.required_attributes:
+        constraints.append(Constraint(attribute, ConstraintOp.EXISTS))
     return constraints
 
 

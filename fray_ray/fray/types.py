@@ -309,8 +309,11 @@ class ResourceConfig:
     replicas: int = 1
     device_alternatives: Sequence[str] | None = None
     image: str | None = None
+    #: host attributes the task needs (it runs only on hosts that have each of them)
+    required_attributes: Sequence[str] = ()
 
     def __post_init__(self) -> None:
+        _check_str_sequence(self.required_attributes, "ResourceConfig.required_attributes")
         if isinstance(self.cpu, bool) or not isinstance(self.cpu, int | float) or self.cpu < 0:
             raise ValueError(f"ResourceConfig.cpu must be a non-negative number, got {self.cpu!r}")
         for name in ("ram", "disk"):

@@ -1,0 +1,160 @@
+"""`init(address="auto")`: finding a running cluster, by Ray's rule.
+
+`RAY_ADDRESS` first, then the cluster the last `ray start` (`fray-ray start`) on this machine
+recorded in its temp dir; a ConnectionError when there is none. The standalone cluster is
+started with each backend's own command, in its own process session, with a temp dir of its
+own (`--temp-dir`, read back with `init(_temp_dir=...)`) so other sessions on this machine
+neither see it nor disturb it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from compat_tests._backend import BACKEND, ray
+from compat_tests.helpers import wait_for_condition
+
+#: A resource only the standalone cluster has, to tell which cluster a driver reached.
+MARKER = "compat_auto_marker"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _session_members(session_id: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getsid(int(entry)) == session_id:
+                    members.append(int(entry))
+            except (ProcessLookupError, PermissionError):
+                pass
+    return members
+
+
+def _stop_session(leader: subprocess.Popen, first: int) -> None:
+    """`first` to the leader's whole session, SIGKILL to what is left after 30 s; reaps it."""
+    for sig in (first, signal.SIGKILL):
+        for pid in _session_members(leader.pid):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 30
+        while _session_members(leader.pid) and time.monotonic() < deadline:
+            leader.poll()
+            time.sleep(0.1)
+        if not _session_members(leader.pid):
+            break
+    leader.wait(30)
+
+
+@contextmanager
+def standalone_cluster(temp_dir: str):
+    """A cluster started by the backend's command line with one CPU and the MARKER resource;
+    yields (address, environment a driver needs besides the address)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "FRAY_RAY_ADDRESS")}
+    if BACKEND == "ray":
+        env.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
+        port = _free_port()
+        command = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", "--num-cpus", "1",
+                   "--resources", json.dumps({MARKER: 1}), "--port", str(port), "--temp-dir", temp_dir,
+                   "--include-dashboard", "false"]
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   start_new_session=True)
+        try:
+            assert process.stdout is not None
+            seen = []
+            for line in process.stdout:
+                seen.append(line)
+                if "Ray runtime started" in line:
+                    break
+            else:
+                raise AssertionError("ray start --head failed:\n" + "".join(seen[-40:]))
+            threading.Thread(target=process.stdout.read, daemon=True).start()
+            # the address Ray records (the node's own address), written just after that line
+            record = Path(temp_dir, "ray_current_cluster")
+            wait_for_condition(lambda: record.exists() and record.read_text().strip(), timeout=60)
+            yield record.read_text().strip(), {}
+        finally:
+            _stop_session(process, signal.SIGTERM)
+        return
+    command = [sys.executable, "-m", "fray_ray", "start", "--temp-dir", temp_dir, "--json", "--cpu", "1",
+               "--attribute", f"ray-resource:{MARKER}=1"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                               start_new_session=True)
+    try:
+        assert process.stdout is not None
+        info = json.loads(process.stdout.readline())
+        yield info["address"], {"FRAY_RAY_TOKEN": info["token"]}
+    finally:
+        _stop_session(process, signal.SIGINT)
+
+
+@pytest.fixture
+def temp_dirs(shutdown_only, monkeypatch):
+    """Two private temp dirs (short paths: Ray's unix sockets live there); no address in the env."""
+    for name in ("RAY_ADDRESS", "FRAY_RAY_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+    made = [tempfile.mkdtemp(prefix="ta-", dir="/tmp") for _ in range(2)]
+    try:
+        yield made
+    finally:
+        ray.shutdown()
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def test_init_auto__connects_to_the_last_started_cluster(temp_dirs):
+    with standalone_cluster(temp_dirs[0]):
+        ray.init(address="auto", _temp_dir=temp_dirs[0])
+        assert ray.cluster_resources().get(MARKER) == 1
+        ray.shutdown()
+
+
+def test_init_auto__uses_ray_address(temp_dirs, monkeypatch):
+    with standalone_cluster(temp_dirs[0]) as (address, env):
+        monkeypatch.setenv("RAY_ADDRESS", address)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        ray.init(address="auto")
+        assert ray.cluster_resources().get(MARKER) == 1
+        ray.shutdown()
+
+
+def _other_ray_instances() -> bool:
+    """Whether a Ray GCS runs on this machine (Ray's `auto` falls back to any it finds)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    if b"gcs_server" in handle.read():
+                        return True
+            except OSError:
+                pass
+    return False
+
+
+def test_init_auto__without_a_cluster_raises_connection_error(temp_dirs):
+    if BACKEND == "ray" and _other_ray_instances():
+        pytest.skip("another Ray instance runs on this machine; Ray's init('auto') would connect to it")
+    with pytest.raises(ConnectionError):
+        ray.init(address="auto", _temp_dir=temp_dirs[1])
+    assert not ray.is_initialized()

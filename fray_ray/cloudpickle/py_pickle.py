@@ -1,0 +1,17 @@
+"""`ray.cloudpickle.py_pickle`: the standard library's pure-Python pickler, for debugging.
+
+The C pickler hides which object it is in when it fails; the Python one can be stepped through.
+"""
+
+from pickle import (  # noqa: F401
+    HIGHEST_PROTOCOL,
+    PickleError,
+    PicklingError,
+    UnpicklingError,
+    _load as load,
+    _loads as loads,
+    _Pickler as Pickler,
+    _Unpickler as Unpickler,
+)
+
+__all__ = ["HIGHEST_PROTOCOL", "PickleError", "Pickler", "PicklingError", "Unpickler", "UnpicklingError", "load", "loads"]

@@ -1,0 +1,132 @@
+"""`fray_ray.cluster_utils.Cluster` on the embedded cluster's simulated hosts (what only fray_ray has:
+node values, argument checks, the address record, no processes left behind).
+
+The behaviours Ray shares are in compat_tests/test_cluster_utils.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import fray_ray
+from fray_ray._private import cluster_address
+from fray_ray._private.launcher import resource_config
+from fray_ray._private.task_spec import ResourceShape
+from fray_ray.cluster_utils import AutoscalingCluster, Cluster
+
+
+@pytest.fixture
+def private_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    directory = tmp_path / "records"
+    directory.mkdir(mode=0o700)
+    monkeypatch.setenv(cluster_address.TEMP_DIR_ENV, str(directory))
+    for name in ("RAY_ADDRESS", "FRAY_RAY_ADDRESS", "FRAY_RAY_TOKEN", "IRIS_AUTH_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    return directory
+
+
+@pytest.fixture
+def cluster(private_records: Path, fresh_shutdown: None) -> Iterator[Cluster]:
+    made = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        yield made
+    finally:
+        made.shutdown()
+
+
+def _task_processes(made: Cluster) -> list[int]:
+    embedded = made._embedded
+    return [] if embedded is None else embedded.task_pids()
+
+
+def test_nodes_are_values_with_ray_ids(cluster: Cluster) -> None:
+    node = cluster.add_node(num_cpus=2, num_gpus=1, resources={"special": 3})
+    cluster.connect()
+    entries = {entry["NodeID"]: entry for entry in fray_ray.nodes()}
+    assert entries[node.node_id]["Resources"]["special"] == 3
+    assert entries[node.node_id]["Resources"]["GPU"] == 1
+    assert entries[node.node_id]["NodeManagerAddress"] == node.node_ip_address
+    assert node.unique_id == node.node_id and node.address == cluster.address
+    assert cluster.head_node is not None and cluster.head_node.head and cluster.head_node.node_id in entries
+    assert node.resources == {"CPU": 2.0, "GPU": 1.0, "special": 3.0}
+    assert cluster.list_all_nodes()[0] is cluster.head_node
+    assert cluster.remaining_processes_alive()
+    cluster.remove_node(node)
+    assert cluster.remaining_processes_alive()  # removed nodes no longer count
+
+
+def test_arguments_ray_nodes_do_not_take_are_refused(cluster: Cluster) -> None:
+    with pytest.raises(TypeError, match="num_cpu"):
+        cluster.add_node(num_cpu=1)
+    assert len(cluster.list_all_nodes()) == 1
+
+
+def test_arguments_about_ray_daemons_warn(cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="fray_ray.cluster_utils"):
+        cluster.add_node(num_cpus=1, object_store_memory=100 * 1024 * 1024)
+    assert "object_store_memory" in caplog.text
+
+
+def test_removing_a_node_of_another_cluster_is_refused(cluster: Cluster, private_records: Path) -> None:
+    other = Cluster(initialize_head=True, shutdown_at_exit=False)
+    try:
+        with pytest.raises(ValueError, match="not a node of this cluster"):
+            cluster.remove_node(other.head_node)
+    finally:
+        other.shutdown()
+
+
+def test_connect_twice_is_refused(cluster: Cluster) -> None:
+    cluster.connect()
+    with pytest.raises(RuntimeError, match="already connected"):
+        cluster.connect()
+
+
+def test_the_cluster_is_recorded_for_auto_while_it_runs(private_records: Path, fresh_shutdown: None) -> None:
+    made = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"cu_marker": 1}})
+    try:
+        record = cluster_address.read()
+        assert record is not None and record.address == made.address
+        fray_ray.init(address="auto")  # as with Ray's Cluster
+        assert fray_ray.cluster_resources().get("cu_marker") == 1
+    finally:
+        made.shutdown()
+    assert not fray_ray.is_initialized()  # the driver on it was shut down first
+    assert cluster_address.read() is None
+
+
+def test_shutdown_leaves_nothing_running(private_records: Path, fresh_shutdown: None) -> None:
+    made = Cluster(initialize_head=True, connect=True, head_node_args={"num_cpus": 1})
+    try:
+        made.add_node(num_cpus=1, resources={"special": 1})  # seen by the driver once it returns
+
+        @fray_ray.remote(resources={"special": 1})
+        def pid() -> int:
+            return os.getpid()
+
+        worker_pid = fray_ray.get(pid.remote())
+        processes = _task_processes(made)
+        assert processes
+    finally:
+        made.shutdown()
+    made.shutdown()  # idempotent
+    for gone in [worker_pid, *processes]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(gone, 0)
+    assert made.address is None and made.list_all_nodes() == []
+
+
+def test_autoscaling_cluster_names_what_to_use() -> None:
+    with pytest.raises(NotImplementedError, match="Cluster and add_node"):
+        AutoscalingCluster(head_resources={"CPU": 1}, worker_node_types={})
+
+
+def test_custom_resources_ask_for_hosts_that_declare_them() -> None:
+    shape = ResourceShape(cpu=1, custom=(("special", 1.0), ("node:127.0.0.2", 0.01), ("TPU-v5p-16-head", 1.0)))
+    assert resource_config(shape).required_attributes == ("ray-resource:special",)
+    assert resource_config(ResourceShape(cpu=1)).required_attributes == ()

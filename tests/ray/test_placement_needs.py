@@ -1,0 +1,26 @@
+"""Custom resources pin processes to the nodes that declare them, at the cluster and in the ledger."""
+
+from __future__ import annotations
+
+from fray_ray._private.cluster_ledger import ClusterLedger
+from fray_ray._private.nodes import nodes_from_hosts, placement_needs, resource_attributes
+from fray_ray.fray import HostInfo
+
+
+def test_only_declared_resources_pin_a_process() -> None:
+    custom = [("special", 1.0), ("node:10.0.0.2", 0.01), ("accelerator_type:A100", 1.0), ("TPU-v5p-16-head", 1.0),
+              ("unused", 0.0)]
+    assert placement_needs(custom) == ("special",)
+
+
+def test_cpu_is_asked_only_where_the_needed_resource_is() -> None:
+    ledger = ClusterLedger()
+    ledger.update(nodes_from_hosts([
+        HostInfo("small", "10.0.0.1", cpu=2, memory_bytes=1 << 30, attributes=resource_attributes({"slots": 2})),
+        HostInfo("large", "10.0.0.2", cpu=4, memory_bytes=1 << 30),
+    ], head_host=None))
+    assert ledger.ask(b"a", 2.0, ("slots",)) == 2.0
+    ledger.placed(b"a", "small")
+    # "large" still has 4 CPUs unasked, but a process needing slots can only run on "small"
+    assert ledger.ask(b"b", 2.0, ("slots",)) == 0.0
+    assert ledger.ask(b"c", 2.0) == 2.0
