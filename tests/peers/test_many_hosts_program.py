@@ -178,9 +178,9 @@ def session_members(session_id: int) -> list[int]:
     return members
 
 
-def stop_session(leader: subprocess.Popen, grace: float = 30.0) -> None:
-    """SIGTERM to the leader's whole session (Ray's processes stop cleanly), SIGKILL to what is
-    left after `grace` seconds; reaps the leader."""
+def stop_session(leader: subprocess.Popen, grace: float = 5.0) -> None:
+    """SIGTERM to the leader's whole session, SIGKILL to what is left after `grace` seconds
+    (some of Ray's processes ignore SIGTERM); reaps the leader."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in session_members(leader.pid):
             try:
@@ -193,7 +193,7 @@ def stop_session(leader: subprocess.Popen, grace: float = 30.0) -> None:
             time.sleep(0.1)
         if not session_members(leader.pid):
             break
-    leader.wait(grace)
+    leader.wait(30)
 
 
 def test_on_real_ray(ray_head: tuple[str, dict[str, str]], tmp_path: Path) -> None:
