@@ -22,11 +22,14 @@ from fray_ray._private import actor_restarts as restarts
 from fray_ray._private.actor_reservations import ActorReservations
 from fray_ray._private.actor_restarts import CallFate, died_error, unknown_actor_error
 from fray_ray._private.cluster_ledger import ClusterLedger
+from fray_ray._private import messages
+from fray_ray._private.messages import CallArguments, CallMethod, CancelCall, CreateInstance, Die, InstanceOptions
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.remote_actors import RemoteActor
+from fray_ray._private.retry_policy import retries_user_exception
 from fray_ray._private.streams import StreamTable
-from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue, WireBatch, serialize_error
+from fray_ray._private.serialization import SerializedValue, serialize_error
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec
 
 if TYPE_CHECKING:
@@ -247,28 +250,25 @@ class ActorManager:
 
     def _send_create(self, record: ActorRecord, connection: Connection) -> None:
         spec = record.spec
-        batch = WireBatch()
-        batch.add(spec.arguments.value)
-        body = {
-            "code": spec.cls.payload,
-            "class_name": spec.class_name,
-            "methods": cloudpickle.dumps(dict(spec.methods)),
-            "top_level": list(spec.arguments.top_level),
-            "values": batch.descriptions,
-            "env": dict(spec.env_vars),
-            "resources": spec.shape.as_dict(),
-            "placement_group": record.placement_group,
-            "options": {
-                "name": spec.name,
-                "detached": spec.detached,
-                "is_async": spec.is_async,
-                "max_concurrency": spec.max_concurrency,
-                "concurrency_groups": dict(spec.concurrency_groups),
-                "restarted": record.restarts > 0,
-            },
-        }
+        message = CreateInstance(
+            code=spec.cls.payload,
+            class_name=spec.class_name,
+            methods=cloudpickle.dumps(dict(spec.methods)),
+            args=CallArguments(spec.arguments.value, list(spec.arguments.top_level)),
+            env=dict(spec.env_vars),
+            resources=spec.shape.as_dict(),
+            placement_group=record.placement_group,
+            options=InstanceOptions(
+                name=spec.name,
+                detached=spec.detached,
+                is_async=spec.is_async,
+                max_concurrency=spec.max_concurrency,
+                concurrency_groups=dict(spec.concurrency_groups),
+                restarted=record.restarts > 0,
+            ),
+        )
         try:
-            connection.notify("create", body, batch.buffers)
+            messages.notify(connection, message)
         except ConnectionClosed:
             pass
 
@@ -352,26 +352,8 @@ class ActorManager:
             self._fail_call(call, death)
 
     def _send_call(self, connection: Connection, call: ActorCallSpec) -> None:
-        batch = WireBatch()
-        batch.add(call.arguments.value)
-        resolved = []
-        for object_id in call.arguments.top_level:
-            value = self._objects.value(object_id)
-            if value is not None and value.size <= INLINE_LIMIT:
-                batch.add(value)
-                resolved.append(object_id)
-        body = {
-            "call": call.call_id,
-            "method": call.method,
-            "values": batch.descriptions,
-            "resolved": resolved,
-            "top_level": list(call.arguments.top_level),
-            "returns": list(call.return_ids),
-            "num_returns": call.num_returns,
-            "group": call.concurrency_group,
-        }
         try:
-            connection.notify("call", body, batch.buffers)
+            messages.notify(connection, CallMethod.of(call, self._objects.value))
         except ConnectionClosed:
             pass  # the close callback decides about the call
 
@@ -397,7 +379,7 @@ class ActorManager:
             call = record.in_flight.get(call_id) if record is not None else None
             if call is None or call_id in self._cancelled:
                 return False
-        if not restarts.retries_user_exception(call.retry_exceptions, results) or not self._retries.spend(call_id):
+        if not retries_user_exception(call.retry_exceptions, results) or not self._retries.spend(call_id):
             return False
         with record.send_lock:
             self._send_call(connection, call)
@@ -434,7 +416,7 @@ class ActorManager:
         self._complete_call(call, serialize_error(TaskCancelledError(call_id.hex())))
         if connection is not None:
             try:
-                connection.notify("cancel_call", {"call": call_id})
+                messages.notify(connection, CancelCall(call_id))
             except ConnectionClosed:
                 pass
         return True
@@ -576,7 +558,7 @@ class ActorManager:
         if terminate:
             if connection is not None:
                 try:
-                    connection.notify("die", {"restart": False})
+                    messages.notify(connection, Die(restart=False))
                 except ConnectionClosed:
                     pass
             if group is not None:
@@ -608,7 +590,7 @@ class ActorManager:
                 record.killed = True
         if restartable and connection is not None:
             try:
-                connection.notify("die", {"restart": True})
+                messages.notify(connection, Die(restart=True))
             except ConnectionClosed:
                 pass
             return
@@ -712,7 +694,7 @@ class ActorManager:
                 continue
             if record.connection is not None and not record.spec.detached:
                 try:
-                    record.connection.notify("die", {"restart": False})
+                    messages.notify(record.connection, Die(restart=False))
                 except ConnectionClosed:
                     pass
             if record.group is not None and not record.spec.detached:

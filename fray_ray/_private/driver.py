@@ -595,9 +595,9 @@ class DriverRuntime:
 
     # ---- output --------------------------------------------------------------------------
 
-    def print_worker_output(self, body: Mapping[str, Any]) -> None:
+    def print_worker_output(self, pid: int | None, lines: Sequence[Sequence[str]]) -> None:
         if self._log_to_driver:
-            print_forwarded(body, sys.stdout, sys.stderr)
+            print_forwarded(pid, lines, sys.stdout, sys.stderr)
 
 
 def _wait_key(waitable: Any) -> bytes:

@@ -8,6 +8,7 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from fray_ray._private.messages import CallArguments
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize, serialize_error
 
@@ -59,6 +60,14 @@ def value_resolver(
         return out
 
     return resolve
+
+
+def resolve_call_arguments(
+    arguments: CallArguments, fetch: Callable[[Sequence[bytes], float | None], Mapping[bytes, SerializedValue]]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """`(args, kwargs)` of a call a worker received: inlined values used as they came, the other
+    top-level refs fetched from their owner."""
+    return resolve_arguments(arguments.value, value_resolver(fetch, arguments.inlined), arguments.top_level)
 
 
 def make_task_error(

@@ -25,11 +25,14 @@ from dataclasses import dataclass, field
 import threading
 from typing import TYPE_CHECKING, Any
 
+from fray_ray._private import messages
+from fray_ray._private.messages import CancelTask, ExecuteTask, Exit, Unqueue
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.cluster_ledger import ClusterLedger
 from fray_ray._private.resources import Holding, Ledger
-from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue, WireBatch
+from fray_ray._private.retry_policy import retries_user_exception, within_retries
+from fray_ray._private.serialization import SerializedValue
 from fray_ray._private.task_spec import PoolKey, TaskSpec
 from fray_ray._private.timers import TimerQueue
 from fray_ray._private.worker_exits import ExitReports
@@ -382,32 +385,16 @@ class TaskScheduler:
 
     def _send_task(self, executor: ExecutorRecord, record: TaskRecord) -> None:
         spec = record.spec
-        batch = WireBatch()
-        batch.add(spec.arguments.value)
-        resolved = []
-        for object_id in spec.arguments.top_level:
-            value = self._objects.value(object_id)
-            if value is not None and value.size <= INLINE_LIMIT:
-                batch.add(value)
-                resolved.append(object_id)
-        send_code = spec.function.code_id not in executor.sent_code
-        body = {
-            "task": spec.task_id,
-            "fn": spec.function.code_id,
-            "code": spec.function.payload if send_code else None,
-            "name": spec.name,
-            "num_returns": spec.num_returns,
-            "returns": list(spec.return_ids),
-            "values": batch.descriptions,
-            "resolved": resolved,
-            "top_level": list(spec.arguments.top_level),
-            "env": dict(spec.pool.env_vars),
-            "resources": record.demand,
-            "placement_group": record.placement[0].hex() if record.placement else None,
-        }
+        message = ExecuteTask.of(
+            spec,
+            self._objects.value,
+            send_code=spec.function.code_id not in executor.sent_code,
+            resources=record.demand,
+            placement_group=record.placement[0].hex() if record.placement else None,
+        )
         try:
             assert executor.connection is not None
-            executor.connection.notify("execute", body, batch.buffers)
+            messages.notify(executor.connection, message)
             executor.sent_code.add(spec.function.code_id)
         except ConnectionClosed:
             pass  # the close callback requeues the task
@@ -531,21 +518,12 @@ class TaskScheduler:
                 self._ready[record.spec.pool].appendleft(record)
         self.schedule()
 
-    def _should_retry_exception(self, record: TaskRecord, results: Sequence[SerializedValue]) -> bool:
-        retry_exceptions = record.spec.retry_exceptions
-        max_retries = record.spec.max_retries
-        if not retry_exceptions or (0 <= max_retries <= record.user_failures + record.system_failures):
-            return False
-        if retry_exceptions is True:
-            return True
-        from fray_ray._private.serialization import deserialize
-
-        try:
-            error = deserialize(results[0])
-        except Exception:  # noqa: BLE001 - an unreadable error is not one we were asked to retry
-            return False
-        cause = getattr(error, "cause", error)
-        return isinstance(cause, tuple(retry_exceptions))
+    @staticmethod
+    def _should_retry_exception(record: TaskRecord, results: Sequence[SerializedValue]) -> bool:
+        failures = record.user_failures + record.system_failures
+        return within_retries(record.spec.max_retries, failures) and retries_user_exception(
+            record.spec.retry_exceptions, results
+        )
 
     def _finish(self, record: TaskRecord, results: SerializedValue | Sequence[SerializedValue]) -> None:
         """Complete the task's return objects and drop its hold on its arguments."""
@@ -587,7 +565,7 @@ class TaskScheduler:
             connection = executor.connection
         if queued and connection is not None:
             try:
-                connection.notify("unqueue", {})
+                messages.notify(connection, Unqueue())
             except ConnectionClosed:
                 pass
         self.schedule()
@@ -627,7 +605,7 @@ class TaskScheduler:
             return True
         if executor is not None and executor.connection is not None:
             try:
-                executor.connection.notify("cancel", {"task": task_id, "force": force})
+                messages.notify(executor.connection, CancelTask(task_id, force))
             except ConnectionClosed:
                 pass
         return True
@@ -682,7 +660,7 @@ class TaskScheduler:
     def _retire(self, executor: ExecutorRecord) -> None:
         if executor.connection is not None:
             try:
-                executor.connection.notify("exit", {})
+                messages.notify(executor.connection, Exit())
             except ConnectionClosed:
                 pass
 
@@ -712,7 +690,7 @@ class TaskScheduler:
         for executor in executors:
             if executor.connection is not None:
                 try:
-                    executor.connection.notify("exit", {})
+                    messages.notify(executor.connection, Exit())
                 except ConnectionClosed:
                     pass
             if executor.job is not None:

@@ -22,30 +22,54 @@ from typing import Any
 
 import cloudpickle
 
-from fray_ray._private import runtime_state
+from fray_ray._private import messages, runtime_state
 from fray_ray._private.logs import flush_forwarded
 from fray_ray._private.execution import (
     error_results,
     make_task_error,
     node_ip,
     package_results,
-    resolve_arguments,
+    resolve_call_arguments,
     too_large_for_store,
-    value_resolver,
     within_store,
+)
+from fray_ray._private.messages import (
+    Borrow,
+    Cancel,
+    CancelTask,
+    CreateActor,
+    ExecuteTask,
+    Exit,
+    GangRequest,
+    GetAbandoned,
+    GetNamedActor,
+    GetNodes,
+    GetObjects,
+    GetResources,
+    Hello,
+    KillActor,
+    ListNamedActors,
+    Message,
+    PlacementGroupRequest,
+    Put,
+    Release,
+    StreamNext,
+    StreamReady,
+    SubmitActorCall,
+    SubmitTask,
+    TaskDone,
+    TasksReturned,
+    Unqueue,
+    Wait,
+    Welcome,
+    Yield,
 )
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.stream_server import introduce
 from fray_ray._private.refcount import LocalReferenceCounter
 from fray_ray._private.runtime_env import process_runtime_env
-from fray_ray._private.serialization import (
-    SerializedValue,
-    WireBatch,
-    deserialize,
-    serialize,
-    unpack_values,
-)
+from fray_ray._private.serialization import SerializedValue, deserialize, serialize
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, TaskSpec
 
 logger = logging.getLogger(__name__)
@@ -73,32 +97,6 @@ class TaskContext:
 current_task: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar("fray_ray_task", default=None)
 
 
-def pack_spec(spec: Any) -> tuple[dict[str, Any], list[Any]]:
-    """A spec as a request body: the arguments' buffers out of band, the rest pickled."""
-    batch = WireBatch()
-    arguments = getattr(spec, "arguments", None)
-    if arguments is not None:
-        batch.add(arguments.value)
-        stripped = _replace(spec, arguments=type(arguments)(SerializedValue(b""), arguments.top_level))
-    else:
-        stripped = spec
-    return {"spec": cloudpickle.dumps(stripped), "args": batch.descriptions}, batch.buffers
-
-
-def unpack_spec(body: Mapping[str, Any], buffers: Sequence[bytearray]) -> Any:
-    spec = cloudpickle.loads(body["spec"])
-    if body.get("args"):
-        (value,) = unpack_values(body["args"], buffers)
-        spec.arguments.value = value
-    return spec
-
-
-def _replace(spec: Any, **changes: Any) -> Any:
-    import dataclasses
-
-    return dataclasses.replace(spec, **changes)
-
-
 class WorkerRuntime:
     """The CoreRuntime inside a worker: every operation is a request to the driver."""
 
@@ -118,20 +116,20 @@ class WorkerRuntime:
         self._cache_bytes = 0
         self.object_store_memory = 0  # the driver's limit (0: not told)
 
-    def set_info(self, info: Mapping[str, Any]) -> None:
+    def set_info(self, info: Welcome) -> None:
         """Session facts from the driver's reply to hello."""
-        self.namespace = info.get("namespace", "")
-        self.job_id = info.get("job_id", "01000000")
-        self.node_id = info.get("node_id", b"")
-        self.worker_id = info.get("worker_id", b"")
-        self.session_address = info.get("session_address", "")
-        self.object_store_memory = int(info.get("object_store_memory") or 0)
+        self.namespace = info.namespace
+        self.job_id = info.job_id
+        self.node_id = info.node_id
+        self.worker_id = info.worker_id
+        self.session_address = info.session_address
+        self.object_store_memory = int(info.object_store_memory or 0)
 
     # ---- references ----------------------------------------------------------------------
 
     def _on_first_ref(self, object_ids: list[bytes]) -> None:
         try:
-            self.connection.notify("borrow", {"ids": object_ids})
+            messages.notify(self.connection, Borrow(object_ids))
         except ConnectionClosed:
             pass
 
@@ -142,15 +140,13 @@ class WorkerRuntime:
                 if value is not None:
                     self._cache_bytes -= value.size
         try:
-            self.connection.notify("release", {"ids": object_ids})
+            messages.notify(self.connection, Release(object_ids))
         except ConnectionClosed:
             pass
 
     # ---- objects -------------------------------------------------------------------------
 
     def put(self, value: Any) -> ObjectRef:
-        from fray_ray._private.object_ref import ObjectRef
-
         if isinstance(value, ObjectRef):
             raise TypeError(
                 "Calling 'put' on an ray.ObjectRef is not allowed. If you really want to do this, you can wrap "
@@ -161,13 +157,11 @@ class WorkerRuntime:
         too_large = too_large_for_store(serialized, self.object_store_memory, "The object put")
         if too_large is not None:
             raise too_large
-        batch = WireBatch()
-        batch.add(serialized)
         try:
-            body, _ = self.connection.call("put", {"value": batch.descriptions[0]}, batch.buffers)
+            stored = messages.call(self.connection, Put(serialized))
         except RemoteError as exc:
             raise _rebuild_remote_error(exc) from None
-        return ObjectRef(body["id"], _announced=True)
+        return ObjectRef(stored.id, _announced=True)
 
     def _remember(self, object_id: bytes, value: SerializedValue) -> None:
         if value.is_error or self.references.count(object_id) == 0:
@@ -197,17 +191,18 @@ class WorkerRuntime:
         if not missing:
             return found
         context = current_task.get()
-        request = self.connection.request("get", {"ids": missing, "task": context.task_id if context else None})
+        asked = GetObjects(missing, context.task_id if context else None)
+        request = messages.request(self.connection, asked)
         try:
-            body, buffers = request.result(timeout)
+            answer = messages.reply_of(asked, request.result(timeout))
         except concurrent.futures.TimeoutError:
-            self._notify_quietly("get_abandoned", {"task": context.task_id if context else None})
+            self._notify_quietly(GetAbandoned(context.task_id if context else None))
             raise GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} seconds.") from None
         except ConnectionClosed as exc:
             from fray_ray.exceptions import RaySystemError
 
             raise RaySystemError(f"lost the connection to the driver: {exc}") from exc
-        for object_id, value in zip(body["ids"], unpack_values(body["values"], buffers)):
+        for object_id, value in zip(answer.ids, answer.found):
             found[object_id] = value
             self._remember(object_id, value)
         return found
@@ -230,36 +225,33 @@ class WorkerRuntime:
         self.references.flush()
         keys = [r._stream_id if isinstance(r, ObjectRefGenerator) else r.binary() for r in refs]
         streams = [[r._stream_id, r._next_index] for r in refs if isinstance(r, ObjectRefGenerator)]
-        body, _ = self.connection.call(
-            "wait", {"ids": keys, "num_returns": num_returns, "timeout": timeout, "streams": streams}
-        )
-        ready = set(body["ready"])
+        ready = set(messages.call(self.connection, Wait(keys, num_returns, timeout, streams)).ready)
         ready_refs = [r for r, k in zip(refs, keys) if k in ready][:num_returns]
         chosen = {id(r) for r in ready_refs}
         return ready_refs, [r for r in refs if id(r) not in chosen]
 
     def stream_next_future(self, stream_id: bytes, index: int) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
-        request = self.connection.request("stream_next", {"stream": stream_id, "index": index})
+        asked = StreamNext(stream_id, index)
+        request = messages.request(self.connection, asked)
 
         def done(reply: concurrent.futures.Future) -> None:
             try:
-                body, _ = reply.result()
+                item = messages.reply_of(asked, reply.result())
             except BaseException as exc:  # noqa: BLE001 - delivered through the future
                 future.set_exception(exc)
                 return
-            future.set_result(ObjectRef(body["id"], _announced=True) if body["id"] else None)
+            future.set_result(ObjectRef(item.id, _announced=True) if item.id else None)
 
         request.add_done_callback(done)
         return future
 
     def stream_ready(self, stream_id: bytes, index: int) -> str:
-        return self._simple("stream_ready", {"stream": stream_id, "index": index})["state"]
+        return self._simple(StreamReady(stream_id, index)).state
 
     def gang(self, operation: str, **arguments: Any) -> Any:
         """Gang operations (reserve, release, size) run by the driver."""
-        reply = self._simple("gang", {"op": operation, "args": cloudpickle.dumps(arguments)})
-        return cloudpickle.loads(reply["result"])
+        return self._simple(GangRequest(operation, arguments)).value
 
     def reserve_gang(self, *, tpu: str, num_slices: int, timeout: float | None) -> bytes:
         from fray_ray._private.gangs import shape_for
@@ -271,8 +263,7 @@ class WorkerRuntime:
 
     def placement_group(self, operation: str, **arguments: Any) -> Any:
         """Placement group operations run by the driver (create, remove, wait, table, get)."""
-        reply = self._simple("placement_group", {"op": operation, "args": cloudpickle.dumps(arguments)})
-        return cloudpickle.loads(reply["result"])
+        return self._simple(PlacementGroupRequest(operation, arguments)).value
 
     def object_future(self, ref: ObjectRef) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -288,64 +279,57 @@ class WorkerRuntime:
 
     # ---- tasks and actors ----------------------------------------------------------------
 
-    def _request_spec(self, method: str, spec: Any) -> Mapping[str, Any]:
-        self.references.flush()
-        body, buffers = pack_spec(spec)
+    def _parent(self) -> bytes | None:
         context = current_task.get()
-        body["parent"] = context.task_id if context else None
-        try:
-            reply, _ = self.connection.call(method, body, buffers)
-        except RemoteError as exc:
-            raise _rebuild_remote_error(exc) from None
-        return reply
+        return context.task_id if context else None
 
     def submit_task(self, spec: TaskSpec) -> list[Any]:
         from fray_ray._private.generators import ObjectRefGenerator
 
-        reply = self._request_spec("submit", spec)
+        reply = self._simple(SubmitTask(spec, self._parent()))
         if spec.num_returns == "streaming":
             return [ObjectRefGenerator(spec.task_id)]
-        return [ObjectRef(oid, _announced=True) for oid in reply["returns"]]
+        return [ObjectRef(oid, _announced=True) for oid in reply.returns]
 
     def create_actor(self, spec: ActorCreationSpec) -> bytes:
-        return self._request_spec("create_actor", spec)["actor_id"]
+        return self._simple(CreateActor(spec, self._parent())).actor_id
 
     def submit_actor_call(self, spec: ActorCallSpec) -> list[Any]:
         from fray_ray._private.generators import ObjectRefGenerator
 
-        reply = self._request_spec("actor_call", spec)
+        reply = self._simple(SubmitActorCall(spec, self._parent()))
         if spec.num_returns == "streaming":
             return [ObjectRefGenerator(spec.call_id)]
-        return [ObjectRef(oid, _announced=True) for oid in reply["returns"]]
+        return [ObjectRef(oid, _announced=True) for oid in reply.returns]
 
-    def _simple(self, method: str, body: Mapping[str, Any]) -> Any:
+    def _simple(self, message: Message) -> Any:
+        """Send a request and return its reply; the driver's refusal as the error users expect."""
         self.references.flush()
         try:
-            reply, _ = self.connection.call(method, dict(body))
+            return messages.call(self.connection, message)
         except RemoteError as exc:
             raise _rebuild_remote_error(exc) from None
-        return reply
 
     def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
-        self._simple("kill_actor", {"actor_id": actor_id, "no_restart": no_restart})
+        self._simple(KillActor(actor_id, no_restart))
 
     def cancel(self, ref: ObjectRef, force: bool, recursive: bool) -> None:
-        self._simple("cancel", {"id": ref.binary(), "force": force, "recursive": recursive})
+        self._simple(Cancel(ref.binary(), force, recursive))
 
     def get_named_actor(self, name: str, namespace: str | None) -> Mapping[str, Any]:
-        return cloudpickle.loads(self._simple("get_actor", {"name": name, "namespace": namespace})["info"])
+        return self._simple(GetNamedActor(name, namespace)).value
 
     def list_named_actors(self, all_namespaces: bool) -> list[Any]:
-        return self._simple("list_actors", {"all_namespaces": all_namespaces})["actors"]
+        return self._simple(ListNamedActors(all_namespaces)).value
 
     def cluster_resources(self) -> dict[str, float]:
-        return self._simple("resources", {"kind": "cluster"})["resources"]
+        return self._simple(GetResources(available=False)).resources
 
     def available_resources(self) -> dict[str, float]:
-        return self._simple("resources", {"kind": "available"})["resources"]
+        return self._simple(GetResources(available=True)).resources
 
     def nodes(self) -> list[dict[str, Any]]:
-        return cloudpickle.loads(self._simple("nodes", {})["nodes"])
+        return self._simple(GetNodes()).value
 
     def context_info(self) -> dict[str, Any]:
         context = current_task.get()
@@ -366,9 +350,9 @@ class WorkerRuntime:
             "session_address": self.session_address,
         }
 
-    def _notify_quietly(self, method: str, body: Mapping[str, Any]) -> None:
+    def _notify_quietly(self, message: Message) -> None:
         try:
-            self.connection.notify(method, dict(body))
+            messages.notify(self.connection, message)
         except ConnectionClosed:
             pass
 
@@ -409,51 +393,53 @@ class Executor:
         self._in_process = in_process
         self._functions: dict[bytes, Any] = {}
         self._condition = threading.Condition()  # guards _queue, _running and _exiting
-        self._queue: collections.deque[tuple[dict[str, Any], list[bytearray]]] = collections.deque()
+        self._queue: collections.deque[ExecuteTask] = collections.deque()
         self._running: TaskContext | None = None
         self._exiting = False
         self._main_thread_id = threading.get_ident()
 
     def handlers(self) -> dict[str, Any]:
-        return {"execute": self._on_execute, "cancel": self._on_cancel, "exit": self._on_exit, "unqueue": self._on_unqueue}
+        return messages.handlers(
+            {ExecuteTask: self._on_execute, CancelTask: self._on_cancel, Exit: self._on_exit, Unqueue: self._on_unqueue}
+        )
 
-    def _on_execute(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _on_execute(self, connection: Connection, message_id: int | None, task: ExecuteTask) -> None:
         with self._condition:
-            self._queue.append((body, buffers))
+            self._queue.append(task)
             self._condition.notify()
 
-    def _on_exit(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _on_exit(self, connection: Connection, message_id: int | None, exit_: Exit) -> None:
         with self._condition:
             self._exiting = True
             self._condition.notify()
 
-    def _on_unqueue(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _on_unqueue(self, connection: Connection, message_id: int | None, unqueue: Unqueue) -> None:
         """Hand back every task that has not started (the running one blocked)."""
         with self._condition:
-            returned = [item[0]["task"] for item in self._queue]
+            returned = [task.task for task in self._queue]
             self._queue.clear()
         if returned:
             try:
-                connection.notify("tasks_returned", {"tasks": returned})
+                messages.notify(connection, TasksReturned(returned))
             except ConnectionClosed:
                 pass
 
-    def _on_cancel(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _on_cancel(self, connection: Connection, message_id: int | None, cancel: CancelTask) -> None:
         from fray_ray.exceptions import TaskCancelledError
 
         with self._condition:
-            queued = next((item for item in self._queue if item[0]["task"] == body["task"]), None)
+            queued = next((task for task in self._queue if task.task == cancel.task), None)
             if queued is not None:
                 self._queue.remove(queued)
             running = self._running
-            if queued is None and (running is None or running.task_id != body["task"]):
+            if queued is None and (running is None or running.task_id != cancel.task):
                 return
             if queued is None:
                 running.cancelled.set()
         if queued is not None:
-            self._send_done(body["task"], None, TaskCancelledError(body["task"].hex()), len(queued[0]["returns"]))
+            self._send_done(cancel.task, None, TaskCancelledError(cancel.task.hex()), len(queued.returns))
             return
-        if body.get("force") and not self._in_process:
+        if cancel.force and not self._in_process:
             os._exit(1)  # a forced cancel kills the worker, as in Ray
         _interrupt_thread(self._main_thread_id)
 
@@ -486,43 +472,38 @@ class Executor:
                     return
                 if self._exiting and self.runtime.connection.closed:
                     return
-                item = self._queue.popleft()
-            self._run(*item)
+                task = self._queue.popleft()
+            self._run(task)
             calls += 1
             if self._max_calls and calls >= self._max_calls:
                 return
 
-    def _function(self, body: Mapping[str, Any]) -> Any:
-        code_id = body["fn"]
-        function = self._functions.get(code_id)
+    def _function(self, task: ExecuteTask) -> Any:
+        function = self._functions.get(task.fn)
         if function is None:
-            function = cloudpickle.loads(body["code"])
-            self._functions[code_id] = function
+            function = cloudpickle.loads(task.code)
+            self._functions[task.fn] = function
         return function
 
-    def _run(self, body: dict[str, Any], buffers: list[bytearray]) -> None:
+    def _run(self, task: ExecuteTask) -> None:
         from fray_ray.exceptions import TaskCancelledError
 
-        task_id: bytes = body["task"]
-        name: str = body["name"]
-        num_returns = body["num_returns"]
-        values = unpack_values(body["values"], buffers)
-        arguments = values[0]
-        inline = dict(zip(body["resolved"], values[1:]))
+        task_id = task.task
+        name = task.name
+        num_returns = task.num_returns
         context = TaskContext(
             task_id=task_id,
             function_name=name,
-            resources=body.get("resources") or {},
-            placement_group_id=body.get("placement_group"),
+            resources=task.resources or {},
+            placement_group_id=task.placement_group,
         )
         token = current_task.set(context)
-        env_backup = _apply_env(body.get("env") or {}, restore=not self._in_process)
+        env_backup = _apply_env(task.env or {}, restore=not self._in_process)
         with self._condition:
             self._running = context
         try:
-            function = self._function(body)
-            resolve = value_resolver(self.runtime.fetch, inline)
-            args, kwargs = resolve_arguments(arguments, resolve, body["top_level"])
+            function = self._function(task)
+            args, kwargs = resolve_call_arguments(task.args, self.runtime.fetch)
             result = function(*args, **kwargs)
             if num_returns == "streaming":
                 self._stream(task_id, result)
@@ -547,7 +528,7 @@ class Executor:
         sys.stdout.flush()
         sys.stderr.flush()
         flush_forwarded()
-        self._send_done(task_id, results, error, len(body["returns"]))
+        self._send_done(task_id, results, error, len(task.returns))
 
     def _stream(self, stream_id: bytes, generator: Any) -> None:
         """Send each item of a streaming generator as it is produced."""
@@ -560,36 +541,21 @@ class Executor:
 
         items = [serialize(item) for item in generator]  # a failure here fails (and retries) the task
         for index, value in enumerate(items, start=1):
-            batch = WireBatch()
-            batch.add(value)
-            self.runtime.connection.notify("yield", {"stream": task_id, "index": index, "value": batch.descriptions[0]},
-                                           batch.buffers)
+            messages.notify(self.runtime.connection, Yield(task_id, index, value))
         refs = [ObjectRef(object_id_for(task_id, i), _register=False) for i in range(1, len(items) + 1)]
         return serialize(DynamicObjectRefGenerator(refs))
 
     def _send_done(self, task_id: bytes, results: list[SerializedValue] | None, error: BaseException | None, count: int) -> None:
-        batch = WireBatch()
-        if error is not None:
-            for value in error_results(error, count):
-                batch.add(value)
-        else:
-            for value in results or []:
-                batch.add(value)
-        user_error = error is not None or any(r.is_error for r in results or [])
+        values = error_results(error, count) if error is not None else list(results or [])
+        user_error = error is not None or any(r.is_error for r in values)
         try:
-            self.runtime.connection.notify(
-                "task_done", {"task": task_id, "results": batch.descriptions, "user_error": user_error}, batch.buffers
-            )
+            messages.notify(self.runtime.connection, TaskDone(task_id, values, user_error))
         except ConnectionClosed:
             pass
         except Exception as exc:  # noqa: BLE001 - e.g. a result msgpack cannot carry
             logger.exception("cannot send the result of task %s", task_id.hex())
-            fallback = WireBatch()
-            for value in error_results(make_task_error(exc, "result serialization"), count):
-                fallback.add(value)
-            self.runtime.connection.notify(
-                "task_done", {"task": task_id, "results": fallback.descriptions, "user_error": True}, fallback.buffers
-            )
+            fallback = error_results(make_task_error(exc, "result serialization"), count)
+            messages.notify(self.runtime.connection, TaskDone(task_id, fallback, True))
 
 
 def send_item(connection: Connection, stream_id: bytes, generator: Any) -> int:
@@ -597,9 +563,7 @@ def send_item(connection: Connection, stream_id: bytes, generator: Any) -> int:
     index = 0
     for item in generator:
         index += 1
-        batch = WireBatch()
-        batch.add(serialize(item))
-        connection.notify("yield", {"stream": stream_id, "index": index, "value": batch.descriptions[0]}, batch.buffers)
+        messages.notify(connection, Yield(stream_id, index, serialize(item)))
     return index
 
 
@@ -608,9 +572,7 @@ async def send_items_async(connection: Connection, stream_id: bytes, generator: 
     index = 0
     async for item in generator:
         index += 1
-        batch = WireBatch()
-        batch.add(serialize(item))
-        connection.notify("yield", {"stream": stream_id, "index": index, "value": batch.descriptions[0]}, batch.buffers)
+        messages.notify(connection, Yield(stream_id, index, serialize(item)))
     return index
 
 
@@ -657,9 +619,12 @@ def _interrupt_thread(thread_id: int) -> None:
 def open_session(
     session_address: str,
     token: str,
-    hello: Mapping[str, Any],
+    kind: str,
+    worker_id: bytes,
     handlers: Mapping[str, Any],
     on_runtime: Any = None,
+    *,
+    index: int = 0,
 ) -> WorkerRuntime:
     """Connect to the driver, introduce this worker (and its cluster host), return its runtime.
 
@@ -667,10 +632,12 @@ def open_session(
     answered before anything else is sent or read. `on_runtime(runtime)` runs before any
     message is handled, so handlers can rely on the runtime existing.
     """
-    greeting = {**hello, "token": token, "pid": os.getpid(), "ip": node_ip(), "host": os.environ.get("IRIS_WORKER_ID")}
-    connection, info = introduce(session_address, greeting, name=f"{hello.get('kind', 'worker')}-session")
+    hello = Hello(kind=kind, id=worker_id, token=token, pid=os.getpid(), host=os.environ.get("IRIS_WORKER_ID"),
+                  ip=node_ip(), index=index)
+    greeting, _ = messages.encode(hello)
+    connection, info = introduce(session_address, greeting, name=f"{kind}-session")
     runtime = WorkerRuntime(connection)
-    runtime.set_info(info)
+    runtime.set_info(messages.reply_of(hello, (info, [])))
     if on_runtime is not None:
         on_runtime(runtime)
     connection.start(dict(handlers))
@@ -691,16 +658,17 @@ def executor_main(
 
     Gang members pass `gang_index`, or `gang_base` to which their Iris task index is added.
     """
-    hello: dict[str, Any] = {"kind": "executor", "id": executor_id}
+    kind, index = "executor", 0
     if gang_index is not None or gang_base is not None:
         from fray_ray.iris.job_info import get_job_info
 
         info = get_job_info()
+        kind = "gang"
         index = gang_index if gang_index is not None else gang_base + (info.task_index if info else 0)
-        hello = {"kind": "gang", "id": executor_id, "index": index}
     executor = Executor(max_calls=max_calls, in_process=in_process)
     runtime = open_session(
-        session_address, token, hello, executor.handlers(), on_runtime=lambda r: setattr(executor, "runtime", r),
+        session_address, token, kind, executor_id, executor.handlers(),
+        on_runtime=lambda r: setattr(executor, "runtime", r), index=index,
     )
     if in_process:
         context_token = runtime_state.set_context_runtime(runtime)
