@@ -7,7 +7,7 @@ embedded Iris-compatible cluster by default (`fray_ray.init()`) or on a real Iri
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from fray_ray._version import __version__
 
 from fray_ray import exceptions
 from fray_ray._api import (

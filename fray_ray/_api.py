@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import platform
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -15,6 +16,8 @@ from typing import Any
 
 from fray_ray._private import runtime_state
 from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.task_context import current_task
+from fray_ray._version import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -36,11 +39,7 @@ class RayContext(Mapping):
     def __init__(self, address_info: Mapping[str, Any]) -> None:
         self.address_info = dict(address_info)
         self.dashboard_url = ""
-        import platform
-
         self.python_version = platform.python_version()
-        from fray_ray import __version__
-
         self.ray_version = __version__
         self.ray_commit = "fray_ray"
 
@@ -175,6 +174,9 @@ def _auto_init() -> Any:
             init()
             runtime = runtime_state.current_or_none()
         return runtime
+
+
+runtime_state.set_auto_init(_auto_init)
 
 
 def shutdown(*, wait_for_processes: bool = False, _exiting_interpreter: bool = False) -> None:
@@ -362,8 +364,6 @@ def nodes() -> list[dict[str, Any]]:
 
 def get_gpu_ids() -> list[int]:
     """The GPUs assigned to the current task or actor."""
-    from fray_ray._private.worker import current_task
-
     if current_task.get() is None:
         return []
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")

@@ -20,9 +20,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fray_ray._option_values import check_c_integers, method_call_integer, method_num_returns
-from fray_ray._private import ids, runtime_state
+from fray_ray._private import actor_handles, ids, runtime_state
 from fray_ray._private.runtime_env import effective_runtime_env
 from fray_ray._private.serialization import note_contained_ref
+from fray_ray._private.task_context import current_task
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, CodeBlob, ResourceShape
 from fray_ray.remote_function import pack_arguments, return_ids_for
 
@@ -384,9 +385,14 @@ class ActorMethod:
 def exit_actor() -> None:
     """End the current actor after this call (callers then see ActorDiedError)."""
     from fray_ray._private.actor_host import ActorExit
-    from fray_ray._private.worker import current_task
-
     context = current_task.get()
     if context is None or context.actor_id is None:
         raise TypeError("exit_actor API is called on a non-actor worker.")
     raise ActorExit()
+
+
+actor_handles.set_own_handle_factory(
+    lambda actor_id, class_name, methods, is_async: ActorHandle(
+        actor_id, class_name, methods, is_async, _register=False  # the actor's own handle must not keep it alive
+    )
+)

@@ -17,7 +17,7 @@ from fray_ray._option_values import check_c_integers
 from fray_ray._private import ids, runtime_state
 from fray_ray._private.runtime_env import effective_runtime_env
 from fray_ray._private.task_spec import Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec
-from fray_ray._private.worker import current_task
+from fray_ray._private.task_context import current_task
 
 __all__ = ["RemoteFunction"]
 
@@ -107,7 +107,7 @@ class RemoteFunction:
         gang, gang_id = shape_for(options), options.get("_gang")
         if gang is not None or gang_id is not None:
             # A gang call returns one ref per host (a single ref for a one-host slice).
-            size = gang.size if gang is not None else runtime.gang("size", gang_id=gang_id)
+            size = gang.size if gang is not None else runtime.gang_size(gang_id)
             num_returns = size
         return_ids, count = return_ids_for(task_id, num_returns)
         context = current_task.get()

@@ -29,6 +29,7 @@ from fray_ray._private.execution import (
     resolve_call_arguments,
     within_store,
 )
+from fray_ray._private.actor_handles import own_handle
 from fray_ray._private.logs import flush_forwarded, forward_output
 from fray_ray._private.messages import (
     ActorExiting,
@@ -43,14 +44,8 @@ from fray_ray._private.messages import (
 )
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.serialization import SerializedValue, serialize_error
-from fray_ray._private.worker import (
-    TaskContext,
-    WorkerRuntime,
-    current_task,
-    open_session,
-    send_item,
-    send_items_async,
-)
+from fray_ray._private.task_context import TaskContext, current_task
+from fray_ray._private.worker import WorkerRuntime, open_session, send_item, send_items_async
 
 logger = logging.getLogger(__name__)
 
@@ -123,11 +118,8 @@ class RayActorHost:
         self._detached = bool(create.options.detached)
         self._methods_blob = create.methods
         self._resources = create.resources or {}
-        from fray_ray.actor import ActorHandle
-
-        self._handle = ActorHandle(
-            self._actor_id, self._class_name, cloudpickle.loads(create.methods), bool(create.options.is_async),
-            _register=False,  # the actor's own handle must not keep it alive
+        self._handle = own_handle(
+            self._actor_id, self._class_name, cloudpickle.loads(create.methods), bool(create.options.is_async)
         )
         self._is_async = bool(create.options.is_async)
         groups: Mapping[str, int] = create.options.concurrency_groups or {}

@@ -75,7 +75,7 @@ def make_task_error(
 ) -> BaseException:
     """The error a caller of a failed task sees: RayTaskError, dual-typed with the cause, whose
     traceback text shows the user's frames (fray_ray's own are left out, as Ray leaves out its)."""
-    from fray_ray import exceptions
+    import fray_ray.exceptions as exceptions
 
     return exceptions.RayTaskError.from_exception(
         exc, function_name, pid=os.getpid(), ip=node_ip(), actor_repr=actor_repr, actor_id=actor_id

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fray_ray._private.runtime_env import RuntimeEnv
+from fray_ray._version import __version__
 from fray_ray._private.task_spec import PoolKey, ResourceShape
 from fray_ray.fray._setup_scripts import pip_setup_script
 from fray_ray.fray import (
@@ -400,9 +401,7 @@ class WorkerLauncher:
 
 
 def fray_ray_version() -> str:
-    import fray_ray
-
-    return fray_ray.__version__
+    return __version__
 
 
 class StartupWatch:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from fray_ray._private import messages
 from fray_ray._private.messages import Log
+from fray_ray._private.task_context import current_task
 
 if TYPE_CHECKING:
     from fray_ray._private.worker import WorkerRuntime
@@ -79,8 +80,6 @@ class _Forwarder:
         self._thread.start()
 
     def add(self, stream_name: str, lines: Sequence[str]) -> None:
-        from fray_ray._private.worker import current_task
-
         context = current_task.get()
         if context is None:
             return  # output outside any task (startup noise) stays in the worker's own logs

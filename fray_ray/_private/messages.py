@@ -679,26 +679,107 @@ class StreamReady(Message):
 
 @_message
 @dataclass(frozen=True)
-class PlacementGroupRequest(Message):
-    """A placement-group operation the driver runs (create, remove, wait, table, get, info)."""
+class CreatePlacementGroup(Message):
+    """ray.util.placement_group; answered with the new group's PlacementGroupInfo."""
 
-    KIND: ClassVar[str] = "placement_group"
+    KIND: ClassVar[str] = "placement_group_create"
     REPLY: ClassVar[type[Message]] = Result
 
-    op: str
-    args: dict[str, Any] = pickled()
+    bundles: list[dict[str, float]]
+    strategy: str
+    name: str
+    detached: bool
 
 
 @_message
 @dataclass(frozen=True)
-class GangRequest(Message):
-    """A gang operation the driver runs (reserve, release, size)."""
+class RemovePlacementGroup(Message):
+    """ray.util.remove_placement_group."""
 
-    KIND: ClassVar[str] = "gang"
+    KIND: ClassVar[str] = "placement_group_remove"
+    REPLY: ClassVar[type[Message]] = Done
+
+    id: bytes
+
+
+@_message
+@dataclass(frozen=True)
+class WaitPlacementGroup(Message):
+    """PlacementGroup.wait: answered with whether the group was placed within `timeout`."""
+
+    KIND: ClassVar[str] = "placement_group_wait"
     REPLY: ClassVar[type[Message]] = Result
 
-    op: str
-    args: dict[str, Any] = pickled()
+    id: bytes
+    timeout: float | None
+
+
+@_message
+@dataclass(frozen=True)
+class DescribePlacementGroup(Message):
+    """The PlacementGroupInfo of a group (None if there is none)."""
+
+    KIND: ClassVar[str] = "placement_group_info"
+    REPLY: ClassVar[type[Message]] = Result
+
+    id: bytes
+
+
+@_message
+@dataclass(frozen=True)
+class FindPlacementGroup(Message):
+    """ray.util.get_placement_group: the PlacementGroupInfo of a live group by name."""
+
+    KIND: ClassVar[str] = "placement_group_get"
+    REPLY: ClassVar[type[Message]] = Result
+
+    name: str
+
+
+@_message
+@dataclass(frozen=True)
+class PlacementGroupTable(Message):
+    """ray.util.placement_group_table of one group (`id`) or of all (None)."""
+
+    KIND: ClassVar[str] = "placement_group_table"
+    REPLY: ClassVar[type[Message]] = Result
+
+    id: bytes | None = None
+
+
+@_message
+@dataclass(frozen=True)
+class ReserveGang(Message):
+    """Reserve the hosts of `num_slices` TPU slices of type `tpu`; answered with the gang id."""
+
+    KIND: ClassVar[str] = "gang_reserve"
+    REPLY: ClassVar[type[Message]] = Result
+
+    tpu: str
+    num_slices: int
+    timeout: float | None = None
+
+
+@_message
+@dataclass(frozen=True)
+class ReleaseGang(Message):
+    """Give back a reserved gang's hosts."""
+
+    KIND: ClassVar[str] = "gang_release"
+    REPLY: ClassVar[type[Message]] = Done
+
+    gang_id: bytes
+
+
+@_message
+@dataclass(frozen=True)
+class GangSize(Message):
+    """How many hosts a reserved gang has."""
+
+    KIND: ClassVar[str] = "gang_size"
+    REPLY: ClassVar[type[Message]] = Result
+
+    gang_id: bytes
 
 
 # ---- driver to executor --------------------------------------------------------------------

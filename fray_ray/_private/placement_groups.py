@@ -26,6 +26,15 @@ from fray_ray._private.serialization import serialize
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class PlacementGroupInfo:
+    """What a PlacementGroup handle needs of its group: its id, bundles and readiness object."""
+
+    id: bytes
+    bundles: list[dict[str, float]]
+    ready_id: bytes
+
+
 class GroupState(enum.Enum):
     PENDING = "PENDING"
     CREATED = "CREATED"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fray_ray._private import messages
@@ -26,10 +27,13 @@ from fray_ray._private.messages import (
     CallDone,
     Cancel,
     CreateActor,
+    CreatePlacementGroup,
+    DescribePlacementGroup,
     Die,
     Done,
     Exit,
-    GangRequest,
+    FindPlacementGroup,
+    GangSize,
     GetAbandoned,
     GetNamedActor,
     GetNodes,
@@ -41,10 +45,13 @@ from fray_ray._private.messages import (
     Log,
     NextItem,
     Objects,
-    PlacementGroupRequest,
+    PlacementGroupTable,
     Put,
     Ready,
     Release,
+    ReleaseGang,
+    RemovePlacementGroup,
+    ReserveGang,
     ResourceAmounts,
     Result,
     Returns,
@@ -57,6 +64,7 @@ from fray_ray._private.messages import (
     TaskDone,
     TasksReturned,
     Wait,
+    WaitPlacementGroup,
     Welcome,
     Yield,
 )
@@ -107,8 +115,15 @@ class SessionService:
             Yield: self._yield,
             StreamNext: self._stream_next,
             StreamReady: self._stream_ready,
-            PlacementGroupRequest: self._placement_group,
-            GangRequest: self._gang,
+            CreatePlacementGroup: self._create_placement_group,
+            RemovePlacementGroup: self._remove_placement_group,
+            WaitPlacementGroup: self._wait_placement_group,
+            DescribePlacementGroup: self._describe_placement_group,
+            FindPlacementGroup: self._find_placement_group,
+            PlacementGroupTable: self._placement_group_table,
+            ReserveGang: self._reserve_gang,
+            ReleaseGang: self._release_gang,
+            GangSize: self._gang_size,
             TasksReturned: self._tasks_returned,
         })
 
@@ -394,34 +409,80 @@ class SessionService:
         assert message_id is not None
         messages.reply(connection, message_id, StreamState(self._driver.stream_ready(asked.stream, asked.index)))
 
-    def _placement_group(self, connection: Connection, message_id: int | None, asked: PlacementGroupRequest) -> None:
-        assert message_id is not None
+    @staticmethod
+    def _answer_later(connection: Connection, message_id: int, name: str, compute: Callable[[], Any],
+                      refused: tuple[type[Exception], ...] = (ValueError,)) -> None:
+        """Answer with `compute()` from a thread of its own: it blocks (a wait, a reservation),
+        and the connection's reader must not."""
 
-        def run() -> None:  # wait() blocks, so it cannot run on the reader thread
+        def run() -> None:
             try:
-                result = self._driver.placement_group(asked.op, **asked.args)
-            except ValueError as exc:
-                connection.reply_error(message_id, "ValueError", str(exc))
-                return
-            messages.reply(connection, message_id, Result(result))
-
-        if asked.op == "wait":
-            threading.Thread(target=run, name="placement-group-wait", daemon=True).start()
-        else:
-            run()
-
-    def _gang(self, connection: Connection, message_id: int | None, asked: GangRequest) -> None:
-        assert message_id is not None
-
-        def run() -> None:  # reserving blocks until the hosts are up
-            try:
-                result = self._driver.gang(asked.op, **asked.args)
-            except (ValueError, TimeoutError, RuntimeError) as exc:
+                result = compute()
+            except refused as exc:
                 connection.reply_error(message_id, type(exc).__name__, str(exc))
                 return
             messages.reply(connection, message_id, Result(result))
 
-        threading.Thread(target=run, name="gang-request", daemon=True).start()
+        threading.Thread(target=run, name=name, daemon=True).start()
+
+    def _create_placement_group(self, connection: Connection, message_id: int | None, create: CreatePlacementGroup) -> None:
+        assert message_id is not None
+        info = self._driver.create_placement_group(create.bundles, create.strategy, create.name, create.detached)
+        messages.reply(connection, message_id, Result(info))
+
+    def _remove_placement_group(self, connection: Connection, message_id: int | None, remove: RemovePlacementGroup) -> None:
+        assert message_id is not None
+        self._driver.remove_placement_group(remove.id)
+        messages.reply(connection, message_id, Done())
+
+    def _wait_placement_group(self, connection: Connection, message_id: int | None, wait: WaitPlacementGroup) -> None:
+        assert message_id is not None
+        self._answer_later(connection, message_id, "placement-group-wait",
+                           lambda: self._driver.wait_placement_group(wait.id, wait.timeout))
+
+    def _describe_placement_group(self, connection: Connection, message_id: int | None,
+                                  describe: DescribePlacementGroup) -> None:
+        assert message_id is not None
+        messages.reply(connection, message_id, Result(self._driver.placement_group_info(describe.id)))
+
+    def _find_placement_group(self, connection: Connection, message_id: int | None, find: FindPlacementGroup) -> None:
+        assert message_id is not None
+        try:
+            info = self._driver.placement_group_by_name(find.name)
+        except ValueError as exc:
+            connection.reply_error(message_id, "ValueError", str(exc))
+            return
+        messages.reply(connection, message_id, Result(info))
+
+    def _placement_group_table(self, connection: Connection, message_id: int | None, table: PlacementGroupTable) -> None:
+        assert message_id is not None
+        messages.reply(connection, message_id, Result(self._driver.placement_group_table(table.id)))
+
+    def _reserve_gang(self, connection: Connection, message_id: int | None, reserve: ReserveGang) -> None:
+        assert message_id is not None
+        self._answer_later(
+            connection, message_id, "gang-request",
+            lambda: self._driver.reserve_gang(tpu=reserve.tpu, num_slices=reserve.num_slices, timeout=reserve.timeout),
+            refused=(ValueError, TimeoutError, RuntimeError),
+        )
+
+    def _release_gang(self, connection: Connection, message_id: int | None, release: ReleaseGang) -> None:
+        assert message_id is not None
+        try:
+            self._driver.release_gang(release.gang_id)
+        except (ValueError, RuntimeError) as exc:
+            connection.reply_error(message_id, type(exc).__name__, str(exc))
+            return
+        messages.reply(connection, message_id, Done())
+
+    def _gang_size(self, connection: Connection, message_id: int | None, size: GangSize) -> None:
+        assert message_id is not None
+        try:
+            hosts = self._driver.gang_size(size.gang_id)
+        except (ValueError, RuntimeError) as exc:
+            connection.reply_error(message_id, type(exc).__name__, str(exc))
+            return
+        messages.reply(connection, message_id, Result(hosts))
 
     def _log(self, connection: Connection, message_id: int | None, log: Log) -> None:
         self._driver.print_worker_output(log.pid, log.lines)

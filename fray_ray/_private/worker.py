@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import contextvars
 import logging
 import os
 import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle
@@ -40,7 +38,10 @@ from fray_ray._private.messages import (
     CreateActor,
     ExecuteTask,
     Exit,
-    GangRequest,
+    CreatePlacementGroup,
+    DescribePlacementGroup,
+    FindPlacementGroup,
+    GangSize,
     GetAbandoned,
     GetNamedActor,
     GetNodes,
@@ -50,9 +51,12 @@ from fray_ray._private.messages import (
     KillActor,
     ListNamedActors,
     Message,
-    PlacementGroupRequest,
+    PlacementGroupTable,
     Put,
     Release,
+    ReleaseGang,
+    RemovePlacementGroup,
+    ReserveGang,
     StreamNext,
     StreamReady,
     SubmitActorCall,
@@ -61,40 +65,24 @@ from fray_ray._private.messages import (
     TasksReturned,
     Unqueue,
     Wait,
+    WaitPlacementGroup,
     Welcome,
     Yield,
 )
 from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.placement_groups import PlacementGroupInfo
 from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.stream_server import introduce
 from fray_ray._private.refcount import LocalReferenceCounter
 from fray_ray._private.runtime_env import process_runtime_env
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize
+from fray_ray._private.task_context import TaskContext, current_task
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, TaskSpec
 
 logger = logging.getLogger(__name__)
 
 #: Fetched values kept per worker (bytes); least recently used go first.
 CACHE_BYTES = 512 * 1024 * 1024
-
-
-@dataclass
-class TaskContext:
-    """What `get_runtime_context()` reports inside a running task or actor call."""
-
-    task_id: bytes | None = None
-    function_name: str = ""
-    actor_id: bytes | None = None
-    actor_name: str | None = None
-    resources: Mapping[str, float] = field(default_factory=dict)
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    placement_group_id: str | None = None
-    actor_handle: Any = None
-    actor_given_name: str | None = None  # the name a named actor was created with
-    actor_restarted: bool = False  # this actor instance is a restart (max_restarts)
-
-
-current_task: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar("fray_ray_task", default=None)
 
 
 class WorkerRuntime:
@@ -249,21 +237,34 @@ class WorkerRuntime:
     def stream_ready(self, stream_id: bytes, index: int) -> str:
         return self._simple(StreamReady(stream_id, index)).state
 
-    def gang(self, operation: str, **arguments: Any) -> Any:
-        """Gang operations (reserve, release, size) run by the driver."""
-        return self._simple(GangRequest(operation, arguments)).value
-
     def reserve_gang(self, *, tpu: str, num_slices: int, timeout: float | None) -> bytes:
-        from fray_ray._private.gangs import shape_for
-
-        return self.gang("reserve", shape=shape_for({"tpu": tpu, "num_slices": num_slices}), timeout=timeout)
+        return self._simple(ReserveGang(tpu, num_slices, timeout)).value
 
     def release_gang(self, gang_id: bytes) -> None:
-        self.gang("release", gang_id=gang_id)
+        self._simple(ReleaseGang(gang_id))
 
-    def placement_group(self, operation: str, **arguments: Any) -> Any:
-        """Placement group operations run by the driver (create, remove, wait, table, get)."""
-        return self._simple(PlacementGroupRequest(operation, arguments)).value
+    def gang_size(self, gang_id: bytes) -> int:
+        return self._simple(GangSize(gang_id)).value
+
+    def create_placement_group(
+        self, bundles: list[dict[str, float]], strategy: str, name: str, detached: bool
+    ) -> PlacementGroupInfo:
+        return self._simple(CreatePlacementGroup(bundles, strategy, name, detached)).value
+
+    def remove_placement_group(self, group_id: bytes) -> None:
+        self._simple(RemovePlacementGroup(group_id))
+
+    def wait_placement_group(self, group_id: bytes, timeout: float | None) -> bool:
+        return self._simple(WaitPlacementGroup(group_id, timeout)).value
+
+    def placement_group_info(self, group_id: bytes) -> PlacementGroupInfo | None:
+        return self._simple(DescribePlacementGroup(group_id)).value
+
+    def placement_group_by_name(self, name: str) -> PlacementGroupInfo:
+        return self._simple(FindPlacementGroup(name)).value
+
+    def placement_group_table(self, group_id: bytes | None) -> dict[str, Any]:
+        return self._simple(PlacementGroupTable(group_id)).value
 
     def object_future(self, ref: ObjectRef) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -362,7 +363,7 @@ class WorkerRuntime:
 
 def _rebuild_remote_error(error: RemoteError) -> BaseException:
     """Errors the driver reports for worker requests, as the exception types users expect."""
-    from fray_ray import exceptions
+    import fray_ray.exceptions as exceptions
 
     kind = error.kind
     if kind == "ValueError":

@@ -57,7 +57,7 @@ class PlacementGroup:
         self._ready_id = _ready_id
 
     def _info(self) -> dict[str, Any]:
-        info = runtime_state.current().placement_group("info", id=self.id.binary())
+        info = runtime_state.current().placement_group_info(self.id.binary())
         if info is None:
             raise ValueError(f"Placement group {self.id.hex()} does not exist.")
         return info
@@ -65,7 +65,7 @@ class PlacementGroup:
     @property
     def bundle_specs(self) -> list[dict[str, float]]:
         if self._bundles is None:
-            self._bundles = [dict(b) for b in self._info()["bundles"]]
+            self._bundles = [dict(b) for b in self._info().bundles]
         return [dict(b) for b in self._bundles]
 
     @property
@@ -75,12 +75,12 @@ class PlacementGroup:
     def ready(self) -> ObjectRef:
         """A ref that becomes ready when every bundle is reserved."""
         if self._ready_id is None:
-            self._ready_id = self._info()["ready_id"]
+            self._ready_id = self._info().ready_id
         return ObjectRef(self._ready_id)
 
     def wait(self, timeout_seconds: float | None = 30) -> bool:
         """Block until the group is placed (True) or the timeout passes (False)."""
-        return bool(runtime_state.current().placement_group("wait", id=self.id.binary(), timeout=timeout_seconds))
+        return bool(runtime_state.current().wait_placement_group(self.id.binary(), timeout_seconds))
 
     def __reduce__(self) -> Any:
         return (PlacementGroup, (self.id, self._bundles, self._ready_id))
@@ -115,31 +115,29 @@ def placement_group(
         raise ValueError(
             "Placement group `lifetime` argument must be either `None` or 'detached'. " f"Got {lifetime}."
         )
-    result = runtime_state.current().placement_group(
-        "create", bundles=checked, strategy=strategy, name=name or "", detached=lifetime == "detached"
-    )
-    return PlacementGroup(PlacementGroupID(result["id"]), checked, result["ready_id"])
+    info = runtime_state.current().create_placement_group(checked, strategy, name or "", lifetime == "detached")
+    return PlacementGroup(PlacementGroupID(info.id), checked, info.ready_id)
 
 
 def remove_placement_group(placement_group: PlacementGroup) -> None:
     """Release the group's resources."""
     if not isinstance(placement_group, PlacementGroup):
         raise TypeError(f"remove_placement_group expects a PlacementGroup, got {type(placement_group).__name__}")
-    runtime_state.current().placement_group("remove", id=placement_group.id.binary())
+    runtime_state.current().remove_placement_group(placement_group.id.binary())
 
 
 def get_placement_group(placement_group_name: str) -> PlacementGroup:
     """The live group with this name; ValueError if there is none."""
     if not placement_group_name:
         raise ValueError("Please supply a non-empty value to get_placement_group")
-    info = runtime_state.current().placement_group("get", name=placement_group_name)
-    return PlacementGroup(PlacementGroupID(info["id"]), info["bundles"], info["ready_id"])
+    info = runtime_state.current().placement_group_by_name(placement_group_name)
+    return PlacementGroup(PlacementGroupID(info.id), info.bundles, info.ready_id)
 
 
 def placement_group_table(placement_group: PlacementGroup | None = None) -> dict[str, Any]:
     """One group's row, or every group keyed by id hex."""
     group_id = None if placement_group is None else placement_group.id.binary()
-    return runtime_state.current().placement_group("table", id=group_id)
+    return runtime_state.current().placement_group_table(group_id)
 
 
 def get_current_placement_group() -> PlacementGroup | None:
