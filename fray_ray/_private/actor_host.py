@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 from collections.abc import Mapping
+import time
 from typing import Any
 
 import cloudpickle
@@ -45,7 +46,10 @@ from fray_ray._private.messages import (
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.serialization import SerializedValue, serialize_error
 from fray_ray._private.task_context import TaskContext, current_task
+from fray_ray._private.task_spec import gang_member_id
 from fray_ray._private.worker import WorkerRuntime, open_session, send_item, send_items_async
+from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError, RayActorError
+from fray_ray.fray import current_actor
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +65,6 @@ class RayActorHost:
         self, session_address: str, token: str, actor_id: bytes, in_process: bool = False, gang: bool = False
     ) -> None:
         """`gang`: this host is one member of a gang of actors; its id follows from its index."""
-        from fray_ray._private.task_spec import gang_member_id
-        from fray_ray.fray import current_actor
-
         self._in_process = in_process
         try:
             self._fray_context = current_actor()
@@ -293,8 +294,6 @@ class RayActorHost:
         return within_store(packaged, self._runtime.object_store_memory, call.method)
 
     def _wrap(self, exc: BaseException, call: CallMethod) -> BaseException:
-        from fray_ray.exceptions import RayActorError
-
         if isinstance(exc, RayActorError) and self._creation_error is not None:
             return exc
         return make_task_error(exc, f"{self._class_name}.{call.method}", actor_repr=self._class_name,
@@ -448,8 +447,6 @@ class _GroupLoop:
 
 def _end_own_job() -> None:
     """Ask the controller to terminate the job of this task, then exit (if still alive)."""
-    import time
-
     time.sleep(0.05)  # let the reply to `kill` go out first
     try:
         from fray_ray.fray.iris_backend import FrayIrisClient, IrisJobHandle
@@ -471,8 +468,6 @@ def _reset_quietly(reset: Any, token: Any) -> None:
 
 
 def _creation_failed(class_name: str) -> BaseException:
-    from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError
-
     return ActorDiedError(ActorDeathInfo(
         ActorDeathReason.PROCESS_DIED, class_name=class_name, detail="Its creation task failed."
     ))

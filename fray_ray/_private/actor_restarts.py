@@ -23,6 +23,7 @@ import threading
 
 from fray_ray._private.retry_policy import retries_user_exception  # noqa: F401 - one of the rules above
 from fray_ray._private.serialization import SerializedValue, serialize_error
+from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError, ActorUnavailableError
 
 #: How often the job of a restarting actor is checked, in case its restart never comes.
 RESTART_CHECK_S = 1.0
@@ -100,16 +101,12 @@ def fate_while_restarting(budget: RetryBudget, call_id: bytes) -> CallFate:
 
 
 def unavailable_error(actor_id: bytes, reason: str) -> SerializedValue:
-    from fray_ray.exceptions import ActorUnavailableError
-
     return serialize_error(ActorUnavailableError(reason, actor_id))
 
 
 def died_error(class_name: str, actor_id: bytes, reason: str, detail: str = "", pid: int | None = None,
                namespace: str | None = None) -> BaseException:
     """The ActorDiedError of an actor that will not come back, worded as Ray words it."""
-    from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError
-
     return ActorDiedError(ActorDeathInfo(
         ActorDeathReason(reason), class_name=class_name, actor_id=actor_id.hex(), pid=pid, namespace=namespace,
         detail=detail,

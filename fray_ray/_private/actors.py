@@ -9,6 +9,7 @@ become then follows Ray's rules, written down in `actor_restarts`.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import threading
@@ -23,14 +24,23 @@ from fray_ray._private.actor_reservations import ActorReservations
 from fray_ray._private.actor_restarts import CallFate, died_error, unknown_actor_error
 from fray_ray._private.cluster_ledger import ClusterLedger
 from fray_ray._private import messages
+from fray_ray._private.ids import new_actor_id
 from fray_ray._private.messages import CallArguments, CallMethod, CancelCall, CreateInstance, Die, InstanceOptions
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.remote_actors import RemoteActor
 from fray_ray._private.retry_policy import retries_user_exception
 from fray_ray._private.streams import StreamTable
-from fray_ray._private.serialization import SerializedValue, serialize_error
-from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec
+from fray_ray._private.serialization import SerializedValue, deserialize, serialize_error
+from fray_ray._private.task_spec import (
+    ActorCallSpec,
+    ActorCreationSpec,
+    Arguments,
+    CodeBlob,
+    ResourceShape,
+    gang_member_id,
+)
+from fray_ray.exceptions import ActorAlreadyExistsError, ActorDiedError, RayTaskError, TaskCancelledError
 
 if TYPE_CHECKING:
     from fray_ray._private.cluster_view import ClusterView
@@ -109,8 +119,6 @@ class ActorManager:
 
     def create(self, spec: ActorCreationSpec) -> bytes:
         """Register and launch an actor; returns its id (an existing one for get_if_exists)."""
-        from fray_ray.exceptions import ActorAlreadyExistsError
-
         namespace = spec.namespace or self._namespace
         with self._lock:
             if spec.name:
@@ -186,10 +194,6 @@ class ActorManager:
 
     def create_gang(self, spec: ActorCreationSpec) -> list[bytes]:
         """One actor per host of a TPU slice, placed together: returns their ids in host order."""
-        import dataclasses
-
-        from fray_ray._private.task_spec import gang_member_id
-
         if spec.name:
             raise ValueError("A gang of actors (tpu=...) cannot be named; name a coordinator actor instead.")
         gang = spec.gang
@@ -295,9 +299,6 @@ class ActorManager:
             self._objects.decref(record.spec.arguments.value.contained_refs)
 
     def creation_failed(self, actor_id: bytes, error: SerializedValue) -> None:
-        from fray_ray._private.serialization import deserialize
-        from fray_ray.exceptions import ActorDiedError, RayTaskError
-
         with self._lock:
             record = self._actors.get(actor_id)
         if record is None:
@@ -395,8 +396,6 @@ class ActorManager:
         """Cancel an actor call: its refs fail with TaskCancelledError at once; the host skips
         it if it has not started, cancels it if it is a coroutine, and flags it otherwise
         (`get_runtime_context().is_canceled()`)."""
-        from fray_ray.exceptions import TaskCancelledError
-
         with self._lock:
             for record in self._actors.values():
                 queued = next((c for c in record.queued if c.call_id == call_id), None)
@@ -452,8 +451,6 @@ class ActorManager:
 
     def resolve_values(self, object_ids: Sequence[bytes]) -> dict[bytes, Any]:
         """Wait for this session's objects and return their values (raising their errors)."""
-        from fray_ray._private.serialization import deserialize
-
         out = {}
         for object_id in object_ids:
             event = threading.Event()
@@ -478,8 +475,6 @@ class ActorManager:
         self._objects.decref(call.arguments.value.contained_refs)
 
     def _fail_call(self, call: ActorCallSpec, error: SerializedValue | None) -> None:
-        from fray_ray.exceptions import ActorDiedError
-
         self._complete_call(call, error or serialize_error(ActorDiedError()))
 
     # ---- death ---------------------------------------------------------------------------
@@ -625,10 +620,6 @@ class ActorManager:
 
     def _adopt_remote(self, namespace: str, name: str, handle: Any, description: dict[str, Any]) -> bytes:
         """Track another driver's named actor so this driver can call it."""
-        from fray_ray._private.ids import new_actor_id
-        from fray_ray._private.serialization import SerializedValue
-        from fray_ray._private.task_spec import Arguments, CodeBlob, ResourceShape
-
         with self._lock:
             existing = self._names.get((namespace, name))
             if existing is not None and self._actors[existing].state is not ActorState.DEAD:

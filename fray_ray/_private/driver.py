@@ -41,6 +41,8 @@ from fray_ray._private.session import SessionService
 from fray_ray._private.streams import END, StreamTable
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, PoolKey, ResourceShape, TaskSpec
 from fray_ray._private.timers import TimerQueue
+from fray_ray.exceptions import GetTimeoutError, ObjectFreedError, RaySystemError
+from fray_ray.fray.hosts import this_machine
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +166,6 @@ class DriverRuntime:
         if self.state is DriverState.STOPPED:
             return
         self.state = DriverState.STOPPED
-        from fray_ray.exceptions import RaySystemError
 
         jobs = self.scheduler.close() + self.actors.close() + self.gangs.close()
         self.view.stop()
@@ -218,13 +219,9 @@ class DriverRuntime:
         return ObjectRef(object_id)
 
     def _lost(self, object_id: bytes) -> BaseException:
-        from fray_ray.exceptions import ObjectFreedError
-
         return ObjectFreedError(object_id.hex(), None, "")
 
     def get(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
-        from fray_ray.exceptions import GetTimeoutError
-
         self.references.flush()
         object_ids = [r.binary() for r in refs]
         ready = self.objects.ready_values(object_ids)
@@ -615,8 +612,6 @@ class _ReferenceRouter:
 
 
 def _this_machine() -> Any:
-    from fray_ray.fray.hosts import this_machine
-
     return this_machine()
 
 

@@ -11,6 +11,8 @@ from typing import Any
 from fray_ray._private.messages import CallArguments
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize, serialize_error
+from fray_ray.exceptions import ObjectStoreFullError
+import fray_ray.exceptions as exceptions
 
 _HOSTNAME_IP: str | None = None
 
@@ -75,8 +77,6 @@ def make_task_error(
 ) -> BaseException:
     """The error a caller of a failed task sees: RayTaskError, dual-typed with the cause, whose
     traceback text shows the user's frames (fray_ray's own are left out, as Ray leaves out its)."""
-    import fray_ray.exceptions as exceptions
-
     return exceptions.RayTaskError.from_exception(
         exc, function_name, pid=os.getpid(), ip=node_ip(), actor_repr=actor_repr, actor_id=actor_id
     )
@@ -87,7 +87,6 @@ def too_large_for_store(value: SerializedValue, limit: int, what: str) -> BaseEx
     known), found before the bytes are sent for the driver to allocate and refuse."""
     if limit <= 0 or value.size <= limit:
         return None
-    from fray_ray.exceptions import ObjectStoreFullError
 
     return ObjectStoreFullError(
         f"{what} is {value.size} bytes, larger than the whole object store "

@@ -30,6 +30,7 @@ from fray_ray._private.runtime_env import RuntimeEnv, effective_runtime_env
 from fray_ray._private.serialization import SerializedValue
 from fray_ray._private.task_spec import TaskSpec
 from fray_ray._private.timers import TimerQueue
+from fray_ray.exceptions import TaskUnschedulableError, WorkerCrashedError
 
 if TYPE_CHECKING:
     from fray_ray._private.launcher import WorkerLauncher
@@ -290,8 +291,6 @@ class GangScheduler:
 
     def _fail_gang(self, gang: Gang, why: str, *, unschedulable: bool = False) -> None:
         """Tear the whole gang down; retry its calls on a new gang while max_retries allows."""
-        from fray_ray.exceptions import TaskUnschedulableError, WorkerCrashedError
-
         with self._lock:
             if gang.state is GangState.DEAD and gang.running is None and not gang.queue:
                 return

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fray_ray._private import runtime_state
@@ -58,8 +59,6 @@ class ObjectRefGenerator:
         return self
 
     async def __anext__(self) -> ObjectRef:
-        import asyncio
-
         future = runtime_state.current().stream_next_future(self._stream_id, self._next_index)
         ref = await asyncio.wrap_future(future)
         if ref is None:

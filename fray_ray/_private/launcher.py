@@ -15,9 +15,13 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fray_ray._private.actor_host import RayActorHost
+from fray_ray._private.lease import SessionLease, fate_mode
 from fray_ray._private.runtime_env import RuntimeEnv
 from fray_ray._version import __version__
 from fray_ray._private.task_spec import PoolKey, ResourceShape
+from fray_ray._private.worker import executor_main
+from fray_ray._private.worker_start import start_executor
 from fray_ray.fray._setup_scripts import pip_setup_script
 from fray_ray.fray import (
     ActorConfig,
@@ -78,7 +82,6 @@ class WorkerLauncher:
     def __init__(
         self, client: Any, session_address: str, token: str, *, job_prefix: str, owns_cluster: bool = False
     ) -> None:
-        from fray_ray._private.lease import SessionLease, fate_mode
         from fray_ray.fray.local_backend import LocalClient
 
         self._client = client
@@ -153,11 +156,8 @@ class WorkerLauncher:
         self._submit(lambda: self._client.submit(request, adopt_existing=False, **self.lease.children()), callback)
 
     def _executor_entrypoint(self, runtime_env: RuntimeEnv, args: tuple[Any, ...], **kwargs: Any) -> Entrypoint:
-        from fray_ray._private.worker import executor_main
-
         if self.in_process:
             return Entrypoint.from_callable(executor_main, args=args, kwargs=kwargs)
-        from fray_ray._private.worker_start import start_executor
 
         return Entrypoint.from_callable(start_executor, args=(fray_ray_version(), runtime_env, *args), kwargs=kwargs)
 
@@ -187,9 +187,6 @@ class WorkerLauncher:
         look names up (`lookup_named`). With `started`/`start_failed`, the actor's job is
         watched until `started()` is true; if the job ends first, `start_failed(reason)` is
         called (the worker's own error text)."""
-        from fray_ray._private.actor_host import RayActorHost
-        from fray_ray.fray import ResourceConfig
-
         if runtime_env is None:
             runtime_env = RuntimeEnv(env_vars=tuple(sorted(env_vars.items())))
         host_args: tuple[Any, ...] = ()
@@ -273,8 +270,6 @@ class WorkerLauncher:
         Each replica's executor finds its member index from its Iris task index; in-process
         (LocalClient), each member is a job of its own with an explicit index.
         """
-        from fray_ray.fray import ResourceConfig
-
         base_name = f"{self._prefix}-gang-{gang_id.hex()[:10]}"
         environment = self._environment(shape.runtime_env)
         if shape.tpu:

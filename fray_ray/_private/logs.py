@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from fray_ray._private import messages
 from fray_ray._private.messages import Log
+from fray_ray._private.protocol import ConnectionClosed
 from fray_ray._private.task_context import current_task
 
 if TYPE_CHECKING:
@@ -90,8 +91,6 @@ class _Forwarder:
 
     def flush(self) -> None:
         """Send queued lines now (before a task's result, so they print before `get` returns)."""
-        from fray_ray._private.protocol import ConnectionClosed
-
         with self._lock:
             lines, self._lines = self._lines, []
             if lines:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 from collections.abc import Generator
 from typing import Any
 
 from fray_ray._private import runtime_state
+from fray_ray._private.ids import JOB_ID_HEX
 from fray_ray._private.serialization import note_contained_ref
 
 
@@ -57,8 +59,6 @@ class ObjectRef:
         return self._id[:24].hex()
 
     def job_id(self) -> str:
-        from fray_ray._private.ids import JOB_ID_HEX
-
         return JOB_ID_HEX
 
     def is_nil(self) -> bool:
@@ -93,8 +93,6 @@ class ObjectRef:
 
     def as_future(self) -> Any:
         """An asyncio Future on the running loop, resolving to the value."""
-        import asyncio
-
         return asyncio.wrap_future(self.future())
 
     def __await__(self) -> Generator[Any, None, Any]:

@@ -36,6 +36,7 @@ from fray_ray._private.serialization import SerializedValue
 from fray_ray._private.task_spec import PoolKey, TaskSpec
 from fray_ray._private.timers import TimerQueue
 from fray_ray._private.worker_exits import ExitReports
+from fray_ray.exceptions import RaySystemError, TaskCancelledError
 
 if TYPE_CHECKING:
     from fray_ray._private.launcher import WorkerLauncher
@@ -360,8 +361,6 @@ class TaskScheduler:
 
     def _executor_failed_to_start(self, executor: ExecutorRecord, problem: str) -> None:
         """An executor died before connecting: fail the tasks that were waiting for it."""
-        from fray_ray.exceptions import RaySystemError
-
         with self._lock:
             if executor.state is not ExecutorState.STARTING:
                 return
@@ -586,8 +585,6 @@ class TaskScheduler:
 
     def cancel(self, task_id: bytes, force: bool) -> bool:
         """Cancel a queued or running task; returns False if it already finished."""
-        from fray_ray.exceptions import TaskCancelledError
-
         with self._lock:
             record = self._tasks.get(task_id)
             if record is None or record.state is TaskState.DONE:

@@ -31,6 +31,8 @@ from fray_ray._private.execution import (
     too_large_for_store,
     within_store,
 )
+from fray_ray._private.generators import DynamicObjectRefGenerator, ObjectRefGenerator
+from fray_ray._private.ids import object_id_for
 from fray_ray._private.messages import (
     Borrow,
     Cancel,
@@ -78,6 +80,8 @@ from fray_ray._private.runtime_env import process_runtime_env
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize
 from fray_ray._private.task_context import TaskContext, current_task
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, TaskSpec
+from fray_ray.exceptions import GetTimeoutError, TaskCancelledError
+import fray_ray.exceptions as exceptions
 
 logger = logging.getLogger(__name__)
 
@@ -165,8 +169,6 @@ class WorkerRuntime:
 
     def fetch(self, object_ids: Sequence[bytes], timeout: float | None) -> dict[bytes, SerializedValue]:
         """The stored values (or errors) of `object_ids`, from the cache or the driver."""
-        from fray_ray.exceptions import GetTimeoutError
-
         self.references.flush()
         found: dict[bytes, SerializedValue] = {}
         with self._cache_lock:
@@ -208,8 +210,6 @@ class WorkerRuntime:
     def wait(
         self, refs: Sequence[Any], num_returns: int, timeout: float | None, fetch_local: bool
     ) -> tuple[list[Any], list[Any]]:
-        from fray_ray._private.generators import ObjectRefGenerator
-
         self.references.flush()
         keys = [r._stream_id if isinstance(r, ObjectRefGenerator) else r.binary() for r in refs]
         streams = [[r._stream_id, r._next_index] for r in refs if isinstance(r, ObjectRefGenerator)]
@@ -285,8 +285,6 @@ class WorkerRuntime:
         return context.task_id if context else None
 
     def submit_task(self, spec: TaskSpec) -> list[Any]:
-        from fray_ray._private.generators import ObjectRefGenerator
-
         reply = self._simple(SubmitTask(spec, self._parent()))
         if spec.num_returns == "streaming":
             return [ObjectRefGenerator(spec.task_id)]
@@ -296,8 +294,6 @@ class WorkerRuntime:
         return self._simple(CreateActor(spec, self._parent())).actor_id
 
     def submit_actor_call(self, spec: ActorCallSpec) -> list[Any]:
-        from fray_ray._private.generators import ObjectRefGenerator
-
         reply = self._simple(SubmitActorCall(spec, self._parent()))
         if spec.num_returns == "streaming":
             return [ObjectRefGenerator(spec.call_id)]
@@ -363,8 +359,6 @@ class WorkerRuntime:
 
 def _rebuild_remote_error(error: RemoteError) -> BaseException:
     """Errors the driver reports for worker requests, as the exception types users expect."""
-    import fray_ray.exceptions as exceptions
-
     kind = error.kind
     if kind == "ValueError":
         return ValueError(error.message)
@@ -426,8 +420,6 @@ class Executor:
                 pass
 
     def _on_cancel(self, connection: Connection, message_id: int | None, cancel: CancelTask) -> None:
-        from fray_ray.exceptions import TaskCancelledError
-
         with self._condition:
             queued = next((task for task in self._queue if task.task == cancel.task), None)
             if queued is not None:
@@ -487,8 +479,6 @@ class Executor:
         return function
 
     def _run(self, task: ExecuteTask) -> None:
-        from fray_ray.exceptions import TaskCancelledError
-
         task_id = task.task
         name = task.name
         num_returns = task.num_returns
@@ -537,9 +527,6 @@ class Executor:
 
     def _dynamic(self, task_id: bytes, generator: Any) -> SerializedValue:
         """Store every item, then return a DynamicObjectRefGenerator holding refs to them."""
-        from fray_ray._private.generators import DynamicObjectRefGenerator
-        from fray_ray._private.ids import object_id_for
-
         items = [serialize(item) for item in generator]  # a failure here fails (and retries) the task
         for index, value in enumerate(items, start=1):
             messages.notify(self.runtime.connection, Yield(task_id, index, value))

@@ -26,6 +26,7 @@ from typing import Any
 from fray_ray._private import runtime_env as runtime_env_module
 from fray_ray._private.actor_host import RayActorHost
 from fray_ray._private.runtime_env import RuntimeEnv
+from fray_ray._private.worker import executor_main
 from fray_ray._version import __version__
 from fray_ray.iris.bundles import PY_MODULES_DIR
 
@@ -86,8 +87,6 @@ def _installed(requirement: str) -> bool:
 
 def start_executor(driver_version: str, runtime_env: RuntimeEnv, *args: Any, **kwargs: Any) -> None:
     """An executor's entry point in its Iris task: `prepare_worker`, then `executor_main`."""
-    from fray_ray._private.worker import executor_main
-
     prepare_worker(driver_version, runtime_env)
     executor_main(*args, **kwargs)
 
