@@ -6,7 +6,7 @@ batch is a fresh process. A shape reports one value per repetition for each of i
 (creating 100 actors reports the seconds, the seconds per actor, and RSS and PSS per actor).
 `compare.py` adds *derived* metrics computed from a backend's own metrics repetition by
 repetition (a synchronous actor call in multiples of the socket floor, how the cost per item
-grows along a curve). Targets are DESIGN.md §4 and issue 15.
+grows along a curve). Each shape's target, a ratio to Ray in the same run, sits beside it here.
 """
 
 from __future__ import annotations
