@@ -47,7 +47,8 @@ from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.serialization import SerializedValue, serialize_error
 from fray_ray._private.task_context import TaskContext, current_task
 from fray_ray._private.task_spec import gang_member_id
-from fray_ray._private.worker import WorkerRuntime, open_session, send_item, send_items_async
+from fray_ray._private.executor import send_item, send_items_async
+from fray_ray._private.worker import WorkerRuntime, open_session
 from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError, RayActorError
 from fray_ray.fray import current_actor
 
