@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from fray_ray._version import __version__
 
+# The first dependency every fray_ray process needs (the driver's and its workers' stream
+# protocol), imported first: a worker whose Python lacks fray_ray's dependencies then fails
+# naming it, whatever module of the package its job loads first.
+import msgpack  # noqa: F401, I001
+
 from fray_ray import exceptions
 from fray_ray._api import (
     RayContext,
