@@ -4,42 +4,34 @@ Each actor is a Fray actor group of one (an Iris job) hosting a RayActorHost, wh
 back to this session. Calls are sent on that connection in submission order, so each caller's
 calls run in order; calls made before the actor is up wait in its queue. When the host goes
 away the actor restarts (if `max_restarts` allows: Iris reruns the job) or dies; what its calls
-become then follows Ray's rules, written down in `actor_restarts`.
+become then follows Ray's rules, written down in `actor_restarts`. Looking names up, and
+calling another driver's named actors, is in `named_actors`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
 from fray_ray._private import actor_restarts as restarts
+from fray_ray._private.actor_records import ActorRecord, ActorState
 from fray_ray._private.actor_reservations import ActorReservations
 from fray_ray._private.actor_restarts import CallFate, died_error, unknown_actor_error
 from fray_ray._private.cluster_ledger import ClusterLedger
 from fray_ray._private import messages
-from fray_ray._private.ids import new_actor_id
+from fray_ray._private.named_actors import NamedActors
 from fray_ray._private.messages import CallArguments, CallMethod, CancelCall, CreateInstance, Die, InstanceOptions
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
-from fray_ray._private.remote_actors import RemoteActor
 from fray_ray._private.retry_policy import retries_user_exception
 from fray_ray._private.streams import StreamTable
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize_error
-from fray_ray._private.task_spec import (
-    ActorCallSpec,
-    ActorCreationSpec,
-    Arguments,
-    CodeBlob,
-    ResourceShape,
-    gang_member_id,
-)
+from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, gang_member_id
 from fray_ray.exceptions import ActorAlreadyExistsError, ActorDiedError, RayTaskError, TaskCancelledError
 
 if TYPE_CHECKING:
@@ -50,38 +42,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class ActorState(enum.Enum):
-    STARTING = "starting"  # launched, host not connected yet
-    ALIVE = "alive"
-    RESTARTING = "restarting"  # its process died; the next one is starting or running __init__
-    DEAD = "dead"
-
-
-@dataclass(eq=False)
-class ActorRecord:
-    spec: ActorCreationSpec
-    state: ActorState = ActorState.STARTING
-    connection: Connection | None = None
-    group: Any = None  # the Fray ActorGroup
-    queued: list[ActorCallSpec] = field(default_factory=list)
-    in_flight: dict[bytes, ActorCallSpec] = field(default_factory=dict)
-    restarts: int = 0
-    death: SerializedValue | None = None
-    pid: int | None = None
-    ready: threading.Event = field(default_factory=threading.Event)
-    killed: bool = False
-    #: a named actor another driver created: calls go over ActorService, in order
-    remote: RemoteActor | None = None
-    placement_group: str | None = None
-    #: held while sending to the host, so calls leave in the order they were accepted
-    send_lock: threading.Lock = field(default_factory=threading.Lock)
-    #: live handles (in the driver, in workers, inside stored values)
-    handles: int = 0
-    out_of_scope: bool = False
-    args_released: bool = False
-
-
-class ActorManager:
+class ActorManager(NamedActors):
     def __init__(
         self,
         objects: ObjectTable,
@@ -446,24 +407,6 @@ class ActorManager:
         for record in retire:
             self._mark_dead(record, self._death_error(record, "out_of_scope"), terminate=True)
 
-    def complete_remote_call(self, call: ActorCallSpec, results: Sequence[SerializedValue]) -> None:
-        self._complete_call(call, results)
-
-    def resolve_values(self, object_ids: Sequence[bytes]) -> dict[bytes, Any]:
-        """Wait for this session's objects and return their values (raising their errors)."""
-        out = {}
-        for object_id in object_ids:
-            event = threading.Event()
-            self._objects.add_done_callback(object_id, lambda _oid, e=event: e.set())
-            event.wait()
-            value = self._objects.value(object_id)
-            if value is None:
-                raise RuntimeError(f"object {object_id.hex()} was freed before it could be sent")
-            if value.is_error:
-                raise deserialize(value)
-            out[object_id] = deserialize(value)
-        return out
-
     def _complete_call(self, call: ActorCallSpec, results: SerializedValue | Sequence[SerializedValue]) -> None:
         self._retries.forget(call.call_id)
         if call.num_returns == "streaming":
@@ -602,57 +545,6 @@ class ActorManager:
         self._mark_dead(record, self._death_error(record, "exited"), terminate=False)
 
     # ---- lookup --------------------------------------------------------------------------
-
-    def named(self, name: str, namespace: str | None) -> ActorCreationSpec | None:
-        """The live actor named `name` in `namespace`: this driver's, or another driver's."""
-        namespace = namespace or self._namespace
-        with self._lock:
-            actor_id = self._names.get((namespace, name))
-            record = self._actors.get(actor_id) if actor_id else None
-            if record is not None and record.state is not ActorState.DEAD:
-                return record.spec
-        found = self._launcher.lookup_named(namespace, name)
-        if found is None:
-            return None
-        actor_id = self._adopt_remote(namespace, name, *found)
-        with self._lock:
-            return self._actors[actor_id].spec
-
-    def _adopt_remote(self, namespace: str, name: str, handle: Any, description: dict[str, Any]) -> bytes:
-        """Track another driver's named actor so this driver can call it."""
-        with self._lock:
-            existing = self._names.get((namespace, name))
-            if existing is not None and self._actors[existing].state is not ActorState.DEAD:
-                return existing
-            spec = ActorCreationSpec(
-                actor_id=new_actor_id(),
-                cls=CodeBlob(b"", b"", description["class_name"]),
-                class_name=description["class_name"],
-                arguments=Arguments(SerializedValue(b"")),
-                shape=ResourceShape(cpu=0.0),
-                methods=cloudpickle.loads(description["methods"]),
-                is_async=bool(description["is_async"]),
-                name=name,
-                namespace=namespace,
-                detached=True,  # its lifetime is its creator's business, not this driver's
-            )
-            record = ActorRecord(spec, state=ActorState.ALIVE, args_released=True)
-            record.remote = RemoteActor(handle, spec, self.complete_remote_call, self.resolve_values)
-            record.ready.set()
-            self._actors[spec.actor_id] = record
-            self._names[(namespace, name)] = spec.actor_id
-        return spec.actor_id
-
-    def list_named(self, all_namespaces: bool) -> list[Any]:
-        with self._lock:
-            items = [
-                (namespace, name)
-                for (namespace, name), actor_id in self._names.items()
-                if self._actors[actor_id].state is not ActorState.DEAD
-            ]
-        if all_namespaces:
-            return [{"name": name, "namespace": namespace} for namespace, name in items]
-        return [name for namespace, name in items if namespace == self._namespace]
 
     def spec(self, actor_id: bytes) -> ActorCreationSpec | None:
         with self._lock:
