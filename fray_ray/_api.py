@@ -9,15 +9,22 @@ import atexit
 import logging
 import os
 import platform
+import textwrap
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from fray_ray._private import options as options_model
 from fray_ray._private import runtime_state
+from fray_ray._private.generators import ObjectRefGenerator
+from fray_ray._private.options import rendering as options_text
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.task_context import current_task
 from fray_ray._version import __version__
+from fray_ray.actor import ActorClass, ActorHandle
+from fray_ray.exceptions import RaySystemError
+from fray_ray.remote_function import RemoteFunction
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +139,7 @@ def init(
                 "Maybe you called ray.init twice by accident? This error can be suppressed by passing in "
                 "'ignore_reinit_error=True' or by calling 'ray.shutdown()' prior to 'ray.init()'."
             )
-        from fray_ray._private.bootstrap import start_driver
+        from fray_ray._private.bootstrap import start_driver  # the driver and cluster load on first init
 
         if kwargs.get("logging_config") is not None:
             logger.warning(
@@ -220,8 +227,6 @@ def get(object_refs: Any, *, timeout: float | None = None, _use_object_store: bo
     Raises the task's error as soon as one is found, GetTimeoutError after `timeout` seconds,
     ValueError/TypeError for arguments that are not refs.
     """
-    from fray_ray._private.generators import ObjectRefGenerator
-
     if isinstance(object_refs, ObjectRef):
         return runtime_state.current().get([object_refs], timeout)[0]
     if isinstance(object_refs, ObjectRefGenerator):
@@ -250,8 +255,6 @@ def wait(
 
     Returns (ready, not_ready), each in input order.
     """
-    from fray_ray._private.generators import ObjectRefGenerator
-
     if isinstance(ray_waitables, (ObjectRef, ObjectRefGenerator)) or not isinstance(ray_waitables, list):
         raise TypeError(
             f"wait() expected a list of ray.ObjectRef or ray.ObjectRefGenerator, got {type(ray_waitables)}"
@@ -285,20 +288,20 @@ def remote(*args: Any, **kwargs: Any) -> Any:
     >>> @fray_ray.remote(num_cpus=2)  # doctest: +SKIP
     ... def f(): ...
     """
-    from fray_ray import _options
-    from fray_ray.actor import ActorClass
-    from fray_ray.remote_function import RemoteFunction
-
     def make(target: Any, options: Mapping[str, Any]) -> Any:
-        if _options.check_remote_target(target) == "class":
+        if options_model.check_remote_target(target) == "class":
             return ActorClass(target, options)
         return RemoteFunction(target, options)
 
-    target, options = _options.split_remote_args(args, kwargs)
-    if target is not _options.UNSET:
+    target, options = options_model.split_remote_args(args, kwargs)
+    if target is not options_model.UNSET:
         return make(target, {})
-    _options.check_decorator_options(options)
+    options_model.check_decorator_options(options)
     return lambda target: make(target, options)
+
+
+# `help(fray_ray.remote)` lists every option with its default, generated from the options table.
+remote.__doc__ = f"{remote.__doc__}\n{textwrap.indent(options_text.remote_options_text(), '    ')}"
 
 
 # ---- actors and tasks ----------------------------------------------------------------------
@@ -306,8 +309,6 @@ def remote(*args: Any, **kwargs: Any) -> Any:
 
 def kill(actor: Any, *, no_restart: bool = True) -> None:
     """Kill an actor at once (no atexit handlers run); later calls raise ActorDiedError."""
-    from fray_ray.actor import ActorHandle
-
     if not isinstance(actor, ActorHandle):
         raise ValueError(f"ray.kill() only supported for actors. For tasks, try ray.cancel(). Got: {type(actor)}.")
     runtime_state.current().kill_actor(actor._actor_id, no_restart)
@@ -315,8 +316,6 @@ def kill(actor: Any, *, no_restart: bool = True) -> None:
 
 def cancel(ray_waitable: Any, *, force: bool = False, recursive: bool = True) -> None:
     """Cancel the task that produces this ref (queued: at once; running: interrupted)."""
-    from fray_ray._private.generators import ObjectRefGenerator
-
     if not isinstance(ray_waitable, (ObjectRef, ObjectRefGenerator)):
         raise TypeError(f"ray.cancel() only supported for object refs. For actors, try ray.kill(). Got: {type(ray_waitable)}.")
     runtime_state.current().cancel(ray_waitable, force, recursive)
@@ -324,8 +323,6 @@ def cancel(ray_waitable: Any, *, force: bool = False, recursive: bool = True) ->
 
 def get_actor(name: str, namespace: str | None = None) -> Any:
     """The handle of the live actor named `name`; ValueError if there is none."""
-    from fray_ray.actor import ActorHandle
-
     if not isinstance(name, str) or not name:
         raise ValueError("Please supply a non-empty value to get_actor")
     info = runtime_state.current().get_named_actor(name, namespace)
@@ -337,8 +334,6 @@ def get_actor(name: str, namespace: str | None = None) -> Any:
 
 def _initialized_runtime() -> Any:
     """The runtime, for functions that, as in Ray, do not start a session themselves."""
-    from fray_ray.exceptions import RaySystemError
-
     runtime = runtime_state.current_or_none()
     if runtime is None:
         raise RaySystemError("Ray has not been started yet. You can start Ray with 'ray.init()'.")

@@ -15,12 +15,22 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fray_ray._option_values import check_c_integers, method_call_integer, method_num_returns
 from fray_ray._private import actor_handles, ids, runtime_state
+from fray_ray._private.options import (
+    UNSET,
+    ActorOptions,
+    MethodOptions,
+    check_method_call_keys,
+    split_method_args,
+    validate_actor_options,
+    validate_method_options,
+)
+from fray_ray._private.options.quantities import check_c_integers, method_call_integer, method_num_returns
 from fray_ray._private.runtime_env import effective_runtime_env
 from fray_ray._private.serialization import note_contained_ref
 from fray_ray._private.task_context import current_task
@@ -29,28 +39,22 @@ from fray_ray.remote_function import pack_arguments, return_ids_for
 
 __all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod", "exit_actor", "method"]
 
-_METHOD_OPTIONS = ("num_returns", "concurrency_group", "max_task_retries", "retry_exceptions",
-                   "_generator_backpressure_num_objects", "_num_objects_per_yield", "enable_task_events",
-                   "tensor_transport")
-
-
 class ActorClassInheritanceException(TypeError):
     """Raised when a class tries to inherit from an actor class."""
 
 
-def method(*args: Any, **kwargs: Any) -> Callable[[Any], Any]:
-    """Annotate an actor method, e.g. `@fray_ray.method(num_returns=2)`."""
-    if args or not kwargs:
-        raise ValueError(
-            "The @ray.method decorator must be applied using at least one of the arguments in "
-            f"{list(_METHOD_OPTIONS)}, for example '@ray.method(num_returns=2)'."
-        )
-    for key in kwargs:
-        if key not in _METHOD_OPTIONS:
-            raise ValueError(f"Unexpected keyword argument to @ray.method: '{key}'. Valid ones: {list(_METHOD_OPTIONS)}")
+def method(*args: Any, **kwargs: Any) -> Any:
+    """Annotate an actor method, e.g. `@fray_ray.method(num_returns=2)`; bare `@method` is allowed.
+
+    The keywords are checked here (AssertionError for an unknown one, as in Ray); their values
+    are checked when a call is submitted, where Ray checks them.
+    """
+    function, options = split_method_args(args, kwargs)
+    if function is not UNSET:
+        return function
 
     def decorate(function: Any) -> Any:
-        function.__ray_method_options__ = {**getattr(function, "__ray_method_options__", {}), **kwargs}
+        function.__ray_method_options__ = {**getattr(function, "__ray_method_options__", {}), **options}
         return function
 
     return decorate
@@ -76,10 +80,7 @@ def _method_table(cls: type) -> dict[str, dict[str, Any]]:
             signature = None
         table[name] = {
             "signature": signature,
-            "num_returns": options.get("num_returns"),
-            "concurrency_group": options.get("concurrency_group"),
-            "max_task_retries": options.get("max_task_retries"),
-            "retry_exceptions": options.get("retry_exceptions"),
+            "options": options,
             "is_async": inspect.iscoroutinefunction(function),
             "is_generator": inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function),
         }
@@ -94,12 +95,11 @@ class ActorClass:
             raise ActorClassInheritanceException(
                 "Inheriting from actor classes is not allowed. Apply @ray.remote to the subclass instead."
             )
-        from fray_ray import _options
-
         self._cls = cls
         self._methods = _method_table(cls)
         self._is_async = any(m["is_async"] for m in self._methods.values())
-        self._default_options = _options.validate_actor_options(dict(options), is_async=self._is_async)
+        self._default_options = validate_actor_options(dict(options), is_async=self._is_async)
+        self._parsed: ActorOptions | None = None
         self._code: CodeBlob | None = None
         self.__doc__ = cls.__doc__
         self.__name__ = cls.__name__
@@ -120,15 +120,18 @@ class ActorClass:
 
     def options(self, **options: Any) -> _ActorOptions:
         """This class with options overridden for the next `.remote()`."""
-        from fray_ray import _options
-
-        _options.validate_actor_options(options, is_async=self._is_async, in_options=True)
-        merged = _options.validate_actor_options({**self._default_options, **options}, is_async=self._is_async)
+        validate_actor_options(options, is_async=self._is_async, in_options=True)
+        merged = validate_actor_options({**self._default_options, **options}, is_async=self._is_async)
         return _ActorOptions(self, merged)
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
         """Create an actor; returns its handle at once (calls queue until it is up)."""
-        return self._create(args, kwargs, self._default_options)
+        return self._create(args, kwargs, self._default_options, self._default_typed)
+
+    def _default_typed(self) -> ActorOptions:
+        if self._parsed is None:
+            self._parsed = ActorOptions.from_checked(self._default_options, is_async=self._is_async)
+        return self._parsed
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("fray_ray does not support Ray DAGs (.bind()); call .remote() instead")
@@ -141,8 +144,12 @@ class ActorClass:
                 raise TypeError(f"Could not serialize the actor class {self._cls.__name__}: {exc}") from exc
         return self._code
 
-    def _create(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]) -> ActorHandle:
-        check_c_integers(options)
+    def _create(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], given: Mapping[str, Any], typed: Callable[[], ActorOptions]
+    ) -> ActorHandle:
+        """Create one actor; `given` are the keywords (checked for C integers here, as in Ray),
+        `typed` parses them (on first use, so that their cross-checks also fail here)."""
+        check_c_integers(given)
         init = getattr(self._cls, "__init__", None)
         if init is not None and init is not object.__init__:
             try:
@@ -153,15 +160,12 @@ class ActorClass:
                 pass
         elif args or kwargs:
             raise TypeError(f"{self._cls.__name__}() takes no arguments")
-        if options.get("name") == "":
-            raise ValueError("Actor name cannot be an empty string.")
-        if options.get("namespace") == "":
-            raise ValueError('"" is not a valid namespace. Pass None to not specify a namespace.')
-        from fray_ray._private.gangs import shape_for
+        options = typed()  # an empty name or namespace raises here
+        from fray_ray._private.gangs import shape_for  # the gang scheduler loads on first call
 
         runtime = runtime_state.current()
         gang = shape_for(options)
-        runtime_env = effective_runtime_env(options.get("runtime_env"))
+        runtime_env = effective_runtime_env(options.runtime_env)
         shape, placement = actor_shapes(options)
         spec = ActorCreationSpec(
             actor_id=ids.new_actor_id(),
@@ -172,18 +176,18 @@ class ActorClass:
             placement=placement,
             methods=self._methods,
             is_async=self._is_async,
-            max_concurrency=int(options.get("max_concurrency") or (1000 if self._is_async else 1)),
-            concurrency_groups=_concurrency_groups(options.get("concurrency_groups")),
-            max_restarts=int(options.get("max_restarts") or 0),
-            max_task_retries=int(options.get("max_task_retries") or 0),
-            name=options.get("name"),
-            namespace=options.get("namespace"),
-            get_if_exists=bool(options.get("get_if_exists")),
-            detached=options.get("lifetime") == "detached",
+            max_concurrency=int(options.max_concurrency),
+            concurrency_groups=dict(options.concurrency_groups),
+            max_restarts=options.max_restarts,
+            max_task_retries=options.max_task_retries,
+            name=options.name,
+            namespace=options.namespace,
+            get_if_exists=options.get_if_exists,
+            detached=options.detached,
             env_vars=runtime_env.env_vars_dict,
             runtime_env=runtime_env,
-            scheduling_strategy=options.get("scheduling_strategy"),
-            accelerator=options.get("accelerator_type"),
+            scheduling_strategy=options.scheduling_strategy,
+            accelerator=options.accelerator_type,
             gang=gang,
         )
         if gang is not None:
@@ -199,47 +203,38 @@ class ActorClass:
         return ActorHandle(actor_id, self._cls.__name__, self._methods, self._is_async)
 
 
-def actor_shapes(options: Mapping[str, Any]) -> tuple[ResourceShape, ResourceShape | None]:
+def actor_shapes(options: ActorOptions) -> tuple[ResourceShape, ResourceShape | None]:
     """(what the actor holds while alive, what a node must have to place it; None: the same),
-    by Ray 2.60's rule: an actor given no resource but `memory` holds no CPU, yet only a node
-    with a CPU can place it; given any (num_cpus, num_gpus, resources, accelerator_type), it
-    holds its `num_cpus`, 1 by default.
+    by Ray 2.60's rule (see `ActorOptions.scheduling_demand` and `resource_demand`).
 
-    >>> actor_shapes({})
+    >>> actor_shapes(ActorOptions())
     (ResourceShape(cpu=0.0, gpu=0.0, memory=0, custom=()), ResourceShape(cpu=1.0, gpu=0.0, memory=0, custom=()))
-    >>> actor_shapes({"num_gpus": 1})[0].cpu
+    >>> actor_shapes(ActorOptions.from_options({"num_gpus": 1}))[0].cpu
     1.0
     """
-    resources = dict(options.get("resources") or {})
-    num_cpus = options.get("num_cpus")
-    specified = bool(resources) or any(options.get(k) is not None for k in ("num_cpus", "num_gpus", "accelerator_type"))
+    held, to_place = float(options.resource_demand()["CPU"]), float(options.scheduling_demand()["CPU"])
     shape = ResourceShape(
-        cpu=float(num_cpus) if num_cpus is not None else (1.0 if specified else 0.0),
-        gpu=float(options.get("num_gpus") or 0),
-        memory=int(options.get("memory") or 0),
-        custom=tuple(sorted((k, float(v)) for k, v in resources.items())),
+        cpu=held, gpu=options.num_gpus, memory=options.memory, custom=tuple(sorted(options.resources.items()))
     )
-    return shape, None if specified else dataclasses.replace(shape, cpu=1.0)
+    return shape, None if to_place == held else dataclasses.replace(shape, cpu=to_place)
 
 
 class _ActorOptions:
     def __init__(self, actor_class: ActorClass, options: Mapping[str, Any]) -> None:
         self._actor_class = actor_class
         self._options = options
+        self._parsed: ActorOptions | None = None
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
-        return self._actor_class._create(args, kwargs, self._options)
+        return self._actor_class._create(args, kwargs, self._options, self._typed)
+
+    def _typed(self) -> ActorOptions:
+        if self._parsed is None:
+            self._parsed = ActorOptions.from_checked(self._options, is_async=self._actor_class._is_async)
+        return self._parsed
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         return self._actor_class.bind(*args, **kwargs)
-
-
-def _concurrency_groups(value: Any) -> dict[str, int]:
-    if not value:
-        return {}
-    if isinstance(value, Mapping):
-        return {str(k): int(v) for k, v in value.items()}
-    return {str(name): 1 for name in value}
 
 
 class ActorHandle:
@@ -279,7 +274,7 @@ class ActorHandle:
         if name in methods:
             return ActorMethod(self, name, methods[name])
         if name == "__ray_terminate__":
-            return ActorMethod(self, name, {"num_returns": 1, "signature": None})
+            return ActorMethod(self, name, {"options": {}, "signature": None})
         raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
 
     def __dir__(self) -> list[str]:
@@ -330,10 +325,7 @@ class ActorMethod:
         )
 
     def options(self, **options: Any) -> ActorMethod:
-        for key in options:
-            if key not in ("num_returns", "name", "concurrency_group", "max_task_retries", "retry_exceptions",
-                           "enable_task_events", "_generator_backpressure_num_objects"):
-                raise ValueError(f"Invalid option keyword {key} for actor method {self._name}.")
+        check_method_call_keys(options)
         count = options.get("num_returns")
         if isinstance(count, int) and count < 0:  # Ray checks this one here; the rest at .remote()
             raise ValueError(f"num_returns must be >= 0, but got {count}.")
@@ -343,13 +335,8 @@ class ActorMethod:
         signature = self._info.get("signature")
         if signature is not None:
             signature.bind(*args, **kwargs)
-        num_returns = self._options.get("num_returns", self._info.get("num_returns"))
-        if num_returns is None:
-            num_returns = "streaming" if self._info.get("is_generator") else 1
-        num_returns = method_num_returns(num_returns)
-        max_task_retries = self._options.get("max_task_retries", self._info.get("max_task_retries"))
-        if max_task_retries is not None:  # None: the actor's own max_task_retries
-            max_task_retries = method_call_integer("max_task_retries", max_task_retries)
+        options = self._call_options()
+        num_returns = options.num_returns
         call_id = ids.new_task_id()
         return_ids, count = return_ids_for(call_id, num_returns)
         spec = ActorCallSpec(
@@ -359,32 +346,52 @@ class ActorMethod:
             arguments=pack_arguments(args, kwargs, f"{self._handle._class_name}.{self._name}"),
             return_ids=return_ids,
             num_returns=num_returns if isinstance(num_returns, str) else count,
-            concurrency_group=self._options.get("concurrency_group", self._info.get("concurrency_group")),
-            max_task_retries=max_task_retries,
-            retry_exceptions=self._retry_exceptions(),
+            concurrency_group=options.concurrency_group,
+            max_task_retries=None if options.max_task_retries is UNSET else options.max_task_retries,
+            retry_exceptions=options.retry_exceptions,
         )
         refs = runtime_state.current().submit_actor_call(spec)
         if isinstance(num_returns, str) or count == 1:
             return refs[0]
         return refs if count else None
 
-    def _retry_exceptions(self) -> bool | tuple[type, ...]:
-        """Which user exceptions retry the call (under max_task_retries): the call's, else the method's."""
-        from fray_ray import _options
-
-        value = self._options.get("retry_exceptions", self._info.get("retry_exceptions"))
-        if value is None:
-            return False
-        _options.validate_method_options({"retry_exceptions": value}, in_options=True)
-        return value if isinstance(value, bool) else tuple(value)
+    def _call_options(self) -> MethodOptions:
+        """The method's `@method` keywords with this call's `.options()` on top, checked and
+        converted as Ray does at `.remote()` (integers as C integers: 2.0 is 2, NaN raises)."""
+        # Each value's type is part of the key: 1 and True are equal, but only True is a valid
+        # retry_exceptions.
+        given = tuple((key, type(value), value) for key, value in {**self._info.get("options", {}), **self._options}.items())
+        is_generator = bool(self._info.get("is_generator"))
+        try:
+            hash(given)
+        except TypeError:  # e.g. retry_exceptions given as a list
+            return _method_call_options(given, is_generator)
+        return _cached_method_call_options(given, is_generator)
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("fray_ray does not support Ray DAGs (.bind()); call .remote() instead")
 
 
+def _method_call_options(given: tuple[tuple[str, type, Any], ...], is_generator: bool) -> MethodOptions:
+    """Parse one call's method keywords (key, type, value), converting them as Ray does at `.remote()`."""
+    options = {key: value for key, _, value in given}
+    if options.get("num_returns") is not None:
+        options["num_returns"] = method_num_returns(options["num_returns"])
+    if options.get("max_task_retries") is not None:
+        options["max_task_retries"] = method_call_integer("max_task_retries", options["max_task_retries"])
+    if options.get("retry_exceptions") is not None:
+        validate_method_options({"retry_exceptions": options["retry_exceptions"]}, in_options=True)
+    return MethodOptions.from_checked(options, is_generator=is_generator)
+
+
+# Most calls repeat a few keyword sets (usually none), so their parsed values are kept.
+_cached_method_call_options = functools.lru_cache(maxsize=1024)(_method_call_options)
+
+
 def exit_actor() -> None:
     """End the current actor after this call (callers then see ActorDiedError)."""
-    from fray_ray._private.actor_host import ActorExit
+    from fray_ray._private.actor_host import ActorExit  # loaded in actors only, where it already is
+
     context = current_task.get()
     if context is None or context.actor_id is None:
         raise TypeError("exit_actor API is called on a non-actor worker.")

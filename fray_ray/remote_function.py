@@ -10,11 +10,12 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from fray_ray._option_values import check_c_integers
 from fray_ray._private import ids, runtime_state
+from fray_ray._private.options import TaskOptions, validate_task_options
+from fray_ray._private.options.quantities import check_c_integers
 from fray_ray._private.runtime_env import effective_runtime_env
 from fray_ray._private.task_spec import Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec
 from fray_ray._private.task_context import current_task
@@ -26,8 +27,6 @@ class RemoteFunction:
     """A function that runs as a task: `f.remote(...)` returns ObjectRefs at once."""
 
     def __init__(self, function: Any, options: Mapping[str, Any]) -> None:
-        from fray_ray import _options
-
         if inspect.iscoroutinefunction(function):
             raise ValueError(
                 "'async def' should not be used for remote tasks. You can wrap the async function with "
@@ -35,7 +34,8 @@ class RemoteFunction:
             )
         self._function = function
         self._is_generator = inspect.isgeneratorfunction(function)
-        self._default_options = _options.validate_task_options(dict(options), is_generator=self._is_generator)
+        self._default_options = validate_task_options(dict(options), is_generator=self._is_generator)
+        self._parsed: TaskOptions | None = None
         self._function_name = f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', repr(function))}"
         self._display_name = getattr(function, "__name__", "task")
         try:
@@ -63,15 +63,18 @@ class RemoteFunction:
 
         >>> add.options(num_cpus=2).remote(1, 2)  # doctest: +SKIP
         """
-        from fray_ray import _options
-
-        merged = _options.validate_task_options({**self._default_options, **options}, is_generator=self._is_generator)
+        merged = validate_task_options({**self._default_options, **options}, is_generator=self._is_generator)
         _refuse_max_calls(options)
         return _BoundOptions(self, merged)
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Submit a call; returns an ObjectRef (or a list of them for num_returns > 1)."""
-        return self._submit(args, kwargs, self._default_options)
+        return self._submit(args, kwargs, self._default_options, self._default_typed)
+
+    def _default_typed(self) -> TaskOptions:
+        if self._parsed is None:
+            self._parsed = TaskOptions.from_checked(self._default_options, is_generator=self._is_generator)
+        return self._parsed
 
     def _remote(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
         if options:
@@ -92,19 +95,22 @@ class RemoteFunction:
                 ) from exc
         return self._code
 
-    def _submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any]) -> Any:
-        check_c_integers(options)
+    def _submit(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], given: Mapping[str, Any], typed: Callable[[], TaskOptions]
+    ) -> Any:
+        """Submit one call; `given` are the keywords (checked for C integers here, as in Ray),
+        `typed` parses them (on first use, so that their cross-checks also fail at submit)."""
+        check_c_integers(given)
         if self._signature is not None:
             self._signature.bind(*args, **kwargs)  # TypeError here, at submit time, as in Ray
+        options = typed()
         runtime = runtime_state.current()
         arguments = pack_arguments(args, kwargs, self._function_name)
-        from fray_ray._private.gangs import shape_for
+        from fray_ray._private.gangs import shape_for  # the gang scheduler loads on first call
 
-        num_returns = options.get("num_returns")
-        if num_returns is None:
-            num_returns = "streaming" if self._is_generator else 1
+        num_returns = options.num_returns
         task_id = ids.new_task_id()
-        gang, gang_id = shape_for(options), options.get("_gang")
+        gang, gang_id = shape_for(options), options.gang
         if gang is not None or gang_id is not None:
             # A gang call returns one ref per host (a single ref for a one-host slice).
             size = gang.size if gang is not None else runtime.gang_size(gang_id)
@@ -117,12 +123,12 @@ class RemoteFunction:
             arguments=arguments,
             return_ids=return_ids,
             num_returns=num_returns if isinstance(num_returns, str) else count,
-            name=options.get("name") or self._display_name,
+            name=options.name or self._display_name,
             pool=pool_key(options),
-            max_retries=int(options.get("max_retries", 3)),
-            retry_exceptions=_retry_exceptions(options.get("retry_exceptions", False)),
-            scheduling_strategy=options.get("scheduling_strategy"),
-            runtime_env=dict(options.get("runtime_env") or {}),
+            max_retries=options.max_retries,
+            retry_exceptions=options.retry_exceptions,
+            scheduling_strategy=options.scheduling_strategy,
+            runtime_env=dict(options.runtime_env or {}),
             parent_task_id=context.task_id if context else None,
             gang=gang,
             gang_id=gang_id,
@@ -139,14 +145,18 @@ class _BoundOptions:
     def __init__(self, function: RemoteFunction, options: Mapping[str, Any]) -> None:
         self._function = function
         self._options = options
+        self._parsed: TaskOptions | None = None
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        return self._function._submit(args, kwargs, self._options)
+        return self._function._submit(args, kwargs, self._options, self._typed)
+
+    def _typed(self) -> TaskOptions:
+        if self._parsed is None:
+            self._parsed = TaskOptions.from_checked(self._options, is_generator=self._function._is_generator)
+        return self._parsed
 
     def options(self, **options: Any) -> _BoundOptions:
-        from fray_ray import _options
-
-        merged = _options.validate_task_options(
+        merged = validate_task_options(
             {**self._options, **options}, is_generator=self._function._is_generator
         )
         _refuse_max_calls(options)
@@ -201,24 +211,17 @@ def _refuse_max_calls(options: Mapping[str, Any]) -> None:
         raise ValueError("Setting 'max_calls' is not supported in '.options()'.")
 
 
-def _retry_exceptions(value: Any) -> bool | tuple[type, ...]:
-    if isinstance(value, bool):
-        return value
-    return tuple(value)
-
-
-def pool_key(options: Mapping[str, Any]) -> PoolKey:
+def pool_key(options: TaskOptions) -> PoolKey:
     """Which executor pool runs a task with these options."""
-    resources = dict(options.get("resources") or {})
     shape = ResourceShape(
-        cpu=float(options.get("num_cpus", 1) if options.get("num_cpus") is not None else 1),
-        gpu=float(options.get("num_gpus") or 0),
-        memory=int(options.get("memory") or 0),
-        custom=tuple(sorted((k, float(v)) for k, v in resources.items())),
+        cpu=options.num_cpus,
+        gpu=options.num_gpus,
+        memory=options.memory,
+        custom=tuple(sorted(options.resources.items())),
     )
-    runtime_env = effective_runtime_env(options.get("runtime_env"))
-    max_calls = int(options.get("max_calls") or 0)
-    accelerator = options.get("accelerator_type")
+    runtime_env = effective_runtime_env(options.runtime_env)
+    max_calls = options.max_calls
+    accelerator = options.accelerator_type
     if shape.gpu > 0 and not max_calls:
         max_calls = 1  # tasks holding devices get their own process
     return PoolKey(

@@ -16,10 +16,13 @@ import dataclasses
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fray_ray._private.driver import DriverRuntime
 from fray_ray._private.object_store import SYSTEM_CONFIG_KEYS, ObjectStoreConfig
+
+if TYPE_CHECKING:
+    from fray_ray.fray.iris_backend import FrayIrisClient
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +136,7 @@ def start_driver(
             raise
 
     from fray_ray.fray import FrayIrisClient
-    from fray_ray.iris.job_info import get_job_info
+    from fray_ray.fray.job_info import get_job_info
 
     address = _resolve_address(address)
     owned: list[Any] = []
@@ -177,13 +180,13 @@ def start_driver(
         raise
 
 
-def client_address(client: Any) -> str:
-    return getattr(client, "controller_address", None) or getattr(client, "address", "") or ""
+def client_address(client: FrayIrisClient) -> str:
+    return client.address
 
 
 def _resolve_address(address: str | None) -> str | None:
     """None: start an embedded cluster; "task": the surrounding Iris task's; else a URL."""
-    from fray_ray.iris.job_info import get_job_info
+    from fray_ray.fray.job_info import get_job_info
 
     if address == "local":
         return None
@@ -259,7 +262,7 @@ def session_hosts(node_ip_address: str | None) -> tuple[str, str]:
     advertised and bound (FRAY_RAY_BIND_HOST overrides the bind, e.g. 0.0.0.0 behind NAT);
     inside an Iris task, IRIS_ADVERTISE_HOST and IRIS_BIND_HOST; otherwise loopback only.
     """
-    from fray_ray.iris.job_info import get_job_info
+    from fray_ray.fray.job_info import get_job_info
 
     explicit = node_ip_address or os.environ.get(NODE_IP_ENV)
     if explicit:

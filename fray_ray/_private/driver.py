@@ -24,7 +24,7 @@ from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.actors import ActorManager
 from fray_ray._private.cluster_ledger import ClusterLedger
 from fray_ray._private.cluster_view import ClusterView
-from fray_ray._private.gangs import GangScheduler, shape_for
+from fray_ray._private.gangs import GangScheduler, slice_shape
 from fray_ray._private.launcher import WorkerLauncher
 from fray_ray._private.logs import print_forwarded
 from fray_ray._private.object_ref import ObjectRef
@@ -405,7 +405,7 @@ class DriverRuntime:
 
     def reserve_gang(self, *, tpu: str, num_slices: int, timeout: float | None) -> bytes:
         """Reserve a gang of hosts (SlicePlacementGroup)."""
-        return self.gangs.reserve(shape_for({"tpu": tpu, "num_slices": num_slices}), timeout)
+        return self.gangs.reserve(slice_shape(tpu, num_slices), timeout)
 
     def release_gang(self, gang_id: bytes) -> None:
         self.gangs.release(gang_id)

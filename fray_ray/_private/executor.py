@@ -35,6 +35,7 @@ from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.serialization import SerializedValue, serialize
 from fray_ray._private.task_context import TaskContext, current_task
 from fray_ray.exceptions import TaskCancelledError
+from fray_ray.fray.job_info import get_job_info
 
 logger = logging.getLogger(__name__)
 
@@ -284,8 +285,6 @@ def executor_main(
     """
     kind, index = "executor", 0
     if gang_index is not None or gang_base is not None:
-        from fray_ray.iris.job_info import get_job_info
-
         info = get_job_info()
         kind = "gang"
         index = gang_index if gang_index is not None else gang_base + (info.task_index if info else 0)

@@ -17,7 +17,7 @@ import logging
 import threading
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ from fray_ray.exceptions import TaskUnschedulableError, WorkerCrashedError
 
 if TYPE_CHECKING:
     from fray_ray._private.launcher import WorkerLauncher
+    from fray_ray._private.options import ActorOptions, TaskOptions
 
 logger = logging.getLogger(__name__)
 
@@ -361,31 +362,35 @@ class GangScheduler:
         return jobs
 
 
-def shape_for(options: Any) -> GangShape | None:
+def shape_for(options: TaskOptions | ActorOptions) -> GangShape | None:
     """The gang a call with these options needs, or None for an ordinary call.
 
     `tpu="v5p-16"` (with `num_slices`), or Ray's `resources={"TPU-v5p-16-head": 1, ...}`, ask
     for every host of a slice; `gpu="H100"` with `num_hosts > 1` asks for a group of GPU hosts.
     """
-    from fray_ray.iris.tpu import get_tpu_topology
-
-    resources = options.get("resources") or {}
-    tpu = options.get("tpu")
+    resources = options.resources
+    tpu = options.tpu
     if tpu is None:
         head = next((k for k in resources if k.startswith("TPU-") and k.endswith("-head")), None)
         if head is not None:
             tpu = head[len("TPU-") : -len("-head")]
     if tpu is not None:
-        info = get_tpu_topology(tpu)
-        env = effective_runtime_env(options.get("runtime_env"))
-        return GangShape(tpu=tpu, slices=int(options.get("num_slices") or 1), hosts=info.vm_count,
-                         env_vars=env.env_vars, runtime_env=env)
-    hosts = int(options.get("num_hosts") or 1)
-    if options.get("gpu") and hosts > 1:
-        gpus = int(options.get("num_gpus") or 1)
-        env = effective_runtime_env(options.get("runtime_env"))
-        return GangShape(gpu=options["gpu"], hosts=hosts, gpus_per_host=gpus, env_vars=env.env_vars, runtime_env=env)
+        return slice_shape(tpu, options.num_slices, options.runtime_env)
+    hosts = options.num_hosts
+    if options.gpu and hosts > 1:
+        gpus = int(options.num_gpus or 1)
+        env = effective_runtime_env(options.runtime_env)
+        return GangShape(gpu=options.gpu, hosts=hosts, gpus_per_host=gpus, env_vars=env.env_vars, runtime_env=env)
     return None
+
+
+def slice_shape(tpu: str, num_slices: int, runtime_env: Mapping[str, Any] | None = None) -> GangShape:
+    """The gang of every host of `num_slices` slices of the TPU variant `tpu`."""
+    from fray_ray.fray import get_tpu_topology
+
+    info = get_tpu_topology(tpu)
+    env = effective_runtime_env(runtime_env)
+    return GangShape(tpu=tpu, slices=num_slices, hosts=info.vm_count, env_vars=env.env_vars, runtime_env=env)
 
 
 def _member_env(shape: GangShape, index: int, coordinator_ip: str) -> dict[str, str]:

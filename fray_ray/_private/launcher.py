@@ -25,6 +25,7 @@ from fray_ray._private.worker_start import start_executor
 from fray_ray.fray._setup_scripts import pip_setup_script
 from fray_ray.fray import (
     ActorConfig,
+    Client,
     Entrypoint,
     EnvironmentConfig,
     GpuConfig,
@@ -80,15 +81,13 @@ class WorkerLauncher:
     """Launches executors and actor hosts for one session."""
 
     def __init__(
-        self, client: Any, session_address: str, token: str, *, job_prefix: str, owns_cluster: bool = False
+        self, client: Client, session_address: str, token: str, *, job_prefix: str, owns_cluster: bool = False
     ) -> None:
-        from fray_ray.fray.local_backend import LocalClient
-
         self._client = client
         self._session_address = session_address
         self._token = token
         self._prefix = job_prefix
-        self.in_process = isinstance(client, LocalClient)
+        self.in_process = client.in_process
         #: where the session's jobs go in Iris's job tree, so they end with it
         self.lease = SessionLease(
             client, fate_mode(client, in_process=self.in_process, owns_cluster=owns_cluster),
@@ -249,11 +248,10 @@ class WorkerLauncher:
     def lookup_named(self, namespace: str, name: str, timeout: float = 10.0) -> tuple[Any, dict[str, Any]] | None:
         """A live named actor started by another driver of this cluster: (Fray handle, its
         description), or None. Blocks for at most one lookup."""
-        find = getattr(self._client, "find_actor", None)
-        if find is None:  # in-process clients have no other drivers
+        if self.in_process:  # in-process clients have no other drivers
             return None
         try:
-            handle = find(self.named_group(namespace, name), **self.lease.detached())
+            handle = self._client.find_actor(self.named_group(namespace, name), **self.lease.detached())
         except Exception:  # noqa: BLE001 - a controller hiccup: treat as not found
             return None
         if handle is None:

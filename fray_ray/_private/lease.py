@@ -38,6 +38,7 @@ from fray_ray.fray import Entrypoint, JobRequest, ResourceConfig
 
 if TYPE_CHECKING:
     from fray_ray._private.protocol import Connection
+    from fray_ray.fray import Client
 
 logger = logging.getLogger(__name__)
 
@@ -54,13 +55,13 @@ class FateMode(enum.Enum):
     LEASE = "lease"  # children of a lease job that ends when the driver's connection does
 
 
-def fate_mode(client: Any, *, in_process: bool, owns_cluster: bool) -> FateMode:
+def fate_mode(client: Client, *, in_process: bool, owns_cluster: bool) -> FateMode:
     """The fate-sharing arrangement for a session on `client`."""
     if in_process:
         return FateMode.IN_PROCESS
     if owns_cluster:
         return FateMode.OWNED_CLUSTER
-    if getattr(client, "parent_job", None):
+    if client.parent_job:
         return FateMode.DRIVER_JOB
     return FateMode.LEASE
 
@@ -78,7 +79,7 @@ class SessionLease:
     `launch()` and `release()` block on the controller: the launcher runs them on its thread.
     """
 
-    def __init__(self, client: Any, mode: FateMode, *, session_name: str, session_address: str, token: str) -> None:
+    def __init__(self, client: Client, mode: FateMode, *, session_name: str, session_address: str, token: str) -> None:
         self.mode = mode
         self._client = client
         self._session_name = session_name

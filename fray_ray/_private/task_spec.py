@@ -16,6 +16,8 @@ from typing import Any
 import cloudpickle
 
 from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.options.model import Context, Kind
+from fray_ray._private.options.table import default
 from fray_ray._private.runtime_env import RuntimeEnv
 from fray_ray._private.serialization import SerializedValue, serialize
 
@@ -83,7 +85,7 @@ class TaskSpec:
     num_returns: int | str
     name: str
     pool: PoolKey
-    max_retries: int = 3
+    max_retries: int
     retry_exceptions: bool | tuple[type, ...] = False
     scheduling_strategy: Any = None
     runtime_env: Mapping[str, Any] = field(default_factory=dict)
@@ -112,10 +114,10 @@ class ActorCreationSpec:
     shape: ResourceShape
     methods: Mapping[str, Mapping[str, Any]]
     is_async: bool = False
-    max_concurrency: int = 1
+    max_concurrency: int = default(Kind.ACTOR, "max_concurrency", Context())
     concurrency_groups: Mapping[str, int] = field(default_factory=dict)
-    max_restarts: int = 0
-    max_task_retries: int = 0
+    max_restarts: int = default(Kind.ACTOR, "max_restarts")
+    max_task_retries: int = default(Kind.ACTOR, "max_task_retries")
     name: str | None = None
     namespace: str | None = None
     get_if_exists: bool = False

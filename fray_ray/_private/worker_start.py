@@ -28,7 +28,7 @@ from fray_ray._private.actor_host import RayActorHost
 from fray_ray._private.runtime_env import RuntimeEnv
 from fray_ray._private.executor import executor_main
 from fray_ray._version import __version__
-from fray_ray.iris.bundles import PY_MODULES_DIR
+from fray_ray.fray._workspaces import PY_MODULES_DIR
 
 __all__ = ["CheckedActorHost", "WorkerEnvironmentError", "prepare_worker", "start_executor"]
 

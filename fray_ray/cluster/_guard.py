@@ -30,7 +30,7 @@ import sys
 import threading
 from collections.abc import Mapping
 
-from fray_ray.cluster import _reaper
+import fray_ray.cluster._reaper as _reaper  # not via the package, whose __init__ imports this module
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from fray_ray.cluster._errors import InvalidRequest
 from fray_ray.cluster._logs import LogRecord
+from fray_ray.iris.errors import InvalidArgument
 from fray_ray.iris.rpc import finelog_logging_pb2
 
 #: Lines answered when a request leaves `max_lines` at 0 (finelog's default).
@@ -69,7 +69,7 @@ def parse_level(name: str) -> LogLevel:
     except KeyError:
         level = LogLevel.UNKNOWN
     if level is LogLevel.UNKNOWN:
-        raise InvalidRequest(f"min_level {name!r} is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        raise InvalidArgument(f"min_level {name!r} is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
     return level
 
 
@@ -109,11 +109,11 @@ class LogQuery:
         try:
             scope = MatchScope(request.match_scope)
         except ValueError:
-            raise InvalidRequest(f"unknown match_scope {request.match_scope}") from None
+            raise InvalidArgument(f"unknown match_scope {request.match_scope}") from None
         if scope is MatchScope.UNSPECIFIED:
             scope = MatchScope.REGEX
         if scope is MatchScope.PREFIX and not request.source:
-            raise InvalidRequest("FetchLogs source is required for MATCH_SCOPE_PREFIX")
+            raise InvalidArgument("FetchLogs source is required for MATCH_SCOPE_PREFIX")
         query = cls(
             source=request.source,
             scope=scope,
@@ -135,14 +135,14 @@ class LogQuery:
         if self.scope is MatchScope.PREFIX:
             return lambda key: key.startswith(source)
         if len(source) > MAX_PATTERN_CHARS:
-            raise InvalidRequest(f"FetchLogs pattern is longer than {MAX_PATTERN_CHARS} characters")
+            raise InvalidArgument(f"FetchLogs pattern is longer than {MAX_PATTERN_CHARS} characters")
         lead = regex_literal_lead(source)
         if source[len(lead) :] in ("", ".*"):
             return lambda key: key.startswith(lead)
         try:
             pattern = re.compile(source)
         except re.error as exc:
-            raise InvalidRequest(f"FetchLogs source {source!r} is not a valid regular expression: {exc}") from None
+            raise InvalidArgument(f"FetchLogs source {source!r} is not a valid regular expression: {exc}") from None
         return lambda key: key.startswith(lead) and pattern.search(key) is not None
 
     def passes(self, record: LogRecord) -> bool:

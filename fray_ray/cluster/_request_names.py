@@ -2,7 +2,7 @@
 
 Job, task and endpoint names arrive from the network and job and task names become directories
 on the workers, so each one is parsed by the rules of `fray_ray.iris.names` (no `.`/`..`,
-empty, non-printable or over-long segments). A bad name is `InvalidRequest`
+empty, non-printable or over-long segments). A bad name is `InvalidArgument`
 (`invalid_argument`) naming the field; the controller never sees it.
 """
 
@@ -10,18 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fray_ray.cluster._errors import InvalidRequest
+from fray_ray.iris.errors import InvalidArgument
 from fray_ray.iris.names import JobName, TaskAttempt, validate_endpoint_name
 
 
 def job_id_arg(value: str, field: str = "job_id") -> str:
-    """The canonical wire form of job name `value`; InvalidRequest if it is not one."""
+    """The canonical wire form of job name `value`; InvalidArgument if it is not one."""
     if not value:
-        raise InvalidRequest(f"{field} is empty: send the full wire name /<user>/<job>")
+        raise InvalidArgument(f"{field} is empty: send the full wire name /<user>/<job>")
     try:
         return JobName.from_wire(value).wire
     except ValueError as exc:
-        raise InvalidRequest(f"{field}: {exc}") from None
+        raise InvalidArgument(f"{field}: {exc}") from None
 
 
 def job_ids_arg(values: Iterable[str], field: str = "job_ids") -> list[str]:
@@ -29,13 +29,13 @@ def job_ids_arg(values: Iterable[str], field: str = "job_ids") -> list[str]:
 
 
 def task_id_arg(value: str, field: str = "task_id") -> TaskAttempt:
-    """Task name `value` (`/user/job/<i>`, optionally `:<attempt>`); InvalidRequest if malformed."""
+    """Task name `value` (`/user/job/<i>`, optionally `:<attempt>`); InvalidArgument if malformed."""
     if not value:
-        raise InvalidRequest(f"{field} is empty: send the task's wire name /<user>/<job>/<index>")
+        raise InvalidArgument(f"{field} is empty: send the task's wire name /<user>/<job>/<index>")
     try:
         return TaskAttempt.from_wire(value)
     except ValueError as exc:
-        raise InvalidRequest(f"{field}: {exc}") from None
+        raise InvalidArgument(f"{field}: {exc}") from None
 
 
 def task_ids_arg(values: Iterable[str], field: str = "task_ids") -> list[str]:
@@ -45,7 +45,7 @@ def task_ids_arg(values: Iterable[str], field: str = "task_ids") -> list[str]:
 def job_or_task_arg(value: str, field: str = "id") -> str:
     """A GetTaskLogs id: a job name, a task name, or a task attempt; returned unchanged."""
     if not value:
-        raise InvalidRequest(f"{field} is empty: send a job or task wire name")
+        raise InvalidArgument(f"{field} is empty: send a job or task wire name")
     last = value.rpartition("/")[2]
     if ":" in last or last.isdigit():  # reads as a task or attempt (a job may also end in digits)
         try:
@@ -56,16 +56,16 @@ def job_or_task_arg(value: str, field: str = "id") -> str:
     try:
         JobName.from_wire(value)
     except ValueError as exc:
-        raise InvalidRequest(f"{field}: {exc}") from None
+        raise InvalidArgument(f"{field}: {exc}") from None
     return value
 
 
 def endpoint_name_arg(value: str, field: str = "name") -> str:
-    """Endpoint name `value`, unchanged; InvalidRequest if it is not a valid name."""
+    """Endpoint name `value`, unchanged; InvalidArgument if it is not a valid name."""
     try:
         return validate_endpoint_name(value)
     except ValueError as exc:
-        raise InvalidRequest(f"{field}: {exc}") from None
+        raise InvalidArgument(f"{field}: {exc}") from None
 
 
 def without_attempt(wire: str) -> str:

@@ -4,7 +4,8 @@ finelog's `finelog.logging.LogService` over an `EmbeddedController`.
 Handlers run inline on the server's event loop: each one takes the controller lock for a few
 microseconds and never blocks on I/O, so a thread hop would only add latency. FetchLogs is the
 exception: it may sort many thousands of lines, so it runs on a worker thread. This is the one
-place cluster errors become Connect errors; any other exception is logged and answered as
+place the cluster's refusals (`fray_ray.iris.errors.IrisRpcError` and its subclasses, each
+carrying its Connect code) become Connect errors; any other exception is logged and answered as
 `internal`, so a handler bug never takes the server down. Every job, task and endpoint name a
 request carries is checked here (`_request_names`) before the controller sees it.
 """
@@ -21,7 +22,6 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from fray_ray.cluster._controller import EmbeddedController
-from fray_ray.cluster._errors import ClusterError
 from fray_ray.cluster._request_names import (
     endpoint_name_arg,
     job_id_arg,
@@ -31,6 +31,7 @@ from fray_ray.cluster._request_names import (
     task_ids_arg,
 )
 from fray_ray.cluster._state import DEFAULT_LEASE_S, LEGACY_LEASE_S
+from fray_ray.iris.errors import IrisRpcError
 from fray_ray.iris.rpc import controller_pb2, finelog_logging_pb2, job_pb2
 
 logger = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def rpc(method: str, *, in_thread: bool = False) -> Callable[[Callable[..., R]],
                 return handler(self, request, ctx)
             except ConnectError:
                 raise
-            except ClusterError as exc:
+            except IrisRpcError as exc:
                 raise ConnectError(Code(exc.code), exc.message) from None
             except Exception as exc:  # noqa: BLE001 - answered as `internal`, never fatal
                 logger.exception("%s failed", method)

@@ -34,13 +34,13 @@ from dataclasses import dataclass
 
 from fray_ray.cluster._config import WorkerSpec
 from fray_ray.cluster._endpoints import EndpointRecord, EndpointRegistry
-from fray_ray.cluster._errors import JobExists, PreconditionFailed, UnknownEntity
 from fray_ray.cluster._jobs import PRESERVE_CHILDREN, AttemptRecord, JobRecord, TaskRecord, roll_up
 from fray_ray.cluster._placement import eligible_workers, pending_reason, pick_gang, pick_worker, unsatisfiable_reason
 from fray_ray.cluster._request_names import endpoint_name_arg, task_id_arg, without_attempt
 from fray_ray.cluster._resources import WorkerCapacity
 from fray_ray.cluster._wire import parse_launch_request
 from fray_ray.cluster._worker import AttemptLaunch
+from fray_ray.iris.errors import AlreadyExists, FailedPrecondition, NotFound
 from fray_ray.iris.rpc import controller_pb2
 from fray_ray.iris.types import ExistingJobPolicy, GpuDevice, JobState, TaskState
 
@@ -120,7 +120,7 @@ class ClusterState:
     def submit(self, request: Controller.LaunchJobRequest) -> tuple[str, list[Effect]]:
         """Accept a LaunchJob request; returns the job id and the effects of replacing a job.
 
-        Raises InvalidRequest, JobExists or PreconditionFailed (stale client, dead parent, a
+        Raises InvalidArgument, AlreadyExists or FailedPrecondition (stale client, dead parent, a
         request no worker could ever satisfy).
         """
         definition = parse_launch_request(request)
@@ -132,12 +132,12 @@ class ClusterState:
         policy = definition.existing_job_policy
         if existing is not None:
             if policy == ExistingJobPolicy.ERROR:
-                raise JobExists(f"job {wire} already exists ({existing.state.name})")
+                raise AlreadyExists(f"job {wire} already exists ({existing.state.name})")
             if not existing.state.finished:
                 if policy == ExistingJobPolicy.KEEP:
                     return wire, []
                 if policy == ExistingJobPolicy.UNSPECIFIED:
-                    raise JobExists(
+                    raise AlreadyExists(
                         f"job {wire} is still {existing.state.name}; terminate it first or submit with "
                         "existing_job_policy KEEP or RECREATE"
                     )
@@ -147,14 +147,14 @@ class ClusterState:
             assert parent_name is not None
             parent = self.jobs.get(parent_name.wire)
             if parent is None:
-                raise PreconditionFailed(f"parent job {parent_name} of {wire} does not exist")
+                raise FailedPrecondition(f"parent job {parent_name} of {wire} does not exist")
             if parent.state.finished:
-                raise PreconditionFailed(
+                raise FailedPrecondition(
                     f"parent job {parent_name} of {wire} has already finished ({parent.state.name})"
                 )
         reason = unsatisfiable_reason(definition.placement, list(self.capacities.values()), wire)
         if reason is not None:
-            raise PreconditionFailed(reason)
+            raise FailedPrecondition(reason)
         effects: list[Effect] = []
         if existing is not None:
             effects.extend(self._remove_subtree(existing))
@@ -176,10 +176,10 @@ class ClusterState:
         try:
             date = datetime.date.fromisoformat(revision) if revision else EMPTY_REVISION_DATE
         except ValueError:
-            raise PreconditionFailed(f"client is too old: unreadable client_revision_date {revision!r}") from None
+            raise FailedPrecondition(f"client is too old: unreadable client_revision_date {revision!r}") from None
         today = datetime.datetime.now(datetime.timezone.utc).date()
         if (today - date).days > self._freshness_days:
-            raise PreconditionFailed(
+            raise FailedPrecondition(
                 f"client is too old: client_revision_date {date.isoformat()} is more than "
                 f"{self._freshness_days} days before {today.isoformat()}; upgrade the client"
             )
@@ -503,10 +503,10 @@ class ClusterState:
         return effects
 
     def terminate(self, job_id: str) -> list[Effect]:
-        """TerminateJob: kill the job and all its descendants. UnknownEntity if unknown."""
+        """TerminateJob: kill the job and all its descendants. NotFound if unknown."""
         job = self.jobs.get(job_id)
         if job is None:
-            raise UnknownEntity(f"job {job_id} not found")
+            raise NotFound(f"job {job_id} not found")
         return self._kill_tree(job, f"job {job_id} was terminated")
 
     # ---- timers -----------------------------------------------------------------------------
@@ -556,7 +556,7 @@ class ClusterState:
     def _capacity(self, worker_id: str) -> WorkerCapacity:
         capacity = self.capacities.get(worker_id)
         if capacity is None:
-            raise UnknownEntity(f"worker {worker_id} not found (workers: {', '.join(sorted(self.capacities))})")
+            raise NotFound(f"worker {worker_id} not found (workers: {', '.join(sorted(self.capacities))})")
         return capacity
 
     def kill_worker(self, worker_id: str) -> list[Effect]:
@@ -591,12 +591,12 @@ class ClusterState:
         task_id = task_id_arg(request.task_id).task.wire
         task = self.tasks.get(task_id)
         if task is None:
-            raise UnknownEntity(f"task {request.task_id!r} not found")
+            raise NotFound(f"task {request.task_id!r} not found")
         if task.state.finished or task.job.state.finished:
-            raise PreconditionFailed(f"task {task_id} has finished ({task.state.name}); it cannot register endpoints")
+            raise FailedPrecondition(f"task {task_id} has finished ({task.state.name}); it cannot register endpoints")
         current = task.current
         if current is None or current.attempt_id != request.attempt_id or not current.active:
-            raise PreconditionFailed(
+            raise FailedPrecondition(
                 f"stale attempt: task {task_id} is on attempt {task.current_attempt_id} "
                 f"({task.state.name}), not attempt {request.attempt_id}"
             )
@@ -636,13 +636,13 @@ class ClusterState:
     def job(self, job_id: str) -> JobRecord:
         job = self.jobs.get(job_id)
         if job is None:
-            raise UnknownEntity(f"job {job_id} not found")
+            raise NotFound(f"job {job_id} not found")
         return job
 
     def task(self, task_id: str) -> TaskRecord:
         task = self.tasks.get(task_id) or self.tasks.get(without_attempt(task_id))
         if task is None:
-            raise UnknownEntity(f"task {task_id} not found")
+            raise NotFound(f"task {task_id} not found")
         return task
 
     def worker_address(self, worker_id: str) -> str:
@@ -667,7 +667,7 @@ class ClusterState:
             wire = without_attempt(id)
             task = self.tasks.get(wire)
             if task is None:
-                raise UnknownEntity(f"no job or task named {id}")
+                raise NotFound(f"no job or task named {id}")
             tasks = [task]
             if wire != id and id[len(wire) + 1 :].isdigit():
                 only_attempt = int(id[len(wire) + 1 :])

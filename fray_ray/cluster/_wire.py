@@ -1,7 +1,7 @@
 """Translation between Iris wire messages and the controller's records.
 
 `parse_launch_request` validates a LaunchJob request into a `JobDefinition` (raising
-`InvalidRequest`); the `*_proto` functions render records as `JobStatus`/`TaskStatus` messages
+`InvalidArgument`); the `*_proto` functions render records as `JobStatus`/`TaskStatus` messages
 and workers as `WorkerHealthStatus` messages.
 Both run under the controller's lock; neither does I/O.
 """
@@ -13,10 +13,10 @@ import re
 
 from fray_ray.cluster._config import ATTR_TPU_TOPOLOGY, WorkerSpec
 from fray_ray.cluster._constraints import effective_constraints, validate_constraint
-from fray_ray.cluster._errors import InvalidRequest
 from fray_ray.cluster._jobs import AttemptRecord, JobDefinition, JobRecord, TaskRecord
 from fray_ray.cluster._placement import PlacementRequest
 from fray_ray.cluster._resources import Demand
+from fray_ray.iris.errors import InvalidArgument
 from fray_ray.iris.names import MAX_SEGMENT_BYTES, JobName
 from fray_ray.iris.rpc import controller_pb2, job_pb2, time_pb2
 from fray_ray.iris.types import (
@@ -39,12 +39,12 @@ MAX_WORKDIR_FILE_NAME = 1024
 
 def _seconds(duration: time_pb2.Duration, what: str) -> float | None:
     if duration.milliseconds < 0:
-        raise InvalidRequest(f"{what} cannot be negative")
+        raise InvalidArgument(f"{what} cannot be negative")
     return duration.milliseconds / 1000.0 if duration.milliseconds > 0 else None
 
 
 def _workdir_file_name(name: str) -> str:
-    """`name` normalized (`./a` is `a`); InvalidRequest unless it stays inside the workdir and
+    """`name` normalized (`./a` is `a`); InvalidArgument unless it stays inside the workdir and
     each component is a printable name of at most MAX_SEGMENT_BYTES."""
     normalized = posixpath.normpath(name) if name else ""
     parts = normalized.split("/")
@@ -57,7 +57,7 @@ def _workdir_file_name(name: str) -> str:
                for p in parts)
     ):
         shown = repr(name) if len(name) <= 80 else repr(name[:80]) + f"... ({len(name)} characters)"
-        raise InvalidRequest(
+        raise InvalidArgument(
             f"workdir file name {shown} must be a relative path inside the workdir made of printable "
             f"names of at most {MAX_SEGMENT_BYTES} bytes"
         )
@@ -65,33 +65,33 @@ def _workdir_file_name(name: str) -> str:
 
 
 def parse_launch_request(request: Controller.LaunchJobRequest) -> JobDefinition:
-    """Validate a LaunchJob request; InvalidRequest names the offending field."""
+    """Validate a LaunchJob request; InvalidArgument names the offending field."""
     if not request.name:
-        raise InvalidRequest("job name is empty: send the full wire name /<user>/<job>")
+        raise InvalidArgument("job name is empty: send the full wire name /<user>/<job>")
     try:
         name = JobName.from_wire(request.name)
     except ValueError as exc:
-        raise InvalidRequest(str(exc)) from None
+        raise InvalidArgument(str(exc)) from None
     argv = tuple(request.entrypoint.run_command.argv)
     if not argv:
-        raise InvalidRequest(f"job {name}: entrypoint.run_command.argv is empty")
+        raise InvalidArgument(f"job {name}: entrypoint.run_command.argv is empty")
     if request.entrypoint.workdir_file_refs:
-        raise InvalidRequest(
+        raise InvalidArgument(
             f"job {name}: workdir_file_refs need a blob store this cluster does not have; send workdir_files inline"
         )
     files = {_workdir_file_name(k): bytes(v) for k, v in request.entrypoint.workdir_files.items()}
     if request.replicas < 0:
-        raise InvalidRequest(f"job {name}: replicas must be at least 1, got {request.replicas}")
+        raise InvalidArgument(f"job {name}: replicas must be at least 1, got {request.replicas}")
     replicas = request.replicas or 1
     for budget in ("max_retries_failure", "max_retries_preemption", "max_task_failures"):
         if getattr(request, budget) < 0:
-            raise InvalidRequest(f"job {name}: {budget} cannot be negative")
+            raise InvalidArgument(f"job {name}: {budget} cannot be negative")
     ports = tuple(request.ports)
     for port in ports:
         if not _PORT_NAME.match(port):
-            raise InvalidRequest(f"job {name}: invalid port name {port!r}")
+            raise InvalidArgument(f"job {name}: invalid port name {port!r}")
     if len({p.upper() for p in ports}) != len(ports):
-        raise InvalidRequest(f"job {name}: duplicate port names in {list(ports)}")
+        raise InvalidArgument(f"job {name}: duplicate port names in {list(ports)}")
     try:
         resources = ResourceSpec.from_proto(request.resources)
         demand = Demand.of(resources)
@@ -104,7 +104,7 @@ def parse_launch_request(request: Controller.LaunchJobRequest) -> JobDefinition:
             validate_constraint(constraint)
         policy = ExistingJobPolicy(request.existing_job_policy)
     except ValueError as exc:
-        raise InvalidRequest(f"job {name}: {exc}") from None
+        raise InvalidArgument(f"job {name}: {exc}") from None
     if policy == ExistingJobPolicy.UNSPECIFIED and request.fail_if_exists:
         policy = ExistingJobPolicy.ERROR
     try:

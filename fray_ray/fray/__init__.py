@@ -7,6 +7,9 @@ never the Ray layer above it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from fray_ray.fray._iris_registry import set_task_client_factory
 from fray_ray.fray.actor import (
     ActorContext,
     ActorFuture,
@@ -54,6 +57,10 @@ from fray_ray.fray.types import (
     tpu_hbm_capacity_bytes,
 )
 
+if TYPE_CHECKING:
+    from fray_ray.fray.iris_backend import FrayIrisClient
+    from fray_ray.iris.job_info import JobInfo
+
 #: Fray's own name for `Entrypoint`, for code ported from Fray.
 FrayEntrypoint = Entrypoint
 
@@ -70,6 +77,18 @@ _IRIS_BACKEND_NAMES = frozenset(
         "JobRejected",
     }
 )
+
+
+def _task_client(info: JobInfo) -> FrayIrisClient:
+    """The current Iris task's own client, for handles that travelled by pickle."""
+    from fray_ray.fray import iris_backend  # on first use, as the names above
+
+    return iris_backend.FrayIrisClient.from_job_info(info)
+
+
+# The package wires its backends together: the registry the Iris handles resolve through must
+# build a task's client without importing the backend that imports those handles.
+set_task_client_factory(_task_client)
 
 
 def __getattr__(name: str) -> object:

@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from fray_ray.fray._iris_calls import IrisActorHandle, ambient_client, bound_client
+from fray_ray.fray._iris_calls import IrisActorHandle
 from fray_ray.fray._iris_jobs import IrisJobHandle
+from fray_ray.fray._iris_registry import IrisClientCore, ambient_client, bound_client
 from fray_ray.fray.actor import (
     ActorContext,
     ActorUnavailableError,
@@ -48,7 +49,6 @@ from fray_ray.iris.job_info import JobInfo, get_job_info
 from fray_ray.iris.types import EndpointInfo, TaskInfo, TaskState
 
 if TYPE_CHECKING:
-    from fray_ray.fray.iris_backend import FrayIrisClient
     from fray_ray.iris.actor_server import ActorServer
     from fray_ray.iris.endpoints import EndpointRegistry
 
@@ -80,7 +80,7 @@ class IrisActorGroup:
     `terminate()` (= `shutdown()`), like a `JobHandle` for the job behind it.
     """
 
-    def __init__(self, name: str, count: int, job_id: str, client: FrayIrisClient | None = None) -> None:
+    def __init__(self, name: str, count: int, job_id: str, client: IrisClientCore | None = None) -> None:
         self.name = name
         self.count = count
         self.job_id = job_id
@@ -99,7 +99,7 @@ class IrisActorGroup:
     def _prefix(self) -> str:
         return f"{self.job_id}/{self.name}-"
 
-    def _owner(self) -> FrayIrisClient:
+    def _owner(self) -> IrisClientCore:
         self._client = bound_client(self._client)
         return self._client
 
@@ -187,7 +187,7 @@ class IrisActorGroup:
                 delay = min(delay, remaining)
             time.sleep(delay)
 
-    def _tasks(self, client: FrayIrisClient) -> list[TaskInfo]:
+    def _tasks(self, client: IrisClientCore) -> list[TaskInfo]:
         try:
             return client._call_controller(
                 f"list the tasks of {self.job_id}", lambda c: c.list_tasks(self.job_id), not_found=True
@@ -197,7 +197,7 @@ class IrisActorGroup:
                 f"actor group {self.name}: its job {self.job_id} is unknown to the controller"
             ) from None
 
-    def _failure(self, client: FrayIrisClient, tasks: list[TaskInfo], target: int) -> BaseException:
+    def _failure(self, client: IrisClientCore, tasks: list[TaskInfo], target: int) -> BaseException:
         """The error explaining why `target` actors can no longer be ready."""
         failed = [t for t in tasks if t.state.finished and t.state != TaskState.SUCCEEDED]
         for task in failed:
@@ -221,7 +221,7 @@ class IrisActorGroup:
         return "\n".join([task.error, *(attempt.error for attempt in task.attempts)])
 
     @staticmethod
-    def _task_logs(client: FrayIrisClient, task: TaskInfo) -> str:
+    def _task_logs(client: IrisClientCore, task: TaskInfo) -> str:
         try:
             lines = client._controller.task_logs(task.task_id, max_lines=_LOG_LINES_SCANNED)
         except IrisError:
@@ -348,7 +348,7 @@ def _construct(actor_class: type, args: tuple[Any, ...], kwargs: dict[str, Any],
 
 
 def _serve(
-    client: FrayIrisClient,
+    client: IrisClientCore,
     info: JobInfo,
     endpoint: str,
     instance: object,
@@ -429,7 +429,7 @@ def _actor_port(info: JobInfo) -> int:
 
 
 def serve_hosted_actor(
-    client: FrayIrisClient,
+    client: IrisClientCore,
     info: JobInfo,
     actor_class: type,
     args: tuple[Any, ...],

@@ -20,23 +20,19 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from fray_ray.fray._iris_registry import IrisClientCore, bound_client
 from fray_ray.fray.actor import ActorUnavailableError
-from fray_ray.fray.client import FrayError
+from fray_ray.fray.errors import FrayError
 from fray_ray.iris.actor_client import ActorClient, OperationState
 from fray_ray.iris.errors import ActorCallError, IrisError, NotFound
-
-if TYPE_CHECKING:
-    from fray_ray.fray.iris_backend import FrayIrisClient
 
 __all__ = [
     "CallThreads",
     "IrisActorHandle",
     "IrisActorMethod",
     "IrisOperationFuture",
-    "ambient_client",
-    "bound_client",
 ]
 
 logger = logging.getLogger(__name__)
@@ -44,20 +40,6 @@ logger = logging.getLogger(__name__)
 # IrisActorMethod.submit polls GetOperation from this delay up to this cap (Fray polls ~1 s).
 _OPERATION_POLL_FIRST = 0.005
 _OPERATION_POLL_MAX = 1.0
-
-
-def ambient_client() -> FrayIrisClient:
-    """`fray_ray.fray.iris_backend.ambient_client()`, for objects that were unpickled."""
-    # Imported here: iris_backend imports this module.
-    from fray_ray.fray.iris_backend import ambient_client as resolve
-
-    return resolve()
-
-
-def bound_client(client: FrayIrisClient | None) -> FrayIrisClient:
-    """`client` while it is open, else the ambient client (for objects made by a client that
-    has since shut down, or unpickled without one)."""
-    return client if client is not None and not client.closed else ambient_client()
 
 
 class CallThreads:
@@ -155,7 +137,7 @@ class IrisActorHandle:
 
     __slots__ = ("_endpoint", "_client")
 
-    def __init__(self, endpoint: str, client: FrayIrisClient | None = None) -> None:
+    def __init__(self, endpoint: str, client: IrisClientCore | None = None) -> None:
         self._endpoint = endpoint
         self._client = client
 
@@ -181,7 +163,7 @@ class IrisActorHandle:
     def __repr__(self) -> str:
         return f"IrisActorHandle({self._endpoint!r})"
 
-    def _owner(self) -> FrayIrisClient:
+    def _owner(self) -> IrisClientCore:
         self._client = bound_client(self._client)
         return self._client
 

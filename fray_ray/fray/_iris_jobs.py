@@ -11,11 +11,12 @@ Errors the controller reports are translated here, once, for the whole Iris back
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from fray_ray.fray._iris_calls import ambient_client, bound_client
 from fray_ray.fray._iris_conversions import fray_status
-from fray_ray.fray.client import FrayError, JobFailed
+from fray_ray.fray._iris_registry import IrisClientCore, ambient_client, bound_client
+from fray_ray.fray.client import JobFailed
+from fray_ray.fray.errors import FrayError
 from fray_ray.fray.types import JobStatus
 from fray_ray.iris.errors import (
     FailedPrecondition,
@@ -28,9 +29,6 @@ from fray_ray.iris.errors import (
     Unavailable,
 )
 from fray_ray.iris.types import JobState
-
-if TYPE_CHECKING:
-    from fray_ray.fray.iris_backend import FrayIrisClient
 
 __all__ = [
     "TERMINATE_WAIT",
@@ -91,7 +89,7 @@ class IrisJobHandle:
     Picklable: it travels as its job id and, once unpickled, uses the ambient client.
     """
 
-    def __init__(self, client: FrayIrisClient, job_id: str) -> None:
+    def __init__(self, client: IrisClientCore, job_id: str) -> None:
         self._client = client
         self._job_id = job_id
 
@@ -112,7 +110,7 @@ class IrisJobHandle:
     def __hash__(self) -> int:
         return hash(("IrisJobHandle", self._job_id))
 
-    def _owner(self) -> FrayIrisClient:
+    def _owner(self) -> IrisClientCore:
         self._client = bound_client(self._client)
         return self._client
 

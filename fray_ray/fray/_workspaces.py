@@ -13,11 +13,17 @@ import os
 import threading
 
 from fray_ray.fray.types import EnvironmentConfig
+from fray_ray.iris.bundles import (
+    MAX_BUNDLE_BYTES,
+    PY_MODULES_DIR,
+    WorkspaceBundle,
+    WorkspaceSnapshot,
+    snapshot_workspace,
+)
 from fray_ray.iris.controller_client import normalize_address
-from fray_ray.iris.bundles import MAX_BUNDLE_BYTES, WorkspaceBundle, WorkspaceSnapshot, snapshot_workspace
 from fray_ray.iris.job_info import get_job_info
 
-__all__ = ["WorkspaceBundles"]
+__all__ = ["PY_MODULES_DIR", "WorkspaceBundles"]
 
 _Key = tuple[str, tuple[str, ...], tuple[str, ...]]
 

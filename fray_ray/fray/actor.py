@@ -16,7 +16,7 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from fray_ray.fray.client import FrayError
+from fray_ray.fray.errors import FrayError
 
 __all__ = [
     "ActorContext",

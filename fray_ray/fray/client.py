@@ -8,7 +8,7 @@ This module does not import any backend; `current_client.py` picks one.
 Errors raised by this layer::
 
     RuntimeError
-     └── FrayError                 anything the Fray layer raises on its own account
+     └── FrayError                 (fray_ray.fray.errors) anything the Fray layer raises on its own account
           ├── JobFailed            a job ended FAILED or STOPPED (wait_all, backend waits)
           ├── JobAlreadyExists     a job of that name is still running and adopting was refused
           └── ActorUnavailableError  (fray_ray.fray.actor) an actor is gone or unreachable
@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from fray_ray.fray.errors import FrayError
 from fray_ray.fray.types import ActorConfig, EnvironmentConfig, JobRequest, JobStatus, ResourceConfig
 
 if TYPE_CHECKING:
@@ -27,10 +28,6 @@ if TYPE_CHECKING:
     from fray_ray.fray.hosts import HostInfo
 
 __all__ = ["Client", "FrayError", "JobAlreadyExists", "JobFailed", "JobHandle", "wait_all"]
-
-
-class FrayError(RuntimeError):
-    """Base of the errors the Fray layer raises itself."""
 
 
 class JobFailed(FrayError):
@@ -158,6 +155,16 @@ class Client(Protocol):
         """
         ...
 
+    def find_actor(self, group_name: str, index: int = 0, *, parent_job: str | None = ...) -> ActorHandle | None:
+        """A handle to replica `index` of the running actor group `group_name`, or None.
+
+        `FrayIrisClient` looks on the controller (one call) for the group this client would
+        create under `parent_job` (default: its own parent job; None: a root group), so it
+        finds groups other clients created. `LocalClient` has no actors but its own: it finds
+        its own live groups and ignores `parent_job`. Never raises for a group that is absent.
+        """
+        ...
+
     def list_hosts(self) -> list[HostInfo]:
         """The hosts this backend runs work on, as it knows them now (lost ones included, with
         `alive=False`), in the backend's order.
@@ -165,6 +172,34 @@ class Client(Protocol):
         Blocks for at most one controller call; raises the backend's error when the cluster
         cannot be asked (the caller decides whether to retry).
         """
+        ...
+
+    @property
+    def in_process(self) -> bool:
+        """True when jobs and actors run on threads of this process (`LocalClient`): they share
+        its interpreter, modules and environment variables, nothing is shipped to them, and
+        nothing outlives the client. False when they run as processes of their own, perhaps
+        on other hosts (`FrayIrisClient`). Never blocks."""
+        ...
+
+    @property
+    def parent_job(self) -> str | None:
+        """The job this client's jobs are children of (they end when it ends), or None when
+        they are root jobs. A backend without a job tree (`LocalClient`) returns None."""
+        ...
+
+    def prepare_environment(self, environment: EnvironmentConfig) -> None:
+        """Capture `environment`'s workspace and `py_modules` now, as later jobs with this
+        environment will see them. Blocks while the files are read; ValueError when they cannot
+        be shipped. A backend whose jobs read the directories in place (`LocalClient`) has
+        nothing to capture and returns at once."""
+        ...
+
+    def detach_job(self, job_id: str) -> None:
+        """Let the job or actor group `job_id` outlive this client: `shutdown()` leaves it
+        running. Unknown ids are ignored. A backend where nothing can outlive the client
+        (`LocalClient`, whose jobs are threads of this process) ignores the call, and its
+        `shutdown()` still stops the job."""
         ...
 
     def shutdown(self, wait: bool = True) -> None:

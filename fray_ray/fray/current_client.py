@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from fray_ray.fray._client_context import current_client_var as _current_client
 from fray_ray.fray.types import ActorConfig
 from fray_ray.iris.job_info import get_job_info
 
@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from fray_ray.fray.client import Client
 
 __all__ = ["current_client", "host_actor", "set_current_client"]
-
-_current_client: ContextVar[Client | None] = ContextVar("fray_current_client", default=None)
 
 
 def current_client() -> Client:

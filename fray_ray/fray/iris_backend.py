@@ -34,9 +34,8 @@ import enum
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from fray_ray.fray._iris_actors import DEFAULT_READY_TIMEOUT, IrisActorGroup, _host_actor, serve_hosted_actor
 from fray_ray.fray._iris_calls import CallThreads, IrisActorHandle, IrisActorMethod, IrisOperationFuture
@@ -62,11 +61,12 @@ from fray_ray.fray._iris_jobs import (
     JobRejected,
     translate_iris_error,
 )
-from fray_ray.fray._workspaces import WorkspaceBundles
+from fray_ray.fray._iris_registry import ambient_client, forget_client, register_open_client, task_client
+from fray_ray.fray._single_actor import create_single_actor
 from fray_ray.fray._submit_wrappers import NSYS_DIR_ENV, NSYS_TASKS_ENV, nsys_tasks, wrap_multiprocess, wrap_nsys
+from fray_ray.fray._workspaces import WorkspaceBundles
 from fray_ray.fray.actor import ActorUnavailableError, HostedActor
 from fray_ray.fray.client import FrayError, JobAlreadyExists
-from fray_ray.fray.current_client import host_actor
 from fray_ray.fray.hosts import HostInfo
 from fray_ray.fray.types import ActorConfig, Entrypoint, EnvironmentConfig, JobRequest, ResourceConfig
 from fray_ray.iris.actor_client import ActorClient
@@ -101,7 +101,6 @@ __all__ = [
     "convert_priority",
     "convert_resources",
     "fray_status",
-    "host_actor",
     "resolve_coscheduling",
     "wrap_multiprocess",
     "wrap_nsys",
@@ -136,32 +135,6 @@ class _Placement(enum.Enum):
 #: `parent_job`. Pass None for a root job, or a job name for a child of that job.
 CLIENT_PARENT = _Placement.CLIENT_PARENT
 ParentJob = str | JobName | None | _Placement
-
-
-# Every open FrayIrisClient, oldest first, so an unpickled handle outside a task can find one
-# (weak: never keeps a client alive); and the ambient client of each task attempt. Both are
-# guarded by _REGISTRY_LOCK.
-_REGISTRY_LOCK = threading.Lock()
-_OPEN_CLIENTS: list[weakref.ref[FrayIrisClient]] = []
-_AMBIENT: dict[tuple[str, str, str | None], FrayIrisClient] = {}
-
-
-def ambient_client() -> FrayIrisClient:
-    """The client that unpickled handles and groups use: inside an Iris task, the task's own
-    (`FrayIrisClient.from_job_info()`); elsewhere the newest open `FrayIrisClient` of this
-    process. ActorUnavailableError when there is neither."""
-    info = get_job_info()
-    if info is not None and info.controller_address:
-        return FrayIrisClient.from_job_info(info)
-    with _REGISTRY_LOCK:
-        for ref in reversed(_OPEN_CLIENTS):
-            client = ref()
-            if client is not None and not client.closed:
-                return client
-    raise ActorUnavailableError(
-        "an Iris handle was used outside an Iris task and no FrayIrisClient is open in this process; "
-        "create one (FrayIrisClient(address, token=...)) to reach the controller"
-    )
 
 
 class FrayIrisClient:
@@ -209,9 +182,7 @@ class FrayIrisClient:
                 self._calls.close()
                 self._controller.close()
                 raise
-        with _REGISTRY_LOCK:
-            _OPEN_CLIENTS[:] = [ref for ref in _OPEN_CLIENTS if ref() is not None]
-            _OPEN_CLIENTS.append(weakref.ref(self))
+        register_open_client(self)
 
     @classmethod
     def from_job_info(cls, info: JobInfo | None = None) -> FrayIrisClient:
@@ -228,20 +199,10 @@ class FrayIrisClient:
                 "outside a task use FrayIrisClient(address, token=...)"
             )
         key = (info.task_attempt.wire, normalize_address(info.controller_address), info.token)
-        with _REGISTRY_LOCK:
-            client = _AMBIENT.get(key)
-            if client is not None and not client.closed:
-                return client
-        client = cls(info.controller_address, token=info.token, parent_job=info.job_id, user=info.user, verify=False)
-        with _REGISTRY_LOCK:
-            existing = _AMBIENT.get(key)
-            if existing is not None and not existing.closed:  # another thread won the race
-                winner = existing
-            else:
-                _AMBIENT[key] = winner = client
-        if winner is not client:
-            client.shutdown()
-        return winner
+        address = info.controller_address
+        return task_client(
+            key, lambda: cls(address, token=info.token, parent_job=info.job_id, user=info.user, verify=False)
+        )
 
     def _resolve_parent(self, parent_job: str | JobName | None) -> JobName | None:
         if isinstance(parent_job, JobName):
@@ -264,6 +225,11 @@ class FrayIrisClient:
     def parent_job(self) -> str | None:
         """The job new jobs are children of, or None for root jobs."""
         return self._parent.wire if self._parent is not None else None
+
+    @property
+    def in_process(self) -> bool:
+        """False: jobs and actors run as Iris tasks, processes of their own."""
+        return False
 
     @property
     def user(self) -> str:
@@ -554,21 +520,18 @@ class FrayIrisClient:
         Raises the constructor's exception if it failed for good (the group is shut down),
         TimeoutError if it is not ready in time.
         """
-        group = self.create_actor_group(
+        handle = create_single_actor(
+            self,
             actor_class,
-            *args,
+            args,
+            kwargs,
             name=name,
-            count=1,
             resources=resources,
             environment=environment,
             actor_config=actor_config,
-            **kwargs,
+            ready_timeout=DEFAULT_READY_TIMEOUT,
         )
-        try:
-            return group.wait_ready(timeout=DEFAULT_READY_TIMEOUT)[0]
-        except BaseException:
-            group.shutdown()
-            raise
+        return cast(IrisActorHandle, handle)  # this client's groups hold IrisActorHandles
 
     def host_actor(
         self, actor_class: type, *args: Any, name: str, actor_config: ActorConfig = ActorConfig(), **kwargs: Any
@@ -618,11 +581,7 @@ class FrayIrisClient:
         for actor_client in actor_clients:
             actor_client.close()
         self._controller.close()
-        with _REGISTRY_LOCK:
-            _OPEN_CLIENTS[:] = [ref for ref in _OPEN_CLIENTS if ref() not in (None, self)]
-            for key, client in list(_AMBIENT.items()):
-                if client is self:
-                    del _AMBIENT[key]
+        forget_client(self)
 
     def _terminate_unfinished(self, job_ids: list[str], wait: bool) -> None:
         try:

@@ -13,7 +13,9 @@
     └── ActorCallError          the actor answered with an error it could not pickle
 
 Connect and protobuf exceptions never leave `fray_ray.iris`: `translate_connect_errors()` is
-the only place they are caught.
+the only place they are caught. The server side uses the same tree: the embedded cluster
+refuses a request by raising an `IrisRpcError` subclass, which its Connect service answers
+with that class's `code`, so each Connect code has one name on both ends of the wire.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import math
 import os
 from typing import Any
 
-from fray_ray.iris.tpu import get_tpu_topology, tpu_family
+from fray_ray.fray import get_tpu_topology, tpu_family
 
 __all__ = [
     "SlicePlacementGroup",

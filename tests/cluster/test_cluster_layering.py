@@ -8,6 +8,9 @@ from pathlib import Path
 
 import fray_ray.cluster
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for import_graph
+from import_graph import import_cycles  # noqa: E402
+
 ALLOWED_THIRD_PARTY = {"google", "connectrpc", "cloudpickle", "msgpack", "uvicorn", "httptools", "rich", "zstandard"}
 
 
@@ -35,3 +38,10 @@ def test_public_names_come_from_the_package() -> None:
     for name in fray_ray.cluster.__all__:
         obj = getattr(fray_ray.cluster, name)
         assert getattr(obj, "__module__", "fray_ray.cluster") == "fray_ray.cluster", name
+
+
+def test_cluster_package_has_no_import_cycle() -> None:
+    # Every import counts, also those inside functions and under TYPE_CHECKING; naming the
+    # package (`from fray_ray.cluster import x`) depends on its __init__, which imports most modules.
+    package = Path(fray_ray.cluster.__file__).parent
+    assert import_cycles(package, "fray_ray.cluster") == []

@@ -7,12 +7,12 @@ import dataclasses
 import pytest
 
 from fray_ray.cluster import cpu_worker, tpu_slice
-from fray_ray.cluster._errors import InvalidRequest, JobExists, PreconditionFailed, UnknownEntity
 from fray_ray.cluster._jobs import roll_up
 from fray_ray.cluster._state import ClusterState, ForgetLogs, Kill
 from fray_ray.cluster._worker import AttemptLaunch
 from fray_ray.iris.controller_client import today
 from fray_ray.iris.entrypoint import command_entrypoint
+from fray_ray.iris.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from fray_ray.iris.names import JobName
 from fray_ray.iris.rpc import controller_pb2
 from fray_ray.iris.types import (
@@ -172,9 +172,9 @@ def test_roll_up_precedence(state: ClusterState) -> None:
 
 def test_existing_job_policies(state: ClusterState) -> None:
     state.submit(request())
-    with pytest.raises(JobExists):
+    with pytest.raises(AlreadyExists):
         state.submit(request())  # UNSPECIFIED while running
-    with pytest.raises(JobExists):
+    with pytest.raises(AlreadyExists):
         state.submit(request(existing_job_policy=ExistingJobPolicy.ERROR))
     job_id, effects = state.submit(request(existing_job_policy=ExistingJobPolicy.KEEP))
     assert job_id == "/u/j" and effects == []
@@ -188,7 +188,7 @@ def test_existing_job_policies(state: ClusterState) -> None:
     state.attempt_exited(launch.uid, -9)  # the old attempt's exit changes nothing now
     assert state.job("/u/j").state == JobState.RUNNING
     state.attempt_exited(relaunch.uid, 0)
-    with pytest.raises(JobExists):
+    with pytest.raises(AlreadyExists):
         state.submit(request(existing_job_policy=ExistingJobPolicy.ERROR))  # finished, still ERROR
     finished = state.job("/u/j")
     state.submit(request())  # UNSPECIFIED replaces a finished job
@@ -199,7 +199,7 @@ def test_existing_job_policies(state: ClusterState) -> None:
 
 
 def test_children_need_a_live_parent_and_die_with_it(state: ClusterState) -> None:
-    with pytest.raises(PreconditionFailed, match="does not exist"):
+    with pytest.raises(FailedPrecondition, match="does not exist"):
         state.submit(request("/u/p/c"))
     state.submit(request("/u/p"))
     state.submit(request("/u/p/c"))
@@ -208,7 +208,7 @@ def test_children_need_a_live_parent_and_die_with_it(state: ClusterState) -> Non
     assert state.job("/u/p/c/g").state == JobState.KILLED
     assert state.job("/u/p/c").state == JobState.KILLED
     assert effects == [] or all(isinstance(e, Kill) for e in effects)
-    with pytest.raises(PreconditionFailed, match="already finished"):
+    with pytest.raises(FailedPrecondition, match="already finished"):
         state.submit(request("/u/p/d"))
 
 
@@ -229,43 +229,43 @@ def test_failed_parent_cancels_children_but_succeeded_parent_does_not(state: Clu
 
 
 def test_unsatisfiable_requests_are_rejected_naming_the_resource(state: ClusterState) -> None:
-    with pytest.raises(PreconditionFailed, match="cpu"):
+    with pytest.raises(FailedPrecondition, match="cpu"):
         state.submit(request(resources=ResourceSpec(cpu_millicores=64000)))
-    with pytest.raises(PreconditionFailed, match="memory"):
+    with pytest.raises(FailedPrecondition, match="memory"):
         state.submit(request(resources=ResourceSpec(memory_bytes=1 << 40)))
-    with pytest.raises(PreconditionFailed, match="device-type"):
+    with pytest.raises(FailedPrecondition, match="device-type"):
         state.submit(request(resources=ResourceSpec(device=TpuDevice("v5p-16"))))
-    with pytest.raises(PreconditionFailed, match="has attribute .tpu-name."):
+    with pytest.raises(FailedPrecondition, match="has attribute .tpu-name."):
         state.submit(request(coscheduling_group_by="tpu-name", replicas=2))
 
 
 def test_invalid_requests(state: ClusterState) -> None:
     bad = request()
     bad.name = ""
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(InvalidArgument):
         state.submit(bad)
     bad.name = "no-slash"
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(InvalidArgument):
         state.submit(bad)
     bad = request()
     bad.entrypoint.run_command.ClearField("argv")
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(InvalidArgument):
         state.submit(bad)
     bad = request()
     bad.max_retries_failure = -1
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(InvalidArgument):
         state.submit(bad)
     bad = request()
     bad.entrypoint.workdir_files["../escape"] = b"x"
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(InvalidArgument):
         state.submit(bad)
 
 
 def test_freshness_window(clock: Clock) -> None:
     strict = ClusterState([cpu_worker("a", cpu=1)], client_freshness_days=14, clock=clock)
-    with pytest.raises(PreconditionFailed, match="client is too old"):
+    with pytest.raises(FailedPrecondition, match="client is too old"):
         strict.submit(request(date="2020-01-01"))
-    with pytest.raises(PreconditionFailed, match="client is too old"):
+    with pytest.raises(FailedPrecondition, match="client is too old"):
         strict.submit(request(date=""))  # read as the introduction date, long ago
     strict.submit(request())
     strict.submit(request("/u/j/child", date="2020-01-01"))  # children are exempt
@@ -354,7 +354,7 @@ def test_endpoint_registration_rules(state: ClusterState) -> None:
         )
         return state.register_endpoint(req, default_lease_s=60)[0]
 
-    with pytest.raises(UnknownEntity):
+    with pytest.raises(NotFound):
         register("/u/nope/0", 0)
     state.submit(request(max_retries_failure=1))
     (launch,) = run_all(state)
@@ -365,11 +365,11 @@ def test_endpoint_registration_rules(state: ClusterState) -> None:
     state.attempt_exited(launch.uid, 1)  # retried: the attempt's endpoints go away
     assert state.list_endpoints("/u/j/", exact=False) == []
     (retry,) = run_all(state)
-    with pytest.raises(PreconditionFailed, match="stale attempt"):
+    with pytest.raises(FailedPrecondition, match="stale attempt"):
         register("/u/j/0", 0)
     register("/u/j/0", 1)
     state.attempt_exited(retry.uid, 0)
-    with pytest.raises(PreconditionFailed, match="finished"):
+    with pytest.raises(FailedPrecondition, match="finished"):
         register("/u/j/0", 1)
     assert state.list_endpoints("/u/j/", exact=False) == []
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from fray_ray.cluster._errors import InvalidRequest
 from fray_ray.cluster._log_query import (
     DEFAULT_MAX_LINES,
     LogLevel,
@@ -16,6 +15,7 @@ from fray_ray.cluster._log_query import (
     regex_literal_lead,
 )
 from fray_ray.cluster._logs import LogRecord
+from fray_ray.iris.errors import InvalidArgument
 from fray_ray.iris.rpc import finelog_logging_pb2
 
 KEYS = [
@@ -48,7 +48,7 @@ def test_prefix_scope_is_literal_and_covers_child_jobs() -> None:
     assert selected(query("/u/j/0:")) == ["/u/j/0:0", "/u/j/0:1"]
     assert selected(query("/u/j/")) == ["/u/j/0:0", "/u/j/0:1", "/u/j/1:0", "/u/j/10:0", "/u/j/kid/0:0"]
     assert selected(query("/u/job+x/")) == ["/u/job+x/0:0"]  # '+' is just a character here
-    with pytest.raises(InvalidRequest, match="source is required"):
+    with pytest.raises(InvalidArgument, match="source is required"):
         query("")
 
 
@@ -60,9 +60,9 @@ def test_regex_scope_and_the_unset_scope_search_the_key() -> None:
     assert selected(query(r".*kid.*", regex)) == ["/u/j/kid/0:0"]  # no literal lead: searched anywhere
     unset = finelog_logging_pb2.MATCH_SCOPE_UNSPECIFIED
     assert selected(query(r"/u/j/(0|1):0", unset)) == ["/u/j/0:0", "/u/j/1:0"]
-    with pytest.raises(InvalidRequest, match="not a valid regular expression"):
+    with pytest.raises(InvalidArgument, match="not a valid regular expression"):
         query("/u/j/(", regex)
-    with pytest.raises(InvalidRequest, match="longer than"):
+    with pytest.raises(InvalidArgument, match="longer than"):
         query("a" * 2000 + "(", regex)
 
 
@@ -78,9 +78,9 @@ def test_regex_literal_lead() -> None:
 
 
 def test_unknown_scope_and_level_are_refused() -> None:
-    with pytest.raises(InvalidRequest, match="match_scope"):
+    with pytest.raises(InvalidArgument, match="match_scope"):
         query("/u/j/", 7)
-    with pytest.raises(InvalidRequest, match="min_level"):
+    with pytest.raises(InvalidArgument, match="min_level"):
         query("/u/j/", min_level="LOUD")
     assert query("/u/j/", min_level="warning").min_level is LogLevel.WARNING
     assert query("/u/j/").max_lines == DEFAULT_MAX_LINES

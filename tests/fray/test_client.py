@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import pickle
+import sys
 import threading
 from pathlib import Path
 
@@ -21,6 +22,9 @@ from fray_ray.fray import (
     LocalClient,
     wait_all,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for import_graph
+from import_graph import import_cycles  # noqa: E402
 
 DEADLINE = 20.0
 
@@ -276,3 +280,17 @@ def test_fray_layer_imports_only_itself_and_iris() -> None:
     for path in sorted((package / "iris").rglob("*.py")):
         for name in _fray_ray_imports(path):  # neither the Fray layer nor the Ray layer above it
             assert name.startswith("fray_ray.iris"), f"{path} imports {name}"
+
+
+def test_fray_package_has_no_import_cycle() -> None:
+    # Every import counts, also those inside functions and under TYPE_CHECKING.
+    package = Path(fray_ray.__file__).parent / "fray"
+    assert import_cycles(package, "fray_ray.fray") == []
+
+
+def test_the_cycle_check_sees_a_cycle(tmp_path: Path) -> None:
+    (tmp_path / "__init__.py").write_text("")
+    (tmp_path / "a.py").write_text("def f():\n    from pkg.b import g\n")
+    (tmp_path / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n")
+    (tmp_path / "c.py").write_text("from . import a\n")
+    assert import_cycles(tmp_path, "pkg") == [["pkg.a", "pkg.b"]]

@@ -133,6 +133,7 @@ def _job(name: str, fn: Callable[..., object], *args: object, **fields: object) 
 
 def test_client_and_handles_satisfy_the_protocols(iris: FrayIrisClient) -> None:
     assert isinstance(iris, Client)
+    assert iris.in_process is False  # its jobs and actors are processes of their own
     job = iris.submit(_job(_name("proto"), _say, "x"))
     assert isinstance(job, JobHandle)
     job.wait(timeout=DEADLINE)

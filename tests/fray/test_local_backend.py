@@ -19,6 +19,7 @@ import pytest
 from fray_ray.fray import (
     ActorConfig,
     ActorUnavailableError,
+    Client,
     EnvironmentConfig,
     Entrypoint,
     FrayError,
@@ -557,3 +558,75 @@ def test_shutdown_from_inside_a_job_does_not_deadlock() -> None:
 def test_future_type_is_concurrent_future(client: LocalClient) -> None:
     actor = client.create_actor(Lifecycle, name="ft")
     assert isinstance(actor.count.remote(), Future)
+
+
+# -- what the Ray layer asks of any Client ---------------------------------------------------------
+
+
+def test_a_local_client_says_it_runs_everything_in_process(client: LocalClient, tmp_path: Path) -> None:
+    assert isinstance(client, Client)
+    assert client.in_process is True
+    assert client.parent_job is None
+    (tmp_path / "mod.py").write_text("X = 1\n")
+    client.prepare_environment(EnvironmentConfig(workspace=str(tmp_path)))  # nothing to capture
+    job = client.submit(_callable_job("after-prepare", print, "ran"))
+    assert job.wait(timeout=DEADLINE) is JobStatus.SUCCEEDED
+
+
+def test_find_actor_finds_this_clients_live_groups(client: LocalClient) -> None:
+    group = client.create_actor_group(Recorder, name="finder", count=2)
+    first, second = group.wait_ready(timeout=DEADLINE)
+    assert client.find_actor("finder") == first
+    assert client.find_actor("finder", 1) == second
+    assert client.find_actor("finder", 1, parent_job=None) == second  # no job tree: ignored
+    assert client.find_actor("finder").step("found") == "found"
+    assert client.find_actor("finder", 2) is None
+    assert client.find_actor("find") is None
+    assert client.find_actor("finder-0") is None
+    newer = client.create_actor_group(Recorder, name="finder", count=1)
+    (newest,) = newer.wait_ready(timeout=DEADLINE)
+    assert client.find_actor("finder") == newest  # the newest group of that name
+    newer.shutdown()
+    assert client.find_actor("finder") == first
+    group.shutdown()
+    assert client.find_actor("finder") is None
+
+
+def test_find_actor_does_not_see_another_clients_actors(client: LocalClient) -> None:
+    with LocalClient() as other:
+        other.create_actor_group(Recorder, name="theirs", count=1).wait_ready(timeout=DEADLINE)
+        assert client.find_actor("theirs") is None
+        assert other.find_actor("theirs") is not None
+
+
+def test_detach_job_does_not_let_an_actor_outlive_a_local_client() -> None:
+    local = LocalClient()
+    group = local.create_actor_group(Recorder, name="detached", count=1)
+    (handle,) = group.wait_ready(timeout=DEADLINE)
+    local.detach_job(group.job_id)
+    local.detach_job("no-such-job")  # unknown ids are ignored
+    local.shutdown()
+    with pytest.raises(ActorUnavailableError):
+        handle.step.remote("late").result(timeout=DEADLINE)
+
+
+class _Keeps:
+    def __init__(self, **kwargs: object) -> None:
+        self.kwargs = kwargs
+
+    def seen(self) -> dict[str, object]:
+        return self.kwargs
+
+
+class _Refuses:
+    def __init__(self) -> None:
+        raise KeyError("refused")
+
+
+def test_create_actor_passes_every_constructor_keyword_and_cleans_up_a_failure(client: LocalClient) -> None:
+    # Keywords of the shared create_actor helper itself still reach the constructor.
+    actor = client.create_actor(_Keeps, name="keeps", client="c", ready_timeout=1, args=(), kwargs={})
+    assert actor.seen() == {"client": "c", "ready_timeout": 1, "args": (), "kwargs": {}}
+    with pytest.raises(KeyError, match="refused"):
+        client.create_actor(_Refuses, name="refuses")
+    assert client.find_actor("refuses") is None  # its group was shut down

@@ -4,7 +4,8 @@ Run by the peer controller venv's Python (3.11), never imported by fray_ray:
 
     <peer python> iris_controller_main.py WORKERS
 
-Prints `ADDRESS http://127.0.0.1:<port>` once the controller answers, then `STOPPED` after
+Starts all WORKERS workers at once (not on demand). Prints `ADDRESS http://127.0.0.1:<port>`
+once the controller answers, then `STOPPED` after
 stdin reached EOF and the cluster was closed. Its workers run tasks with this same Python.
 """
 
@@ -14,7 +15,12 @@ import sys
 def main() -> None:
     from iris.cluster.backends.local.cluster import LocalCluster, make_local_cluster_config
 
-    cluster = LocalCluster(make_local_cluster_config(int(sys.argv[1]) if len(sys.argv) > 1 else 1))
+    workers = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    config = make_local_cluster_config(workers)
+    # The local autoscaler keeps `buffer_slices` idle workers beyond demand: buffer them all, so
+    # every worker is up before tests start (one that appears mid-test makes placement a race).
+    config.scale_groups["local-cpu"].buffer_slices = workers
+    cluster = LocalCluster(config)
     address = cluster.start()
     print(f"ADDRESS {address}", flush=True)
     try:

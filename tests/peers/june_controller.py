@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+WORKERS = 2
+READY_DEADLINE_S = 180.0
 
 
 def start_controller(python: str, home: Path, pythonpath: str | None) -> tuple[subprocess.Popen, str]:
     """Run `iris_controller_main.py` with the peer venv's `python`; returns the process and the
-    controller's address. With `pythonpath`, its workers' tasks import fray_ray from there."""
+    controller's address once all its workers are registered and healthy (they start after the
+    controller answers; a test that spreads work must see every host). With `pythonpath`, its
+    workers' tasks import fray_ray from there."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(HOME=str(home), TMPDIR=str(home))
     if pythonpath is not None:
@@ -21,14 +26,35 @@ def start_controller(python: str, home: Path, pythonpath: str | None) -> tuple[s
         # machine's only other address is not one tests may connect to.
         env["FRAY_RAY_NODE_IP_ADDRESS"] = "127.0.0.1"
     process = subprocess.Popen(
-        [python, str(HERE / "iris_controller_main.py"), "2"],
+        [python, str(HERE / "iris_controller_main.py"), str(WORKERS)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
     )
     assert process.stdout is not None
     for line in process.stdout:
         if line.startswith("ADDRESS "):
-            return process, line.split()[1]
+            address = line.split()[1]
+            try:
+                wait_for_workers(address, WORKERS)
+            except BaseException:
+                stop_controller(process)
+                raise
+            return process, address
     raise AssertionError(f"the real Iris controller did not start (exit {process.poll()})")
+
+
+def wait_for_workers(address: str, count: int) -> None:
+    """Poll ListWorkers until `count` healthy workers are registered."""
+    from fray_ray.iris.controller_client import ControllerClient
+
+    deadline = time.monotonic() + READY_DEADLINE_S
+    with ControllerClient(address) as controller:
+        while True:
+            healthy = [w for w in controller.list_workers() if w.healthy]
+            if len(healthy) >= count:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the real Iris controller has {len(healthy)} of {count} workers after {READY_DEADLINE_S:.0f} s")
+            time.sleep(0.2)
 
 
 def stop_controller(process: subprocess.Popen) -> None:

@@ -48,6 +48,7 @@ def _task(*args: object) -> TaskSpec:
         arguments=Arguments.pack(args, {}),
         return_ids=(ids.object_id_for(task_id, 1),),
         num_returns=1,
+        max_retries=3,
         pool=PoolKey(shape=ResourceShape(cpu=1.0)),
     )
 

@@ -1,4 +1,4 @@
-"""Tests of fray_ray._options (and the accelerator names used with `accelerator_type=`).
+"""Tests of fray_ray._private.options (and the accelerator names used with `accelerator_type=`).
 
 Expectations marked "observed" come from running Ray 2.60.0 (python 3.11) on the same inputs:
 `ray.remote(**opts)(f)` / `ray.remote(**opts)(C)` / `.options(**opts)` / `ray.method(...)`,
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import fray_ray.util.accelerators as accelerators
-from fray_ray._options import (
+from fray_ray._private.options import (
     ACTOR_OPTION_KEYS,
     ALL_OPTION_KEYS,
     METHOD_OPTION_KEYS,

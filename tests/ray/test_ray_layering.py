@@ -58,8 +58,8 @@ def _runtime_imports_of(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
 
 
 def _targets(module: str, path: Path, node: ast.Import | ast.ImportFrom, known: set[str]) -> list[str]:
-    """The fray_ray modules an import statement loads (a `from package import submodule`
-    counts as the submodule)."""
+    """The fray_ray modules an import statement loads: `from package import name` loads the
+    package (its `__init__` runs), and the submodule too when `name` is one."""
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names if alias.name.startswith("fray_ray")]
     base = node.module or ""
@@ -70,7 +70,7 @@ def _targets(module: str, path: Path, node: ast.Import | ast.ImportFrom, known: 
     if not base.startswith("fray_ray"):
         return []
     submodules = [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known]
-    return submodules or [base]
+    return [base, *submodules]
 
 
 def _graph() -> dict[str, set[str]]:
@@ -157,3 +157,15 @@ def test_no_import_cycle_runs_through_the_api() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [{"a", "b", "c"}]
+
+
+def test_naming_the_package_depends_on_its_init() -> None:
+    # `from fray_ray import exceptions` runs fray_ray/__init__.py, which imports the API: in
+    # an API module that is a cycle through the package, and the graph must show it.
+    known = {"fray_ray", "fray_ray.exceptions", "fray_ray._api"}
+    statement = ast.parse("from fray_ray import exceptions").body[0]
+    assert isinstance(statement, ast.ImportFrom)
+    targets = _targets("fray_ray._api", PACKAGE / "_api.py", statement, known)
+    assert sorted(targets) == ["fray_ray", "fray_ray.exceptions"]
+    graph = {"fray_ray": {"fray_ray._api"}, "fray_ray._api": set(targets), "fray_ray.exceptions": set()}
+    assert _cycles(graph) == [{"fray_ray", "fray_ray._api"}]

@@ -1,0 +1,95 @@
+"""The placement group handle (`PlacementGroup`) and its id, shown as `fray_ray.util.placement_group`'s.
+
+They live here, below the public module, so the options model can check
+`placement_group=` against the real class without importing `fray_ray.util`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from fray_ray._private import runtime_state
+from fray_ray._private.object_ref import ObjectRef
+
+if TYPE_CHECKING:
+    from fray_ray._private.placement_groups import PlacementGroupInfo
+
+__all__ = ["PlacementGroup", "PlacementGroupID"]
+
+#: The public module these classes belong to (reprs, docs and pickles name it).
+PUBLIC_MODULE = "fray_ray.util.placement_group"
+
+
+class PlacementGroupID:
+    """A placement group's id (18 bytes; 36 hex characters)."""
+
+    def __init__(self, binary: bytes) -> None:
+        self._binary = binary
+
+    def binary(self) -> bytes:
+        return self._binary
+
+    def hex(self) -> str:
+        return self._binary.hex()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PlacementGroupID) and other._binary == self._binary
+
+    def __hash__(self) -> int:
+        return hash(self._binary)
+
+    def __repr__(self) -> str:
+        return f"PlacementGroupID({self.hex()})"
+
+
+class PlacementGroup:
+    """A handle to a placement group; picklable, so tasks can schedule into it too."""
+
+    def __init__(self, id: PlacementGroupID, bundle_cache: Sequence[dict[str, float]] | None = None,
+                 _ready_id: bytes | None = None) -> None:
+        self.id = id
+        self._bundles = [dict(b) for b in bundle_cache] if bundle_cache is not None else None
+        self._ready_id = _ready_id
+
+    def _info(self) -> PlacementGroupInfo:
+        info = runtime_state.current().placement_group_info(self.id.binary())
+        if info is None:
+            raise ValueError(f"Placement group {self.id.hex()} does not exist.")
+        return info
+
+    @property
+    def bundle_specs(self) -> list[dict[str, float]]:
+        if self._bundles is None:
+            self._bundles = [dict(b) for b in self._info().bundles]
+        return [dict(b) for b in self._bundles]
+
+    @property
+    def bundle_count(self) -> int:
+        return len(self.bundle_specs)
+
+    def ready(self) -> ObjectRef:
+        """A ref that becomes ready when every bundle is reserved."""
+        if self._ready_id is None:
+            self._ready_id = self._info().ready_id
+        return ObjectRef(self._ready_id)
+
+    def wait(self, timeout_seconds: float | None = 30) -> bool:
+        """Block until the group is placed (True) or the timeout passes (False)."""
+        return bool(runtime_state.current().wait_placement_group(self.id.binary(), timeout_seconds))
+
+    def __reduce__(self) -> Any:
+        return (PlacementGroup, (self.id, self._bundles, self._ready_id))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PlacementGroup) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __repr__(self) -> str:
+        return f"PlacementGroup({self.id.hex()})"
+
+
+PlacementGroupID.__module__ = PUBLIC_MODULE
+PlacementGroup.__module__ = PUBLIC_MODULE
