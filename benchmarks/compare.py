@@ -293,7 +293,8 @@ def header_lines(args: argparse.Namespace, cat: Catalog, versions: dict[str, str
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", "--only", dest="shapes", default="",
-                        help="comma-separated shape or group names (default: all); groups: lifecycle, rates, task_args, queued_tasks, actors, curves")
+                        help="comma-separated shape or group names (default: all); "
+                             "groups: lifecycle, rates, task_args, queued_tasks, actors, curves")
     parser.add_argument("--reps", type=int, help="repetitions of every shape (default 5; 3 with --quick)")
     parser.add_argument("--quick", action="store_true", help="3 repetitions, short rounds, small curves: for iterating, not for the README")
     parser.add_argument("--json", dest="json_path", help="write every value, summary, ratio and verdict to this file")
@@ -306,7 +307,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--round-s", type=float, help="seconds of a rate shape's timed round (default 1; quick 0.2)")
     parser.add_argument("--warmup-s", type=float, help="warm-up seconds of a rate shape (default 0.5; quick 0.1)")
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every shape's timeout (see shapes.py)")
-    parser.add_argument("--memory-guard-gib", type=float, help="stop an actors point when MemAvailable falls below this (default max(3, 15%% of RAM))")
+    parser.add_argument("--memory-guard-gib", type=float,
+                        help="stop an actors point when MemAvailable falls below this (default max(3, 15%% of RAM))")
     parser.add_argument("--keep-logs", action="store_true", help="keep the per-run logs and JSON (path printed)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)

@@ -5,7 +5,8 @@
 
 Order: the lifecycle shapes on the first (cold) session of this interpreter, the session
 shapes together in a second session, the cross-driver shape in a session of its own, and the
-floor (no session) last, so that its echo processes are never counted as the session's. The JSON is rewritten before and after every shape (`running` names the
+floor (no session) last, so that its echo processes are never counted as the session's. The
+JSON is rewritten before and after every shape (`running` names the
 shape in progress and when it started), so `compare.py` can enforce per-shape timeouts and a
 run cut short still leaves what it measured. `--quick` (or FRAY_BENCH_QUICK=1) shortens the
 rounds and uses the small curves.

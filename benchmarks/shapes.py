@@ -169,12 +169,14 @@ def catalog(curves: Curves, timeout_scale: float = 1.0) -> Catalog:
         add(Shape(name, Kind.SESSION, "rates", 120, text, ()), Metric(name, unit, "higher", text))
     for n in curves.tasks:
         label = size_label(n)
-        add(Shape(f"queued_tasks_{label}", Kind.SESSION, "queued_tasks", 60 + n * 0.005, f"{n:,} no-op tasks submitted, then all got", (), n),
+        add(Shape(f"queued_tasks_{label}", Kind.SESSION, "queued_tasks", 60 + n * 0.005,
+                  f"{n:,} no-op tasks submitted, then all got", (), n),
             Metric(f"queued_tasks_{label}", "tasks/s", "higher", f"{n:,} queued tasks"),
             Metric(f"queued_tasks_{label}_us_per_task", "µs", "lower", "wall time per task"))
     for n in curves.actors:
         label = size_label(n)
-        add(Shape(f"actors_{label}", Kind.SESSION, f"actors_{label}", 60 + n * 2.0, f"{n} num_cpus=0 actors created and called once", (), n),
+        add(Shape(f"actors_{label}", Kind.SESSION, f"actors_{label}", 60 + n * 2.0,
+                  f"{n} num_cpus=0 actors created and called once", (), n),
             Metric(f"actors_{label}", "s", "lower", f"create {n} actors, one call each answered"),
             Metric(f"actors_{label}_ms_per_actor", "ms", "lower", "creation time per actor"),
             Metric(f"actors_{label}_rss_per_actor", "MiB", "lower", "session RSS added per actor"),

@@ -206,7 +206,7 @@ def _report_payload(session: pytest.Session) -> dict[str, Any]:
         "backend": backend,
         "backend_version": version,
         "python": sys.version.split()[0],
-        "started": _dt.datetime.fromtimestamp(config.stash[_started_key], _dt.timezone.utc)
+        "started": _dt.datetime.fromtimestamp(config.stash[_started_key], _dt.UTC)
         .isoformat(timespec="seconds"),
         "duration_s": round(time.time() - config.stash[_started_key], 1),
         "known_differences": known,

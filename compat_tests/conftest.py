@@ -34,7 +34,6 @@ from typing import Any
 import pytest
 
 from compat_tests._backend import DEFAULT_SHARED_CLUSTER, TEST_NAMESPACE
-from compat_tests._plugin import shared_cluster_scope
 from compat_tests._plugin import (  # noqa: F401  (hooks, re-exported for pytest)
     pytest_addoption,
     pytest_collection_finish,
@@ -45,6 +44,7 @@ from compat_tests._plugin import (  # noqa: F401  (hooks, re-exported for pytest
     pytest_sessionfinish,
     pytest_terminal_summary,
     pytest_unconfigure,
+    shared_cluster_scope,
 )
 
 

@@ -15,7 +15,6 @@ import pytest
 from compat_tests._backend import exceptions, ray
 from compat_tests.helpers import Recorder, SignalActor, wait_for_condition
 
-
 # What ray.get may raise for a cancelled task (Ray's own allowed sets).
 CANCELLED = (exceptions.TaskCancelledError, exceptions.RayTaskError)
 FORCE_CANCELLED = CANCELLED + (exceptions.WorkerCrashedError, exceptions.ObjectLostError)

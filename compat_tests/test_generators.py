@@ -155,8 +155,7 @@ def test_streaming_generator__actor_generators(ray_start_regular_shared):
     @ray.remote(num_cpus=0)
     class Source:
         def sync_items(self, n):
-            for i in range(n):
-                yield i
+            yield from range(n)
 
         async def async_items(self, n):
             for i in range(n):

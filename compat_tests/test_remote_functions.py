@@ -14,7 +14,6 @@ import pytest
 from compat_tests._backend import exceptions, ray
 from compat_tests.helpers import Recorder
 
-
 # --- definition and nesting ---------------------------------------------------------------
 
 

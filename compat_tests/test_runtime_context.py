@@ -12,7 +12,6 @@ import pytest
 
 from compat_tests._backend import TEST_NAMESPACE, ray
 
-
 HEX = re.compile(r"[0-9a-f]+")
 
 

@@ -9,7 +9,6 @@ import pytest
 
 from compat_tests._backend import exceptions, ray, scheduling_strategies
 
-
 # A well-formed node id that no node has.
 _ABSENT_NODE = "ab" * 28
 

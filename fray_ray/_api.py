@@ -12,8 +12,8 @@ import platform
 import textwrap
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 
 from fray_ray._private import options as options_model
 from fray_ray._private import runtime_state
@@ -22,11 +22,16 @@ from fray_ray._private.options import rendering as options_text
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.task_context import current_task
 from fray_ray._version import __version__
-from fray_ray.actor import ActorClass, ActorHandle
+from fray_ray.actor import ActorClass, ActorHandle, ActorProxy
 from fray_ray.exceptions import RaySystemError
 from fray_ray.remote_function import RemoteFunction
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
+Waitable = TypeVar("Waitable", bound="ObjectRef[Any] | ObjectRefGenerator")
 
 _init_lock = threading.RLock()  # serialises init/shutdown
 
@@ -40,8 +45,14 @@ _INIT_KEYWORDS = {
 }
 
 
-class RayContext(Mapping):
-    """What init() returns: address information, usable as a dict and a context manager."""
+class RayContext(Mapping[str, Any]):
+    """What init() returns: address information, usable as a dict and a context manager.
+
+    Leaving a `with fray_ray.init():` block shuts the session down, as Ray's context does.
+
+    Args:
+        address_info: the session's addresses (`address`, `node_id`, `session_dir`, ...).
+    """
 
     def __init__(self, address_info: Mapping[str, Any]) -> None:
         self.address_info = dict(address_info)
@@ -66,6 +77,7 @@ class RayContext(Mapping):
         shutdown()
 
     def disconnect(self) -> None:
+        """Shut the session down (Ray's name for it on a context)."""
         shutdown()
 
     def __repr__(self) -> str:
@@ -76,7 +88,11 @@ _context: RayContext | None = None
 
 
 def is_initialized() -> bool:
-    """True between init() (or auto-init) and shutdown()."""
+    """Tell whether a session is up, e.g. before calling functions that need one.
+
+    Returns:
+        True between `init()` (or the first call that starts a session) and `shutdown()`.
+    """
     runtime = runtime_state.current_or_none()
     return runtime is not None
 
@@ -121,8 +137,27 @@ def init(
     num_gpus and resources raise ValueError, as Ray's do for an existing cluster, and so they
     do beside a `cluster_config` that lists hosts.
 
-    Raises RuntimeError when called twice without ignore_reinit_error=True, or for an
-    unknown keyword argument.
+    Args:
+        address: where the cluster is (see above); None for the embedded cluster.
+        num_cpus: CPUs of the embedded cluster's host (default: the machine's).
+        num_gpus: GPUs of the embedded cluster's host.
+        resources: custom resources of the embedded cluster's host.
+        namespace: the namespace named actors live in (default: a fresh one).
+        runtime_env: the job's runtime environment.
+        ignore_reinit_error: return the current context instead of raising when a session is up.
+        local_mode: run every task and actor in this process, on threads.
+        log_to_driver: print workers' output here (default True).
+        cluster_config: fray_ray's description of the embedded cluster's hosts.
+        **kwargs: Ray's other `init` keywords, accepted and (where fray_ray has no
+            equivalent) ignored; `_node_ip_address`, `_system_config`, `object_store_memory`.
+
+    Returns:
+        The session's context.
+
+    Raises:
+        RuntimeError: a session is already up (without `ignore_reinit_error=True`), or a
+            keyword argument is unknown.
+        ValueError: sizes were given for a cluster that already exists.
 
     >>> ctx = fray_ray.init(num_cpus=2)  # doctest: +SKIP
     """
@@ -189,7 +224,11 @@ runtime_state.set_auto_init(_auto_init)
 def shutdown(*, wait_for_processes: bool = False, _exiting_interpreter: bool = False) -> None:
     """Stop the session: workers, actors (except detached ones) and the embedded cluster.
 
-    Idempotent; afterwards is_initialized() is False.
+    Idempotent, so cleanup code may call it unconditionally; afterwards `is_initialized()` is
+    False. Inside a task or actor it does nothing (the driver owns the session).
+
+    Args:
+        wait_for_processes: accepted for Ray's signature; fray_ray always waits.
     """
     global _context
     with _init_lock:
@@ -212,20 +251,51 @@ def _shutdown_at_exit() -> None:
 # ---- objects -------------------------------------------------------------------------------
 
 
-def put(value: Any, *, _owner: Any = None, _tensor_transport: Any = None) -> ObjectRef:
-    """Store a snapshot of `value` in the session; returns a ref to it.
+def put(value: T, *, _owner: Any = None, _tensor_transport: Any = None) -> ObjectRef[T]:
+    """Store a snapshot of `value` in the session, to pass one large value to many tasks once.
+
+    Args:
+        value: any picklable value; later changes to it are not seen through the ref.
+
+    Returns:
+        A ref to the stored value, typed like it.
+
+    Raises:
+        TypeError: `value` cannot be pickled.
 
     >>> fray_ray.get(fray_ray.put([1, 2]))  # doctest: +SKIP
     [1, 2]
     """
-    return runtime_state.current().put(value)
+    ref: ObjectRef[T] = runtime_state.current().put(value)
+    return ref
 
 
+@overload
+def get(object_refs: ObjectRef[T], *, timeout: float | None = None, _use_object_store: bool = False) -> T: ...
+@overload
+def get(
+    object_refs: list[ObjectRef[T]], *, timeout: float | None = None, _use_object_store: bool = False
+) -> list[T]: ...
+@overload
+def get(
+    object_refs: list[ObjectRef[Any]], *, timeout: float | None = None, _use_object_store: bool = False
+) -> list[Any]: ...
 def get(object_refs: Any, *, timeout: float | None = None, _use_object_store: bool = False) -> Any:
-    """Block until the values are ready and return them (a list for a list of refs).
+    """Block until the values are ready and return them.
 
-    Raises the task's error as soon as one is found, GetTimeoutError after `timeout` seconds,
-    ValueError/TypeError for arguments that are not refs.
+    Args:
+        object_refs: one ref, or a list of refs.
+        timeout: seconds to wait at most; None waits as long as it takes.
+
+    Returns:
+        The value for one ref; a list of values, in order, for a list.
+
+    Raises:
+        RayTaskError: a task failed; raised as soon as one failure is found, as the task's
+            own exception type too (it subclasses both).
+        GetTimeoutError: `timeout` passed first.
+        ValueError: `object_refs` is neither a ref nor a list, or `timeout` is negative.
+        TypeError: a list item is not a ref, or an ObjectRefGenerator was passed.
     """
     if isinstance(object_refs, ObjectRef):
         return runtime_state.current().get([object_refs], timeout)[0]
@@ -249,11 +319,23 @@ def get(object_refs: Any, *, timeout: float | None = None, _use_object_store: bo
 
 
 def wait(
-    ray_waitables: Any, *, num_returns: int = 1, timeout: float | None = None, fetch_local: bool = True
-) -> tuple[list[ObjectRef], list[ObjectRef]]:
-    """Block until `num_returns` of the refs are ready or `timeout` passes.
+    ray_waitables: list[Waitable], *, num_returns: int = 1, timeout: float | None = None, fetch_local: bool = True
+) -> tuple[list[Waitable], list[Waitable]]:
+    """Block until `num_returns` of the refs are ready or `timeout` passes, to handle results
+    as they come rather than in submission order.
 
-    Returns (ready, not_ready), each in input order.
+    Args:
+        ray_waitables: distinct refs (or ObjectRefGenerators) to watch.
+        num_returns: how many must be ready to return early.
+        timeout: seconds to wait at most; None waits for `num_returns`.
+        fetch_local: accepted for Ray's signature (values are fetched when read).
+
+    Returns:
+        (ready, not_ready): the refs split, each list in input order.
+
+    Raises:
+        TypeError: `ray_waitables` is not a list of refs.
+        ValueError: duplicates, a negative timeout, or `num_returns` not in 1..len(refs).
     """
     if isinstance(ray_waitables, (ObjectRef, ObjectRefGenerator)) or not isinstance(ray_waitables, list):
         raise TypeError(
@@ -276,14 +358,49 @@ def wait(
         raise ValueError(
             f"num_returns cannot be greater than the number of ray_waitables provided: {num_returns} > {len(ray_waitables)}"
         )
-    return runtime_state.current().wait(ray_waitables, num_returns, timeout, fetch_local)
+    split = runtime_state.current().wait(ray_waitables, num_returns, timeout, fetch_local)  # type: ignore[arg-type]
+    return cast("tuple[list[Waitable], list[Waitable]]", split)
 
 
 # ---- remote --------------------------------------------------------------------------------
 
 
+class RemoteDecorator(Protocol):
+    """What `remote(**options)` returns: a decorator that keeps its target's types."""
+
+    @overload
+    def __call__(self, target: type[T], /) -> ActorClass[T]: ...  # type: ignore[overload-overlap]
+    @overload
+    def __call__(self, target: Callable[P, R], /) -> RemoteFunction[P, R]: ...
+
+
+# A class is also a callable; the first overload that fits wins, so classes become actors.
+@overload
+def remote(target: type[T], /) -> ActorClass[T]: ...  # type: ignore[overload-overlap]
+@overload
+def remote(target: Callable[P, R], /) -> RemoteFunction[P, R]: ...
+@overload
+def remote(**options: Any) -> RemoteDecorator: ...
 def remote(*args: Any, **kwargs: Any) -> Any:
     """Make a function a remote task or a class an actor, optionally with options.
+
+    `@remote` and `@remote(...)` keep the target's types: `f.remote(...)` is an `ObjectRef`
+    to what `f` returns, and `ray.get` of it has that type. Actor methods are typed when
+    decorated with `@fray_ray.method` (bare or with options), as in Ray.
+
+    Args:
+        *args: the function or class, when used bare (`@remote`).
+        **kwargs: options, when used as `@remote(...)`.
+
+    Returns:
+        A `RemoteFunction` for a function, an `ActorClass` for a class, or, given options,
+        a decorator that makes one of them.
+
+    Raises:
+        TypeError: the target is neither a Python function nor a class.
+        ValueError: the target is an `async def` function, or an option is unknown, has a bad
+            value or does not fit the target.
+        AssertionError: `@remote()` with no options, or a target and options together (as Ray).
 
     >>> @fray_ray.remote(num_cpus=2)  # doctest: +SKIP
     ... def f(): ...
@@ -307,26 +424,59 @@ remote.__doc__ = f"{remote.__doc__}\n{textwrap.indent(options_text.remote_option
 # ---- actors and tasks ----------------------------------------------------------------------
 
 
-def kill(actor: Any, *, no_restart: bool = True) -> None:
-    """Kill an actor at once (no atexit handlers run); later calls raise ActorDiedError."""
+def kill(actor: ActorProxy[Any], *, no_restart: bool = True) -> None:
+    """Kill an actor at once, e.g. one that hangs; no atexit handlers run in it.
+
+    Pending and later calls raise ActorDiedError.
+
+    Args:
+        actor: the actor's handle.
+        no_restart: True ends it for good; False lets it restart if it has `max_restarts` left.
+
+    Raises:
+        ValueError: `actor` is not an actor handle.
+    """
     if not isinstance(actor, ActorHandle):
         raise ValueError(f"ray.kill() only supported for actors. For tasks, try ray.cancel(). Got: {type(actor)}.")
     runtime_state.current().kill_actor(actor._actor_id, no_restart)
 
 
-def cancel(ray_waitable: Any, *, force: bool = False, recursive: bool = True) -> None:
-    """Cancel the task that produces this ref (queued: at once; running: interrupted)."""
+def cancel(ray_waitable: ObjectRef[Any] | ObjectRefGenerator, *, force: bool = False, recursive: bool = True) -> None:
+    """Cancel the task that produces this ref: a queued one at once, a running one interrupted.
+
+    `get` of the ref then raises TaskCancelledError.
+
+    Args:
+        ray_waitable: a ref (or generator) returned by a task or an actor call.
+        force: kill the worker running the task instead of interrupting it.
+        recursive: cancel the tasks it submitted too.
+
+    Raises:
+        TypeError: `ray_waitable` is not a ref.
+    """
     if not isinstance(ray_waitable, (ObjectRef, ObjectRefGenerator)):
         raise TypeError(f"ray.cancel() only supported for object refs. For actors, try ray.kill(). Got: {type(ray_waitable)}.")
     runtime_state.current().cancel(ray_waitable, force, recursive)
 
 
-def get_actor(name: str, namespace: str | None = None) -> Any:
-    """The handle of the live actor named `name`; ValueError if there is none."""
+def get_actor(name: str, namespace: str | None = None) -> ActorHandle[Any]:
+    """Look up a named actor, e.g. one another driver created.
+
+    Args:
+        name: the actor's name.
+        namespace: its namespace (default: this session's).
+
+    Returns:
+        A handle to the live actor; its class is unknown here, so methods are untyped.
+
+    Raises:
+        ValueError: no live actor has that name, or `name` is empty.
+    """
     if not isinstance(name, str) or not name:
         raise ValueError("Please supply a non-empty value to get_actor")
     info = runtime_state.current().get_named_actor(name, namespace)
-    return ActorHandle(info["actor_id"], info["class_name"], info["methods"], info["is_async"])
+    handle: ActorHandle[Any] = ActorHandle(info["actor_id"], info["class_name"], info["methods"], info["is_async"])
+    return handle
 
 
 # ---- cluster -------------------------------------------------------------------------------
@@ -341,24 +491,47 @@ def _initialized_runtime() -> Any:
 
 
 def cluster_resources() -> dict[str, float]:
-    """The summed resources of the cluster's live workers, as read from the controller at most a
-    second ago (blocks for that read); RaySystemError before init."""
-    return _initialized_runtime().cluster_resources()
+    """Sum the resources of the cluster's live workers, to size work to the cluster.
+
+    Returns:
+        Resource name to amount, as read from the controller at most a second ago (blocks for
+        that read).
+
+    Raises:
+        RaySystemError: no session is up.
+    """
+    resources: dict[str, float] = _initialized_runtime().cluster_resources()
+    return resources
 
 
 def available_resources() -> dict[str, float]:
-    """What this session's tasks and actors leave free on the live workers; resources with nothing
-    free are left out (RaySystemError before init)."""
-    return _initialized_runtime().available_resources()
+    """Say what this session's tasks and actors leave free on the live workers.
+
+    Returns:
+        Resource name to free amount; resources with nothing free are left out.
+
+    Raises:
+        RaySystemError: no session is up.
+    """
+    resources: dict[str, float] = _initialized_runtime().available_resources()
+    return resources
 
 
 def nodes() -> list[dict[str, Any]]:
-    """One entry per worker of the cluster (lost ones with `Alive: False`), shaped like Ray's."""
+    """Describe the cluster's workers, shaped like Ray's node entries.
+
+    Returns:
+        One dict per worker (`NodeID`, `Alive`, `Resources`, ...); lost ones have `Alive: False`.
+    """
     return runtime_state.current().nodes()
 
 
 def get_gpu_ids() -> list[int]:
-    """The GPUs assigned to the current task or actor."""
+    """Say which GPUs the current task or actor was given.
+
+    Returns:
+        The GPU indices from CUDA_VISIBLE_DEVICES inside a task or actor; [] on the driver.
+    """
     if current_task.get() is None:
         return []
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
@@ -366,7 +539,14 @@ def get_gpu_ids() -> list[int]:
 
 
 def timeline(filename: str | None = None) -> list[Any]:
-    """Task timeline; fray_ray records none, so this is empty (written to `filename` if given)."""
+    """Return the task timeline; fray_ray records none, so code that dumps it keeps working.
+
+    Args:
+        filename: where to write the (empty) Chrome-trace JSON, if given.
+
+    Returns:
+        An empty list.
+    """
     if filename:
         with open(filename, "w") as f:
             f.write("[]")

@@ -17,10 +17,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, NoReturn, ParamSpec, Protocol, TypeAlias, TypeVar, Union, cast, overload
 
 from fray_ray._private import actor_handles, ids, runtime_state
+from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options import (
     UNSET,
     ActorOptions,
@@ -37,17 +38,92 @@ from fray_ray._private.task_context import current_task
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, CodeBlob, ResourceShape
 from fray_ray.remote_function import pack_arguments, return_ids_for
 
-__all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod", "exit_actor", "method"]
+__all__ = [
+    "ActorClass",
+    "ActorClassInheritanceException",
+    "ActorHandle",
+    "ActorMethod",
+    "ActorProxy",
+    "exit_actor",
+    "method",
+]
+
+T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
+S = TypeVar("S", contravariant=True)
+F = TypeVar("F", covariant=True)
+V = TypeVar("V")
 
 class ActorClassInheritanceException(TypeError):
     """Raised when a class tries to inherit from an actor class."""
 
 
-def method(*args: Any, **kwargs: Any) -> Any:
-    """Annotate an actor method, e.g. `@fray_ray.method(num_returns=2)`; bare `@method` is allowed.
+class TypedMethod(Protocol[S, P, F, V]):
+    """What a type checker sees for a method decorated with `@method` (no runtime class).
 
-    The keywords are checked here (AssertionError for an unknown one, as in Ray); their values
-    are checked when a call is submitted, where Ray checks them.
+    Read through an actor handle it is an `ActorMethod[V]`, so `handle.m.remote()` is an
+    `ObjectRef[V]`; read on an instance (`self.m` inside the actor) it is the plain method.
+    `S` is the class, `P` the parameters, `F` what calling it returns, `V` the value its
+    ref resolves to (`F` itself, or what an `async def` method's coroutine returns).
+    """
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any], /) -> ActorMethod[V]: ...
+    @overload
+    def __get__(self, instance: S, owner: type[Any] | None = None, /) -> Callable[P, F]: ...
+
+
+class _MethodDecorator(Protocol):
+    """What `@method(...)` returns: a decorator keeping the method's types."""
+
+    @overload
+    def __call__(
+        self, function: Callable[Concatenate[S, P], Coroutine[Any, Any, R]], /
+    ) -> TypedMethod[S, P, Coroutine[Any, Any, R], R]: ...
+    @overload
+    def __call__(self, function: Callable[Concatenate[S, P], R], /) -> TypedMethod[S, P, R, R]: ...
+
+
+@overload
+def method(
+    function: Callable[Concatenate[S, P], Coroutine[Any, Any, R]], /
+) -> TypedMethod[S, P, Coroutine[Any, Any, R], R]: ...
+@overload
+def method(function: Callable[Concatenate[S, P], R], /) -> TypedMethod[S, P, R, R]: ...
+@overload
+def method(
+    *,
+    num_returns: int | str | None = ...,
+    concurrency_group: str = ...,
+    max_task_retries: int = ...,
+    retry_exceptions: bool | list[type[BaseException]] | tuple[type[BaseException], ...] = ...,
+    _generator_backpressure_num_objects: int = ...,
+    _num_objects_per_yield: int = ...,
+    enable_task_events: bool = ...,
+    tensor_transport: str = ...,
+) -> _MethodDecorator: ...
+def method(*args: Any, **kwargs: Any) -> Any:
+    """Mark an actor method, bare (`@fray_ray.method`) or with options (`@fray_ray.method(num_returns=2)`).
+
+    The options travel with the method, so every call through any handle gets them (a
+    call's `.options()` still overrides them). As in Ray, a decorated method is also typed:
+    `handle.m.remote()` is an `ObjectRef` to what `m` returns. The keywords are checked here;
+    their values when a call is submitted, where Ray checks them.
+
+    Args:
+        *args: the method itself, for the bare form `@method`.
+        **kwargs: `num_returns`, `concurrency_group`, `max_task_retries`, `retry_exceptions`,
+            `_generator_backpressure_num_objects`, `_num_objects_per_yield`,
+            `enable_task_events` or `tensor_transport`.
+
+    Returns:
+        The method itself for the bare form; otherwise a decorator that records the options
+        on the method and returns the method.
+
+    Raises:
+        AssertionError: a keyword is unknown, or positional arguments other than one method
+            were given (as in Ray).
     """
     function, options = split_method_args(args, kwargs)
     if function is not UNSET:
@@ -57,7 +133,8 @@ def method(*args: Any, **kwargs: Any) -> Any:
         function.__ray_method_options__ = {**getattr(function, "__ray_method_options__", {}), **options}
         return function
 
-    return decorate
+    decorator: _MethodDecorator = decorate
+    return decorator
 
 
 def _method_table(cls: type) -> dict[str, dict[str, Any]]:
@@ -87,10 +164,20 @@ def _method_table(cls: type) -> dict[str, dict[str, Any]]:
     return table
 
 
-class ActorClass:
-    """What `@fray_ray.remote` makes of a class. Create actors with `.remote(...)`."""
+class ActorClass(Generic[T]):
+    """What `@fray_ray.remote` makes of a class `T`. Create actors with `.remote(...)`.
 
-    def __init__(self, cls: type, options: Mapping[str, Any], *_subclass_args: Any) -> None:
+    Args:
+        cls: the class whose instances run as actors.
+        options: the `@remote(...)` options every actor of it starts from.
+
+    Raises:
+        ActorClassInheritanceException: a class statement tried to subclass an actor class.
+        ValueError: an option is unknown or has a bad value.
+        TypeError: an option's value has the wrong type.
+    """
+
+    def __init__(self, cls: type[T], options: Mapping[str, Any], *_subclass_args: Any) -> None:
         if _subclass_args or not isinstance(cls, type):
             raise ActorClassInheritanceException(
                 "Inheriting from actor classes is not allowed. Apply @ray.remote to the subclass instead."
@@ -106,11 +193,13 @@ class ActorClass:
         self.__qualname__ = cls.__qualname__
         self.__module__ = cls.__module__
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError(
-            "Actors cannot be instantiated directly. Instead of "
-            f"'{self._cls.__name__}()', use '{self._cls.__name__}.remote()'."
-        )
+    if not TYPE_CHECKING:  # hidden from type checkers, so they report the call (it always raises)
+
+        def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
+            raise TypeError(
+                "Actors cannot be instantiated directly. Instead of "
+                f"'{self._cls.__name__}()', use '{self._cls.__name__}.remote()'."
+            )
 
     def __dir__(self) -> list[str]:
         return sorted({*self._methods, "options", "remote", "bind"})
@@ -118,22 +207,57 @@ class ActorClass:
     def __repr__(self) -> str:
         return f"ActorClass({self._cls.__name__})"
 
-    def options(self, **options: Any) -> _ActorOptions:
-        """This class with options overridden for the next `.remote()`."""
+    def options(self, **options: Any) -> _ActorOptions[T]:
+        """Override some options for the actors created through the returned view.
+
+        Args:
+            **options: the options of `remote(...)` for classes to change (name, namespace,
+                lifetime, resources, ...).
+
+        Returns:
+            A view with `.remote()` creating actors of this class with the merged options.
+
+        Raises:
+            ValueError: an option is unknown or has a bad value, or is one `.options()` cannot
+                change (`concurrency_groups`).
+            TypeError: an option's value has the wrong type.
+        """
         validate_actor_options(options, is_async=self._is_async, in_options=True)
         merged = validate_actor_options({**self._default_options, **options}, is_async=self._is_async)
         return _ActorOptions(self, merged)
 
-    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
-        """Create an actor; returns its handle at once (calls queue until it is up)."""
-        return self._create(args, kwargs, self._default_options, self._default_typed)
+    def remote(self, *args: Any, **kwargs: Any) -> ActorProxy[T]:
+        """Create an actor and return its handle at once; calls queue until it is up.
+
+        Args:
+            *args: arguments of the class's `__init__` (an ObjectRef stands for its value).
+            **kwargs: keyword arguments of `__init__`.
+
+        Returns:
+            The actor's handle, typed `ActorProxy[T]` as in Ray, so methods decorated with
+            `@method` are typed. A gang (`tpu` option) over several hosts returns a list
+            of handles, one per host.
+
+        Raises:
+            TypeError: the arguments do not fit `__init__`, or cannot be pickled.
+            OverflowError: an integer option does not fit a C long (checked here, as in Ray).
+            ValueError: the actor's name or namespace is empty, `get_if_exists` has no name,
+                or a named actor exists.
+        """
+        handle: ActorProxy[T] = self._create(args, kwargs, self._default_options, self._default_typed)
+        return handle
 
     def _default_typed(self) -> ActorOptions:
         if self._parsed is None:
             self._parsed = ActorOptions.from_checked(self._default_options, is_async=self._is_async)
         return self._parsed
 
-    def bind(self, *args: Any, **kwargs: Any) -> Any:
+    def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Ray builds a DAG node here; fray_ray has no DAGs.
+
+        Raises:
+            NotImplementedError: always; call `.remote()` instead.
+        """
         raise NotImplementedError("fray_ray does not support Ray DAGs (.bind()); call .remote() instead")
 
     def _code_blob(self) -> CodeBlob:
@@ -146,7 +270,7 @@ class ActorClass:
 
     def _create(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], given: Mapping[str, Any], typed: Callable[[], ActorOptions]
-    ) -> ActorHandle:
+    ) -> Any:
         """Create one actor; `given` are the keywords (checked for C integers here, as in Ray),
         `typed` parses them (on first use, so that their cross-checks also fail here)."""
         check_c_integers(given)
@@ -176,7 +300,7 @@ class ActorClass:
             placement=placement,
             methods=self._methods,
             is_async=self._is_async,
-            max_concurrency=int(options.max_concurrency),
+            max_concurrency=int(cast(int, options.max_concurrency)),  # parsing resolves it (never UNSET)
             concurrency_groups=dict(options.concurrency_groups),
             max_restarts=options.max_restarts,
             max_task_retries=options.max_task_retries,
@@ -192,13 +316,13 @@ class ActorClass:
         )
         if gang is not None:
             spec.shape, spec.placement = ResourceShape(cpu=0.0), None  # the slice's hosts are the resource
-            member_ids = runtime.create_actor(spec)
+            member_ids = cast("list[bytes]", runtime.create_actor(spec))
             # One actor per host, in host order (a single handle for a one-host slice).
-            handles = [ActorHandle(i, self._cls.__name__, self._methods, self._is_async) for i in member_ids]
+            handles: list[ActorHandle[T]] = [ActorHandle(i, self._cls.__name__, self._methods, self._is_async) for i in member_ids]
             return handles if len(handles) > 1 else handles[0]
-        actor_id = runtime.create_actor(spec)
+        actor_id = cast(bytes, runtime.create_actor(spec))
         if actor_id != spec.actor_id:  # get_if_exists found a live actor
-            info = runtime.get_named_actor(spec.name, spec.namespace)
+            info = runtime.get_named_actor(cast(str, spec.name), spec.namespace)
             return ActorHandle(info["actor_id"], info["class_name"], info["methods"], info["is_async"])
         return ActorHandle(actor_id, self._cls.__name__, self._methods, self._is_async)
 
@@ -219,29 +343,40 @@ def actor_shapes(options: ActorOptions) -> tuple[ResourceShape, ResourceShape | 
     return shape, None if to_place == held else dataclasses.replace(shape, cpu=to_place)
 
 
-class _ActorOptions:
-    def __init__(self, actor_class: ActorClass, options: Mapping[str, Any]) -> None:
+class _ActorOptions(Generic[T]):
+    def __init__(self, actor_class: ActorClass[T], options: Mapping[str, Any]) -> None:
         self._actor_class = actor_class
         self._options = options
         self._parsed: ActorOptions | None = None
 
-    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
-        return self._actor_class._create(args, kwargs, self._options, self._typed)
+    def remote(self, *args: Any, **kwargs: Any) -> ActorProxy[T]:
+        """Create an actor with these options; see `ActorClass.remote`."""
+        handle: ActorProxy[T] = self._actor_class._create(args, kwargs, self._options, self._typed)
+        return handle
 
     def _typed(self) -> ActorOptions:
         if self._parsed is None:
             self._parsed = ActorOptions.from_checked(self._options, is_async=self._actor_class._is_async)
         return self._parsed
 
-    def bind(self, *args: Any, **kwargs: Any) -> Any:
-        return self._actor_class.bind(*args, **kwargs)
+    def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Ray builds a DAG node here; fray_ray has no DAGs (raises NotImplementedError)."""
+        self._actor_class.bind(*args, **kwargs)
 
 
-class ActorHandle:
-    """A reference to an actor; `handle.method.remote(...)` calls it. Picklable.
+class ActorHandle(Generic[T]):
+    """A reference to an actor of class `T`; `handle.method.remote(...)` calls it. Picklable.
 
     A non-detached actor lives while a handle to it exists anywhere (here, in a task, inside a
-    stored value); when the last one goes, the actor ends after its pending calls.
+    stored value); when the last one goes, the actor ends after its pending calls. A type
+    checker sees a method read from a bare `ActorHandle[T]` as `ActorMethod[Any]`; through
+    `ActorProxy[T]` (what `.remote()` returns) methods decorated with `@method` are typed.
+
+    Args:
+        actor_id: the actor's id.
+        class_name: the actor's class name, for messages.
+        methods: what calls need to know about each method (signature, options).
+        is_async: whether the actor runs its calls on an event loop.
     """
 
     def __init__(
@@ -269,7 +404,7 @@ class ActorHandle:
         if counter is not None:
             counter.release_later(self._actor_id)
 
-    def __getattr__(self, name: str) -> ActorMethod:
+    def __getattr__(self, name: str) -> ActorMethod[Any]:
         methods = self.__dict__.get("_methods") or {}
         if name in methods:
             return ActorMethod(self, name, methods[name])
@@ -309,34 +444,77 @@ class _ActorID:
         return self._binary
 
 
-class ActorMethod:
-    """One method of an actor; call it with `.remote(...)`."""
+class ActorMethod(Generic[R]):
+    """One method of an actor, read from its handle; call it with `.remote(...)`.
 
-    def __init__(self, handle: ActorHandle, name: str, info: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> None:
+    `ActorMethod[R]` is a method returning `R`, so `.remote()` gives an `ObjectRef[R]`.
+
+    Args:
+        handle: the actor's handle.
+        name: the method's name.
+        info: what calls need to know about the method (signature, options).
+        options: options set by `.options()` for calls through this object.
+    """
+
+    def __init__(self, handle: ActorHandle[Any], name: str, info: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> None:
         self._handle = handle
         self._name = name
         self._info = info
         self._options = dict(options or {})
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError(
-            "Actor methods cannot be called directly. Instead of running 'object.{0}()', try "
-            "'object.{0}.remote()'.".format(self._name)
-        )
+    if not TYPE_CHECKING:  # hidden from type checkers, so they report the call (it always raises)
 
-    def options(self, **options: Any) -> ActorMethod:
+        def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
+            raise TypeError(
+                "Actor methods cannot be called directly. Instead of running 'object.{0}()', try "
+                "'object.{0}.remote()'.".format(self._name)
+            )
+
+    def options(self, **options: Any) -> ActorMethod[R]:
+        """Override some options for calls through the returned method object.
+
+        Args:
+            **options: `num_returns`, `name`, `concurrency_group`, `max_task_retries`,
+                `retry_exceptions`, `enable_task_events`, `_generator_backpressure_num_objects`,
+                `_num_objects_per_yield` or `tensor_transport`.
+
+        Returns:
+            This method with the options merged over its own.
+
+        Raises:
+            TypeError: an option is unknown.
+            ValueError: `num_returns` is negative (the other values are checked at `.remote()`).
+        """
         check_method_call_keys(options)
         count = options.get("num_returns")
         if isinstance(count, int) and count < 0:  # Ray checks this one here; the rest at .remote()
             raise ValueError(f"num_returns must be >= 0, but got {count}.")
         return ActorMethod(self._handle, self._name, self._info, {**self._options, **options})
 
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
+    def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[R]:
+        """Queue a call on the actor and return at once; calls from one caller run in order.
+
+        Args:
+            *args: the method's arguments; an ObjectRef stands for its value.
+            **kwargs: keyword arguments, likewise.
+
+        Returns:
+            A ref to the result. With `num_returns=n` (n > 1) a list of refs, with
+            `num_returns=0` None, and for a generator method an ObjectRefGenerator; the type
+            says `ObjectRef[R]`, as Ray's does, so annotate those results yourself.
+
+        Raises:
+            TypeError: the arguments do not fit the method's signature, cannot be pickled, or
+                an option value has the wrong type (options are checked here, as in Ray).
+            ValueError: an option has a bad value (e.g. a negative `num_returns`).
+            OverflowError: an integer option does not fit a C long.
+            AssertionError: `retry_exceptions` is neither a bool nor a list of exception types.
+        """
         signature = self._info.get("signature")
         if signature is not None:
             signature.bind(*args, **kwargs)
         options = self._call_options()
-        num_returns = options.num_returns
+        num_returns = cast("int | str", options.num_returns)  # parsing resolves it (never UNSET)
         call_id = ids.new_task_id()
         return_ids, count = return_ids_for(call_id, num_returns)
         spec = ActorCallSpec(
@@ -350,10 +528,10 @@ class ActorMethod:
             max_task_retries=None if options.max_task_retries is UNSET else options.max_task_retries,
             retry_exceptions=options.retry_exceptions,
         )
-        refs = runtime_state.current().submit_actor_call(spec)
+        refs: Any = runtime_state.current().submit_actor_call(spec)
         if isinstance(num_returns, str) or count == 1:
-            return refs[0]
-        return refs if count else None
+            return refs[0]  # type: ignore[no-any-return]
+        return refs if count else None  # type: ignore[return-value]
 
     def _call_options(self) -> MethodOptions:
         """The method's `@method` keywords with this call's `.options()` on top, checked and
@@ -368,7 +546,12 @@ class ActorMethod:
             return _method_call_options(given, is_generator)
         return _cached_method_call_options(given, is_generator)
 
-    def bind(self, *args: Any, **kwargs: Any) -> Any:
+    def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Ray builds a DAG node here; fray_ray has no DAGs.
+
+        Raises:
+            NotImplementedError: always; call `.remote()` instead.
+        """
         raise NotImplementedError("fray_ray does not support Ray DAGs (.bind()); call .remote() instead")
 
 
@@ -388,8 +571,22 @@ def _method_call_options(given: tuple[tuple[str, type, Any], ...], is_generator:
 _cached_method_call_options = functools.lru_cache(maxsize=1024)(_method_call_options)
 
 
-def exit_actor() -> None:
-    """End the current actor after this call (callers then see ActorDiedError)."""
+ActorProxy: TypeAlias = Union[ActorHandle[T], type[T]]
+"""What `ActorClass[T].remote()` returns, for type checkers: a handle, seen also as the class.
+
+Reading `handle.m` through the class side gives a method decorated with `@method` its
+`ActorMethod[R]` type (see `TypedMethod`), as Ray's `ActorProxy` does. An undecorated method
+reads as the plain function, so a checker rejects `.remote` on it: decorate methods you want
+checked, or annotate the handle as `ActorHandle[T]` to see every method as `ActorMethod[Any]`.
+"""
+
+
+def exit_actor() -> NoReturn:
+    """End the current actor once this call returns; later calls raise ActorDiedError.
+
+    Raises:
+        TypeError: called outside an actor.
+    """
     from fray_ray._private.actor_host import ActorExit  # loaded in actors only, where it already is
 
     context = current_task.get()

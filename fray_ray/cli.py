@@ -266,7 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("script")
     run.add_argument("args", nargs=argparse.REMAINDER)
 
-    commands.add_parser("start", help="run an embedded cluster in the foreground (see --help of python -m fray_ray.cluster)", add_help=False)
+    commands.add_parser(
+        "start", help="run an embedded cluster in the foreground (see --help of python -m fray_ray.cluster)", add_help=False
+    )
 
     submit = with_address(commands.add_parser(
         "submit", help="run a driver script as a job: the working directory is shipped, the script runs from it"

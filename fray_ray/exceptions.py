@@ -462,7 +462,7 @@ def _instantiate_dual(dual_cls: type[RayTaskError], cause: BaseException) -> Ray
     # The C-level constructor fills C-level state (OSError.errno, ExceptionGroup.exceptions...).
     instance = base.__new__(dual_cls, *cause.args)
     try:
-        base.__init__(instance, *cause.args)  # a C-level __init__: never user code
+        base.__init__(instance, *cause.args)  # type: ignore[misc]  # a C-level __init__: never user code
     except Exception:
         pass  # the fields copied below still carry the state
     for klass in base.__mro__:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar, cast
 
 from fray_ray._private import ids, runtime_state
+from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options import TaskOptions, validate_task_options
 from fray_ray._private.options.quantities import check_c_integers
 from fray_ray._private.runtime_env import effective_runtime_env
@@ -22,11 +23,29 @@ from fray_ray._private.task_context import current_task
 
 __all__ = ["RemoteFunction"]
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-class RemoteFunction:
-    """A function that runs as a task: `f.remote(...)` returns ObjectRefs at once."""
 
-    def __init__(self, function: Any, options: Mapping[str, Any]) -> None:
+class RemoteFunction(Generic[P, R]):
+    """A function that runs as a task: `f.remote(...)` returns an ObjectRef at once.
+
+    `RemoteFunction[P, R]` keeps the function's parameters `P` and return type `R`, so
+    `ray.get(f.remote(...))` is typed as `R`. Arguments of `.remote()` are not checked against
+    `P`: each may be the value or an ObjectRef to it, which Python's typing cannot spell for a
+    whole parameter list.
+
+    Args:
+        function: the function to run (not a coroutine function: tasks are synchronous).
+        options: the `@remote(...)` options every call starts from.
+
+    Raises:
+        ValueError: `function` is an `async def` function, or an option is unknown or has a
+            bad value.
+        TypeError: an option's value has the wrong type.
+    """
+
+    def __init__(self, function: Callable[P, R], options: Mapping[str, Any]) -> None:
         if inspect.iscoroutinefunction(function):
             raise ValueError(
                 "'async def' should not be used for remote tasks. You can wrap the async function with "
@@ -49,17 +68,32 @@ class RemoteFunction:
         self.__module__ = getattr(function, "__module__", __name__)
         self.__wrapped__ = function
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError(
-            "Remote functions cannot be called directly. Instead of running "
-            f"'{self._function_name}()', try '{self._function_name}.remote()'."
-        )
+    if not TYPE_CHECKING:  # hidden from type checkers, so they report the call (it always raises)
+
+        def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
+            raise TypeError(
+                "Remote functions cannot be called directly. Instead of running "
+                f"'{self._function_name}()', try '{self._function_name}.remote()'."
+            )
 
     def __repr__(self) -> str:
         return f"<fray_ray.remote_function.RemoteFunction object for {self._function_name}>"
 
-    def options(self, **options: Any) -> _BoundOptions:
-        """A view of this function with some options overridden for the next calls.
+    def options(self, **options: Any) -> _BoundOptions[P, R]:
+        """Override some options for the calls made through the returned view.
+
+        The function itself keeps its options, so one definition serves differently sized calls.
+
+        Args:
+            **options: the options of `remote(...)` to change (`max_calls` belongs to the
+                function, not to a call, and is refused).
+
+        Returns:
+            A view with `.remote()` and `.options()`, typed like this function.
+
+        Raises:
+            ValueError: an option is unknown or has a bad value.
+            TypeError: an option's value has the wrong type.
 
         >>> add.options(num_cpus=2).remote(1, 2)  # doctest: +SKIP
         """
@@ -67,9 +101,27 @@ class RemoteFunction:
         _refuse_max_calls(options)
         return _BoundOptions(self, merged)
 
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
-        """Submit a call; returns an ObjectRef (or a list of them for num_returns > 1)."""
-        return self._submit(args, kwargs, self._default_options, self._default_typed)
+    def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[R]:
+        """Submit a call and return at once; the task runs on the cluster.
+
+        Args:
+            *args: the function's arguments; an ObjectRef stands for its value, which the task
+                receives once it is ready.
+            **kwargs: keyword arguments, likewise.
+
+        Returns:
+            A ref to the result. With `num_returns=n` (n > 1) a list of n refs, with
+            `num_returns=0` None, and for a generator function an ObjectRefGenerator; the type
+            says `ObjectRef[R]`, as Ray's does, so annotate those results yourself.
+
+        Raises:
+            TypeError: the arguments do not fit the function's signature, or one cannot be
+                pickled.
+            OverflowError: an integer option does not fit a C long (checked here, as in Ray).
+            ValueError: the options do not fit together (checked on the first call, as in Ray).
+        """
+        ref: ObjectRef[R] = self._submit(args, kwargs, self._default_options, self._default_typed)
+        return ref
 
     def _default_typed(self) -> TaskOptions:
         if self._parsed is None:
@@ -81,7 +133,12 @@ class RemoteFunction:
             return self.options(**options).remote(*(args or ()), **(kwargs or {}))
         return self.remote(*(args or ()), **(kwargs or {}))
 
-    def bind(self, *args: Any, **kwargs: Any) -> Any:
+    def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Ray builds a DAG node here; fray_ray has no DAGs.
+
+        Raises:
+            NotImplementedError: always; call `.remote()` instead.
+        """
         raise NotImplementedError("fray_ray does not support Ray DAGs (.bind()); call .remote() instead")
 
     def _code_blob(self) -> CodeBlob:
@@ -108,13 +165,14 @@ class RemoteFunction:
         arguments = pack_arguments(args, kwargs, self._function_name)
         from fray_ray._private.gangs import shape_for  # the gang scheduler loads on first call
 
-        num_returns = options.num_returns
+        num_returns = cast("int | str", options.num_returns)  # parsing resolves it (never UNSET)
         task_id = ids.new_task_id()
         gang, gang_id = shape_for(options), options.gang
-        if gang is not None or gang_id is not None:
-            # A gang call returns one ref per host (a single ref for a one-host slice).
-            size = gang.size if gang is not None else runtime.gang_size(gang_id)
-            num_returns = size
+        # A gang call returns one ref per host (a single ref for a one-host slice).
+        if gang is not None:
+            num_returns = gang.size
+        elif gang_id is not None:
+            num_returns = runtime.gang_size(gang_id)
         return_ids, count = return_ids_for(task_id, num_returns)
         context = current_task.get()
         spec = TaskSpec(
@@ -139,31 +197,35 @@ class RemoteFunction:
         return refs if count else None
 
 
-class _BoundOptions:
+class _BoundOptions(Generic[P, R]):
     """`f.options(...)`: submits with the merged options."""
 
-    def __init__(self, function: RemoteFunction, options: Mapping[str, Any]) -> None:
+    def __init__(self, function: RemoteFunction[P, R], options: Mapping[str, Any]) -> None:
         self._function = function
         self._options = options
         self._parsed: TaskOptions | None = None
 
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
-        return self._function._submit(args, kwargs, self._options, self._typed)
+    def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[R]:
+        """Submit a call with these options; see `RemoteFunction.remote`."""
+        ref: ObjectRef[R] = self._function._submit(args, kwargs, self._options, self._typed)
+        return ref
 
     def _typed(self) -> TaskOptions:
         if self._parsed is None:
             self._parsed = TaskOptions.from_checked(self._options, is_generator=self._function._is_generator)
         return self._parsed
 
-    def options(self, **options: Any) -> _BoundOptions:
+    def options(self, **options: Any) -> _BoundOptions[P, R]:
+        """Override more options; see `RemoteFunction.options`."""
         merged = validate_task_options(
             {**self._options, **options}, is_generator=self._function._is_generator
         )
         _refuse_max_calls(options)
         return _BoundOptions(self._function, merged)
 
-    def bind(self, *args: Any, **kwargs: Any) -> Any:
-        return self._function.bind(*args, **kwargs)
+    def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Ray builds a DAG node here; fray_ray has no DAGs (raises NotImplementedError)."""
+        self._function.bind(*args, **kwargs)
 
 
 def return_ids_for(task_id: bytes, num_returns: int | str) -> tuple[tuple[bytes, ...], int]:

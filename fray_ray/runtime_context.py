@@ -19,12 +19,21 @@ def _require_init() -> Any:
 
 
 class RuntimeContext:
-    """A view of the current process's place in the session (reading it auto-initialises)."""
+    """A view of the current process's place in the session (reading it auto-initialises).
+
+    Code that runs on the driver, in tasks and in actors alike asks it where it runs: ids,
+    resources, namespace. Get it with `get_runtime_context()`.
+    """
 
     def _info(self) -> dict[str, Any]:
-        return _require_init().context_info()
+        info: dict[str, Any] = _require_init().context_info()
+        return info
 
     def get(self) -> dict[str, Any]:
+        """Returns:
+            The ids of this process's place as hex strings: `job_id`, `node_id`, `namespace`,
+            and `task_id` / `actor_id` inside a task or an actor.
+        """
         info = self._info()
         context = {"job_id": info["job_id"], "node_id": info["node_id"].hex(), "namespace": info["namespace"]}
         if info["task_id"] is not None:
@@ -34,72 +43,136 @@ class RuntimeContext:
         return context
 
     def get_job_id(self) -> str:
-        return self._info()["job_id"]
+        """Returns:
+            The hex id of the job (one per driver).
+        """
+        job_id: str = self._info()["job_id"]
+        return job_id
 
     def get_node_id(self) -> str:
-        return self._info()["node_id"].hex()
+        """Returns:
+            The hex id of the node (Iris worker) this process runs on.
+        """
+        node_id: bytes = self._info()["node_id"]
+        return node_id.hex()
 
     def get_worker_id(self) -> str:
-        worker_id = self._info()["worker_id"] or b""
+        """Returns:
+            The hex id of this worker process (zeros on the driver).
+        """
+        worker_id: bytes = self._info()["worker_id"] or b""
         return worker_id.hex().ljust(56, "0")[:56]
 
     def get_task_id(self) -> str | None:
-        task_id = self._info()["task_id"]
+        """Returns:
+            The hex id of the running task or actor call; None on the driver.
+        """
+        task_id: bytes | None = self._info()["task_id"]
         return None if task_id is None else task_id.hex()
 
     def get_actor_id(self) -> str | None:
-        actor_id = self._info()["actor_id"]
+        """Returns:
+            The hex id of the actor this code runs in; None outside an actor.
+        """
+        actor_id: bytes | None = self._info()["actor_id"]
         return None if actor_id is None else actor_id.hex()
 
     def get_actor_name(self) -> str | None:
-        """The actor's name ("" for an unnamed actor); None outside an actor."""
+        """Returns:
+            The actor's name ("" for an unnamed actor); None outside an actor.
+        """
         info = self._info()
-        return (info.get("actor_given_name") or "") if info["actor_id"] is not None else None
+        name: str = info.get("actor_given_name") or ""
+        return name if info["actor_id"] is not None else None
 
     def get_task_name(self) -> str | None:
-        return self._info()["task_name"]
+        """Returns:
+            The running task's name (its `name` option, else the function's); None on the driver.
+        """
+        name: str | None = self._info()["task_name"]
+        return name
 
     def get_task_function_name(self) -> str | None:
-        return self._info()["task_name"]
+        """Returns:
+            The running task's name, as `get_task_name` (fray_ray keeps one name per task).
+        """
+        name: str | None = self._info()["task_name"]
+        return name
 
     def get_assigned_resources(self) -> dict[str, float]:
-        return {k: v for k, v in self._info()["resources"].items() if k != "memory"}
+        """Returns:
+            The resources this task or actor holds (`memory` left out, as in Ray).
+        """
+        resources: dict[str, float] = self._info()["resources"]
+        return {k: v for k, v in resources.items() if k != "memory"}
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
+        """Returns:
+            The accelerator ids visible to this task or actor, by kind (`GPU`, `TPU`, ...).
+        """
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         gpus = [g for g in visible.split(",") if g] if self._info()["task_id"] is not None else []
         tpus = [c for c in os.environ.get("TPU_VISIBLE_CHIPS", "").split(",") if c]
         return {"GPU": gpus, "TPU": tpus, "NPU": [], "HPU": [], "neuron_cores": []}
 
     def get_placement_group_id(self) -> str | None:
-        return self._info()["placement_group_id"]
+        """Returns:
+            The hex id of the placement group this task or actor was placed in, else None.
+        """
+        group_id: str | None = self._info()["placement_group_id"]
+        return group_id
 
     def get_node_labels(self) -> dict[str, str]:
+        """Returns:
+            The node's labels; fray_ray gives only `ray.io/node-id`.
+        """
         return {"ray.io/node-id": self.get_node_id()}
 
     def get_runtime_env_string(self) -> str:
-        """The runtime env this process runs with (the job's in the driver), as JSON."""
-        return _require_init().runtime_env.to_json()
+        """Returns:
+            The runtime env this process runs with (the job's in the driver), as JSON.
+        """
+        env: str = _require_init().runtime_env.to_json()
+        return env
 
     def get_session_name(self) -> str:
-        return getattr(_require_init(), "session_name", "session")
+        """Returns:
+            The session's name.
+        """
+        name: str = getattr(_require_init(), "session_name", "session")
+        return name
 
     def get_temp_dir(self) -> str:
+        """Returns:
+            The directory for temporary files on this host.
+        """
         return tempfile.gettempdir()
 
     def is_canceled(self) -> bool:
+        """Returns:
+            True once `cancel` was called on the running task, so long loops can stop early.
+        """
         return bool(self._info()["cancelled"])
 
     @property
     def namespace(self) -> str:
-        return self._info()["namespace"]
+        """The namespace named actors are looked up in."""
+        namespace: str = self._info()["namespace"]
+        return namespace
 
     @property
     def gcs_address(self) -> str:
-        return self._info()["session_address"]
+        """The address of the session's driver service (Ray's GCS address stands here)."""
+        address: str = self._info()["session_address"]
+        return address
 
     @property
     def current_actor(self) -> Any:
+        """The handle of the actor this code runs in.
+
+        Raises:
+            RuntimeError: called outside an actor.
+        """
         info = self._info()
         if info["actor_id"] is None:
             raise RuntimeError("This method is only available in an actor.")
@@ -121,18 +194,22 @@ class RuntimeContext:
 
     @property
     def job_id(self) -> Any:
+        """Deprecated in Ray: warns and returns `get_job_id()`."""
         return self._deprecated("job_id")
 
     @property
     def node_id(self) -> Any:
+        """Deprecated in Ray: warns and returns `get_node_id()`."""
         return self._deprecated("node_id")
 
     @property
     def task_id(self) -> Any:
+        """Deprecated in Ray: warns and returns `get_task_id()`."""
         return self._deprecated("task_id")
 
     @property
     def actor_id(self) -> Any:
+        """Deprecated in Ray: warns and returns `get_actor_id()`."""
         return self._deprecated("actor_id")
 
 
@@ -140,6 +217,10 @@ _context = RuntimeContext()
 
 
 def get_runtime_context() -> RuntimeContext:
-    """The runtime context of this process; as in Ray 2.60, this starts a session if none runs."""
+    """Get this process's runtime context; as in Ray 2.60, this starts a session if none runs.
+
+    Returns:
+        The process's `RuntimeContext`.
+    """
     runtime_state.current()
     return _context

@@ -11,7 +11,6 @@ sleeps (to be killed) or shuts down cleanly (`--clean`).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

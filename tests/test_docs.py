@@ -63,7 +63,7 @@ def candidate_paths(markdown: str) -> list[str]:
 
 def _file_names() -> set[str]:
     names: set[str] = set()
-    for directory, subdirectories, files in os.walk(REPO):
+    for _directory, subdirectories, files in os.walk(REPO):
         subdirectories[:] = [d for d in subdirectories if d not in UNLISTED_DIRECTORIES and not d.endswith(".egg-info")]
         names.update(files)
     return names

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from fray_ray._private.generators import ObjectRefGenerator
     from fray_ray._private.object_ref import ObjectRef
     from fray_ray._private.placement_groups import PlacementGroupInfo
     from fray_ray._private.refcount import LocalReferenceCounter
@@ -51,9 +52,9 @@ class CoreRuntime(Protocol):
         """Queue a task; returns its return refs at once."""
         ...
 
-    def create_actor(self, spec: ActorCreationSpec) -> bytes:
-        """Start creating an actor; returns its id at once (calls queue until it is up).
-        Raises ValueError for a taken name unless get_if_exists is set."""
+    def create_actor(self, spec: ActorCreationSpec) -> bytes | list[bytes]:
+        """Start creating an actor; returns its id at once (calls queue until it is up), or
+        one id per host for a gang. Raises ValueError for a taken name unless get_if_exists is set."""
         ...
 
     def submit_actor_call(self, spec: ActorCallSpec) -> list[ObjectRef]:
@@ -71,7 +72,7 @@ class CoreRuntime(Protocol):
 
     def kill_actor(self, actor_id: bytes, no_restart: bool) -> None: ...
 
-    def cancel(self, ref: ObjectRef, force: bool, recursive: bool) -> None: ...
+    def cancel(self, ref: ObjectRef | ObjectRefGenerator, force: bool, recursive: bool) -> None: ...
 
     def get_named_actor(self, name: str, namespace: str | None) -> Mapping[str, Any]:
         """Describe a named actor (id, class name, methods); ValueError if there is none."""

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fray_ray._private import runtime_state
@@ -46,10 +45,10 @@ class ObjectRefGenerator:
     def __iter__(self) -> ObjectRefGenerator:
         return self
 
-    def __next__(self) -> ObjectRef:
+    def __next__(self) -> ObjectRef[Any]:
         runtime = runtime_state.current()
         runtime.references.flush()  # the owner may free what this process dropped while it waits
-        ref = runtime.stream_next_future(self._stream_id, self._next_index).result()
+        ref: ObjectRef[Any] | None = runtime.stream_next_future(self._stream_id, self._next_index).result()
         if ref is None:
             raise StopIteration
         self._next_index += 1
@@ -58,9 +57,11 @@ class ObjectRefGenerator:
     def __aiter__(self) -> ObjectRefGenerator:
         return self
 
-    async def __anext__(self) -> ObjectRef:
+    async def __anext__(self) -> ObjectRef[Any]:
+        import asyncio
+
         future = runtime_state.current().stream_next_future(self._stream_id, self._next_index)
-        ref = await asyncio.wrap_future(future)
+        ref: ObjectRef[Any] | None = await asyncio.wrap_future(future)
         if ref is None:
             raise StopAsyncIteration
         self._next_index += 1
@@ -80,7 +81,7 @@ class ObjectRefGenerator:
 class DynamicObjectRefGenerator:
     """What `get` returns for a `num_returns="dynamic"` task: an iterable of item refs."""
 
-    def __init__(self, refs: list[ObjectRef]) -> None:
+    def __init__(self, refs: list[ObjectRef[Any]]) -> None:
         self._refs = list(refs)
 
     def __iter__(self) -> Any:

@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 from collections.abc import Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from fray_ray._private import runtime_state
 from fray_ray._private.ids import JOB_ID_HEX
 from fray_ray._private.serialization import note_contained_ref
 
+if TYPE_CHECKING:
+    import asyncio  # imported on first use: `import fray_ray` does not load asyncio
 
-class ObjectRef:
+T = TypeVar("T")
+
+
+class ObjectRef(Generic[T]):
     """A handle to a (possibly not yet computed) object. Pass it to tasks, `get` it, await it.
 
     Equal refs have equal ids; refs are hashable, picklable (a pickled ref keeps its object
-    alive wherever it lands) and can be nested inside other values.
+    alive wherever it lands) and can be nested inside other values. `ObjectRef[int]` is a ref
+    to an int: `get` and `await` give back the type the ref was made with, and a type checker
+    reports a ref used where its value is meant.
+
+    Args:
+        object_id: the 28-byte id of the object (refs are made by the runtime, `put` and
+            `from_binary`, rarely by hand).
 
     >>> ref = fray_ray.put(41)
     >>> fray_ray.get(ref) + 1
@@ -50,30 +60,67 @@ class ObjectRef:
     # ---- identity ------------------------------------------------------------------------
 
     def binary(self) -> bytes:
+        """Returns:
+            The object's id as bytes (what `from_binary` takes back).
+        """
         return self._id
 
     def hex(self) -> str:
+        """Returns:
+            The object's id as hex, as Ray prints it.
+        """
         return self._id.hex()
 
     def task_id(self) -> str:
+        """Returns:
+            The hex id of the task that produces this object (its first 24 bytes).
+        """
         return self._id[:24].hex()
 
     def job_id(self) -> str:
+        """Returns:
+            The hex id of the job (driver) the object belongs to.
+        """
         return JOB_ID_HEX
 
     def is_nil(self) -> bool:
+        """Returns:
+            True for the all-zero id of `ObjectRef.nil()`.
+        """
         return not any(self._id)
 
     @classmethod
-    def nil(cls) -> ObjectRef:
+    def nil(cls) -> ObjectRef[Any]:
+        """Returns:
+            A ref with the all-zero id that refers to nothing (not counted, never resolves).
+        """
         return cls(bytes(28), _register=False)
 
     @classmethod
-    def from_binary(cls, binary: bytes) -> ObjectRef:
+    def from_binary(cls, binary: bytes) -> ObjectRef[Any]:
+        """Rebuild a ref from `binary()`; the value's type is unknown, so annotate it.
+
+        Args:
+            binary: an id returned by `ObjectRef.binary()`.
+
+        Returns:
+            A ref to that object, counted like any other.
+        """
         return cls(binary)
 
     @classmethod
-    def from_hex(cls, hex_id: str) -> ObjectRef:
+    def from_hex(cls, hex_id: str) -> ObjectRef[Any]:
+        """Rebuild a ref from `hex()`.
+
+        Args:
+            hex_id: an id returned by `ObjectRef.hex()`.
+
+        Returns:
+            A ref to that object, counted like any other.
+
+        Raises:
+            ValueError: `hex_id` is not hexadecimal.
+        """
         return cls(bytes.fromhex(hex_id))
 
     def __eq__(self, other: object) -> bool:
@@ -87,19 +134,33 @@ class ObjectRef:
 
     # ---- futures -------------------------------------------------------------------------
 
-    def future(self) -> concurrent.futures.Future:
-        """A concurrent.futures.Future resolving to the value (or raising its error)."""
-        return runtime_state.current().object_future(self)
+    def future(self) -> concurrent.futures.Future[T]:
+        """Bridge to code written against `concurrent.futures` (e.g. `as_completed`).
 
-    def as_future(self) -> Any:
-        """An asyncio Future on the running loop, resolving to the value."""
+        Returns:
+            A future that resolves to the value, or raises the task's error.
+        """
+        future: concurrent.futures.Future[T] = runtime_state.current().object_future(self)
+        return future
+
+    def as_future(self) -> asyncio.Future[T]:
+        """Bridge to asyncio code that wants a future rather than an awaitable.
+
+        Returns:
+            An asyncio future on the running event loop that resolves to the value.
+
+        Raises:
+            RuntimeError: no event loop is running in this thread.
+        """
+        import asyncio
+
         return asyncio.wrap_future(self.future())
 
-    def __await__(self) -> Generator[Any, None, Any]:
+    def __await__(self) -> Generator[Any, None, T]:
         return self.as_future().__await__()
 
 
-def _rebuild_ref(object_id: bytes) -> ObjectRef:
+def _rebuild_ref(object_id: bytes) -> ObjectRef[Any]:
     return ObjectRef(object_id)
 
 

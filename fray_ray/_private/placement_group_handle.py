@@ -28,9 +28,15 @@ class PlacementGroupID:
         self._binary = binary
 
     def binary(self) -> bytes:
+        """Returns:
+            The id as bytes.
+        """
         return self._binary
 
     def hex(self) -> str:
+        """Returns:
+            The id as hex, as Ray prints it.
+        """
         return self._binary.hex()
 
     def __eq__(self, other: object) -> bool:
@@ -44,7 +50,14 @@ class PlacementGroupID:
 
 
 class PlacementGroup:
-    """A handle to a placement group; picklable, so tasks can schedule into it too."""
+    """A handle to a placement group; picklable, so tasks can schedule into it too.
+
+    Made by `placement_group()` and `get_placement_group()`, not by hand.
+
+    Args:
+        id: the group's id.
+        bundle_cache: the group's bundles, when known (saves asking the driver).
+    """
 
     def __init__(self, id: PlacementGroupID, bundle_cache: Sequence[dict[str, float]] | None = None,
                  _ready_id: bytes | None = None) -> None:
@@ -60,22 +73,39 @@ class PlacementGroup:
 
     @property
     def bundle_specs(self) -> list[dict[str, float]]:
+        """The resources of each bundle, in bundle-index order (copies: changing them changes nothing).
+
+        Raises:
+            ValueError: the group was removed and its bundles were never read here.
+        """
         if self._bundles is None:
             self._bundles = [dict(b) for b in self._info().bundles]
         return [dict(b) for b in self._bundles]
 
     @property
     def bundle_count(self) -> int:
+        """How many bundles the group has (valid `bundle_index` values are 0 to this - 1)."""
         return len(self.bundle_specs)
 
-    def ready(self) -> ObjectRef:
-        """A ref that becomes ready when every bundle is reserved."""
+    def ready(self) -> ObjectRef[Any]:
+        """Wait for placement without blocking, e.g. with `get`, `wait` or `await`.
+
+        Returns:
+            A ref that becomes ready when every bundle is reserved.
+        """
         if self._ready_id is None:
             self._ready_id = self._info().ready_id
         return ObjectRef(self._ready_id)
 
     def wait(self, timeout_seconds: float | None = 30) -> bool:
-        """Block until the group is placed (True) or the timeout passes (False)."""
+        """Block until the group is placed or the timeout passes.
+
+        Args:
+            timeout_seconds: seconds to wait at most; None waits as long as it takes.
+
+        Returns:
+            True once every bundle is reserved, False if the timeout passed first.
+        """
         return bool(runtime_state.current().wait_placement_group(self.id.binary(), timeout_seconds))
 
     def __reduce__(self) -> Any:

@@ -9,22 +9,22 @@ or the next timeout is due, so a task starts as soon as there is room; there is 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import logging
 import signal
 import threading
 import time
-import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from fray_ray.cluster._cgroups import MemoryCgroups
 from fray_ray.cluster._config import LOOPBACK, WorkerSpec
 from fray_ray.cluster._jobs import JobRecord
 from fray_ray.cluster._log_query import LogQuery, answer, line_level
 from fray_ray.cluster._logs import LogStore
-from fray_ray.cluster._cgroups import MemoryCgroups
 from fray_ray.cluster._process import ProcessSupervisor
 from fray_ray.cluster._state import ClusterState, Effect, ForgetLogs, Kill
 from fray_ray.cluster._wire import job_status_proto, redacted_request, task_status_proto, worker_health_proto

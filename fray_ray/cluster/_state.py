@@ -177,7 +177,7 @@ class ClusterState:
             date = datetime.date.fromisoformat(revision) if revision else EMPTY_REVISION_DATE
         except ValueError:
             raise FailedPrecondition(f"client is too old: unreadable client_revision_date {revision!r}") from None
-        today = datetime.datetime.now(datetime.timezone.utc).date()
+        today = datetime.datetime.now(datetime.UTC).date()
         if (today - date).days > self._freshness_days:
             raise FailedPrecondition(
                 f"client is too old: client_revision_date {date.isoformat()} is more than "

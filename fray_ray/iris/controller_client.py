@@ -43,7 +43,7 @@ def normalize_address(address: str) -> str:
 
 def today() -> str:
     """The UTC date in ISO form, as `client_revision_date` expects."""
-    return datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    return datetime.datetime.now(datetime.UTC).date().isoformat()
 
 
 class Backoff:

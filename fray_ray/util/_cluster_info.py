@@ -20,6 +20,12 @@ def list_named_actors(all_namespaces: bool = False) -> list[Any]:
     `all_namespaces`, one `{"name": ..., "namespace": ...}` dict per named actor of any
     namespace. Starts a local session if none is running, as other calls do.
 
+    Args:
+        all_namespaces: list every namespace's named actors, not only the current one's.
+
+    Returns:
+        Names, or `{"name", "namespace"}` dicts with `all_namespaces`.
+
     >>> import fray_ray as ray
     >>> from fray_ray.util import list_named_actors
     >>> @ray.remote(num_cpus=0)
@@ -40,6 +46,12 @@ def get_node_ip_address(address: str | None = None) -> str:
     Inside an Iris task that is `IRIS_ADVERTISE_HOST`; on the embedded cluster (and on a
     driver outside Iris) it is 127.0.0.1. `address` is accepted for Ray compatibility (Ray
     uses it to choose a network route) and ignored.
+
+    Args:
+        address: ignored (Ray uses it to choose a route).
+
+    Returns:
+        The address other hosts reach this one at.
 
     >>> from fray_ray.util import get_node_ip_address
     >>> import ipaddress

@@ -22,7 +22,7 @@ __all__ = ["as_completed", "map_unordered"]
 
 
 def as_completed(
-    refs: Sequence[ray.ObjectRef], *, chunk_size: int = 10, yield_obj_refs: bool = False, **kwargs: Any
+    refs: Sequence[ray.ObjectRef[Any]], *, chunk_size: int = 10, yield_obj_refs: bool = False, **kwargs: Any
 ) -> Iterator[Any]:
     """Yield the values of `refs` as they become ready, up to `chunk_size` at a time.
 
@@ -30,6 +30,15 @@ def as_completed(
     values in the order of `refs`; so the order is by completion between chunks, by
     submission within one. With `yield_obj_refs`, the refs themselves are yielded (nothing
     is fetched). Blocks while iterating.
+
+    Args:
+        refs: the refs to follow.
+        chunk_size: how many ready refs to wait for per step.
+        yield_obj_refs: yield the refs instead of their values.
+        **kwargs: passed to `wait` (e.g. `timeout`, `fetch_local`).
+
+    Returns:
+        An iterator over the values (or refs).
 
     Raises:
         ValueError: `chunk_size < 1`, `num_returns` passed (use `chunk_size`), or a ref
@@ -51,7 +60,7 @@ def as_completed(
 
 
 def map_unordered(
-    fn: RemoteFunction,
+    fn: RemoteFunction[..., Any],
     items: Iterable[Any],
     *,
     backpressure_size: int | None = 100,
@@ -65,6 +74,17 @@ def map_unordered(
     flight, the next `chunk_size` finished ones are yielded before more are started. Tasks
     are started while iterating, never ahead of the consumer by more than the limit.
     Results come in no defined order; with `yield_obj_refs`, the refs are yielded.
+
+    Args:
+        fn: a remote function taking one item.
+        items: the items, one task each.
+        backpressure_size: how many tasks may run at once; None for no limit.
+        chunk_size: how many finished tasks to wait for per step.
+        yield_obj_refs: yield the refs instead of their values.
+        **kwargs: passed to `wait`.
+
+    Returns:
+        An iterator over the results (or refs).
 
     Raises:
         ValueError: `backpressure_size < 1`, `chunk_size < 1`, or `num_returns` passed.
@@ -84,7 +104,7 @@ def map_unordered(
     return _mapped(fn, items, backpressure_size, chunk_size, yield_obj_refs, kwargs)
 
 
-def _check_refs(refs: Iterable[ray.ObjectRef]) -> list[ray.ObjectRef]:
+def _check_refs(refs: Iterable[ray.ObjectRef[Any]]) -> list[ray.ObjectRef[Any]]:
     if isinstance(refs, ray.ObjectRef):
         raise TypeError("as_completed() takes a list of ObjectRefs, not a single ObjectRef; wrap it in a list")
     pending = list(refs)
@@ -102,8 +122,8 @@ def _check_chunking(chunk_size: int, wait_kwargs: dict[str, Any]) -> None:
 
 
 def _next_chunk(
-    pending: list[ray.ObjectRef], chunk_size: int, yield_obj_refs: bool, wait_kwargs: dict[str, Any]
-) -> tuple[list[Any], list[ray.ObjectRef]]:
+    pending: list[ray.ObjectRef[Any]], chunk_size: int, yield_obj_refs: bool, wait_kwargs: dict[str, Any]
+) -> tuple[list[Any], list[ray.ObjectRef[Any]]]:
     """Wait for the next chunk of `pending`: (its values or refs, the refs still pending)."""
     ready, pending = ray.wait(pending, num_returns=min(chunk_size, len(pending)), **wait_kwargs)
     if yield_obj_refs or not ready:
@@ -112,7 +132,7 @@ def _next_chunk(
 
 
 def _completed(
-    pending: list[ray.ObjectRef], chunk_size: int, yield_obj_refs: bool, wait_kwargs: dict[str, Any]
+    pending: list[ray.ObjectRef[Any]], chunk_size: int, yield_obj_refs: bool, wait_kwargs: dict[str, Any]
 ) -> Iterator[Any]:
     while pending:
         chunk, pending = _next_chunk(pending, chunk_size, yield_obj_refs, wait_kwargs)
@@ -120,14 +140,14 @@ def _completed(
 
 
 def _mapped(
-    fn: RemoteFunction,
+    fn: RemoteFunction[..., Any],
     items: Iterable[Any],
     backpressure_size: int | None,
     chunk_size: int,
     yield_obj_refs: bool,
     wait_kwargs: dict[str, Any],
 ) -> Iterator[Any]:
-    in_flight: list[ray.ObjectRef] = []
+    in_flight: list[ray.ObjectRef[Any]] = []
     for item in items:
         while backpressure_size is not None and len(in_flight) >= backpressure_size:
             chunk, in_flight = _next_chunk(in_flight, chunk_size, yield_obj_refs, wait_kwargs)

@@ -32,6 +32,12 @@ _clock = time.monotonic  # a module attribute so tests can move time forward
 def log_once(key: str) -> bool:
     """True if this is the first call with `key` in this process (see the switches below).
 
+    Args:
+        key: what the message is about.
+
+    Returns:
+        True the first time for `key` (never once disabled; again after each period when periodic).
+
     >>> from fray_ray.util import log_once
     >>> log_once("doc-example-key"), log_once("doc-example-key")
     (True, False)

@@ -52,6 +52,15 @@ def inspect_serializability(
     the deepest parts that still fail. Prints what it finds to `print_file` (stdout by
     default). Returns (True, empty set) when `base_obj` pickles, else (False, failures).
 
+    Args:
+        base_obj: the object to check.
+        name: what to call it in the report (default: its repr).
+        depth: how many levels of parts to look into.
+        print_file: where to print the report (default: stdout).
+
+    Returns:
+        (whether it pickles, the failing parts found).
+
     >>> import io, threading
     >>> from fray_ray.util import inspect_serializability
     >>> class Holder:
@@ -159,6 +168,11 @@ def register_serializer(cls: type, *, serializer: Callable[[Any], Any], deserial
     plain `pickle`), from now on. Like in Ray, it is per process: register it in the workers
     that serialize such objects too. `deserializer` itself must be picklable. Replaces an
     earlier registration for `cls`.
+
+    Args:
+        cls: the class whose instances to pickle this way.
+        serializer: turns an instance into picklable data.
+        deserializer: rebuilds an instance from that data.
 
     >>> import threading
     >>> import fray_ray as ray

@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import fray_ray as ray
 
 if TYPE_CHECKING:
-    from fray_ray.actor import ActorHandle
+    from fray_ray.actor import ActorProxy
 
 __all__ = ["ActorPool"]
 
 V = TypeVar("V")
-SubmitFn = Callable[["ActorHandle", V], Any]
+SubmitFn = Callable[["ActorProxy[Any]", V], Any]
 """`fn(actor, value)`: starts one call on `actor` and returns its ObjectRef (or list of refs)."""
 
 
@@ -48,22 +48,26 @@ class ActorPool:
     [2, 4, 6]
     """
 
-    def __init__(self, actors: Iterable[ActorHandle]) -> None:
+    def __init__(self, actors: Iterable[ActorProxy[Any]]) -> None:
         # Actors with no call from the pool running; ready for the next submission.
-        self._idle_actors: list[ActorHandle] = list(actors)
+        self._idle_actors: list[ActorProxy[Any]] = list(actors)
         # Submissions waiting for an actor, oldest first. Non-empty only while none is idle.
-        self._pending_submits: collections.deque[tuple[SubmitFn, Any]] = collections.deque()
+        self._pending_submits: collections.deque[tuple[SubmitFn[Any], Any]] = collections.deque()
         # Started calls whose results have not been taken: the ref waited on -> (the actor
         # running the call, what fn returned). Dict order is submission order, so the first
         # entry is the oldest outstanding call.
-        self._in_flight: dict[ray.ObjectRef, tuple[ActorHandle, Any]] = {}
+        self._in_flight: dict[ray.ObjectRef[Any], tuple[ActorProxy[Any], Any]] = {}
 
     # ---- submitting ------------------------------------------------------------------------
 
-    def submit(self, fn: SubmitFn, value: V) -> None:
+    def submit(self, fn: SubmitFn[V], value: V) -> None:
         """Run `fn(actor, value)` on an idle actor now, or as soon as one is free.
 
         Returns immediately. Take the result later with `get_next` or `get_next_unordered`.
+
+        Args:
+            fn: `fn(actor, value)` starts one call on `actor` and returns what `.remote()` returned.
+            value: the value to hand to `fn`.
 
         >>> pool = ActorPool([Doubler.remote()])
         >>> pool.submit(double, 1)
@@ -74,12 +78,19 @@ class ActorPool:
         self._pending_submits.append((fn, value))
         self._start_pending()
 
-    def map(self, fn: SubmitFn, values: Iterable[V]) -> Iterator[Any]:
+    def map(self, fn: SubmitFn[V], values: Iterable[V]) -> Iterator[Any]:
         """Submit `fn(actor, value)` for every value; iterate the results in the values' order.
 
         All values are submitted before this returns; iterating blocks for each result and
         raises a call's error when its turn comes. Results of earlier submissions that were
         not taken yet are dropped first, so they never mix into this map's results.
+
+        Args:
+            fn: `fn(actor, value)` starts one call on `actor` and returns what `.remote()` returned.
+            values: the values, one call each.
+
+        Returns:
+            An iterator over the results, in the order of `values`.
 
         >>> pool = ActorPool([Doubler.remote(), Doubler.remote()])
         >>> list(pool.map(double, [1, 2, 3, 4]))
@@ -90,8 +101,15 @@ class ActorPool:
             self.submit(fn, value)
         return self._drain(self.get_next)
 
-    def map_unordered(self, fn: SubmitFn, values: Iterable[V]) -> Iterator[Any]:
+    def map_unordered(self, fn: SubmitFn[V], values: Iterable[V]) -> Iterator[Any]:
         """Like `map`, but iterate the results in the order the calls finish.
+
+        Args:
+            fn: `fn(actor, value)` starts one call on `actor` and returns what `.remote()` returned.
+            values: the values, one call each.
+
+        Returns:
+            An iterator over the results, in the order the calls finish.
 
         >>> pool = ActorPool([Doubler.remote(), Doubler.remote()])
         >>> sorted(pool.map_unordered(double, [1, 2, 3, 4]))
@@ -108,6 +126,13 @@ class ActorPool:
         """Return the result of the oldest call whose result has not been taken yet.
 
         Blocks until that call finishes, for at most `timeout` seconds (None: no limit).
+
+        Args:
+            timeout: seconds to wait at most; None waits as long as it takes.
+            ignore_if_timedout: on a timeout, drop the call's result instead of keeping it.
+
+        Returns:
+            The call's result (a list of values for a call that returned a list of refs).
 
         Raises:
             StopIteration: no call is outstanding (`has_next()` is False).
@@ -132,6 +157,13 @@ class ActorPool:
 
         Blocks for at most `timeout` seconds (None: no limit). Raises as `get_next` does; on a
         timeout with `ignore_if_timedout`, the oldest outstanding call is the one dropped.
+
+        Args:
+            timeout: seconds to wait at most; None waits as long as it takes.
+            ignore_if_timedout: on a timeout, drop the oldest call's result instead of keeping it.
+
+        Returns:
+            The first finished call's result.
 
         >>> pool = ActorPool([Doubler.remote(), Doubler.remote()])
         >>> pool.submit(double, 1)
@@ -175,7 +207,7 @@ class ActorPool:
         """
         return bool(self._idle_actors) and not self._pending_submits
 
-    def pop_idle(self) -> ActorHandle | None:
+    def pop_idle(self) -> ActorProxy[Any] | None:
         """Take an idle actor out of the pool and return it; None if no actor is idle.
 
         >>> actor = Doubler.remote()
@@ -187,8 +219,11 @@ class ActorPool:
         """
         return self._idle_actors.pop() if self._idle_actors else None
 
-    def push(self, actor: ActorHandle) -> None:
+    def push(self, actor: ActorProxy[Any]) -> None:
         """Add an actor to the pool; it starts the oldest waiting submission, if any.
+
+        Args:
+            actor: a handle to the actor to add.
 
         Raises:
             ValueError: the actor is already in the pool (idle or busy).
@@ -226,12 +261,12 @@ class ActorPool:
             # The refs of one call become ready together; the first one stands for the call.
             self._in_flight[refs[0]] = (actor, future if len(refs) == 1 else refs)
 
-    def _oldest(self) -> ray.ObjectRef:
+    def _oldest(self) -> ray.ObjectRef[Any]:
         if not self._in_flight:
             raise StopIteration("No more results to get: the ActorPool has no outstanding call")
         return next(iter(self._in_flight))
 
-    def _raise_timeout(self, key: ray.ObjectRef, ignore: bool) -> NoReturn:
+    def _raise_timeout(self, key: ray.ObjectRef[Any], ignore: bool) -> NoReturn:
         """Raise TimeoutError for a wait that expired; drop the call `key` first if `ignore`."""
         if not ignore:
             raise TimeoutError("Timed out waiting for a result from the ActorPool")
@@ -239,7 +274,7 @@ class ActorPool:
         self._return_actor(actor)
         raise TimeoutError(f"Timed out waiting for a result from the ActorPool; the call {key} was dropped")
 
-    def _collect(self, key: ray.ObjectRef) -> Any:
+    def _collect(self, key: ray.ObjectRef[Any]) -> Any:
         """Take the finished call `key` out of the pool and return its value (or raise its error)."""
         actor, future = self._in_flight.pop(key)
         alive = True
@@ -253,7 +288,7 @@ class ActorPool:
         finally:
             self._return_actor(actor, alive=alive)
 
-    def _return_actor(self, actor: ActorHandle, alive: bool = True) -> None:
+    def _return_actor(self, actor: ActorProxy[Any], alive: bool = True) -> None:
         """Make `actor` available again, unless its call failed because the actor is gone.
 
         A dead actor must not go back to the idle list: every later submission on it would

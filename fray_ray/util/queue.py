@@ -120,7 +120,7 @@ class Queue:
         self.maxsize = maxsize
         options = dict(actor_options or {})
         # @ray.remote turned the class into an actor class, which type checkers cannot see.
-        self.actor: ActorHandle | None = _QueueActor.options(**options).remote(maxsize)  # type: ignore[attr-defined]
+        self.actor: ActorHandle[Any] | None = _QueueActor.options(**options).remote(maxsize)  # type: ignore[attr-defined]
         """The actor holding the items; None once this handle has shut the queue down."""
 
     def __len__(self) -> int:
@@ -136,7 +136,8 @@ class Queue:
         >>> q.qsize()
         1
         """
-        return ray.get(self._handle().qsize.remote())
+        size: int = ray.get(self._handle().qsize.remote())
+        return size
 
     def size(self) -> int:
         """The same as `qsize()`.
@@ -173,6 +174,11 @@ class Queue:
         limit); otherwise fails at once when the queue is full. An ObjectRef given as the item
         is stored as its value, as for any actor call argument.
 
+        Args:
+            item: the item (an ObjectRef is stored as its value).
+            block: wait for room instead of failing at once.
+            timeout: seconds to wait at most when blocking; None waits as long as it takes.
+
         Raises:
             Full: no room (in time).
             ValueError: `timeout` is negative (checked only when blocking).
@@ -191,6 +197,14 @@ class Queue:
     async def put_async(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
         """`put` as a coroutine, for use in an event loop (a driver's or an async actor's).
 
+        Args:
+            item: the item.
+            block: wait for room instead of failing at once.
+            timeout: seconds to wait at most when blocking.
+
+        Raises:
+            Full: no room (in time).
+
         >>> import asyncio
         >>> q = Queue()
         >>> asyncio.run(q.put_async("x"))
@@ -204,6 +218,12 @@ class Queue:
     def put_nowait(self, item: Any) -> None:
         """`put(item, block=False)`: add `item` or raise `Full` at once.
 
+        Args:
+            item: the item.
+
+        Raises:
+            Full: the queue is full.
+
         >>> q = Queue()
         >>> q.put_nowait(1)
         >>> q.get()
@@ -213,6 +233,9 @@ class Queue:
 
     def put_nowait_batch(self, items: Iterable[Any]) -> None:
         """Add all of `items`, in order, in one call; if they do not all fit, add none.
+
+        Args:
+            items: the items, oldest first.
 
         Raises:
             Full: there is not room for every item.
@@ -241,6 +264,13 @@ class Queue:
         With `block` (the default), waits for an item, for at most `timeout` seconds (None: no
         limit); otherwise fails at once when the queue is empty.
 
+        Args:
+            block: wait for an item instead of failing at once.
+            timeout: seconds to wait at most when blocking; None waits as long as it takes.
+
+        Returns:
+            The oldest item.
+
         Raises:
             Empty: no item (in time).
             ValueError: `timeout` is negative (checked only when blocking).
@@ -262,6 +292,16 @@ class Queue:
 
     async def get_async(self, block: bool = True, timeout: float | None = None) -> Any:
         """`get` as a coroutine, for use in an event loop (a driver's or an async actor's).
+
+        Args:
+            block: wait for an item instead of failing at once.
+            timeout: seconds to wait at most when blocking.
+
+        Returns:
+            The oldest item.
+
+        Raises:
+            Empty: no item (in time).
 
         >>> import asyncio
         >>> q = Queue()
@@ -288,6 +328,12 @@ class Queue:
     def get_nowait_batch(self, num_items: int) -> list[Any]:
         """Remove and return the `num_items` oldest items, in order, in one call.
 
+        Args:
+            num_items: how many items to take.
+
+        Returns:
+            The items, oldest first.
+
         Raises:
             Empty: fewer than `num_items` items are queued (then none is removed).
             TypeError: `num_items` is not an int.
@@ -309,7 +355,8 @@ class Queue:
         found, items = ray.get(self._handle().get_batch.remote(num_items))
         if not found:
             raise Empty(f"Cannot get {num_items} items: the queue holds {items}")
-        return items
+        batch: list[Any] = items
+        return batch
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -319,6 +366,10 @@ class Queue:
         Unless `force`, the actor is first asked to exit and given `grace_period_s` seconds to
         do so; then it is killed. Blocks until then. Afterwards every call on this handle, and
         on any copy of it, raises `RayActorError`.
+
+        Args:
+            force: kill the actor at once instead of asking it to exit first.
+            grace_period_s: seconds the actor has to exit before it is killed.
 
         >>> q = Queue()
         >>> q.shutdown()
@@ -335,7 +386,7 @@ class Queue:
             ray.wait([exited], timeout=grace_period_s)
         ray.kill(actor)
 
-    def _handle(self) -> ActorHandle:
+    def _handle(self) -> ActorHandle[Any]:
         """The queue's actor; raises the error a dead actor gives once this handle shut it down."""
         if self.actor is None:
             raise ray.exceptions.ActorDiedError("This Queue was shut down; its actor is dead.")

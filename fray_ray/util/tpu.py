@@ -67,7 +67,17 @@ def get_num_tpu_chips_on_node() -> int:
 def get_tpu_coordinator_env_vars(
     coordinator_address: str, num_slices: int, slice_id: int, coordinator_port: str = "8081"
 ) -> dict[str, str]:
-    """The MEGASCALE_* variables multi-slice JAX needs on every host of slice `slice_id`."""
+    """Build the MEGASCALE_* variables multi-slice JAX needs on every host of a slice.
+
+    Args:
+        coordinator_address: the host of slice 0's first worker.
+        num_slices: how many slices run the job.
+        slice_id: this slice's index.
+        coordinator_port: the coordinator's port.
+
+    Returns:
+        Variable name to value.
+    """
     return {
         "MEGASCALE_COORDINATOR_ADDRESS": f"{coordinator_address}:{coordinator_port}",
         "MEGASCALE_NUM_SLICES": str(num_slices),
@@ -77,13 +87,30 @@ def get_tpu_coordinator_env_vars(
 
 
 def get_tpu_version_from_type(accelerator_type: str) -> str:
-    """`"v5p-16"` → `"v5p"`; `"TPU-V6E"` → `"v6e"`."""
+    """Read the TPU generation from an accelerator type: `"v5p-16"` → `"v5p"`; `"TPU-V6E"` → `"v6e"`.
+
+    Args:
+        accelerator_type: a slice name or Ray accelerator type.
+
+    Returns:
+        The generation, lower case.
+    """
     name = accelerator_type.lower().removeprefix("tpu-")
     return tpu_family(name.split("-")[0] + "-") if name.startswith(("v5litepod", "v5e")) else name.split("-")[0]
 
 
 def get_num_chips_from_topology(topology: str) -> int:
-    """`"2x2x2"` → 8."""
+    """Count the chips of a topology: `"2x2x2"` → 8.
+
+    Args:
+        topology: the chip grid, e.g. `"4x4"`.
+
+    Returns:
+        The number of chips.
+
+    Raises:
+        ValueError: `topology` is not a grid.
+    """
     try:
         return math.prod(int(d) for d in topology.lower().split("x"))
     except ValueError:
@@ -91,7 +118,15 @@ def get_num_chips_from_topology(topology: str) -> int:
 
 
 def infer_tpu_pod_type_from_topology(topology: str, accelerator_type: str) -> str | None:
-    """The variant name for a topology and TPU version: ("2x2x2", "v5p") → "v5p-16"."""
+    """Name the slice of a topology and TPU version: ("2x2x2", "v5p") → "v5p-16".
+
+    Args:
+        topology: the chip grid.
+        accelerator_type: the TPU generation (or a type it can be read from).
+
+    Returns:
+        The slice name, or None when no known slice has that shape.
+    """
     version = get_tpu_version_from_type(accelerator_type)
     prefix = _VERSION_PREFIX.get(version)
     if prefix is None:
@@ -116,6 +151,18 @@ def _variant(topology: str | None, accelerator_version: str | None) -> str:
 
 
 def get_chips_per_host(topology: str, accelerator_version: str) -> int:
+    """Say how many chips each host of a slice has, to size per-host resources.
+
+    Args:
+        topology: the chip grid.
+        accelerator_version: the TPU generation.
+
+    Returns:
+        Chips per host.
+
+    Raises:
+        ValueError: no known slice has that shape.
+    """
     return get_tpu_topology(_variant(topology, accelerator_version)).chips_per_vm
 
 
@@ -127,14 +174,36 @@ def get_tpu_worker_resources(
     chips_per_vm: int | None = None,
     tpu_resource_per_chip: int | None = None,
 ) -> tuple[int, dict[str, float]]:
-    """(number of workers, resources each) to cover `num_slices` slices, one worker per host."""
+    """Size Ray workers to cover `num_slices` slices, one worker per host.
+
+    Args:
+        topology: the chip grid.
+        accelerator_type: the TPU generation.
+        resources_per_worker: each worker's resources (default: its host's chips as `TPU`).
+        num_slices: how many slices.
+        chips_per_vm: chips per host, if not the slice's usual number.
+        tpu_resource_per_chip: accepted for Ray's signature.
+
+    Returns:
+        (number of workers, resources of each).
+
+    Raises:
+        ValueError: no known slice has that shape.
+    """
     info = get_tpu_topology(_variant(topology, accelerator_type))
     per_host = chips_per_vm or info.chips_per_vm
     return info.host_count * num_slices, dict(resources_per_worker or {"TPU": float(per_host)})
 
 
 def init_jax_profiler(port: int | None = None) -> None:
-    """Start JAX's profiler server on this host (needs jax)."""
+    """Start JAX's profiler server on this host, to profile a task from outside.
+
+    Args:
+        port: the server's port (default 9999).
+
+    Raises:
+        ImportError: jax is not installed.
+    """
     import jax  # noqa: PLC0415 - optional dependency
 
     jax.profiler.start_server(port or 9999)
@@ -173,12 +242,13 @@ class SlicePlacementGroup:
         self.num_bundles = self.num_hosts * num_slices
         self.bundle_resources = dict(resources_per_bundle or {"TPU": float(self.chips_per_host)})
         self.name = name
-        self._gang_id = runtime_state.current().reserve_gang(
+        self._gang_id: bytes | None = runtime_state.current().reserve_gang(
             tpu=self.variant, num_slices=num_slices, timeout=head_reservation_timeout_s
         )
 
     @property
     def devices_per_host(self) -> int:
+        """TPU chips on each host of the slice."""
         return self.chips_per_host
 
     def shutdown(self) -> None:
@@ -201,7 +271,24 @@ def slice_placement_group(
     tpu_resource_per_chip: int | None = None,
     **kwargs: Any,
 ) -> SlicePlacementGroup:
-    """Reserve `num_slices` slices of `topology` TPUs (see SlicePlacementGroup)."""
+    """Reserve `num_slices` slices of `topology` TPUs to run several calls on the same hosts.
+
+    Args:
+        topology: the chip grid, e.g. `"2x2x2"`.
+        accelerator_version: the TPU generation, e.g. `"v5p"`.
+        resources_per_bundle: each host's resources (default: its chips as `TPU`).
+        num_slices: how many slices.
+        chips_per_vm: chips per host, if not the slice's usual number.
+        pg_per_slice: accepted for Ray's signature.
+        tpu_resource_per_chip: accepted for Ray's signature.
+        **kwargs: passed to `SlicePlacementGroup`.
+
+    Returns:
+        The reservation; `shutdown()` releases it.
+
+    Raises:
+        ValueError: no known slice has that shape.
+    """
     return SlicePlacementGroup(
         topology, accelerator_version, resources_per_bundle, num_slices=num_slices, chips_per_vm=chips_per_vm,
         pg_per_slice=pg_per_slice, tpu_resource_per_chip=tpu_resource_per_chip, **kwargs,
@@ -221,7 +308,28 @@ def run_on_slice(
     pg_ready_timeout_s: float | None = None,
     **kwargs: Any,
 ) -> list[Any]:
-    """Run remote function `fn` once on every host of the slice(s); one ref per host, in host order."""
+    """Run remote function `fn` once on every host of the slice(s), as one gang.
+
+    Args:
+        fn: a remote function.
+        *args: its arguments.
+        topology: the chip grid, when no `tpu_slice` is given.
+        accelerator_version: the TPU generation, when no `tpu_slice` is given.
+        tpu_slice: a reservation from `slice_placement_group` to run on.
+        slice_index: accepted for Ray's signature.
+        num_slices: how many slices, when no `tpu_slice` is given.
+        chips_per_vm: accepted for Ray's signature.
+        head_reservation_timeout_s: accepted for Ray's signature.
+        pg_ready_timeout_s: accepted for Ray's signature.
+        **kwargs: its keyword arguments.
+
+    Returns:
+        One ref per host, in host order.
+
+    Raises:
+        TypeError: `fn` is not a remote function.
+        ValueError: the slice shape is unknown, or `tpu_slice` was shut down.
+    """
     from fray_ray.remote_function import RemoteFunction
 
     if not isinstance(fn, RemoteFunction):

@@ -13,7 +13,10 @@ from fray_ray.cluster import cpu_worker
 from fray_ray.iris.bundles import snapshot_workspace
 from fray_ray.iris.types import JobState
 
-PRINT = "python3 -c 'import json, os; print(\"ENV \" + json.dumps({\"venv\": os.environ.get(\"VIRTUAL_ENV\"), \"files\": sorted(os.listdir(\".\"))}))'"
+PRINT = (
+    "python3 -c 'import json, os; print(\"ENV \" + json.dumps("
+    "{\"venv\": os.environ.get(\"VIRTUAL_ENV\"), \"files\": sorted(os.listdir(\".\"))}))'"
+)
 
 
 def test_setup_steps_run_in_order_then_the_command_in_the_venv(make_cluster) -> None:

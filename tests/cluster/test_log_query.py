@@ -8,7 +8,6 @@ from fray_ray.cluster._log_query import (
     DEFAULT_MAX_LINES,
     LogLevel,
     LogQuery,
-    MatchScope,
     answer,
     attempt_of,
     line_level,

@@ -5,8 +5,6 @@ from __future__ import annotations
 import pickle
 
 import cloudpickle
-
-from fray_ray.fray._setup_scripts import pip_setup_script
 import pytest
 
 from fray_ray.fray import (
@@ -21,6 +19,7 @@ from fray_ray.fray import (
     TpuConfig,
     _iris_conversions,
 )
+from fray_ray.fray._setup_scripts import pip_setup_script
 from fray_ray.fray.iris_backend import (
     IRIS_TO_FRAY_STATUS,
     FrayIrisClient,

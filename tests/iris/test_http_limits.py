@@ -164,7 +164,7 @@ def test_idle_kept_alive_connections_are_shed_before_busy_ones_and_a_full_server
     try:
         for started, holder in enumerate(holders, 1):  # one at a time: each is busy before the next
             holder.start()
-            _wait_until(lambda: app.holding == started)
+            _wait_until(lambda started=started: app.holding == started)
         # eight busy connections at a cap of eight: the idle one made room for the last
         idle.sock.settimeout(30)
         assert _read_until_closed(idle.sock) == b""

@@ -1,9 +1,10 @@
 """A Ray program on the real Iris controller (marin-iris 2026-06 LocalCluster) from a driver that
 shares nothing with its workers but the bundle: its modules live in a directory moved away right
 after init; `fray-ray submit` runs a driver as a job there; a worker without fray_ray is a clear
-error; the session's capacity is the controller's workers. The workers run the peer venv's Python, unmodified: fray_ray reaches them through the
-controller process's PYTHONPATH (this checkout plus its dependencies in a temp dir), which Iris's
-local process runtime passes on to tasks."""
+error; the session's capacity is the controller's workers. The workers run the peer venv's
+Python, unmodified: fray_ray reaches them through the controller process's PYTHONPATH (this
+checkout plus its dependencies in a temp dir), which Iris's local process runtime passes on to
+tasks."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from june_controller import start_controller, stop_controller
 
 from fray_ray.iris.controller_client import ControllerClient
 from fray_ray.iris.types import JobState
-from june_controller import start_controller, stop_controller
 
 DEADLINE = 240.0
 

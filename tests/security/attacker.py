@@ -68,7 +68,7 @@ def wait_closed(sock: socket.socket, timeout: float = CLOSE_WAIT_S) -> tuple[boo
         sock.settimeout(max(0.01, deadline - time.monotonic()))
         try:
             chunk = sock.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             break
         except OSError:  # reset by the server
             return True, received

@@ -5,9 +5,8 @@ per line with tasks that report to a *named* registry actor they look up with ra
 Task submission goes through a ray.wait loop that keeps at most MAX_IN_FLIGHT tasks pending.
 """
 
-import ray
-
 import pipeline_lib
+import ray
 from pipeline_lib import REGISTRY_NAME, ResultRegistry, WordStats, bounded_map, checksum, tokenize
 
 MAX_IN_FLIGHT = 2

@@ -109,5 +109,6 @@ def __getattr__(name: str) -> str | ModuleType:
         warnings.warn(
             f"{name} is deprecated, use {current} instead.", DeprecationWarning, stacklevel=2
         )
-        return globals()[current]
+        value: str = globals()[current]
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
