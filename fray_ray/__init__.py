@@ -7,7 +7,12 @@ embedded Iris-compatible cluster by default (`fray_ray.init()`) or on a real Iri
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from fray_ray._version import __version__
+
+# The first dependency every fray_ray process needs (the driver's and its workers' stream
+# protocol), imported first: a worker whose Python lacks fray_ray's dependencies then fails
+# naming it, whatever module of the package its job loads first.
+import msgpack  # noqa: F401, I001
 
 from fray_ray import exceptions
 from fray_ray._api import (

@@ -8,21 +8,23 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import platform
 import textwrap
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
+from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 
 from fray_ray._private import options as options_model
 from fray_ray._private import runtime_state
+from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.options import rendering as options_text
 from fray_ray._private.object_ref import ObjectRef
-
-if TYPE_CHECKING:
-    from fray_ray._private.generators import ObjectRefGenerator
-    from fray_ray.actor import ActorClass, ActorHandle, ActorProxy
-    from fray_ray.remote_function import RemoteFunction
+from fray_ray._private.task_context import current_task
+from fray_ray._version import __version__
+from fray_ray.actor import ActorClass, ActorHandle, ActorProxy
+from fray_ray.exceptions import RaySystemError
+from fray_ray.remote_function import RemoteFunction
 
 logger = logging.getLogger(__name__)
 
@@ -55,11 +57,7 @@ class RayContext(Mapping[str, Any]):
     def __init__(self, address_info: Mapping[str, Any]) -> None:
         self.address_info = dict(address_info)
         self.dashboard_url = ""
-        import platform
-
         self.python_version = platform.python_version()
-        from fray_ray import __version__
-
         self.ray_version = __version__
         self.ray_commit = "fray_ray"
 
@@ -178,7 +176,7 @@ def init(
                 "Maybe you called ray.init twice by accident? This error can be suppressed by passing in "
                 "'ignore_reinit_error=True' or by calling 'ray.shutdown()' prior to 'ray.init()'."
             )
-        from fray_ray._private.bootstrap import start_driver
+        from fray_ray._private.bootstrap import start_driver  # the driver and cluster load on first init
 
         if kwargs.get("logging_config") is not None:
             logger.warning(
@@ -221,6 +219,9 @@ def _auto_init() -> Any:
             init()
             runtime = runtime_state.current_or_none()
         return runtime
+
+
+runtime_state.set_auto_init(_auto_init)
 
 
 def shutdown(*, wait_for_processes: bool = False, _exiting_interpreter: bool = False) -> None:
@@ -299,8 +300,6 @@ def get(object_refs: Any, *, timeout: float | None = None, _use_object_store: bo
         ValueError: `object_refs` is neither a ref nor a list, or `timeout` is negative.
         TypeError: a list item is not a ref, or an ObjectRefGenerator was passed.
     """
-    from fray_ray._private.generators import ObjectRefGenerator
-
     if isinstance(object_refs, ObjectRef):
         return runtime_state.current().get([object_refs], timeout)[0]
     if isinstance(object_refs, ObjectRefGenerator):
@@ -341,8 +340,6 @@ def wait(
         TypeError: `ray_waitables` is not a list of refs.
         ValueError: duplicates, a negative timeout, or `num_returns` not in 1..len(refs).
     """
-    from fray_ray._private.generators import ObjectRefGenerator
-
     if isinstance(ray_waitables, (ObjectRef, ObjectRefGenerator)) or not isinstance(ray_waitables, list):
         raise TypeError(
             f"wait() expected a list of ray.ObjectRef or ray.ObjectRefGenerator, got {type(ray_waitables)}"
@@ -411,9 +408,6 @@ def remote(*args: Any, **kwargs: Any) -> Any:
     >>> @fray_ray.remote(num_cpus=2)  # doctest: +SKIP
     ... def f(): ...
     """
-    from fray_ray.actor import ActorClass
-    from fray_ray.remote_function import RemoteFunction
-
     def make(target: Any, options: Mapping[str, Any]) -> Any:
         if options_model.check_remote_target(target) == "class":
             return ActorClass(target, options)
@@ -445,8 +439,6 @@ def kill(actor: ActorProxy[Any], *, no_restart: bool = True) -> None:
     Raises:
         ValueError: `actor` is not an actor handle.
     """
-    from fray_ray.actor import ActorHandle
-
     if not isinstance(actor, ActorHandle):
         raise ValueError(f"ray.kill() only supported for actors. For tasks, try ray.cancel(). Got: {type(actor)}.")
     runtime_state.current().kill_actor(actor._actor_id, no_restart)
@@ -465,8 +457,6 @@ def cancel(ray_waitable: ObjectRef[Any] | ObjectRefGenerator, *, force: bool = F
     Raises:
         TypeError: `ray_waitable` is not a ref.
     """
-    from fray_ray._private.generators import ObjectRefGenerator
-
     if not isinstance(ray_waitable, (ObjectRef, ObjectRefGenerator)):
         raise TypeError(f"ray.cancel() only supported for object refs. For actors, try ray.kill(). Got: {type(ray_waitable)}.")
     runtime_state.current().cancel(ray_waitable, force, recursive)
@@ -485,8 +475,6 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle[Any]:
     Raises:
         ValueError: no live actor has that name, or `name` is empty.
     """
-    from fray_ray.actor import ActorHandle
-
     if not isinstance(name, str) or not name:
         raise ValueError("Please supply a non-empty value to get_actor")
     info = runtime_state.current().get_named_actor(name, namespace)
@@ -499,8 +487,6 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle[Any]:
 
 def _initialized_runtime() -> Any:
     """The runtime, for functions that, as in Ray, do not start a session themselves."""
-    from fray_ray.exceptions import RaySystemError
-
     runtime = runtime_state.current_or_none()
     if runtime is None:
         raise RaySystemError("Ray has not been started yet. You can start Ray with 'ray.init()'.")
@@ -549,8 +535,6 @@ def get_gpu_ids() -> list[int]:
     Returns:
         The GPU indices from CUDA_VISIBLE_DEVICES inside a task or actor; [] on the driver.
     """
-    from fray_ray._private.worker import current_task
-
     if current_task.get() is None:
         return []
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")

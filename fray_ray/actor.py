@@ -20,7 +20,7 @@ import inspect
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, NoReturn, ParamSpec, Protocol, TypeAlias, TypeVar, Union, cast, overload
 
-from fray_ray._private import ids, runtime_state
+from fray_ray._private import actor_handles, ids, runtime_state
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options import (
     UNSET,
@@ -34,6 +34,7 @@ from fray_ray._private.options import (
 from fray_ray._private.options.quantities import check_c_integers, method_call_integer, method_num_returns
 from fray_ray._private.runtime_env import effective_runtime_env
 from fray_ray._private.serialization import note_contained_ref
+from fray_ray._private.task_context import current_task
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, CodeBlob, ResourceShape
 from fray_ray.remote_function import pack_arguments, return_ids_for
 
@@ -284,7 +285,7 @@ class ActorClass(Generic[T]):
         elif args or kwargs:
             raise TypeError(f"{self._cls.__name__}() takes no arguments")
         options = typed()  # an empty name or namespace raises here
-        from fray_ray._private.gangs import shape_for
+        from fray_ray._private.gangs import shape_for  # the gang scheduler loads on first call
 
         runtime = runtime_state.current()
         gang = shape_for(options)
@@ -591,10 +592,16 @@ def exit_actor() -> NoReturn:
     Raises:
         TypeError: called outside an actor.
     """
-    from fray_ray._private.actor_host import ActorExit
-    from fray_ray._private.worker import current_task
+    from fray_ray._private.actor_host import ActorExit  # loaded in actors only, where it already is
 
     context = current_task.get()
     if context is None or context.actor_id is None:
         raise TypeError("exit_actor API is called on a non-actor worker.")
     raise ActorExit()
+
+
+actor_handles.set_own_handle_factory(
+    lambda actor_id, class_name, methods, is_async: ActorHandle(
+        actor_id, class_name, methods, is_async, _register=False  # the actor's own handle must not keep it alive
+    )
+)

@@ -19,7 +19,7 @@ from fray_ray._private.options import TaskOptions, validate_task_options
 from fray_ray._private.options.quantities import check_c_integers
 from fray_ray._private.runtime_env import effective_runtime_env
 from fray_ray._private.task_spec import Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec
-from fray_ray._private.worker import current_task
+from fray_ray._private.task_context import current_task
 
 __all__ = ["RemoteFunction"]
 
@@ -163,15 +163,16 @@ class RemoteFunction(Generic[P, R]):
         options = typed()
         runtime = runtime_state.current()
         arguments = pack_arguments(args, kwargs, self._function_name)
-        from fray_ray._private.gangs import shape_for
+        from fray_ray._private.gangs import shape_for  # the gang scheduler loads on first call
 
         num_returns = cast("int | str", options.num_returns)  # parsing resolves it (never UNSET)
         task_id = ids.new_task_id()
         gang, gang_id = shape_for(options), options.gang
-        if gang is not None or gang_id is not None:
-            # A gang call returns one ref per host (a single ref for a one-host slice).
-            size = gang.size if gang is not None else runtime.gang("size", gang_id=gang_id)
-            num_returns = size
+        # A gang call returns one ref per host (a single ref for a one-host slice).
+        if gang is not None:
+            num_returns = gang.size
+        elif gang_id is not None:
+            num_returns = runtime.gang_size(gang_id)
         return_ids, count = return_ids_for(task_id, num_returns)
         context = current_task.get()
         spec = TaskSpec(

@@ -8,6 +8,7 @@ import warnings
 from typing import Any
 
 from fray_ray._private import runtime_state
+from fray_ray._private.task_context import current_task
 
 __all__ = ["RuntimeContext", "get_runtime_context"]
 
@@ -172,8 +173,6 @@ class RuntimeContext:
         Raises:
             RuntimeError: called outside an actor.
         """
-        from fray_ray._private.worker import current_task
-
         info = self._info()
         if info["actor_id"] is None:
             raise RuntimeError("This method is only available in an actor.")
@@ -187,8 +186,6 @@ class RuntimeContext:
     @property
     def was_current_actor_reconstructed(self) -> bool:
         """True inside an actor instance that replaced one whose process died (max_restarts)."""
-        from fray_ray._private.worker import current_task
-
         return bool(getattr(current_task.get(), "actor_restarted", False))
 
     def _deprecated(self, name: str) -> Any:

@@ -16,32 +16,42 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Mapping
 from typing import Any
 
 import cloudpickle
 
-from fray_ray._private import runtime_state
+from fray_ray._private import messages, runtime_state
 from fray_ray._private.actor_builtins import built_in_method
+from fray_ray._private.actor_handles import own_handle
 from fray_ray._private.execution import (
     error_results,
     make_task_error,
     package_results,
-    resolve_arguments,
-    value_resolver,
+    resolve_call_arguments,
     within_store,
 )
+from fray_ray._private.executor import send_item, send_items_async
 from fray_ray._private.logs import flush_forwarded, forward_output
-from fray_ray._private.protocol import Connection, ConnectionClosed
-from fray_ray._private.serialization import SerializedValue, WireBatch, serialize_error, unpack_values
-from fray_ray._private.worker import (
-    TaskContext,
-    WorkerRuntime,
-    current_task,
-    open_session,
-    send_item,
-    send_items_async,
+from fray_ray._private.messages import (
+    ActorExiting,
+    ActorFailed,
+    ActorReady,
+    CallDone,
+    CallMethod,
+    CancelCall,
+    CreateInstance,
+    Die,
+    Message,
 )
+from fray_ray._private.protocol import Connection, ConnectionClosed
+from fray_ray._private.serialization import SerializedValue, serialize_error
+from fray_ray._private.task_context import TaskContext, current_task
+from fray_ray._private.task_spec import gang_member_id
+from fray_ray._private.worker import WorkerRuntime, open_session
+from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError, RayActorError
+from fray_ray.fray import current_actor
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +67,6 @@ class RayActorHost:
         self, session_address: str, token: str, actor_id: bytes, in_process: bool = False, gang: bool = False
     ) -> None:
         """`gang`: this host is one member of a gang of actors; its id follows from its index."""
-        from fray_ray._private.task_spec import gang_member_id
-        from fray_ray.fray import current_actor
-
         self._in_process = in_process
         try:
             self._fray_context = current_actor()
@@ -83,14 +90,16 @@ class RayActorHost:
         self._created = threading.Event()
         self._creation_error: BaseException | None = None
         self._stopped = threading.Event()
-        handlers = {"create": self._on_create, "call": self._on_call, "die": self._on_die, "cancel_call": self._on_cancel}
+        handlers = messages.handlers(
+            {CreateInstance: self._on_create, CallMethod: self._on_call, Die: self._on_die, CancelCall: self._on_cancel}
+        )
         self._calls_lock = threading.Lock()  # guards _cancelled and _running
         self._cancelled: set[bytes] = set()
         self._running: dict[bytes, Any] = {}  # call id -> TaskContext or asyncio.Task
         # Set before the session opens: its reader may deliver `create` (which sets it) at once.
         self._detached = False
         self._runtime: WorkerRuntime = open_session(
-            session_address, token, {"kind": "actor", "id": self._actor_id}, handlers, on_runtime=self._set_runtime
+            session_address, token, "actor", self._actor_id, handlers, on_runtime=self._set_runtime
         )
         self._runtime.connection.add_close_callback(lambda _: self._session_lost())
 
@@ -104,24 +113,20 @@ class RayActorHost:
 
     # ---- creation ------------------------------------------------------------------------
 
-    def _on_create(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        options = body["options"]
-        self._class_name = body["class_name"]
-        self._placement_group = body.get("placement_group")
-        self._given_name = options.get("name")
-        self._restarted = bool(options.get("restarted"))
-        self._detached = bool(options.get("detached"))
-        self._methods_blob = body["methods"]
-        self._resources = body.get("resources") or {}
-        from fray_ray.actor import ActorHandle
-
-        self._handle = ActorHandle(
-            self._actor_id, self._class_name, cloudpickle.loads(body["methods"]), bool(options.get("is_async")),
-            _register=False,  # the actor's own handle must not keep it alive
+    def _on_create(self, connection: Connection, message_id: int | None, create: CreateInstance) -> None:
+        self._class_name = create.class_name
+        self._placement_group = create.placement_group
+        self._given_name = create.options.name
+        self._restarted = bool(create.options.restarted)
+        self._detached = bool(create.options.detached)
+        self._methods_blob = create.methods
+        self._resources = create.resources or {}
+        self._handle = own_handle(
+            self._actor_id, self._class_name, cloudpickle.loads(create.methods), bool(create.options.is_async)
         )
-        self._is_async = bool(options.get("is_async"))
-        groups: Mapping[str, int] = options.get("concurrency_groups") or {}
-        max_concurrency = int(options.get("max_concurrency") or 1)
+        self._is_async = bool(create.options.is_async)
+        groups: Mapping[str, int] = create.options.concurrency_groups or {}
+        max_concurrency = int(create.options.max_concurrency or 1)
         if self._is_async:
             self._loops[None] = _GroupLoop("actor-loop", max_concurrency)
             for name, size in groups.items():
@@ -130,10 +135,9 @@ class RayActorHost:
             self._default_pool = concurrent.futures.ThreadPoolExecutor(max_concurrency, thread_name_prefix="actor")
             for name, size in groups.items():
                 self._group_pools[name] = concurrent.futures.ThreadPoolExecutor(size, thread_name_prefix=f"actor-{name}")
-        (arguments,) = unpack_values(body["values"], buffers)
-        self._submit_sync(None, self._create, body, arguments)
+        self._submit_sync(None, self._create, create)
 
-    def _create(self, body: Mapping[str, Any], arguments: SerializedValue) -> None:
+    def _create(self, create: CreateInstance) -> None:
         context = TaskContext(task_id=None, function_name=f"{self._class_name}.__init__", actor_id=self._actor_id,
                               actor_name=self._class_name, resources=self._resources,
                               actor_handle=self._handle, placement_group_id=self._placement_group,
@@ -141,18 +145,16 @@ class RayActorHost:
         token = current_task.set(context)
         runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
         try:
-            cls = cloudpickle.loads(body["code"])
-            args, kwargs = resolve_arguments(arguments, value_resolver(self._runtime.fetch, {}), body["top_level"])
+            cls = cloudpickle.loads(create.code)
+            args, kwargs = resolve_call_arguments(create.args, self._runtime.fetch)
             self._instance = cls.__new__(cls)
-            _set_actor_env(body.get("env") or {})
+            _set_actor_env(create.env or {})
             self._instance.__init__(*args, **kwargs)
-            self._send("actor_ready", {"actor": self._actor_id, "pid": os.getpid()})
+            self._send(ActorReady(self._actor_id, os.getpid()))
         except BaseException as exc:  # noqa: BLE001 - the creation error is every later call's error
             self._creation_error = exc
             error = make_task_error(exc, f"{self._class_name}.__init__")
-            batch = WireBatch()
-            batch.add(serialize_error(error))
-            self._send("actor_failed", {"actor": self._actor_id, "error": batch.descriptions}, batch.buffers)
+            self._send(ActorFailed(self._actor_id, serialize_error(error)))
         finally:
             current_task.reset(token)
             if runtime_token is not None:
@@ -161,13 +163,12 @@ class RayActorHost:
 
     # ---- calls ---------------------------------------------------------------------------
 
-    def _on_call(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        values = unpack_values(body["values"], buffers)
+    def _on_call(self, connection: Connection, message_id: int | None, call: CallMethod) -> None:
         if self._is_async:
-            group = self._loops.get(body.get("group")) or self._loops[None]
-            group.spawn(lambda: self._run_async_call(body, values, group.semaphore))
+            group = self._loops.get(call.group) or self._loops[None]
+            group.spawn(lambda: self._run_async_call(call, group.semaphore))
         else:
-            self._submit_sync(body.get("group"), self._run_sync_call, body, values)
+            self._submit_sync(call.group, self._run_sync_call, call)
 
     def _submit_sync(self, group: str | None, fn: Any, *args: Any) -> None:
         pool = self._group_pools.get(group) if group else None
@@ -180,28 +181,27 @@ class RayActorHost:
         except RuntimeError:
             pass  # shutting down
 
-    def _prepare(self, body: Mapping[str, Any], values: list[SerializedValue]) -> tuple[Any, tuple, dict]:
+    def _prepare(self, call: CallMethod) -> tuple[Any, tuple, dict]:
         # Calls in other concurrency groups run on other threads; none may start before __init__ ends.
         self._created.wait()
-        if body["method"] == "__ray_terminate__":
+        if call.method == "__ray_terminate__":
             raise ActorExit()  # a graceful end, queued behind earlier calls
         if self._creation_error is not None or self._instance is None:
             raise _creation_failed(self._class_name)
-        inline = dict(zip(body["resolved"], values[1:]))
-        args, kwargs = resolve_arguments(values[0], value_resolver(self._runtime.fetch, inline), body["top_level"])
-        method = built_in_method(self._instance, body["method"]) or getattr(self._instance, body["method"])
+        args, kwargs = resolve_call_arguments(call.args, self._runtime.fetch)
+        method = built_in_method(self._instance, call.method) or getattr(self._instance, call.method)
         return method, args, kwargs
 
-    def _context(self, body: Mapping[str, Any]) -> TaskContext:
+    def _context(self, call: CallMethod) -> TaskContext:
         return TaskContext(
-            task_id=body["call"], function_name=f"{self._class_name}.{body['method']}", actor_id=self._actor_id,
+            task_id=call.call, function_name=f"{self._class_name}.{call.method}", actor_id=self._actor_id,
             actor_name=self._class_name, actor_handle=self._handle, resources=self._resources,
             placement_group_id=self._placement_group, actor_given_name=self._given_name,
             actor_restarted=self._restarted,
         )
 
-    def _on_cancel(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        call_id = body["call"]
+    def _on_cancel(self, connection: Connection, message_id: int | None, cancel: CancelCall) -> None:
+        call_id = cancel.call
         with self._calls_lock:
             running = self._running.get(call_id)
             if running is None:
@@ -212,124 +212,117 @@ class RayActorHost:
         else:
             running.get_loop().call_soon_threadsafe(running.cancel)  # an asyncio.Task
 
-    def _start_call(self, body: Mapping[str, Any], handle: Any) -> bool:
+    def _start_call(self, call: CallMethod, handle: Any) -> bool:
         """Record a call as running; False if it was cancelled before it started."""
         with self._calls_lock:
-            if body["call"] in self._cancelled:
-                self._cancelled.discard(body["call"])
+            if call.call in self._cancelled:
+                self._cancelled.discard(call.call)
                 return False
-            self._running[body["call"]] = handle
+            self._running[call.call] = handle
             return True
 
-    def _end_call(self, body: Mapping[str, Any]) -> None:
+    def _end_call(self, call: CallMethod) -> None:
         with self._calls_lock:
-            self._running.pop(body["call"], None)
+            self._running.pop(call.call, None)
 
-    def _run_sync_call(self, body: Mapping[str, Any], values: list[SerializedValue]) -> None:
-        context = self._context(body)
-        if not self._start_call(body, context):
+    def _run_sync_call(self, call: CallMethod) -> None:
+        context = self._context(call)
+        if not self._start_call(call, context):
             return
         token = current_task.set(context)
         runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
         try:
-            method, args, kwargs = self._prepare(body, values)
+            method, args, kwargs = self._prepare(call)
             result = method(*args, **kwargs)
             if inspect.iscoroutine(result):
                 result = asyncio.run(result)
-            if body["num_returns"] == "streaming":
+            if call.num_returns == "streaming":
                 if inspect.isasyncgen(result):
-                    asyncio.run(send_items_async(self._runtime.connection, body["call"], result))
+                    asyncio.run(send_items_async(self._runtime.connection, call.call, result))
                 else:
-                    send_item(self._runtime.connection, body["call"], result)
-                self._complete(body, [], None)
+                    send_item(self._runtime.connection, call.call, result)
+                self._complete(call, [], None)
             else:
-                self._complete(body, within_store(package_results(result, body["num_returns"], body["method"]), self._runtime.object_store_memory, body["method"]), None)
+                self._complete(call, self._results(call, result), None)
         except ActorExit:
-            self._exit_requested(body)
+            self._exit_requested(call)
         except BaseException as exc:  # noqa: BLE001 - delivered to the caller
-            self._complete(body, None, self._wrap(exc, body))
+            self._complete(call, None, self._wrap(exc, call))
         finally:
-            self._end_call(body)
+            self._end_call(call)
             current_task.reset(token)
             if runtime_token is not None:
                 runtime_state.reset_context_runtime(runtime_token)
 
-    async def _run_async_call(
-        self, body: Mapping[str, Any], values: list[SerializedValue], semaphore: asyncio.Semaphore
-    ) -> None:
-        if not self._start_call(body, asyncio.current_task()):
+    async def _run_async_call(self, call: CallMethod, semaphore: asyncio.Semaphore) -> None:
+        if not self._start_call(call, asyncio.current_task()):
             return
         async with semaphore:
-            token = current_task.set(self._context(body))
+            token = current_task.set(self._context(call))
             runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
             try:
                 loop = asyncio.get_running_loop()
-                if body["top_level"]:
-                    method, args, kwargs = await loop.run_in_executor(None, self._prepare, body, values)
+                if call.args.top_level:
+                    method, args, kwargs = await loop.run_in_executor(None, self._prepare, call)
                 else:
-                    method, args, kwargs = self._prepare(body, values)
+                    method, args, kwargs = self._prepare(call)
                 result = method(*args, **kwargs)
                 if inspect.isawaitable(result):
                     result = await result
-                if body["num_returns"] == "streaming":
+                if call.num_returns == "streaming":
                     if inspect.isasyncgen(result):
-                        await send_items_async(self._runtime.connection, body["call"], result)
+                        await send_items_async(self._runtime.connection, call.call, result)
                     else:
-                        send_item(self._runtime.connection, body["call"], result)
-                    self._complete(body, [], None)
+                        send_item(self._runtime.connection, call.call, result)
+                    self._complete(call, [], None)
                 else:
-                    self._complete(body, within_store(package_results(result, body["num_returns"], body["method"]), self._runtime.object_store_memory, body["method"]), None)
+                    self._complete(call, self._results(call, result), None)
             except ActorExit:
-                self._exit_requested(body)
+                self._exit_requested(call)
             except asyncio.CancelledError:
                 from fray_ray.exceptions import TaskCancelledError
 
-                self._complete(body, None, TaskCancelledError(body["call"].hex()))
+                self._complete(call, None, TaskCancelledError(call.call.hex()))
             except BaseException as exc:  # noqa: BLE001 - delivered to the caller
-                self._complete(body, None, self._wrap(exc, body))
+                self._complete(call, None, self._wrap(exc, call))
             finally:
-                self._end_call(body)
+                self._end_call(call)
                 _reset_quietly(current_task.reset, token)
                 if runtime_token is not None:
                     _reset_quietly(runtime_state.reset_context_runtime, runtime_token)
 
-    def _wrap(self, exc: BaseException, body: Mapping[str, Any]) -> BaseException:
-        from fray_ray.exceptions import RayActorError
+    def _results(self, call: CallMethod, result: Any) -> list[SerializedValue]:
+        packaged = package_results(result, call.num_returns, call.method)
+        return within_store(packaged, self._runtime.object_store_memory, call.method)
 
+    def _wrap(self, exc: BaseException, call: CallMethod) -> BaseException:
         if isinstance(exc, RayActorError) and self._creation_error is not None:
             return exc
-        return make_task_error(exc, f"{self._class_name}.{body['method']}", actor_repr=self._class_name,
+        return make_task_error(exc, f"{self._class_name}.{call.method}", actor_repr=self._class_name,
                                actor_id=self._actor_id.hex())
 
-    def _complete(self, body: Mapping[str, Any], results: list[SerializedValue] | None, error: BaseException | None) -> None:
-        batch = WireBatch()
-        if error is not None:
-            for value in error_results(error, len(body["returns"])):
-                batch.add(value)
-        else:
-            for value in results or []:
-                batch.add(value)
+    def _complete(self, call: CallMethod, results: list[SerializedValue] | None, error: BaseException | None) -> None:
+        values = error_results(error, len(call.returns)) if error is not None else list(results or [])
         sys.stdout.flush()
         sys.stderr.flush()
         flush_forwarded()
-        self._send("call_done", {"call": body["call"], "results": batch.descriptions, "user_error": error is not None},
-                   batch.buffers)
+        self._send(CallDone(call.call, values, error is not None))
 
-    def _exit_requested(self, body: Mapping[str, Any]) -> None:
-        self._send("actor_exiting", {"actor": self._actor_id, "call": body["call"]})
+    def _exit_requested(self, call: CallMethod) -> None:
+        self._send(ActorExiting(self._actor_id, call.call))
         self._stop()
 
     # ---- lifecycle -----------------------------------------------------------------------
 
-    def _on_die(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _on_die(self, connection: Connection, message_id: int | None, die: Die) -> None:
         if self._in_process:
             self._stop()
         else:
-            os._exit(1 if body.get("restart") else 0)
+            os._exit(1 if die.restart else 0)
 
-    def _send(self, method: str, body: Mapping[str, Any], buffers: Sequence[Any] = ()) -> None:
+    def _send(self, message: Message) -> None:
         try:
-            self._runtime.connection.notify(method, dict(body), buffers)
+            messages.notify(self._runtime.connection, message)
         except ConnectionClosed:
             pass
 
@@ -456,8 +449,6 @@ class _GroupLoop:
 
 def _end_own_job() -> None:
     """Ask the controller to terminate the job of this task, then exit (if still alive)."""
-    import time
-
     time.sleep(0.05)  # let the reply to `kill` go out first
     try:
         from fray_ray.fray.iris_backend import FrayIrisClient, IrisJobHandle
@@ -479,8 +470,6 @@ def _reset_quietly(reset: Any, token: Any) -> None:
 
 
 def _creation_failed(class_name: str) -> BaseException:
-    from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError
-
     return ActorDiedError(ActorDeathInfo(
         ActorDeathReason.PROCESS_DIED, class_name=class_name, detail="Its creation task failed."
     ))

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Sequence
-from typing import Any
 
-from fray_ray._private.serialization import SerializedValue, deserialize, serialize_error
+from fray_ray._private.retry_policy import retries_user_exception  # noqa: F401 - one of the rules above
+from fray_ray._private.serialization import SerializedValue, serialize_error
+from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError, ActorUnavailableError
 
 #: How often the job of a restarting actor is checked, in case its restart never comes.
 RESTART_CHECK_S = 1.0
@@ -101,36 +101,12 @@ def fate_while_restarting(budget: RetryBudget, call_id: bytes) -> CallFate:
 
 
 def unavailable_error(actor_id: bytes, reason: str) -> SerializedValue:
-    from fray_ray.exceptions import ActorUnavailableError
-
     return serialize_error(ActorUnavailableError(reason, actor_id))
-
-
-def retries_user_exception(retry_exceptions: bool | tuple[type, ...], results: Sequence[SerializedValue]) -> bool:
-    """True if the call failed with a user exception its `retry_exceptions` asks to retry."""
-    if not retry_exceptions:
-        return False
-    error = next((value for value in results if value.is_error), None)
-    if error is None:
-        return False
-    from fray_ray.exceptions import RayTaskError
-
-    try:
-        raised: Any = deserialize(error)
-    except Exception:  # noqa: BLE001 - an exception the driver cannot rebuild is still the user's
-        return retry_exceptions is True
-    if not isinstance(raised, RayTaskError):
-        return False  # the actor's own failure (its constructor raised), not the method's
-    if retry_exceptions is True:
-        return True
-    return isinstance(raised.cause, tuple(retry_exceptions))
 
 
 def died_error(class_name: str, actor_id: bytes, reason: str, detail: str = "", pid: int | None = None,
                namespace: str | None = None) -> BaseException:
     """The ActorDiedError of an actor that will not come back, worded as Ray words it."""
-    from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError
-
     return ActorDiedError(ActorDeathInfo(
         ActorDeathReason(reason), class_name=class_name, actor_id=actor_id.hex(), pid=pid, namespace=namespace,
         detail=detail,

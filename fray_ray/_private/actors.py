@@ -4,30 +4,35 @@ Each actor is a Fray actor group of one (an Iris job) hosting a RayActorHost, wh
 back to this session. Calls are sent on that connection in submission order, so each caller's
 calls run in order; calls made before the actor is up wait in its queue. When the host goes
 away the actor restarts (if `max_restarts` allows: Iris reruns the job) or dies; what its calls
-become then follows Ray's rules, written down in `actor_restarts`.
+become then follows Ray's rules, written down in `actor_restarts`. Looking names up, and
+calling another driver's named actors, is in `named_actors`.
 """
 
 from __future__ import annotations
 
-import enum
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
 from fray_ray._private import actor_restarts as restarts
+from fray_ray._private.actor_records import ActorRecord, ActorState
 from fray_ray._private.actor_reservations import ActorReservations
 from fray_ray._private.actor_restarts import CallFate, died_error, unknown_actor_error
 from fray_ray._private.cluster_ledger import ClusterLedger
+from fray_ray._private import messages
+from fray_ray._private.named_actors import NamedActors
+from fray_ray._private.messages import CallArguments, CallMethod, CancelCall, CreateInstance, Die, InstanceOptions
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
-from fray_ray._private.remote_actors import RemoteActor
+from fray_ray._private.retry_policy import retries_user_exception
 from fray_ray._private.streams import StreamTable
-from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue, WireBatch, serialize_error
-from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec
+from fray_ray._private.serialization import SerializedValue, deserialize, serialize_error
+from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, gang_member_id
+from fray_ray.exceptions import ActorAlreadyExistsError, ActorDiedError, RayTaskError, TaskCancelledError
 
 if TYPE_CHECKING:
     from fray_ray._private.cluster_view import ClusterView
@@ -37,38 +42,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class ActorState(enum.Enum):
-    STARTING = "starting"  # launched, host not connected yet
-    ALIVE = "alive"
-    RESTARTING = "restarting"  # its process died; the next one is starting or running __init__
-    DEAD = "dead"
-
-
-@dataclass(eq=False)
-class ActorRecord:
-    spec: ActorCreationSpec
-    state: ActorState = ActorState.STARTING
-    connection: Connection | None = None
-    group: Any = None  # the Fray ActorGroup
-    queued: list[ActorCallSpec] = field(default_factory=list)
-    in_flight: dict[bytes, ActorCallSpec] = field(default_factory=dict)
-    restarts: int = 0
-    death: SerializedValue | None = None
-    pid: int | None = None
-    ready: threading.Event = field(default_factory=threading.Event)
-    killed: bool = False
-    #: a named actor another driver created: calls go over ActorService, in order
-    remote: RemoteActor | None = None
-    placement_group: str | None = None
-    #: held while sending to the host, so calls leave in the order they were accepted
-    send_lock: threading.Lock = field(default_factory=threading.Lock)
-    #: live handles (in the driver, in workers, inside stored values)
-    handles: int = 0
-    out_of_scope: bool = False
-    args_released: bool = False
-
-
-class ActorManager:
+class ActorManager(NamedActors):
     def __init__(
         self,
         objects: ObjectTable,
@@ -106,8 +80,6 @@ class ActorManager:
 
     def create(self, spec: ActorCreationSpec) -> bytes:
         """Register and launch an actor; returns its id (an existing one for get_if_exists)."""
-        from fray_ray.exceptions import ActorAlreadyExistsError
-
         namespace = spec.namespace or self._namespace
         with self._lock:
             if spec.name:
@@ -183,10 +155,6 @@ class ActorManager:
 
     def create_gang(self, spec: ActorCreationSpec) -> list[bytes]:
         """One actor per host of a TPU slice, placed together: returns their ids in host order."""
-        import dataclasses
-
-        from fray_ray._private.task_spec import gang_member_id
-
         if spec.name:
             raise ValueError("A gang of actors (tpu=...) cannot be named; name a coordinator actor instead.")
         gang = spec.gang
@@ -247,28 +215,25 @@ class ActorManager:
 
     def _send_create(self, record: ActorRecord, connection: Connection) -> None:
         spec = record.spec
-        batch = WireBatch()
-        batch.add(spec.arguments.value)
-        body = {
-            "code": spec.cls.payload,
-            "class_name": spec.class_name,
-            "methods": cloudpickle.dumps(dict(spec.methods)),
-            "top_level": list(spec.arguments.top_level),
-            "values": batch.descriptions,
-            "env": dict(spec.env_vars),
-            "resources": spec.shape.as_dict(),
-            "placement_group": record.placement_group,
-            "options": {
-                "name": spec.name,
-                "detached": spec.detached,
-                "is_async": spec.is_async,
-                "max_concurrency": spec.max_concurrency,
-                "concurrency_groups": dict(spec.concurrency_groups),
-                "restarted": record.restarts > 0,
-            },
-        }
+        message = CreateInstance(
+            code=spec.cls.payload,
+            class_name=spec.class_name,
+            methods=cloudpickle.dumps(dict(spec.methods)),
+            args=CallArguments(spec.arguments.value, list(spec.arguments.top_level)),
+            env=dict(spec.env_vars),
+            resources=spec.shape.as_dict(),
+            placement_group=record.placement_group,
+            options=InstanceOptions(
+                name=spec.name,
+                detached=spec.detached,
+                is_async=spec.is_async,
+                max_concurrency=spec.max_concurrency,
+                concurrency_groups=dict(spec.concurrency_groups),
+                restarted=record.restarts > 0,
+            ),
+        )
         try:
-            connection.notify("create", body, batch.buffers)
+            messages.notify(connection, message)
         except ConnectionClosed:
             pass
 
@@ -295,9 +260,6 @@ class ActorManager:
             self._objects.decref(record.spec.arguments.value.contained_refs)
 
     def creation_failed(self, actor_id: bytes, error: SerializedValue) -> None:
-        from fray_ray._private.serialization import deserialize
-        from fray_ray.exceptions import ActorDiedError, RayTaskError
-
         with self._lock:
             record = self._actors.get(actor_id)
         if record is None:
@@ -352,26 +314,8 @@ class ActorManager:
             self._fail_call(call, death)
 
     def _send_call(self, connection: Connection, call: ActorCallSpec) -> None:
-        batch = WireBatch()
-        batch.add(call.arguments.value)
-        resolved = []
-        for object_id in call.arguments.top_level:
-            value = self._objects.value(object_id)
-            if value is not None and value.size <= INLINE_LIMIT:
-                batch.add(value)
-                resolved.append(object_id)
-        body = {
-            "call": call.call_id,
-            "method": call.method,
-            "values": batch.descriptions,
-            "resolved": resolved,
-            "top_level": list(call.arguments.top_level),
-            "returns": list(call.return_ids),
-            "num_returns": call.num_returns,
-            "group": call.concurrency_group,
-        }
         try:
-            connection.notify("call", body, batch.buffers)
+            messages.notify(connection, CallMethod.of(call, self._objects.value))
         except ConnectionClosed:
             pass  # the close callback decides about the call
 
@@ -397,7 +341,7 @@ class ActorManager:
             call = record.in_flight.get(call_id) if record is not None else None
             if call is None or call_id in self._cancelled:
                 return False
-        if not restarts.retries_user_exception(call.retry_exceptions, results) or not self._retries.spend(call_id):
+        if not retries_user_exception(call.retry_exceptions, results) or not self._retries.spend(call_id):
             return False
         with record.send_lock:
             self._send_call(connection, call)
@@ -413,8 +357,6 @@ class ActorManager:
         """Cancel an actor call: its refs fail with TaskCancelledError at once; the host skips
         it if it has not started, cancels it if it is a coroutine, and flags it otherwise
         (`get_runtime_context().is_canceled()`)."""
-        from fray_ray.exceptions import TaskCancelledError
-
         with self._lock:
             for record in self._actors.values():
                 queued = next((c for c in record.queued if c.call_id == call_id), None)
@@ -434,7 +376,7 @@ class ActorManager:
         self._complete_call(call, serialize_error(TaskCancelledError(call_id.hex())))
         if connection is not None:
             try:
-                connection.notify("cancel_call", {"call": call_id})
+                messages.notify(connection, CancelCall(call_id))
             except ConnectionClosed:
                 pass
         return True
@@ -465,26 +407,6 @@ class ActorManager:
         for record in retire:
             self._mark_dead(record, self._death_error(record, "out_of_scope"), terminate=True)
 
-    def complete_remote_call(self, call: ActorCallSpec, results: Sequence[SerializedValue]) -> None:
-        self._complete_call(call, results)
-
-    def resolve_values(self, object_ids: Sequence[bytes]) -> dict[bytes, Any]:
-        """Wait for this session's objects and return their values (raising their errors)."""
-        from fray_ray._private.serialization import deserialize
-
-        out = {}
-        for object_id in object_ids:
-            event = threading.Event()
-            self._objects.add_done_callback(object_id, lambda _oid, e=event: e.set())
-            event.wait()
-            value = self._objects.value(object_id)
-            if value is None:
-                raise RuntimeError(f"object {object_id.hex()} was freed before it could be sent")
-            if value.is_error:
-                raise deserialize(value)
-            out[object_id] = deserialize(value)
-        return out
-
     def _complete_call(self, call: ActorCallSpec, results: SerializedValue | Sequence[SerializedValue]) -> None:
         self._retries.forget(call.call_id)
         if call.num_returns == "streaming":
@@ -496,8 +418,6 @@ class ActorManager:
         self._objects.decref(call.arguments.value.contained_refs)
 
     def _fail_call(self, call: ActorCallSpec, error: SerializedValue | None) -> None:
-        from fray_ray.exceptions import ActorDiedError
-
         self._complete_call(call, error or serialize_error(ActorDiedError()))
 
     # ---- death ---------------------------------------------------------------------------
@@ -576,7 +496,7 @@ class ActorManager:
         if terminate:
             if connection is not None:
                 try:
-                    connection.notify("die", {"restart": False})
+                    messages.notify(connection, Die(restart=False))
                 except ConnectionClosed:
                     pass
             if group is not None:
@@ -608,7 +528,7 @@ class ActorManager:
                 record.killed = True
         if restartable and connection is not None:
             try:
-                connection.notify("die", {"restart": True})
+                messages.notify(connection, Die(restart=True))
             except ConnectionClosed:
                 pass
             return
@@ -625,61 +545,6 @@ class ActorManager:
         self._mark_dead(record, self._death_error(record, "exited"), terminate=False)
 
     # ---- lookup --------------------------------------------------------------------------
-
-    def named(self, name: str, namespace: str | None) -> ActorCreationSpec | None:
-        """The live actor named `name` in `namespace`: this driver's, or another driver's."""
-        namespace = namespace or self._namespace
-        with self._lock:
-            actor_id = self._names.get((namespace, name))
-            record = self._actors.get(actor_id) if actor_id else None
-            if record is not None and record.state is not ActorState.DEAD:
-                return record.spec
-        found = self._launcher.lookup_named(namespace, name)
-        if found is None:
-            return None
-        actor_id = self._adopt_remote(namespace, name, *found)
-        with self._lock:
-            return self._actors[actor_id].spec
-
-    def _adopt_remote(self, namespace: str, name: str, handle: Any, description: dict[str, Any]) -> bytes:
-        """Track another driver's named actor so this driver can call it."""
-        from fray_ray._private.ids import new_actor_id
-        from fray_ray._private.serialization import SerializedValue
-        from fray_ray._private.task_spec import Arguments, CodeBlob, ResourceShape
-
-        with self._lock:
-            existing = self._names.get((namespace, name))
-            if existing is not None and self._actors[existing].state is not ActorState.DEAD:
-                return existing
-            spec = ActorCreationSpec(
-                actor_id=new_actor_id(),
-                cls=CodeBlob(b"", b"", description["class_name"]),
-                class_name=description["class_name"],
-                arguments=Arguments(SerializedValue(b"")),
-                shape=ResourceShape(cpu=0.0),
-                methods=cloudpickle.loads(description["methods"]),
-                is_async=bool(description["is_async"]),
-                name=name,
-                namespace=namespace,
-                detached=True,  # its lifetime is its creator's business, not this driver's
-            )
-            record = ActorRecord(spec, state=ActorState.ALIVE, args_released=True)
-            record.remote = RemoteActor(handle, spec, self.complete_remote_call, self.resolve_values)
-            record.ready.set()
-            self._actors[spec.actor_id] = record
-            self._names[(namespace, name)] = spec.actor_id
-        return spec.actor_id
-
-    def list_named(self, all_namespaces: bool) -> list[Any]:
-        with self._lock:
-            items = [
-                (namespace, name)
-                for (namespace, name), actor_id in self._names.items()
-                if self._actors[actor_id].state is not ActorState.DEAD
-            ]
-        if all_namespaces:
-            return [{"name": name, "namespace": namespace} for namespace, name in items]
-        return [name for namespace, name in items if namespace == self._namespace]
 
     def spec(self, actor_id: bytes) -> ActorCreationSpec | None:
         with self._lock:
@@ -712,7 +577,7 @@ class ActorManager:
                 continue
             if record.connection is not None and not record.spec.detached:
                 try:
-                    record.connection.notify("die", {"restart": False})
+                    messages.notify(record.connection, Die(restart=False))
                 except ConnectionClosed:
                     pass
             if record.group is not None and not record.spec.detached:

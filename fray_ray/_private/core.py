@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from fray_ray._private.generators import ObjectRefGenerator
     from fray_ray._private.object_ref import ObjectRef
+    from fray_ray._private.placement_groups import PlacementGroupInfo
     from fray_ray._private.refcount import LocalReferenceCounter
     from fray_ray._private.runtime_env import RuntimeEnv
     from fray_ray._private.task_spec import ActorCreationSpec, ActorCallSpec, TaskSpec
@@ -73,18 +74,6 @@ class CoreRuntime(Protocol):
 
     def cancel(self, ref: ObjectRef | ObjectRefGenerator, force: bool, recursive: bool) -> None: ...
 
-    def gang(self, operation: str, **arguments: Any) -> Any:
-        """Reserve or release a gang of hosts, or ask a reserved one's size."""
-        ...
-
-    def reserve_gang(self, *, tpu: str, num_slices: int, timeout: float | None) -> bytes: ...
-
-    def release_gang(self, gang_id: bytes) -> None: ...
-
-    def placement_group(self, operation: str, **arguments: Any) -> Any:
-        """Create, remove, wait for, look up and list placement groups."""
-        ...
-
     def get_named_actor(self, name: str, namespace: str | None) -> Mapping[str, Any]:
         """Describe a named actor (id, class name, methods); ValueError if there is none."""
         ...
@@ -96,6 +85,45 @@ class CoreRuntime(Protocol):
     def available_resources(self) -> dict[str, float]: ...
 
     def nodes(self) -> list[dict[str, Any]]: ...
+
+    def create_placement_group(
+        self, bundles: list[dict[str, float]], strategy: str, name: str, detached: bool
+    ) -> PlacementGroupInfo:
+        """Start reserving `bundles` together; returns at once (the group may stay pending)."""
+        ...
+
+    def remove_placement_group(self, group_id: bytes) -> None:
+        """Release a group's resources."""
+        ...
+
+    def wait_placement_group(self, group_id: bytes, timeout: float | None) -> bool:
+        """Block until the group is placed (True), or the timeout passes or it is gone (False)."""
+        ...
+
+    def placement_group_info(self, group_id: bytes) -> PlacementGroupInfo | None:
+        """A group's id, bundles and readiness object; None if there is no such group."""
+        ...
+
+    def placement_group_by_name(self, name: str) -> PlacementGroupInfo:
+        """The live group named `name`; ValueError if there is none."""
+        ...
+
+    def placement_group_table(self, group_id: bytes | None) -> dict[str, Any]:
+        """One group's row (empty if unknown), or every group's keyed by id hex."""
+        ...
+
+    def reserve_gang(self, *, tpu: str, num_slices: int, timeout: float | None) -> bytes:
+        """Block until the hosts of `num_slices` slices of `tpu` are up and held; the gang's id.
+        TimeoutError if they are not within `timeout` seconds."""
+        ...
+
+    def release_gang(self, gang_id: bytes) -> None:
+        """Give back a reserved gang's hosts."""
+        ...
+
+    def gang_size(self, gang_id: bytes) -> int:
+        """How many hosts the reserved gang has."""
+        ...
 
     def context_info(self) -> dict[str, Any]:
         """Ids and resources for get_runtime_context(): job, task, actor, node, ..."""

@@ -24,7 +24,7 @@ from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.actors import ActorManager
 from fray_ray._private.cluster_ledger import ClusterLedger
 from fray_ray._private.cluster_view import ClusterView
-from fray_ray._private.gangs import GangScheduler
+from fray_ray._private.gangs import GangScheduler, slice_shape
 from fray_ray._private.launcher import WorkerLauncher
 from fray_ray._private.logs import print_forwarded
 from fray_ray._private.object_ref import ObjectRef
@@ -33,7 +33,7 @@ from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.spilling import remove_orphaned_spill_dirs
 from fray_ray._private.refcount import LocalReferenceCounter
 from fray_ray._private.nodes import node_id_for
-from fray_ray._private.placement_groups import PlacementGroupManager
+from fray_ray._private.placement_groups import PlacementGroupInfo, PlacementGroupManager
 from fray_ray._private.runtime_env import RuntimeEnv
 from fray_ray._private.scheduler import TaskScheduler
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize, serialize_error
@@ -41,6 +41,8 @@ from fray_ray._private.session import SessionService
 from fray_ray._private.streams import END, StreamTable
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, PoolKey, ResourceShape, TaskSpec
 from fray_ray._private.timers import TimerQueue
+from fray_ray.exceptions import GetTimeoutError, ObjectFreedError, RaySystemError
+from fray_ray.fray.hosts import this_machine
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +166,6 @@ class DriverRuntime:
         if self.state is DriverState.STOPPED:
             return
         self.state = DriverState.STOPPED
-        from fray_ray.exceptions import RaySystemError
 
         jobs = self.scheduler.close() + self.actors.close() + self.gangs.close()
         self.view.stop()
@@ -218,13 +219,9 @@ class DriverRuntime:
         return ObjectRef(object_id)
 
     def _lost(self, object_id: bytes) -> BaseException:
-        from fray_ray.exceptions import ObjectFreedError
-
         return ObjectFreedError(object_id.hex(), None, "")
 
     def get(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
-        from fray_ray.exceptions import GetTimeoutError
-
         self.references.flush()
         object_ids = [r.binary() for r in refs]
         ready = self.objects.ready_values(object_ids)
@@ -406,24 +403,15 @@ class DriverRuntime:
         else:
             self.scheduler.submit(spec)
 
-    def gang(self, operation: str, **arguments: Any) -> Any:
-        """Reserve or release a gang of hosts (SlicePlacementGroup), or ask a reserved one's size."""
-        if operation == "reserve":
-            return self.gangs.reserve(arguments["shape"], arguments.get("timeout"))
-        if operation == "release":
-            self.gangs.release(arguments["gang_id"])
-            return None
-        if operation == "size":
-            return self.gangs.size(arguments["gang_id"])
-        raise ValueError(f"unknown gang operation {operation!r}")
-
     def reserve_gang(self, *, tpu: str, num_slices: int, timeout: float | None) -> bytes:
-        from fray_ray._private.gangs import slice_shape
-
-        return self.gang("reserve", shape=slice_shape(tpu, num_slices), timeout=timeout)
+        """Reserve a gang of hosts (SlicePlacementGroup)."""
+        return self.gangs.reserve(slice_shape(tpu, num_slices), timeout)
 
     def release_gang(self, gang_id: bytes) -> None:
-        self.gang("release", gang_id=gang_id)
+        self.gangs.release(gang_id)
+
+    def gang_size(self, gang_id: bytes) -> int:
+        return self.gangs.size(gang_id)
 
     def create_actor(self, spec: ActorCreationSpec) -> bytes | list[bytes]:
         """An actor's id; for a gang (spec.gang), the members' ids in host order."""
@@ -561,43 +549,46 @@ class DriverRuntime:
         self.placement_groups.try_reserve()  # freed resources may complete pending groups
         self.actors.retry_waiting()  # and start actors that wait for room, before more tasks run
 
-    def placement_group(self, operation: str, **arguments: Any) -> Any:
-        """Create, remove, wait for, look up and list placement groups (see util.placement_group)."""
-        groups = self.placement_groups
-        if operation == "create":
-            group_id = ids.new_placement_group_id()
-            ready_id = ids.new_put_id()
-            groups.create(group_id, arguments["bundles"], arguments["strategy"], arguments["name"], ready_id,
-                          arguments.get("detached", False))
-            return {"id": group_id, "ready_id": ready_id}
-        if operation == "remove":
-            groups.remove(arguments["id"])
-            self.scheduler.schedule()
-            return None
-        if operation == "wait":
-            record = groups.get(arguments["id"])
-            if record is None:
-                return False
-            event = threading.Event()
-            self.objects.add_done_callback(record.ready_id, lambda _: event.set())
-            return event.wait(arguments["timeout"]) and record.state.value == "CREATED"
-        if operation == "table":
-            return groups.table(arguments.get("id"))
-        if operation == "get":
-            record = groups.by_name(arguments["name"])
-            if record is None:
-                raise ValueError(f"Failed to look up placement group with name: {arguments['name']}")
-            return {"id": record.group_id, "bundles": record.bundles, "ready_id": record.ready_id}
-        if operation == "info":
-            record = groups.get(arguments["id"])
-            return None if record is None else {"id": record.group_id, "bundles": record.bundles, "ready_id": record.ready_id}
-        raise ValueError(f"unknown placement group operation {operation!r}")
+    # ---- placement groups (see util.placement_group) -------------------------------------
+
+    def create_placement_group(
+        self, bundles: list[dict[str, float]], strategy: str, name: str, detached: bool
+    ) -> PlacementGroupInfo:
+        group_id = ids.new_placement_group_id()
+        ready_id = ids.new_put_id()
+        self.placement_groups.create(group_id, bundles, strategy, name, ready_id, detached)
+        return PlacementGroupInfo(group_id, bundles, ready_id)
+
+    def remove_placement_group(self, group_id: bytes) -> None:
+        self.placement_groups.remove(group_id)
+        self.scheduler.schedule()
+
+    def wait_placement_group(self, group_id: bytes, timeout: float | None) -> bool:
+        record = self.placement_groups.get(group_id)
+        if record is None:
+            return False
+        event = threading.Event()
+        self.objects.add_done_callback(record.ready_id, lambda _: event.set())
+        return event.wait(timeout) and record.state.value == "CREATED"
+
+    def placement_group_info(self, group_id: bytes) -> PlacementGroupInfo | None:
+        record = self.placement_groups.get(group_id)
+        return None if record is None else PlacementGroupInfo(record.group_id, record.bundles, record.ready_id)
+
+    def placement_group_by_name(self, name: str) -> PlacementGroupInfo:
+        record = self.placement_groups.by_name(name)
+        if record is None:
+            raise ValueError(f"Failed to look up placement group with name: {name}")
+        return PlacementGroupInfo(record.group_id, record.bundles, record.ready_id)
+
+    def placement_group_table(self, group_id: bytes | None) -> dict[str, Any]:
+        return self.placement_groups.table(group_id)
 
     # ---- output --------------------------------------------------------------------------
 
-    def print_worker_output(self, body: Mapping[str, Any]) -> None:
+    def print_worker_output(self, pid: int | None, lines: Sequence[Sequence[str]]) -> None:
         if self._log_to_driver:
-            print_forwarded(body, sys.stdout, sys.stderr)
+            print_forwarded(pid, lines, sys.stdout, sys.stderr)
 
 
 def _wait_key(waitable: Any) -> bytes:
@@ -621,8 +612,6 @@ class _ReferenceRouter:
 
 
 def _this_machine() -> Any:
-    from fray_ray.fray.hosts import this_machine
-
     return this_machine()
 
 

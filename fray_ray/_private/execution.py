@@ -8,8 +8,11 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from fray_ray._private.messages import CallArguments
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize, serialize_error
+from fray_ray.exceptions import ObjectStoreFullError
+import fray_ray.exceptions as exceptions
 
 _HOSTNAME_IP: str | None = None
 
@@ -61,13 +64,19 @@ def value_resolver(
     return resolve
 
 
+def resolve_call_arguments(
+    arguments: CallArguments, fetch: Callable[[Sequence[bytes], float | None], Mapping[bytes, SerializedValue]]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """`(args, kwargs)` of a call a worker received: inlined values used as they came, the other
+    top-level refs fetched from their owner."""
+    return resolve_arguments(arguments.value, value_resolver(fetch, arguments.inlined), arguments.top_level)
+
+
 def make_task_error(
     exc: BaseException, function_name: str, actor_repr: str | None = None, actor_id: str | None = None
 ) -> BaseException:
     """The error a caller of a failed task sees: RayTaskError, dual-typed with the cause, whose
     traceback text shows the user's frames (fray_ray's own are left out, as Ray leaves out its)."""
-    from fray_ray import exceptions
-
     return exceptions.RayTaskError.from_exception(
         exc, function_name, pid=os.getpid(), ip=node_ip(), actor_repr=actor_repr, actor_id=actor_id
     )
@@ -78,7 +87,6 @@ def too_large_for_store(value: SerializedValue, limit: int, what: str) -> BaseEx
     known), found before the bytes are sent for the driver to allocate and refuse."""
     if limit <= 0 or value.size <= limit:
         return None
-    from fray_ray.exceptions import ObjectStoreFullError
 
     return ObjectStoreFullError(
         f"{what} is {value.size} bytes, larger than the whole object store "

@@ -21,12 +21,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fray_ray._private import messages
+from fray_ray._private.messages import ExecuteTask, Exit
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
+from fray_ray._private.retry_policy import retries_user_exception, within_retries
 from fray_ray._private.runtime_env import RuntimeEnv, effective_runtime_env
-from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue, WireBatch
+from fray_ray._private.serialization import SerializedValue
 from fray_ray._private.task_spec import TaskSpec
 from fray_ray._private.timers import TimerQueue
+from fray_ray.exceptions import TaskUnschedulableError, WorkerCrashedError
 
 if TYPE_CHECKING:
     from fray_ray._private.launcher import WorkerLauncher
@@ -222,35 +226,15 @@ class GangScheduler:
             members = dict(gang.members)
             ips = dict(gang.member_ips)
         spec = task.spec
-        batch_values = [spec.arguments.value]
-        resolved = []
-        for object_id in spec.arguments.top_level:
-            value = self._objects.value(object_id)
-            if value is not None and value.size <= INLINE_LIMIT:
-                batch_values.append(value)
-                resolved.append(object_id)
         for index, connection in sorted(members.items()):
-            batch = WireBatch()
-            for value in batch_values:
-                batch.add(value)
             env = dict(spec.pool.env_vars)
             env.update(_member_env(gang.shape, index, ips.get(0, "127.0.0.1")))
-            body = {
-                "task": spec.task_id,
-                "fn": spec.function.code_id,
-                "code": spec.function.payload,
-                "name": spec.name,
-                "num_returns": 1,
-                "returns": [spec.return_ids[index]],
-                "values": batch.descriptions,
-                "resolved": resolved,
-                "top_level": list(spec.arguments.top_level),
-                "env": env,
-                "resources": spec.pool.shape.as_dict(),
-                "placement_group": None,
-            }
+            message = ExecuteTask.of(
+                spec, self._objects.value, returns=[spec.return_ids[index]], num_returns=1, env=env,
+                resources=spec.pool.shape.as_dict(),
+            )
             try:
-                connection.notify("execute", body, batch.buffers)
+                messages.notify(connection, message)
             except ConnectionClosed:
                 pass  # _member_lost handles it
 
@@ -285,23 +269,11 @@ class GangScheduler:
         if gang.reserved:
             self._dispatch(gang)
 
-    def _retry_exception(self, task: GangTask) -> bool:
-        retry = task.spec.retry_exceptions
-        max_retries = task.spec.max_retries
-        if not retry or (0 <= max_retries <= task.attempts):
-            return False
-        if retry is True:
-            return True
-        from fray_ray._private.serialization import deserialize
-
-        for value in task.results.values():
-            if value.is_error:
-                try:
-                    error = deserialize(value)
-                except Exception:  # noqa: BLE001
-                    return False
-                return isinstance(getattr(error, "cause", error), tuple(retry))
-        return False
+    @staticmethod
+    def _retry_exception(task: GangTask) -> bool:
+        return within_retries(task.spec.max_retries, task.attempts) and retries_user_exception(
+            task.spec.retry_exceptions, list(task.results.values())
+        )
 
     # ---- failures ------------------------------------------------------------------------
 
@@ -320,8 +292,6 @@ class GangScheduler:
 
     def _fail_gang(self, gang: Gang, why: str, *, unschedulable: bool = False) -> None:
         """Tear the whole gang down; retry its calls on a new gang while max_retries allows."""
-        from fray_ray.exceptions import TaskUnschedulableError, WorkerCrashedError
-
         with self._lock:
             if gang.state is GangState.DEAD and gang.running is None and not gang.queue:
                 return
@@ -352,7 +322,7 @@ class GangScheduler:
     def _tear_down(self, gang: Gang, why: str) -> None:
         for connection in list(gang.members.values()):
             try:
-                connection.notify("exit", {})
+                messages.notify(connection, Exit())
             except ConnectionClosed:
                 pass
         for job in gang.jobs:
@@ -385,7 +355,7 @@ class GangScheduler:
         for gang in gangs:
             for connection in gang.members.values():
                 try:
-                    connection.notify("exit", {})
+                    messages.notify(connection, Exit())
                 except ConnectionClosed:
                     pass
             jobs.extend(gang.jobs)

@@ -15,8 +15,13 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fray_ray._private.actor_host import RayActorHost
+from fray_ray._private.lease import SessionLease, fate_mode
 from fray_ray._private.runtime_env import RuntimeEnv
+from fray_ray._version import __version__
 from fray_ray._private.task_spec import PoolKey, ResourceShape
+from fray_ray._private.executor import executor_main
+from fray_ray._private.worker_start import start_executor
 from fray_ray.fray._setup_scripts import pip_setup_script
 from fray_ray.fray import (
     ActorConfig,
@@ -82,8 +87,6 @@ class WorkerLauncher:
     def __init__(
         self, client: Client, session_address: str, token: str, *, job_prefix: str, owns_cluster: bool = False
     ) -> None:
-        from fray_ray._private.lease import SessionLease, fate_mode
-
         self._client = client
         self._session_address = session_address
         self._token = token
@@ -156,11 +159,8 @@ class WorkerLauncher:
         self._submit(lambda: self._client.submit(request, adopt_existing=False, **self.lease.children()), callback)
 
     def _executor_entrypoint(self, runtime_env: RuntimeEnv, args: tuple[Any, ...], **kwargs: Any) -> Entrypoint:
-        from fray_ray._private.worker import executor_main
-
         if self.in_process:
             return Entrypoint.from_callable(executor_main, args=args, kwargs=kwargs)
-        from fray_ray._private.worker_start import start_executor
 
         return Entrypoint.from_callable(start_executor, args=(fray_ray_version(), runtime_env, *args), kwargs=kwargs)
 
@@ -190,9 +190,6 @@ class WorkerLauncher:
         look names up (`lookup_named`). With `started`/`start_failed`, the actor's job is
         watched until `started()` is true; if the job ends first, `start_failed(reason)` is
         called (the worker's own error text)."""
-        from fray_ray._private.actor_host import RayActorHost
-        from fray_ray.fray import ResourceConfig
-
         if runtime_env is None:
             runtime_env = RuntimeEnv(env_vars=tuple(sorted(env_vars.items())))
         host_args: tuple[Any, ...] = ()
@@ -275,8 +272,6 @@ class WorkerLauncher:
         Each replica's executor finds its member index from its Iris task index; in-process
         (LocalClient), each member is a job of its own with an explicit index.
         """
-        from fray_ray.fray import ResourceConfig
-
         base_name = f"{self._prefix}-gang-{gang_id.hex()[:10]}"
         environment = self._environment(shape.runtime_env)
         if shape.tpu:
@@ -403,9 +398,7 @@ class WorkerLauncher:
 
 
 def fray_ray_version() -> str:
-    import fray_ray
-
-    return fray_ray.__version__
+    return __version__
 
 
 class StartupWatch:

@@ -34,6 +34,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from fray_ray.fray import Entrypoint, JobRequest, ResourceConfig
+
 if TYPE_CHECKING:
     from fray_ray._private.protocol import Connection
     from fray_ray.fray import Client
@@ -142,8 +144,6 @@ class SessionLease:
             self._terminate(job)
 
     def _request(self) -> Any:
-        from fray_ray.fray import Entrypoint, JobRequest, ResourceConfig
-
         # `exec` pickles as the builtin it is: the task needs the runner's cloudpickle, nothing
         # of fray_ray. The token travels inside the pickle, as an executor's does.
         scope = {"__name__": "__fray_ray_lease__", "LEASE": (self._session_address, self._session_name, self._token)}

@@ -19,8 +19,13 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
+
+from fray_ray._private import messages
+from fray_ray._private.messages import Log
+from fray_ray._private.protocol import ConnectionClosed
+from fray_ray._private.task_context import current_task
 
 if TYPE_CHECKING:
     from fray_ray._private.worker import WorkerRuntime
@@ -76,8 +81,6 @@ class _Forwarder:
         self._thread.start()
 
     def add(self, stream_name: str, lines: Sequence[str]) -> None:
-        from fray_ray._private.worker import current_task
-
         context = current_task.get()
         if context is None:
             return  # output outside any task (startup noise) stays in the worker's own logs
@@ -88,13 +91,11 @@ class _Forwarder:
 
     def flush(self) -> None:
         """Send queued lines now (before a task's result, so they print before `get` returns)."""
-        from fray_ray._private.protocol import ConnectionClosed
-
         with self._lock:
             lines, self._lines = self._lines, []
             if lines:
                 try:
-                    self._runtime.connection.notify("log", {"pid": os.getpid(), "lines": lines})
+                    messages.notify(self._runtime.connection, Log(os.getpid(), lines))
                 except ConnectionClosed:
                     pass
 
@@ -146,9 +147,9 @@ def _configure_worker_logging() -> None:
     internal.propagate = not inherited
 
 
-def print_forwarded(body: Mapping[str, Any], out: TextIO | None = None, err: TextIO | None = None) -> None:
+def print_forwarded(pid: int | None, lines: Sequence[Sequence[str]], out: TextIO | None = None,
+                    err: TextIO | None = None) -> None:
     """Driver side: print forwarded lines with Ray's `(name pid=N)` prefix."""
-    pid = body.get("pid")
-    for stream_name, prefix, line in body.get("lines", ()):
+    for stream_name, prefix, line in lines:
         target = (err or sys.stderr) if stream_name == "stderr" else (out or sys.stdout)
         print(f"({prefix} pid={pid}) {line}", file=target)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from fray_ray._private import runtime_state
+from fray_ray._private.ids import JOB_ID_HEX
 from fray_ray._private.serialization import note_contained_ref
 
 if TYPE_CHECKING:
@@ -80,8 +81,6 @@ class ObjectRef(Generic[T]):
         """Returns:
             The hex id of the job (driver) the object belongs to.
         """
-        from fray_ray._private.ids import JOB_ID_HEX
-
         return JOB_ID_HEX
 
     def is_nil(self) -> bool:

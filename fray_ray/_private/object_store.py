@@ -28,6 +28,7 @@ from fray_ray._private.buffers import BufferPool
 from fray_ray._private.serialization import SerializedValue
 from fray_ray._private.spilling import DEFAULT_CAPACITY_THRESHOLD, SpillDirectory, SpillFailed
 from fray_ray._private.stored_values import HeldValue, SpilledValue, StoredValue
+from fray_ray.exceptions import ObjectStoreFullError
 
 logger = logging.getLogger(__name__)
 
@@ -111,8 +112,6 @@ class ObjectStoreConfig:
 
 
 def _full(message: str) -> BaseException:
-    from fray_ray.exceptions import ObjectStoreFullError
-
     return ObjectStoreFullError(message)
 
 

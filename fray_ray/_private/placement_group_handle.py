@@ -7,10 +7,13 @@ They live here, below the public module, so the options model can check
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fray_ray._private import runtime_state
 from fray_ray._private.object_ref import ObjectRef
+
+if TYPE_CHECKING:
+    from fray_ray._private.placement_groups import PlacementGroupInfo
 
 __all__ = ["PlacementGroup", "PlacementGroupID"]
 
@@ -62,8 +65,8 @@ class PlacementGroup:
         self._bundles = [dict(b) for b in bundle_cache] if bundle_cache is not None else None
         self._ready_id = _ready_id
 
-    def _info(self) -> dict[str, Any]:
-        info: dict[str, Any] | None = runtime_state.current().placement_group("info", id=self.id.binary())
+    def _info(self) -> PlacementGroupInfo:
+        info = runtime_state.current().placement_group_info(self.id.binary())
         if info is None:
             raise ValueError(f"Placement group {self.id.hex()} does not exist.")
         return info
@@ -76,7 +79,7 @@ class PlacementGroup:
             ValueError: the group was removed and its bundles were never read here.
         """
         if self._bundles is None:
-            self._bundles = [dict(b) for b in self._info()["bundles"]]
+            self._bundles = [dict(b) for b in self._info().bundles]
         return [dict(b) for b in self._bundles]
 
     @property
@@ -91,7 +94,7 @@ class PlacementGroup:
             A ref that becomes ready when every bundle is reserved.
         """
         if self._ready_id is None:
-            self._ready_id = self._info()["ready_id"]
+            self._ready_id = self._info().ready_id
         return ObjectRef(self._ready_id)
 
     def wait(self, timeout_seconds: float | None = 30) -> bool:
@@ -103,7 +106,7 @@ class PlacementGroup:
         Returns:
             True once every bundle is reserved, False if the timeout passed first.
         """
-        return bool(runtime_state.current().placement_group("wait", id=self.id.binary(), timeout=timeout_seconds))
+        return bool(runtime_state.current().wait_placement_group(self.id.binary(), timeout_seconds))
 
     def __reduce__(self) -> Any:
         return (PlacementGroup, (self.id, self._bundles, self._ready_id))

@@ -21,9 +21,19 @@ from fray_ray._private.cluster_ledger import STRATEGIES, ClusterLedger
 from fray_ray._private.nodes import node_id_for
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.resources import Holding, Ledger
-from fray_ray._private.serialization import serialize
+from fray_ray._private.serialization import serialize, serialize_error
+from fray_ray.exceptions import RaySystemError
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PlacementGroupInfo:
+    """What a PlacementGroup handle needs of its group: its id, bundles and readiness object."""
+
+    id: bytes
+    bundles: list[dict[str, float]]
+    ready_id: bytes
 
 
 class GroupState(enum.Enum):
@@ -115,9 +125,6 @@ class PlacementGroupManager:
             self._objects.fulfil(ready_id, serialize(True))
 
     def remove(self, group_id: bytes) -> None:
-        from fray_ray.exceptions import RaySystemError
-        from fray_ray._private.serialization import serialize_error
-
         with self._lock:
             record = self._groups.get(group_id)
             if record is None or record.state is GroupState.REMOVED:

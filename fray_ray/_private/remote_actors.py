@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fray_ray._private.actor_restarts import died_error
+from fray_ray._private.execution import error_results, make_task_error, package_results, resolve_arguments
 from fray_ray._private.serialization import SerializedValue
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec
 
@@ -47,8 +48,6 @@ class RemoteActor:
             pass
 
     def _run(self) -> None:
-        from fray_ray._private.execution import error_results, make_task_error, package_results, resolve_arguments
-
         while True:
             call = self._calls.get()
             if call is None:

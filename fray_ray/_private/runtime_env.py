@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from fray_ray._private import runtime_state
+
 __all__ = ["PipSpec", "RuntimeEnv", "merge_runtime_envs", "parse_runtime_env"]
 
 _SUPPORTED = ("working_dir", "py_modules", "excludes", "pip", "uv", "env_vars", "config")
@@ -302,8 +304,6 @@ def _config(value: Any) -> tuple[float | None, bool | None]:
 def effective_runtime_env(own: Mapping[str, Any] | None) -> RuntimeEnv:
     """The runtime env a task or actor submitted from here runs with: `own` (its options'
     runtime_env) on top of what this process's runtime passes on (`runtime.runtime_env`)."""
-    from fray_ray._private import runtime_state
-
     runtime = runtime_state.current_or_none()
     inherited = runtime.runtime_env if runtime is not None else RuntimeEnv()
     if not own:

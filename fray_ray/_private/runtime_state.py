@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -17,6 +18,14 @@ if TYPE_CHECKING:
 _lock = threading.Lock()  # guards _process_runtime changes (init/shutdown)
 _process_runtime: CoreRuntime | None = None
 _context_runtime: contextvars.ContextVar[CoreRuntime | None] = contextvars.ContextVar("fray_ray_runtime", default=None)
+#: How a first use starts a session (`init()` with defaults); the API registers it on import.
+_auto_init: Callable[[], CoreRuntime] | None = None
+
+
+def set_auto_init(hook: Callable[[], CoreRuntime]) -> None:
+    """Register what `current()` calls when no runtime exists yet."""
+    global _auto_init
+    _auto_init = hook
 
 
 def current_or_none() -> CoreRuntime | None:
@@ -29,8 +38,8 @@ def current() -> CoreRuntime:
     runtime = current_or_none()
     if runtime is not None:
         return runtime
-    from fray_ray._api import _auto_init
-
+    if _auto_init is None:
+        raise RuntimeError("Ray has not been started yet. You can start Ray with 'ray.init()'.")
     return _auto_init()
 
 

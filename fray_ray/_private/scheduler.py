@@ -10,7 +10,7 @@ lends its lease back and its executor hands its queued tasks back, so a parent w
 its children never starves them. Executors idle too long are retired.
 
 One lock guards all scheduler state. Messages to executors and Fray calls happen after it is
-released.
+released. Launching, admitting and retiring executors is in `executor_pool`.
 """
 
 from __future__ import annotations
@@ -18,32 +18,32 @@ from __future__ import annotations
 import collections
 import enum
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-import threading
 from typing import TYPE_CHECKING, Any
 
-from fray_ray._private.nodes import placement_needs
+from fray_ray._private import messages
+from fray_ray._private.cluster_ledger import ClusterLedger
+from fray_ray._private.executor_pool import IDLE_TIMEOUT_S, ExecutorPool, ExecutorRecord, ExecutorState
+from fray_ray._private.messages import CancelTask, ExecuteTask, Exit, Unqueue
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
-from fray_ray._private.cluster_ledger import ClusterLedger
-from fray_ray._private.resources import Holding, Ledger
-from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue, WireBatch
+from fray_ray._private.resources import Ledger
+from fray_ray._private.retry_policy import retries_user_exception, within_retries
+from fray_ray._private.serialization import SerializedValue
 from fray_ray._private.task_spec import PoolKey, TaskSpec
 from fray_ray._private.timers import TimerQueue
 from fray_ray._private.worker_exits import ExitReports
+from fray_ray.exceptions import RaySystemError, TaskCancelledError
 
 if TYPE_CHECKING:
     from fray_ray._private.launcher import WorkerLauncher
 
 logger = logging.getLogger(__name__)
 
-#: Idle executors above the warm set are retired after this many seconds.
-IDLE_TIMEOUT_S = 30.0
-#: How often executors that have not said hello are checked on.
-STARTUP_CHECK_S = 0.5
 #: Tasks an executor may hold queued behind the one it runs (hides the round trip per task).
 PREFETCH = 2
 
@@ -54,13 +54,6 @@ class TaskState(enum.Enum):
     ASSIGNED = "assigned"  # sent to an executor, queued behind its running task
     RUNNING = "running"
     DONE = "done"
-
-
-class ExecutorState(enum.Enum):
-    STARTING = "starting"  # launched, not yet connected
-    IDLE = "idle"
-    BUSY = "busy"
-    DEAD = "dead"
 
 
 @dataclass(eq=False)
@@ -79,26 +72,7 @@ class TaskRecord:
     cancelled: bool = False
 
 
-@dataclass(eq=False)
-class ExecutorRecord:
-    executor_id: bytes
-    pool: PoolKey
-    state: ExecutorState = ExecutorState.STARTING
-    connection: Connection | None = None
-    job: Any = None  # the Fray JobHandle
-    #: tasks sent to it, in order; the first is running, the rest wait in its queue
-    tasks: collections.deque[TaskRecord] = field(default_factory=collections.deque)
-    #: the ledger and holding of its lease (None while it holds none)
-    lease: tuple[Ledger | ClusterLedger, Holding] | None = None
-    sent_code: set[bytes] = field(default_factory=set)
-    calls: int = 0
-    idle_since: float = 0.0
-    launched_at: float = field(default_factory=time.monotonic)
-    pid: int | None = None
-    host: str | None = None  # the cluster host it runs on, once it said
-
-
-class TaskScheduler:
+class TaskScheduler(ExecutorPool):
     def __init__(
         self,
         objects: ObjectTable,
@@ -329,38 +303,8 @@ class TaskScheduler:
         ]
         return min(candidates, key=lambda e: len(e.tasks), default=None)
 
-    def _drop_locked(self, executor: ExecutorRecord) -> None:
-        """Forget an executor that is gone or going (and what it asked the cluster for)."""
-        self._executors.pop(executor.executor_id, None)
-        self._ledger.forget(executor.executor_id)
-
-    def _launch(self, executor: ExecutorRecord) -> None:
-        def launched(job: Any, error: BaseException | None) -> None:
-            if error is not None:
-                self._executor_failed_to_start(executor, f"launching it failed: {error}")
-                return
-            with self._lock:
-                executor.job = job
-        cpu = self._ledger.ask(executor.executor_id, executor.pool.shape.cpu,
-                               placement_needs(executor.pool.shape.custom))
-        self._launcher.launch_executor(executor.executor_id, executor.pool, launched, cpu=cpu)
-        self._timers.call_later(STARTUP_CHECK_S, lambda: self._check_startup(executor))
-
-    def _check_startup(self, executor: ExecutorRecord) -> None:
-        with self._lock:
-            if executor.state is not ExecutorState.STARTING or self._closed:
-                return
-            job = executor.job
-        problem = self._launcher.job_failure(job) if job is not None else None
-        if problem is not None:
-            self._executor_failed_to_start(executor, problem)
-        else:
-            self._timers.call_later(STARTUP_CHECK_S, lambda: self._check_startup(executor))
-
     def _executor_failed_to_start(self, executor: ExecutorRecord, problem: str) -> None:
         """An executor died before connecting: fail the tasks that were waiting for it."""
-        from fray_ray.exceptions import RaySystemError
-
         with self._lock:
             if executor.state is not ExecutorState.STARTING:
                 return
@@ -384,53 +328,21 @@ class TaskScheduler:
 
     def _send_task(self, executor: ExecutorRecord, record: TaskRecord) -> None:
         spec = record.spec
-        batch = WireBatch()
-        batch.add(spec.arguments.value)
-        resolved = []
-        for object_id in spec.arguments.top_level:
-            value = self._objects.value(object_id)
-            if value is not None and value.size <= INLINE_LIMIT:
-                batch.add(value)
-                resolved.append(object_id)
-        send_code = spec.function.code_id not in executor.sent_code
-        body = {
-            "task": spec.task_id,
-            "fn": spec.function.code_id,
-            "code": spec.function.payload if send_code else None,
-            "name": spec.name,
-            "num_returns": spec.num_returns,
-            "returns": list(spec.return_ids),
-            "values": batch.descriptions,
-            "resolved": resolved,
-            "top_level": list(spec.arguments.top_level),
-            "env": dict(spec.pool.env_vars),
-            "resources": record.demand,
-            "placement_group": record.placement[0].hex() if record.placement else None,
-        }
+        message = ExecuteTask.of(
+            spec,
+            self._objects.value,
+            send_code=spec.function.code_id not in executor.sent_code,
+            resources=record.demand,
+            placement_group=record.placement[0].hex() if record.placement else None,
+        )
         try:
             assert executor.connection is not None
-            executor.connection.notify("execute", body, batch.buffers)
+            messages.notify(executor.connection, message)
             executor.sent_code.add(spec.function.code_id)
         except ConnectionClosed:
             pass  # the close callback requeues the task
 
     # ---- executors -----------------------------------------------------------------------
-
-    def executor_connected(
-        self, executor_id: bytes, connection: Connection, pid: int | None, host: str | None = None
-    ) -> bool:
-        with self._lock:
-            executor = self._executors.get(executor_id)
-            if executor is None or executor.state is not ExecutorState.STARTING:
-                return False
-            executor.connection, executor.pid, executor.host = connection, pid, host
-            self._ledger.placed(executor_id, host)
-            executor.state = ExecutorState.IDLE
-            executor.idle_since = time.monotonic()
-            self._by_connection[connection] = executor
-        connection.add_close_callback(self._connection_closed)
-        self.schedule()
-        return True
 
     def _connection_closed(self, connection: Connection) -> None:
         with self._lock:
@@ -473,12 +385,6 @@ class TaskScheduler:
 
             self._finish(failed, self._error_for("system", TaskCancelledError(failed.spec.task_id.hex())))
         self.schedule()
-
-    def _release_lease_locked(self, executor: ExecutorRecord) -> None:
-        if executor.lease is not None:
-            ledger, holding = executor.lease
-            ledger.release(holding)
-            executor.lease = None
 
     def task_done(self, connection: Connection, task_id: bytes, results: Sequence[SerializedValue], user_error: bool) -> None:
         with self._lock:
@@ -533,21 +439,12 @@ class TaskScheduler:
                 self._ready[record.spec.pool].appendleft(record)
         self.schedule()
 
-    def _should_retry_exception(self, record: TaskRecord, results: Sequence[SerializedValue]) -> bool:
-        retry_exceptions = record.spec.retry_exceptions
-        max_retries = record.spec.max_retries
-        if not retry_exceptions or (0 <= max_retries <= record.user_failures + record.system_failures):
-            return False
-        if retry_exceptions is True:
-            return True
-        from fray_ray._private.serialization import deserialize
-
-        try:
-            error = deserialize(results[0])
-        except Exception:  # noqa: BLE001 - an unreadable error is not one we were asked to retry
-            return False
-        cause = getattr(error, "cause", error)
-        return isinstance(cause, tuple(retry_exceptions))
+    @staticmethod
+    def _should_retry_exception(record: TaskRecord, results: Sequence[SerializedValue]) -> bool:
+        failures = record.user_failures + record.system_failures
+        return within_retries(record.spec.max_retries, failures) and retries_user_exception(
+            record.spec.retry_exceptions, results
+        )
 
     def _finish(self, record: TaskRecord, results: SerializedValue | Sequence[SerializedValue]) -> None:
         """Complete the task's return objects and drop its hold on its arguments."""
@@ -589,7 +486,7 @@ class TaskScheduler:
             connection = executor.connection
         if queued and connection is not None:
             try:
-                connection.notify("unqueue", {})
+                messages.notify(connection, Unqueue())
             except ConnectionClosed:
                 pass
         self.schedule()
@@ -610,8 +507,6 @@ class TaskScheduler:
 
     def cancel(self, task_id: bytes, force: bool) -> bool:
         """Cancel a queued or running task; returns False if it already finished."""
-        from fray_ray.exceptions import TaskCancelledError
-
         with self._lock:
             record = self._tasks.get(task_id)
             if record is None or record.state is TaskState.DONE:
@@ -629,7 +524,7 @@ class TaskScheduler:
             return True
         if executor is not None and executor.connection is not None:
             try:
-                executor.connection.notify("cancel", {"task": task_id, "force": force})
+                messages.notify(executor.connection, CancelTask(task_id, force))
             except ConnectionClosed:
                 pass
         return True
@@ -639,66 +534,6 @@ class TaskScheduler:
             return [t for t, r in self._tasks.items() if r.spec.parent_task_id == task_id]
 
     # ---- maintenance ---------------------------------------------------------------------
-
-    def _maintain(self) -> None:
-        retire: list[ExecutorRecord] = []
-        now = time.monotonic()
-        with self._lock:
-            if self._closed:
-                return
-            idle = sorted(
-                (e for e in self._executors.values() if e.state is ExecutorState.IDLE), key=lambda e: e.idle_since
-            )
-            keep = self._warm
-            for executor in reversed(idle):
-                if keep > 0 and not executor.pool.max_calls:
-                    keep -= 1
-                    continue
-                if now - executor.idle_since >= IDLE_TIMEOUT_S:
-                    retire.append(self._retire_locked(executor))
-        for executor in retire:
-            self._retire(executor)
-        self._maintenance = self._timers.call_later(IDLE_TIMEOUT_S / 3, self._maintain)
-
-    def make_room(self, cpu: float) -> None:
-        """Retire idle executors that hold CPU at the cluster, longest idle first, until `cpu`
-        is freed there: a new process needs that room (Ray's idle workers hold nothing)."""
-        retire: list[ExecutorRecord] = []
-        with self._lock:
-            idle = sorted((e for e in self._executors.values() if e.state is ExecutorState.IDLE), key=lambda e: e.idle_since)
-            for executor in idle:
-                held = self._ledger.asked(executor.executor_id)
-                if cpu > 0 and held > 0:
-                    cpu -= held
-                    retire.append(self._retire_locked(executor))
-        for executor in retire:
-            self._retire(executor)
-
-    def _retire_locked(self, executor: ExecutorRecord) -> ExecutorRecord:
-        executor.state = ExecutorState.DEAD
-        self._drop_locked(executor)
-        if executor.connection is not None:
-            self._by_connection.pop(executor.connection, None)
-        return executor
-
-    def _retire(self, executor: ExecutorRecord) -> None:
-        if executor.connection is not None:
-            try:
-                executor.connection.notify("exit", {})
-            except ConnectionClosed:
-                pass
-
-    def prestart(self, pool: PoolKey, count: int) -> None:
-        """Launch executors ahead of demand (so the first task finds one warm)."""
-        launches = []
-        with self._lock:
-            existing = sum(1 for e in self._executors.values() if e.pool == pool)
-            for _ in range(max(0, count - existing)):
-                executor = ExecutorRecord(uuid.uuid4().bytes, pool)
-                self._executors[executor.executor_id] = executor
-                launches.append(executor)
-        for executor in launches:
-            self._launch(executor)
 
     def close(self) -> list[Any]:
         """Stop scheduling; tell executors to exit; returns their Fray jobs for cleanup."""
@@ -714,7 +549,7 @@ class TaskScheduler:
         for executor in executors:
             if executor.connection is not None:
                 try:
-                    executor.connection.notify("exit", {})
+                    messages.notify(executor.connection, Exit())
                 except ConnectionClosed:
                     pass
             if executor.job is not None:

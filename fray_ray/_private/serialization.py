@@ -20,6 +20,8 @@ from typing import Any
 
 import cloudpickle
 
+from fray_ray.exceptions import RaySystemError
+
 #: Values up to this size (pickle plus buffers) travel inside the messages that use them.
 INLINE_LIMIT = 100 * 1024
 
@@ -93,8 +95,6 @@ def serialize_error(error: BaseException) -> SerializedValue:
 
 
 def _unpicklable_error(error: BaseException, problem: Exception) -> BaseException:
-    from fray_ray.exceptions import RaySystemError
-
     kind = type(error)
     text = "".join(traceback.format_exception(kind, error, error.__traceback__))
     return RaySystemError(f"{kind.__module__}.{kind.__qualname__}: {error} (it could not be pickled: {problem})", text)

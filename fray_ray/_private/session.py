@@ -14,15 +14,63 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import cloudpickle
-
+from fray_ray._private import messages
+from fray_ray._private.messages import (
+    ActorCreated,
+    ActorExiting,
+    ActorFailed,
+    ActorReady,
+    Borrow,
+    CallDone,
+    Cancel,
+    CreateActor,
+    CreatePlacementGroup,
+    DescribePlacementGroup,
+    Die,
+    Done,
+    Exit,
+    FindPlacementGroup,
+    GangSize,
+    GetAbandoned,
+    GetNamedActor,
+    GetNodes,
+    GetObjects,
+    GetResources,
+    Hello,
+    KillActor,
+    ListNamedActors,
+    Log,
+    NextItem,
+    Objects,
+    PlacementGroupTable,
+    Put,
+    Ready,
+    Release,
+    ReleaseGang,
+    RemovePlacementGroup,
+    ReserveGang,
+    ResourceAmounts,
+    Result,
+    Returns,
+    Stored,
+    StreamNext,
+    StreamReady,
+    StreamState,
+    SubmitActorCall,
+    SubmitTask,
+    TaskDone,
+    TasksReturned,
+    Wait,
+    WaitPlacementGroup,
+    Welcome,
+    Yield,
+)
 from fray_ray._private.protocol import Connection, ConnectionClosed
-from fray_ray._private.stream_server import HELLO, GateStats, StreamServer
-from fray_ray._private.serialization import WireBatch, unpack_values
-from fray_ray._private.worker import unpack_spec
+from fray_ray._private.stream_server import GateStats, StreamServer
+from fray_ray._private.streams import END
 
 if TYPE_CHECKING:
     from fray_ray._private.driver import DriverRuntime
@@ -41,36 +89,43 @@ class SessionService:
         self._borrows: dict[Connection, collections.Counter[bytes]] = {}
         self._connections: set[Connection] = set()
         self._server = StreamServer(self._accept, token=token, host=host, name="session")
-        self._handlers = {
-            HELLO: self._hello,
-            "task_done": self._task_done,
-            "call_done": self._call_done,
-            "actor_ready": self._actor_ready,
-            "actor_failed": self._actor_failed,
-            "actor_exiting": self._actor_exiting,
-            "get": self._get,
-            "get_abandoned": self._get_abandoned,
-            "wait": self._wait,
-            "put": self._put,
-            "submit": self._submit,
-            "create_actor": self._create_actor,
-            "actor_call": self._actor_call,
-            "kill_actor": self._kill_actor,
-            "cancel": self._cancel,
-            "get_actor": self._get_actor,
-            "list_actors": self._list_actors,
-            "resources": self._resources,
-            "nodes": self._nodes,
-            "borrow": self._borrow,
-            "release": self._release,
-            "log": self._log,
-            "yield": self._yield,
-            "stream_next": self._stream_next,
-            "stream_ready": self._stream_ready,
-            "placement_group": self._placement_group,
-            "gang": self._gang,
-            "tasks_returned": self._tasks_returned,
-        }
+        self._handlers = messages.handlers({
+            Hello: self._hello,
+            TaskDone: self._task_done,
+            CallDone: self._call_done,
+            ActorReady: self._actor_ready,
+            ActorFailed: self._actor_failed,
+            ActorExiting: self._actor_exiting,
+            GetObjects: self._get,
+            GetAbandoned: self._get_abandoned,
+            Wait: self._wait,
+            Put: self._put,
+            SubmitTask: self._submit,
+            CreateActor: self._create_actor,
+            SubmitActorCall: self._actor_call,
+            KillActor: self._kill_actor,
+            Cancel: self._cancel,
+            GetNamedActor: self._get_actor,
+            ListNamedActors: self._list_actors,
+            GetResources: self._resources,
+            GetNodes: self._nodes,
+            Borrow: self._borrow,
+            Release: self._release,
+            Log: self._log,
+            Yield: self._yield,
+            StreamNext: self._stream_next,
+            StreamReady: self._stream_ready,
+            CreatePlacementGroup: self._create_placement_group,
+            RemovePlacementGroup: self._remove_placement_group,
+            WaitPlacementGroup: self._wait_placement_group,
+            DescribePlacementGroup: self._describe_placement_group,
+            FindPlacementGroup: self._find_placement_group,
+            PlacementGroupTable: self._placement_group_table,
+            ReserveGang: self._reserve_gang,
+            ReleaseGang: self._release_gang,
+            GangSize: self._gang_size,
+            TasksReturned: self._tasks_returned,
+        })
 
     @property
     def address(self) -> str:
@@ -118,21 +173,21 @@ class SessionService:
 
     # ---- introductions -------------------------------------------------------------------
 
-    def _hello(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _hello(self, connection: Connection, message_id: int | None, hello: Hello) -> None:
         assert message_id is not None
         if connection.peer_info:  # the gate authenticated the first hello; there is no second
             connection.reply_error(message_id, "ValueError", "this connection has already introduced itself")
             return
-        kind, worker_id, pid = body.get("kind"), body.get("id"), body.get("pid")
-        host = body.get("host") if isinstance(body.get("host"), str) else None
-        connection.peer_info = {"kind": kind, "id": worker_id, "pid": pid}
-        connection.reply(message_id, self._driver.worker_info(worker_id, host))
+        kind, worker_id = hello.kind, hello.id
+        host = hello.host if isinstance(hello.host, str) else None
+        connection.peer_info = {"kind": kind, "id": worker_id, "pid": hello.pid}
+        messages.reply(connection, message_id, Welcome(**self._driver.worker_info(worker_id, host)))
         if kind == "executor":
-            accepted = self._driver.scheduler.executor_connected(worker_id, connection, pid, host)
+            accepted = self._driver.scheduler.executor_connected(worker_id, connection, hello.pid, host)
         elif kind == "actor":
-            accepted = self._driver.actors.host_connected(worker_id, connection, pid, host)
+            accepted = self._driver.actors.host_connected(worker_id, connection, hello.pid, host)
         elif kind == "gang":
-            accepted = self._driver.gangs.member_connected(worker_id, body.get("index", 0), connection, body.get("ip", ""))
+            accepted = self._driver.gangs.member_connected(worker_id, hello.index, connection, hello.ip)
         elif kind == "lease":
             if not self._driver.launcher.lease.holder_connected(connection):
                 connection.close()  # a holder this session does not know: it ends, as it should
@@ -141,56 +196,53 @@ class SessionService:
             accepted = False
         if not accepted:
             try:
-                connection.notify("exit" if kind == "executor" else "die", {"restart": False})
+                messages.notify(connection, Exit() if kind == "executor" else Die(restart=False))
             except ConnectionClosed:
                 pass
 
     # ---- results -------------------------------------------------------------------------
 
-    def _task_done(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        results = unpack_values(body["results"], buffers)
+    def _task_done(self, connection: Connection, message_id: int | None, done: TaskDone) -> None:
         if connection.peer_info.get("kind") == "gang":
-            self._driver.gangs.task_done(connection, body["task"], results, body["user_error"])
+            self._driver.gangs.task_done(connection, done.task, done.results, done.user_error)
         else:
-            self._driver.scheduler.task_done(connection, body["task"], results, body["user_error"])
+            self._driver.scheduler.task_done(connection, done.task, done.results, done.user_error)
 
-    def _tasks_returned(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        self._driver.scheduler.tasks_returned(connection, body["tasks"])
+    def _tasks_returned(self, connection: Connection, message_id: int | None, returned: TasksReturned) -> None:
+        self._driver.scheduler.tasks_returned(connection, returned.tasks)
 
-    def _call_done(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        results = unpack_values(body["results"], buffers)
-        self._driver.actors.call_done(connection, body["call"], results)
+    def _call_done(self, connection: Connection, message_id: int | None, done: CallDone) -> None:
+        self._driver.actors.call_done(connection, done.call, done.results)
 
-    def _actor_ready(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        self._driver.actors.ready(body["actor"], body.get("pid"))
+    def _actor_ready(self, connection: Connection, message_id: int | None, ready: ActorReady) -> None:
+        self._driver.actors.ready(ready.actor, ready.pid)
 
-    def _actor_failed(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        (error,) = unpack_values(body["error"], buffers)
-        self._driver.actors.creation_failed(body["actor"], error)
+    def _actor_failed(self, connection: Connection, message_id: int | None, failed: ActorFailed) -> None:
+        self._driver.actors.creation_failed(failed.actor, failed.error)
 
-    def _actor_exiting(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        self._driver.actors.exiting(body["actor"], body.get("call"))
+    def _actor_exiting(self, connection: Connection, message_id: int | None, exiting: ActorExiting) -> None:
+        self._driver.actors.exiting(exiting.actor, exiting.call)
 
     # ---- objects -------------------------------------------------------------------------
 
-    def _get(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _get(self, connection: Connection, message_id: int | None, get: GetObjects) -> None:
         assert message_id is not None
-        object_ids: list[bytes] = body["ids"]
-        task_id = body.get("task")
+        object_ids = get.ids
+        task_id = get.task
         objects = self._driver.objects
         state = {"remaining": set(), "replied": False}
         lock = threading.Lock()
 
         def reply() -> None:
-            batch = WireBatch()
             ids = []
+            found = []
             for object_id in object_ids:
                 value = objects.value(object_id)
                 if value is None:
                     continue
                 ids.append(object_id)
-                batch.add(value)
-            connection.reply(message_id, {"ids": ids, "values": batch.descriptions}, batch.buffers)
+                found.append(value)
+            messages.reply(connection, message_id, Objects(ids, found))
 
         def done(object_id: bytes) -> None:
             value = objects.value(object_id)
@@ -222,108 +274,106 @@ class SessionService:
         for object_id in missing:
             objects.add_done_callback(object_id, done)
 
-    def _get_abandoned(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        self._driver.scheduler.task_unblocked(body.get("task"))
+    def _get_abandoned(self, connection: Connection, message_id: int | None, abandoned: GetAbandoned) -> None:
+        self._driver.scheduler.task_unblocked(abandoned.task)
 
-    def _wait(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _wait(self, connection: Connection, message_id: int | None, wait: Wait) -> None:
         assert message_id is not None
 
         def answer(ready: list[bytes]) -> None:
-            connection.reply(message_id, {"ready": ready})
+            messages.reply(connection, message_id, Ready(ready))
 
-        streams = {stream_id: index for stream_id, index in body.get("streams") or ()}
-        self._driver.wait_async(body["ids"], body["num_returns"], body.get("timeout"), answer, streams)
+        streams = {stream_id: index for stream_id, index in wait.streams or ()}
+        self._driver.wait_async(wait.ids, wait.num_returns, wait.timeout, answer, streams)
 
-    def _put(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _put(self, connection: Connection, message_id: int | None, put: Put) -> None:
         assert message_id is not None
-        (value,) = unpack_values([body["value"]], buffers)
         try:
-            object_id = self._driver.store(value, copy=False)  # the frame's buffers are ours
+            object_id = self._driver.store(put.value, copy=False)  # the frame's buffers are ours
         except Exception as exc:  # noqa: BLE001 - ObjectStoreFullError, raised at the worker's put
             connection.reply_error(message_id, type(exc).__name__, str(exc.args[0] if exc.args else exc))
             return
         self._count_borrow(connection, [object_id])
-        connection.reply(message_id, {"id": object_id})
+        messages.reply(connection, message_id, Stored(object_id))
 
     # ---- tasks and actors ----------------------------------------------------------------
 
-    def _submit(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _submit(self, connection: Connection, message_id: int | None, submit: SubmitTask) -> None:
         assert message_id is not None
-        spec = unpack_spec(body, buffers)
-        spec.parent_task_id = body.get("parent")
+        spec = submit.spec
+        spec.parent_task_id = submit.parent
         self._driver.objects.create_pending(spec.return_ids, producer=spec.task_id)
         self._count_borrow(connection, list(spec.return_ids))
         if spec.num_returns in ("streaming", "dynamic"):
             self._driver.streams.open(spec.task_id)
         self._driver.route_task(spec)
-        connection.reply(message_id, {"returns": list(spec.return_ids)})
+        messages.reply(connection, message_id, Returns(list(spec.return_ids)))
 
-    def _create_actor(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _create_actor(self, connection: Connection, message_id: int | None, create: CreateActor) -> None:
         assert message_id is not None
-        spec = unpack_spec(body, buffers)
         try:
-            actor_id = self._driver.create_actor(spec)
+            actor_id = self._driver.create_actor(create.spec)
         except ValueError as exc:
             connection.reply_error(message_id, type(exc).__name__, str(exc))
             return
-        connection.reply(message_id, {"actor_id": actor_id})
+        messages.reply(connection, message_id, ActorCreated(actor_id))
 
-    def _actor_call(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _actor_call(self, connection: Connection, message_id: int | None, submit: SubmitActorCall) -> None:
         assert message_id is not None
-        spec = unpack_spec(body, buffers)
+        spec = submit.spec
         self._driver.objects.create_pending(spec.return_ids, producer=spec.call_id)
         self._count_borrow(connection, list(spec.return_ids))
         if spec.num_returns == "streaming":
             self._driver.streams.open(spec.call_id)
         self._driver.actors.submit_call(spec)
-        connection.reply(message_id, {"returns": list(spec.return_ids)})
+        messages.reply(connection, message_id, Returns(list(spec.return_ids)))
 
-    def _kill_actor(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _kill_actor(self, connection: Connection, message_id: int | None, kill: KillActor) -> None:
         assert message_id is not None
-        self._driver.actors.kill(body["actor_id"], body["no_restart"])
-        connection.reply(message_id, {})
+        self._driver.actors.kill(kill.actor_id, kill.no_restart)
+        messages.reply(connection, message_id, Done())
 
-    def _cancel(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _cancel(self, connection: Connection, message_id: int | None, cancel: Cancel) -> None:
         assert message_id is not None
         try:
-            self._driver.cancel_by_id(body["id"], body["force"], body["recursive"])
+            self._driver.cancel_by_id(cancel.id, cancel.force, cancel.recursive)
         except ValueError as exc:
             connection.reply_error(message_id, "ValueError", str(exc))
             return
-        connection.reply(message_id, {})
+        messages.reply(connection, message_id, Done())
 
-    def _get_actor(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _get_actor(self, connection: Connection, message_id: int | None, get: GetNamedActor) -> None:
         assert message_id is not None
         try:
-            info = self._driver.get_named_actor(body["name"], body.get("namespace"))
+            info = self._driver.get_named_actor(get.name, get.namespace)
         except ValueError as exc:
             connection.reply_error(message_id, "ValueError", str(exc))
             return
-        connection.reply(message_id, {"info": cloudpickle.dumps(info)})
+        messages.reply(connection, message_id, Result(info))
 
-    def _list_actors(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _list_actors(self, connection: Connection, message_id: int | None, listing: ListNamedActors) -> None:
         assert message_id is not None
-        connection.reply(message_id, {"actors": self._driver.list_named_actors(body["all_namespaces"])})
+        messages.reply(connection, message_id, Result(self._driver.list_named_actors(listing.all_namespaces)))
 
-    def _resources(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _resources(self, connection: Connection, message_id: int | None, asked: GetResources) -> None:
         assert message_id is not None
-        if body["kind"] == "cluster":
-            resources = self._driver.cluster_resources()
-        else:
+        if asked.available:
             resources = self._driver.available_resources()
-        connection.reply(message_id, {"resources": resources})
+        else:
+            resources = self._driver.cluster_resources()
+        messages.reply(connection, message_id, ResourceAmounts(resources))
 
-    def _nodes(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _nodes(self, connection: Connection, message_id: int | None, asked: GetNodes) -> None:
         assert message_id is not None
-        connection.reply(message_id, {"nodes": cloudpickle.dumps(self._driver.nodes())})
+        messages.reply(connection, message_id, Result(self._driver.nodes()))
 
     # ---- references and logs -------------------------------------------------------------
 
-    def _borrow(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        self._count_borrow(connection, body["ids"])
+    def _borrow(self, connection: Connection, message_id: int | None, borrow: Borrow) -> None:
+        self._count_borrow(connection, borrow.ids)
 
-    def _release(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        object_ids: list[bytes] = body["ids"]
+    def _release(self, connection: Connection, message_id: int | None, release: Release) -> None:
+        object_ids = release.ids
         with self._lock:
             counter = self._borrows.get(connection)
             if counter is None:
@@ -335,18 +385,15 @@ class SessionService:
                     del counter[oid]
         self._driver.objects.decref(released)
 
-    def _yield(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        (value,) = unpack_values([body["value"]], buffers)
-        self._driver.streams.add_item(body["stream"], body["index"], value)
+    def _yield(self, connection: Connection, message_id: int | None, item: Yield) -> None:
+        self._driver.streams.add_item(item.stream, item.index, item.value)
 
-    def _stream_next(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _stream_next(self, connection: Connection, message_id: int | None, asked: StreamNext) -> None:
         assert message_id is not None
-        stream_id, index = body["stream"], body["index"]
+        stream_id, index = asked.stream, asked.index
         streams = self._driver.streams
 
         def check() -> None:
-            from fray_ray._private.streams import END
-
             object_id = streams.poll(stream_id, index)
             if object_id is None:
                 streams.on_change(stream_id, check)
@@ -354,45 +401,88 @@ class SessionService:
             if object_id != END:
                 self._count_borrow(connection, [object_id])
                 streams.taken(stream_id, index)
-            connection.reply(message_id, {"id": object_id})
+            messages.reply(connection, message_id, NextItem(object_id))
 
         check()
 
-    def _stream_ready(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    def _stream_ready(self, connection: Connection, message_id: int | None, asked: StreamReady) -> None:
         assert message_id is not None
-        connection.reply(message_id, {"state": self._driver.stream_ready(body["stream"], body["index"])})
+        messages.reply(connection, message_id, StreamState(self._driver.stream_ready(asked.stream, asked.index)))
 
-    def _placement_group(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        assert message_id is not None
-        arguments = cloudpickle.loads(body["args"])
-        operation = body["op"]
+    @staticmethod
+    def _answer_later(connection: Connection, message_id: int, name: str, compute: Callable[[], Any],
+                      refused: tuple[type[Exception], ...] = (ValueError,)) -> None:
+        """Answer with `compute()` from a thread of its own: it blocks (a wait, a reservation),
+        and the connection's reader must not."""
 
-        def run() -> None:  # wait() blocks, so it cannot run on the reader thread
+        def run() -> None:
             try:
-                result = self._driver.placement_group(operation, **arguments)
-            except ValueError as exc:
-                connection.reply_error(message_id, "ValueError", str(exc))
-                return
-            connection.reply(message_id, {"result": cloudpickle.dumps(result)})
-
-        if operation == "wait":
-            threading.Thread(target=run, name="placement-group-wait", daemon=True).start()
-        else:
-            run()
-
-    def _gang(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        assert message_id is not None
-        arguments = cloudpickle.loads(body["args"])
-
-        def run() -> None:  # reserving blocks until the hosts are up
-            try:
-                result = self._driver.gang(body["op"], **arguments)
-            except (ValueError, TimeoutError, RuntimeError) as exc:
+                result = compute()
+            except refused as exc:
                 connection.reply_error(message_id, type(exc).__name__, str(exc))
                 return
-            connection.reply(message_id, {"result": cloudpickle.dumps(result)})
+            messages.reply(connection, message_id, Result(result))
 
-        threading.Thread(target=run, name="gang-request", daemon=True).start()
+        threading.Thread(target=run, name=name, daemon=True).start()
 
-    def _log(self, connection: Connection, message_id: int | None, body: Mapping[str, Any], buffers: list[bytearray]) -> None:
-        self._driver.print_worker_output(body)
+    def _create_placement_group(self, connection: Connection, message_id: int | None, create: CreatePlacementGroup) -> None:
+        assert message_id is not None
+        info = self._driver.create_placement_group(create.bundles, create.strategy, create.name, create.detached)
+        messages.reply(connection, message_id, Result(info))
+
+    def _remove_placement_group(self, connection: Connection, message_id: int | None, remove: RemovePlacementGroup) -> None:
+        assert message_id is not None
+        self._driver.remove_placement_group(remove.id)
+        messages.reply(connection, message_id, Done())
+
+    def _wait_placement_group(self, connection: Connection, message_id: int | None, wait: WaitPlacementGroup) -> None:
+        assert message_id is not None
+        self._answer_later(connection, message_id, "placement-group-wait",
+                           lambda: self._driver.wait_placement_group(wait.id, wait.timeout))
+
+    def _describe_placement_group(self, connection: Connection, message_id: int | None,
+                                  describe: DescribePlacementGroup) -> None:
+        assert message_id is not None
+        messages.reply(connection, message_id, Result(self._driver.placement_group_info(describe.id)))
+
+    def _find_placement_group(self, connection: Connection, message_id: int | None, find: FindPlacementGroup) -> None:
+        assert message_id is not None
+        try:
+            info = self._driver.placement_group_by_name(find.name)
+        except ValueError as exc:
+            connection.reply_error(message_id, "ValueError", str(exc))
+            return
+        messages.reply(connection, message_id, Result(info))
+
+    def _placement_group_table(self, connection: Connection, message_id: int | None, table: PlacementGroupTable) -> None:
+        assert message_id is not None
+        messages.reply(connection, message_id, Result(self._driver.placement_group_table(table.id)))
+
+    def _reserve_gang(self, connection: Connection, message_id: int | None, reserve: ReserveGang) -> None:
+        assert message_id is not None
+        self._answer_later(
+            connection, message_id, "gang-request",
+            lambda: self._driver.reserve_gang(tpu=reserve.tpu, num_slices=reserve.num_slices, timeout=reserve.timeout),
+            refused=(ValueError, TimeoutError, RuntimeError),
+        )
+
+    def _release_gang(self, connection: Connection, message_id: int | None, release: ReleaseGang) -> None:
+        assert message_id is not None
+        try:
+            self._driver.release_gang(release.gang_id)
+        except (ValueError, RuntimeError) as exc:
+            connection.reply_error(message_id, type(exc).__name__, str(exc))
+            return
+        messages.reply(connection, message_id, Done())
+
+    def _gang_size(self, connection: Connection, message_id: int | None, size: GangSize) -> None:
+        assert message_id is not None
+        try:
+            hosts = self._driver.gang_size(size.gang_id)
+        except (ValueError, RuntimeError) as exc:
+            connection.reply_error(message_id, type(exc).__name__, str(exc))
+            return
+        messages.reply(connection, message_id, Result(hosts))
+
+    def _log(self, connection: Connection, message_id: int | None, log: Log) -> None:
+        self._driver.print_worker_output(log.pid, log.lines)

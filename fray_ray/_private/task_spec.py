@@ -15,6 +15,7 @@ from typing import Any
 
 import cloudpickle
 
+from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options.model import Context, Kind
 from fray_ray._private.options.table import default
 from fray_ray._private.runtime_env import RuntimeEnv
@@ -70,8 +71,6 @@ class Arguments:
 
     @classmethod
     def pack(cls, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Arguments:
-        from fray_ray._private.object_ref import ObjectRef
-
         top_level = [a.binary() for a in args if isinstance(a, ObjectRef)]
         top_level += [v.binary() for v in kwargs.values() if isinstance(v, ObjectRef)]
         return cls(serialize((tuple(args), dict(kwargs))), tuple(dict.fromkeys(top_level)))

@@ -1,4 +1,4 @@
-"""Worker processes: the runtime seen by task and actor code, and the executor loop.
+"""Worker processes: the runtime seen by task and actor code.
 
 A worker (an executor or an actor host) opens one session connection to its driver. Over it
 the driver pushes work, and the worker's `ray.get`/`put`/`remote` calls go back as requests:
@@ -8,95 +8,65 @@ ref to them is alive, so a large argument crosses the wire once per worker.
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
-import contextvars
 import logging
 import os
-import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-import cloudpickle
 
-from fray_ray._private import runtime_state
-from fray_ray._private.logs import flush_forwarded
-from fray_ray._private.execution import (
-    error_results,
-    make_task_error,
-    node_ip,
-    package_results,
-    resolve_arguments,
-    too_large_for_store,
-    value_resolver,
-    within_store,
+from fray_ray._private import messages
+from fray_ray._private.execution import node_ip, too_large_for_store
+from fray_ray._private.generators import ObjectRefGenerator
+from fray_ray._private.messages import (
+    Borrow,
+    Cancel,
+    CreateActor,
+    CreatePlacementGroup,
+    DescribePlacementGroup,
+    FindPlacementGroup,
+    GangSize,
+    GetAbandoned,
+    GetNamedActor,
+    GetNodes,
+    GetObjects,
+    GetResources,
+    Hello,
+    KillActor,
+    ListNamedActors,
+    Message,
+    PlacementGroupTable,
+    Put,
+    Release,
+    ReleaseGang,
+    RemovePlacementGroup,
+    ReserveGang,
+    StreamNext,
+    StreamReady,
+    SubmitActorCall,
+    SubmitTask,
+    Wait,
+    WaitPlacementGroup,
+    Welcome,
 )
 from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.placement_groups import PlacementGroupInfo
 from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.stream_server import introduce
 from fray_ray._private.refcount import LocalReferenceCounter
 from fray_ray._private.runtime_env import process_runtime_env
-from fray_ray._private.serialization import (
-    SerializedValue,
-    WireBatch,
-    deserialize,
-    serialize,
-    unpack_values,
-)
+from fray_ray._private.serialization import SerializedValue, deserialize, serialize
+from fray_ray._private.task_context import current_task
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, TaskSpec
+from fray_ray.exceptions import GetTimeoutError
+import fray_ray.exceptions as exceptions
 
 logger = logging.getLogger(__name__)
 
 #: Fetched values kept per worker (bytes); least recently used go first.
 CACHE_BYTES = 512 * 1024 * 1024
-
-
-@dataclass
-class TaskContext:
-    """What `get_runtime_context()` reports inside a running task or actor call."""
-
-    task_id: bytes | None = None
-    function_name: str = ""
-    actor_id: bytes | None = None
-    actor_name: str | None = None
-    resources: Mapping[str, float] = field(default_factory=dict)
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    placement_group_id: str | None = None
-    actor_handle: Any = None
-    actor_given_name: str | None = None  # the name a named actor was created with
-    actor_restarted: bool = False  # this actor instance is a restart (max_restarts)
-
-
-current_task: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar("fray_ray_task", default=None)
-
-
-def pack_spec(spec: Any) -> tuple[dict[str, Any], list[Any]]:
-    """A spec as a request body: the arguments' buffers out of band, the rest pickled."""
-    batch = WireBatch()
-    arguments = getattr(spec, "arguments", None)
-    if arguments is not None:
-        batch.add(arguments.value)
-        stripped = _replace(spec, arguments=type(arguments)(SerializedValue(b""), arguments.top_level))
-    else:
-        stripped = spec
-    return {"spec": cloudpickle.dumps(stripped), "args": batch.descriptions}, batch.buffers
-
-
-def unpack_spec(body: Mapping[str, Any], buffers: Sequence[bytearray]) -> Any:
-    spec = cloudpickle.loads(body["spec"])
-    if body.get("args"):
-        (value,) = unpack_values(body["args"], buffers)
-        spec.arguments.value = value
-    return spec
-
-
-def _replace(spec: Any, **changes: Any) -> Any:
-    import dataclasses
-
-    return dataclasses.replace(spec, **changes)
 
 
 class WorkerRuntime:
@@ -118,20 +88,20 @@ class WorkerRuntime:
         self._cache_bytes = 0
         self.object_store_memory = 0  # the driver's limit (0: not told)
 
-    def set_info(self, info: Mapping[str, Any]) -> None:
+    def set_info(self, info: Welcome) -> None:
         """Session facts from the driver's reply to hello."""
-        self.namespace = info.get("namespace", "")
-        self.job_id = info.get("job_id", "01000000")
-        self.node_id = info.get("node_id", b"")
-        self.worker_id = info.get("worker_id", b"")
-        self.session_address = info.get("session_address", "")
-        self.object_store_memory = int(info.get("object_store_memory") or 0)
+        self.namespace = info.namespace
+        self.job_id = info.job_id
+        self.node_id = info.node_id
+        self.worker_id = info.worker_id
+        self.session_address = info.session_address
+        self.object_store_memory = int(info.object_store_memory or 0)
 
     # ---- references ----------------------------------------------------------------------
 
     def _on_first_ref(self, object_ids: list[bytes]) -> None:
         try:
-            self.connection.notify("borrow", {"ids": object_ids})
+            messages.notify(self.connection, Borrow(object_ids))
         except ConnectionClosed:
             pass
 
@@ -142,15 +112,13 @@ class WorkerRuntime:
                 if value is not None:
                     self._cache_bytes -= value.size
         try:
-            self.connection.notify("release", {"ids": object_ids})
+            messages.notify(self.connection, Release(object_ids))
         except ConnectionClosed:
             pass
 
     # ---- objects -------------------------------------------------------------------------
 
     def put(self, value: Any) -> ObjectRef:
-        from fray_ray._private.object_ref import ObjectRef
-
         if isinstance(value, ObjectRef):
             raise TypeError(
                 "Calling 'put' on an ray.ObjectRef is not allowed. If you really want to do this, you can wrap "
@@ -161,13 +129,11 @@ class WorkerRuntime:
         too_large = too_large_for_store(serialized, self.object_store_memory, "The object put")
         if too_large is not None:
             raise too_large
-        batch = WireBatch()
-        batch.add(serialized)
         try:
-            body, _ = self.connection.call("put", {"value": batch.descriptions[0]}, batch.buffers)
+            stored = messages.call(self.connection, Put(serialized))
         except RemoteError as exc:
             raise _rebuild_remote_error(exc) from None
-        return ObjectRef(body["id"], _announced=True)
+        return ObjectRef(stored.id, _announced=True)
 
     def _remember(self, object_id: bytes, value: SerializedValue) -> None:
         if value.is_error or self.references.count(object_id) == 0:
@@ -183,8 +149,6 @@ class WorkerRuntime:
 
     def fetch(self, object_ids: Sequence[bytes], timeout: float | None) -> dict[bytes, SerializedValue]:
         """The stored values (or errors) of `object_ids`, from the cache or the driver."""
-        from fray_ray.exceptions import GetTimeoutError
-
         self.references.flush()
         found: dict[bytes, SerializedValue] = {}
         with self._cache_lock:
@@ -197,17 +161,18 @@ class WorkerRuntime:
         if not missing:
             return found
         context = current_task.get()
-        request = self.connection.request("get", {"ids": missing, "task": context.task_id if context else None})
+        asked = GetObjects(missing, context.task_id if context else None)
+        request = messages.request(self.connection, asked)
         try:
-            body, buffers = request.result(timeout)
+            answer = messages.reply_of(asked, request.result(timeout))
         except concurrent.futures.TimeoutError:
-            self._notify_quietly("get_abandoned", {"task": context.task_id if context else None})
+            self._notify_quietly(GetAbandoned(context.task_id if context else None))
             raise GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} seconds.") from None
         except ConnectionClosed as exc:
             from fray_ray.exceptions import RaySystemError
 
             raise RaySystemError(f"lost the connection to the driver: {exc}") from exc
-        for object_id, value in zip(body["ids"], unpack_values(body["values"], buffers)):
+        for object_id, value in zip(answer.ids, answer.found):
             found[object_id] = value
             self._remember(object_id, value)
         return found
@@ -225,54 +190,61 @@ class WorkerRuntime:
     def wait(
         self, refs: Sequence[Any], num_returns: int, timeout: float | None, fetch_local: bool
     ) -> tuple[list[Any], list[Any]]:
-        from fray_ray._private.generators import ObjectRefGenerator
-
         self.references.flush()
         keys = [r._stream_id if isinstance(r, ObjectRefGenerator) else r.binary() for r in refs]
         streams = [[r._stream_id, r._next_index] for r in refs if isinstance(r, ObjectRefGenerator)]
-        body, _ = self.connection.call(
-            "wait", {"ids": keys, "num_returns": num_returns, "timeout": timeout, "streams": streams}
-        )
-        ready = set(body["ready"])
+        ready = set(messages.call(self.connection, Wait(keys, num_returns, timeout, streams)).ready)
         ready_refs = [r for r, k in zip(refs, keys) if k in ready][:num_returns]
         chosen = {id(r) for r in ready_refs}
         return ready_refs, [r for r in refs if id(r) not in chosen]
 
     def stream_next_future(self, stream_id: bytes, index: int) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
-        request = self.connection.request("stream_next", {"stream": stream_id, "index": index})
+        asked = StreamNext(stream_id, index)
+        request = messages.request(self.connection, asked)
 
         def done(reply: concurrent.futures.Future) -> None:
             try:
-                body, _ = reply.result()
+                item = messages.reply_of(asked, reply.result())
             except BaseException as exc:  # noqa: BLE001 - delivered through the future
                 future.set_exception(exc)
                 return
-            future.set_result(ObjectRef(body["id"], _announced=True) if body["id"] else None)
+            future.set_result(ObjectRef(item.id, _announced=True) if item.id else None)
 
         request.add_done_callback(done)
         return future
 
     def stream_ready(self, stream_id: bytes, index: int) -> str:
-        return self._simple("stream_ready", {"stream": stream_id, "index": index})["state"]
-
-    def gang(self, operation: str, **arguments: Any) -> Any:
-        """Gang operations (reserve, release, size) run by the driver."""
-        reply = self._simple("gang", {"op": operation, "args": cloudpickle.dumps(arguments)})
-        return cloudpickle.loads(reply["result"])
+        return self._simple(StreamReady(stream_id, index)).state
 
     def reserve_gang(self, *, tpu: str, num_slices: int, timeout: float | None) -> bytes:
-        from fray_ray._private.gangs import slice_shape
-
-        return self.gang("reserve", shape=slice_shape(tpu, num_slices), timeout=timeout)
+        return self._simple(ReserveGang(tpu, num_slices, timeout)).value
 
     def release_gang(self, gang_id: bytes) -> None:
-        self.gang("release", gang_id=gang_id)
+        self._simple(ReleaseGang(gang_id))
 
-    def placement_group(self, operation: str, **arguments: Any) -> Any:
-        """Placement group operations run by the driver (create, remove, wait, table, get)."""
-        reply = self._simple("placement_group", {"op": operation, "args": cloudpickle.dumps(arguments)})
-        return cloudpickle.loads(reply["result"])
+    def gang_size(self, gang_id: bytes) -> int:
+        return self._simple(GangSize(gang_id)).value
+
+    def create_placement_group(
+        self, bundles: list[dict[str, float]], strategy: str, name: str, detached: bool
+    ) -> PlacementGroupInfo:
+        return self._simple(CreatePlacementGroup(bundles, strategy, name, detached)).value
+
+    def remove_placement_group(self, group_id: bytes) -> None:
+        self._simple(RemovePlacementGroup(group_id))
+
+    def wait_placement_group(self, group_id: bytes, timeout: float | None) -> bool:
+        return self._simple(WaitPlacementGroup(group_id, timeout)).value
+
+    def placement_group_info(self, group_id: bytes) -> PlacementGroupInfo | None:
+        return self._simple(DescribePlacementGroup(group_id)).value
+
+    def placement_group_by_name(self, name: str) -> PlacementGroupInfo:
+        return self._simple(FindPlacementGroup(name)).value
+
+    def placement_group_table(self, group_id: bytes | None) -> dict[str, Any]:
+        return self._simple(PlacementGroupTable(group_id)).value
 
     def object_future(self, ref: ObjectRef) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -288,64 +260,53 @@ class WorkerRuntime:
 
     # ---- tasks and actors ----------------------------------------------------------------
 
-    def _request_spec(self, method: str, spec: Any) -> Mapping[str, Any]:
-        self.references.flush()
-        body, buffers = pack_spec(spec)
+    def _parent(self) -> bytes | None:
         context = current_task.get()
-        body["parent"] = context.task_id if context else None
-        try:
-            reply, _ = self.connection.call(method, body, buffers)
-        except RemoteError as exc:
-            raise _rebuild_remote_error(exc) from None
-        return reply
+        return context.task_id if context else None
 
     def submit_task(self, spec: TaskSpec) -> list[Any]:
-        from fray_ray._private.generators import ObjectRefGenerator
-
-        reply = self._request_spec("submit", spec)
+        reply = self._simple(SubmitTask(spec, self._parent()))
         if spec.num_returns == "streaming":
             return [ObjectRefGenerator(spec.task_id)]
-        return [ObjectRef(oid, _announced=True) for oid in reply["returns"]]
+        return [ObjectRef(oid, _announced=True) for oid in reply.returns]
 
     def create_actor(self, spec: ActorCreationSpec) -> bytes:
-        return self._request_spec("create_actor", spec)["actor_id"]
+        return self._simple(CreateActor(spec, self._parent())).actor_id
 
     def submit_actor_call(self, spec: ActorCallSpec) -> list[Any]:
-        from fray_ray._private.generators import ObjectRefGenerator
-
-        reply = self._request_spec("actor_call", spec)
+        reply = self._simple(SubmitActorCall(spec, self._parent()))
         if spec.num_returns == "streaming":
             return [ObjectRefGenerator(spec.call_id)]
-        return [ObjectRef(oid, _announced=True) for oid in reply["returns"]]
+        return [ObjectRef(oid, _announced=True) for oid in reply.returns]
 
-    def _simple(self, method: str, body: Mapping[str, Any]) -> Any:
+    def _simple(self, message: Message) -> Any:
+        """Send a request and return its reply; the driver's refusal as the error users expect."""
         self.references.flush()
         try:
-            reply, _ = self.connection.call(method, dict(body))
+            return messages.call(self.connection, message)
         except RemoteError as exc:
             raise _rebuild_remote_error(exc) from None
-        return reply
 
     def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
-        self._simple("kill_actor", {"actor_id": actor_id, "no_restart": no_restart})
+        self._simple(KillActor(actor_id, no_restart))
 
     def cancel(self, ref: ObjectRef, force: bool, recursive: bool) -> None:
-        self._simple("cancel", {"id": ref.binary(), "force": force, "recursive": recursive})
+        self._simple(Cancel(ref.binary(), force, recursive))
 
     def get_named_actor(self, name: str, namespace: str | None) -> Mapping[str, Any]:
-        return cloudpickle.loads(self._simple("get_actor", {"name": name, "namespace": namespace})["info"])
+        return self._simple(GetNamedActor(name, namespace)).value
 
     def list_named_actors(self, all_namespaces: bool) -> list[Any]:
-        return self._simple("list_actors", {"all_namespaces": all_namespaces})["actors"]
+        return self._simple(ListNamedActors(all_namespaces)).value
 
     def cluster_resources(self) -> dict[str, float]:
-        return self._simple("resources", {"kind": "cluster"})["resources"]
+        return self._simple(GetResources(available=False)).resources
 
     def available_resources(self) -> dict[str, float]:
-        return self._simple("resources", {"kind": "available"})["resources"]
+        return self._simple(GetResources(available=True)).resources
 
     def nodes(self) -> list[dict[str, Any]]:
-        return cloudpickle.loads(self._simple("nodes", {})["nodes"])
+        return self._simple(GetNodes()).value
 
     def context_info(self) -> dict[str, Any]:
         context = current_task.get()
@@ -366,9 +327,9 @@ class WorkerRuntime:
             "session_address": self.session_address,
         }
 
-    def _notify_quietly(self, method: str, body: Mapping[str, Any]) -> None:
+    def _notify_quietly(self, message: Message) -> None:
         try:
-            self.connection.notify(method, dict(body))
+            messages.notify(self.connection, message)
         except ConnectionClosed:
             pass
 
@@ -378,8 +339,6 @@ class WorkerRuntime:
 
 def _rebuild_remote_error(error: RemoteError) -> BaseException:
     """Errors the driver reports for worker requests, as the exception types users expect."""
-    from fray_ray import exceptions
-
     kind = error.kind
     if kind == "ValueError":
         return ValueError(error.message)
@@ -393,273 +352,15 @@ def _rebuild_remote_error(error: RemoteError) -> BaseException:
     return exceptions.RaySystemError(f"{kind}: {error.message}")
 
 
-# ---- the executor process -----------------------------------------------------------------
-
-
-class Executor:
-    """Runs tasks the driver pushes, one at a time, on the thread that calls `serve()`.
-
-    Tasks wait in a local queue while one runs; the driver may take queued ones back
-    (`unqueue`, when the running task blocks) or cancel them before they start.
-    """
-
-    def __init__(self, *, max_calls: int = 0, in_process: bool = False) -> None:
-        self.runtime: WorkerRuntime | None = None  # set once the session is open
-        self._max_calls = max_calls
-        self._in_process = in_process
-        self._functions: dict[bytes, Any] = {}
-        self._condition = threading.Condition()  # guards _queue, _running and _exiting
-        self._queue: collections.deque[tuple[dict[str, Any], list[bytearray]]] = collections.deque()
-        self._running: TaskContext | None = None
-        self._exiting = False
-        self._main_thread_id = threading.get_ident()
-
-    def handlers(self) -> dict[str, Any]:
-        return {"execute": self._on_execute, "cancel": self._on_cancel, "exit": self._on_exit, "unqueue": self._on_unqueue}
-
-    def _on_execute(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        with self._condition:
-            self._queue.append((body, buffers))
-            self._condition.notify()
-
-    def _on_exit(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        with self._condition:
-            self._exiting = True
-            self._condition.notify()
-
-    def _on_unqueue(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        """Hand back every task that has not started (the running one blocked)."""
-        with self._condition:
-            returned = [item[0]["task"] for item in self._queue]
-            self._queue.clear()
-        if returned:
-            try:
-                connection.notify("tasks_returned", {"tasks": returned})
-            except ConnectionClosed:
-                pass
-
-    def _on_cancel(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        from fray_ray.exceptions import TaskCancelledError
-
-        with self._condition:
-            queued = next((item for item in self._queue if item[0]["task"] == body["task"]), None)
-            if queued is not None:
-                self._queue.remove(queued)
-            running = self._running
-            if queued is None and (running is None or running.task_id != body["task"]):
-                return
-            if queued is None:
-                running.cancelled.set()
-        if queued is not None:
-            self._send_done(body["task"], None, TaskCancelledError(body["task"].hex()), len(queued[0]["returns"]))
-            return
-        if body.get("force") and not self._in_process:
-            os._exit(1)  # a forced cancel kills the worker, as in Ray
-        _interrupt_thread(self._main_thread_id)
-
-    def _session_lost(self, _connection: Connection) -> None:
-        """The driver went away without saying `exit`: end now, a running task included, and
-        fail (exit 1), so the job never reports success for work nobody will collect."""
-        with self._condition:
-            told = self._exiting
-            self._exiting = True
-            self._condition.notify()
-        if not told and not self._in_process:
-            print("fray_ray: executor lost its driver's session; exiting", file=sys.__stderr__, flush=True)
-            os._exit(1)
-
-    def finish(self) -> None:
-        """Mark a normal end (max_calls reached, or told to exit) before the connection closes."""
-        with self._condition:
-            self._exiting = True
-
-    def serve(self) -> None:
-        """Run tasks until told to exit, the driver goes away, or max_calls is reached."""
-        self._main_thread_id = threading.get_ident()
-        self.runtime.connection.add_close_callback(self._session_lost)
-        calls = 0
-        while True:
-            with self._condition:
-                while not self._queue and not self._exiting:
-                    self._condition.wait()
-                if self._exiting and not self._queue:
-                    return
-                if self._exiting and self.runtime.connection.closed:
-                    return
-                item = self._queue.popleft()
-            self._run(*item)
-            calls += 1
-            if self._max_calls and calls >= self._max_calls:
-                return
-
-    def _function(self, body: Mapping[str, Any]) -> Any:
-        code_id = body["fn"]
-        function = self._functions.get(code_id)
-        if function is None:
-            function = cloudpickle.loads(body["code"])
-            self._functions[code_id] = function
-        return function
-
-    def _run(self, body: dict[str, Any], buffers: list[bytearray]) -> None:
-        from fray_ray.exceptions import TaskCancelledError
-
-        task_id: bytes = body["task"]
-        name: str = body["name"]
-        num_returns = body["num_returns"]
-        values = unpack_values(body["values"], buffers)
-        arguments = values[0]
-        inline = dict(zip(body["resolved"], values[1:]))
-        context = TaskContext(
-            task_id=task_id,
-            function_name=name,
-            resources=body.get("resources") or {},
-            placement_group_id=body.get("placement_group"),
-        )
-        token = current_task.set(context)
-        env_backup = _apply_env(body.get("env") or {}, restore=not self._in_process)
-        with self._condition:
-            self._running = context
-        try:
-            function = self._function(body)
-            resolve = value_resolver(self.runtime.fetch, inline)
-            args, kwargs = resolve_arguments(arguments, resolve, body["top_level"])
-            result = function(*args, **kwargs)
-            if num_returns == "streaming":
-                self._stream(task_id, result)
-                results = []
-            elif num_returns == "dynamic":
-                results = [self._dynamic(task_id, result)]
-            else:
-                results = within_store(package_results(result, num_returns, name), self.runtime.object_store_memory, name)
-            error = None
-        except KeyboardInterrupt:
-            results, error = None, TaskCancelledError(task_id.hex() if task_id else None)
-            if not context.cancelled.is_set():
-                raise
-            error = make_task_error(error, name)
-        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the owner
-            results, error = None, make_task_error(exc, name)
-        finally:
-            with self._condition:
-                self._running = None
-            _restore_env(env_backup)
-            current_task.reset(token)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        flush_forwarded()
-        self._send_done(task_id, results, error, len(body["returns"]))
-
-    def _stream(self, stream_id: bytes, generator: Any) -> None:
-        """Send each item of a streaming generator as it is produced."""
-        send_item(self.runtime.connection, stream_id, generator)
-
-    def _dynamic(self, task_id: bytes, generator: Any) -> SerializedValue:
-        """Store every item, then return a DynamicObjectRefGenerator holding refs to them."""
-        from fray_ray._private.generators import DynamicObjectRefGenerator
-        from fray_ray._private.ids import object_id_for
-
-        items = [serialize(item) for item in generator]  # a failure here fails (and retries) the task
-        for index, value in enumerate(items, start=1):
-            batch = WireBatch()
-            batch.add(value)
-            self.runtime.connection.notify("yield", {"stream": task_id, "index": index, "value": batch.descriptions[0]},
-                                           batch.buffers)
-        refs = [ObjectRef(object_id_for(task_id, i), _register=False) for i in range(1, len(items) + 1)]
-        return serialize(DynamicObjectRefGenerator(refs))
-
-    def _send_done(self, task_id: bytes, results: list[SerializedValue] | None, error: BaseException | None, count: int) -> None:
-        batch = WireBatch()
-        if error is not None:
-            for value in error_results(error, count):
-                batch.add(value)
-        else:
-            for value in results or []:
-                batch.add(value)
-        user_error = error is not None or any(r.is_error for r in results or [])
-        try:
-            self.runtime.connection.notify(
-                "task_done", {"task": task_id, "results": batch.descriptions, "user_error": user_error}, batch.buffers
-            )
-        except ConnectionClosed:
-            pass
-        except Exception as exc:  # noqa: BLE001 - e.g. a result msgpack cannot carry
-            logger.exception("cannot send the result of task %s", task_id.hex())
-            fallback = WireBatch()
-            for value in error_results(make_task_error(exc, "result serialization"), count):
-                fallback.add(value)
-            self.runtime.connection.notify(
-                "task_done", {"task": task_id, "results": fallback.descriptions, "user_error": True}, fallback.buffers
-            )
-
-
-def send_item(connection: Connection, stream_id: bytes, generator: Any) -> int:
-    """Iterate a generator, sending each item as `yield`; returns how many were sent."""
-    index = 0
-    for item in generator:
-        index += 1
-        batch = WireBatch()
-        batch.add(serialize(item))
-        connection.notify("yield", {"stream": stream_id, "index": index, "value": batch.descriptions[0]}, batch.buffers)
-    return index
-
-
-async def send_items_async(connection: Connection, stream_id: bytes, generator: Any) -> int:
-    """The same for an async generator."""
-    index = 0
-    async for item in generator:
-        index += 1
-        batch = WireBatch()
-        batch.add(serialize(item))
-        connection.notify("yield", {"stream": stream_id, "index": index, "value": batch.descriptions[0]}, batch.buffers)
-    return index
-
-
-_ENV_LOCK = threading.Lock()  # setenv from two threads at once can crash the C library
-
-
-def _apply_env(env: Mapping[str, str], *, restore: bool = True) -> dict[str, str | None]:
-    """Set a task's env vars; returns what to restore afterwards.
-
-    In-process executors (local mode) share one environment, so there the variables are set
-    (under a lock) and left in place: concurrent tasks see each other's values.
-    """
-    backup: dict[str, str | None] = {}
-    if not env:
-        return backup
-    with _ENV_LOCK:
-        for key, value in env.items():
-            if os.environ.get(key) == value:
-                continue
-            if restore:
-                backup[key] = os.environ.get(key)
-            os.environ[key] = value
-    return backup
-
-
-def _restore_env(backup: Mapping[str, str | None]) -> None:
-    if not backup:
-        return
-    with _ENV_LOCK:
-        for key, value in backup.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def _interrupt_thread(thread_id: int) -> None:
-    """Raise KeyboardInterrupt in the task's thread at its next bytecode."""
-    import ctypes
-
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(KeyboardInterrupt))
-
-
 def open_session(
     session_address: str,
     token: str,
-    hello: Mapping[str, Any],
+    kind: str,
+    worker_id: bytes,
     handlers: Mapping[str, Any],
     on_runtime: Any = None,
+    *,
+    index: int = 0,
 ) -> WorkerRuntime:
     """Connect to the driver, introduce this worker (and its cluster host), return its runtime.
 
@@ -667,52 +368,13 @@ def open_session(
     answered before anything else is sent or read. `on_runtime(runtime)` runs before any
     message is handled, so handlers can rely on the runtime existing.
     """
-    greeting = {**hello, "token": token, "pid": os.getpid(), "ip": node_ip(), "host": os.environ.get("IRIS_WORKER_ID")}
-    connection, info = introduce(session_address, greeting, name=f"{hello.get('kind', 'worker')}-session")
+    hello = Hello(kind=kind, id=worker_id, token=token, pid=os.getpid(), host=os.environ.get("IRIS_WORKER_ID"),
+                  ip=node_ip(), index=index)
+    greeting, _ = messages.encode(hello)
+    connection, info = introduce(session_address, greeting, name=f"{kind}-session")
     runtime = WorkerRuntime(connection)
-    runtime.set_info(info)
+    runtime.set_info(messages.reply_of(hello, (info, [])))
     if on_runtime is not None:
         on_runtime(runtime)
     connection.start(dict(handlers))
     return runtime
-
-
-def executor_main(
-    session_address: str,
-    token: str,
-    executor_id: bytes,
-    max_calls: int = 0,
-    in_process: bool = False,
-    *,
-    gang_index: int | None = None,
-    gang_base: int | None = None,
-) -> None:
-    """Entry point of an executor: an Iris task (or a LocalClient thread) that runs tasks.
-
-    Gang members pass `gang_index`, or `gang_base` to which their Iris task index is added.
-    """
-    hello: dict[str, Any] = {"kind": "executor", "id": executor_id}
-    if gang_index is not None or gang_base is not None:
-        from fray_ray.fray.job_info import get_job_info
-
-        info = get_job_info()
-        index = gang_index if gang_index is not None else gang_base + (info.task_index if info else 0)
-        hello = {"kind": "gang", "id": executor_id, "index": index}
-    executor = Executor(max_calls=max_calls, in_process=in_process)
-    runtime = open_session(
-        session_address, token, hello, executor.handlers(), on_runtime=lambda r: setattr(executor, "runtime", r),
-    )
-    if in_process:
-        context_token = runtime_state.set_context_runtime(runtime)
-    else:
-        runtime_state.install(runtime)
-        from fray_ray._private.logs import forward_output
-
-        forward_output(runtime)
-    try:
-        executor.serve()
-    finally:
-        executor.finish()
-        if in_process:
-            runtime_state.reset_context_runtime(context_token)
-        runtime.shutdown()

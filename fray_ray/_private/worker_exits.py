@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fray_ray.exceptions import OutOfMemoryError, WorkerCrashedError
 from fray_ray.fray import JobStatus
 
 logger = logging.getLogger(__name__)
@@ -33,8 +34,6 @@ def is_oom_kill(exit_text: str) -> bool:
 
 def worker_death_error(task_name: str, attempt: int, attempts: int, exit_text: str) -> BaseException:
     """OutOfMemoryError when the cluster says the process was OOM-killed, else WorkerCrashedError."""
-    from fray_ray.exceptions import OutOfMemoryError, WorkerCrashedError
-
     where = f"(attempt {attempt} of {attempts})"
     if is_oom_kill(exit_text):
         detail = next((line for line in exit_text.splitlines() if is_oom_kill(line)), exit_text).strip()

@@ -26,6 +26,8 @@ from typing import Any
 from fray_ray._private import runtime_env as runtime_env_module
 from fray_ray._private.actor_host import RayActorHost
 from fray_ray._private.runtime_env import RuntimeEnv
+from fray_ray._private.executor import executor_main
+from fray_ray._version import __version__
 from fray_ray.fray._workspaces import PY_MODULES_DIR
 
 __all__ = ["CheckedActorHost", "WorkerEnvironmentError", "prepare_worker", "start_executor"]
@@ -39,11 +41,10 @@ class WorkerEnvironmentError(RuntimeError):
 
 def prepare_worker(driver_version: str, runtime_env: RuntimeEnv) -> None:
     """Check this process can serve the driver, then set up its paths. Raises WorkerEnvironmentError."""
-    import fray_ray
-
-    if fray_ray.__version__ != driver_version:
+    if __version__ != driver_version:
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         raise WorkerEnvironmentError(
-            f"this worker's fray_ray is {fray_ray.__version__} ({os.path.dirname(fray_ray.__file__)}, Python "
+            f"this worker's fray_ray is {__version__} ({package}, Python "
             f"{sys.executable}) but the driver runs {driver_version}: install fray-ray=={driver_version} in the "
             "cluster's worker image"
         )
@@ -86,8 +87,6 @@ def _installed(requirement: str) -> bool:
 
 def start_executor(driver_version: str, runtime_env: RuntimeEnv, *args: Any, **kwargs: Any) -> None:
     """An executor's entry point in its Iris task: `prepare_worker`, then `executor_main`."""
-    from fray_ray._private.worker import executor_main
-
     prepare_worker(driver_version, runtime_env)
     executor_main(*args, **kwargs)
 

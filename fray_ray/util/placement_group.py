@@ -60,10 +60,8 @@ def placement_group(
         raise ValueError(
             "Placement group `lifetime` argument must be either `None` or 'detached'. " f"Got {lifetime}."
         )
-    result = runtime_state.current().placement_group(
-        "create", bundles=checked, strategy=strategy, name=name or "", detached=lifetime == "detached"
-    )
-    return PlacementGroup(PlacementGroupID(result["id"]), checked, result["ready_id"])
+    info = runtime_state.current().create_placement_group(checked, strategy, name or "", lifetime == "detached")
+    return PlacementGroup(PlacementGroupID(info.id), checked, info.ready_id)
 
 
 def remove_placement_group(placement_group: PlacementGroup) -> None:
@@ -77,7 +75,7 @@ def remove_placement_group(placement_group: PlacementGroup) -> None:
     """
     if not isinstance(placement_group, PlacementGroup):
         raise TypeError(f"remove_placement_group expects a PlacementGroup, got {type(placement_group).__name__}")
-    runtime_state.current().placement_group("remove", id=placement_group.id.binary())
+    runtime_state.current().remove_placement_group(placement_group.id.binary())
 
 
 def get_placement_group(placement_group_name: str) -> PlacementGroup:
@@ -94,8 +92,8 @@ def get_placement_group(placement_group_name: str) -> PlacementGroup:
     """
     if not placement_group_name:
         raise ValueError("Please supply a non-empty value to get_placement_group")
-    info = runtime_state.current().placement_group("get", name=placement_group_name)
-    return PlacementGroup(PlacementGroupID(info["id"]), info["bundles"], info["ready_id"])
+    info = runtime_state.current().placement_group_by_name(placement_group_name)
+    return PlacementGroup(PlacementGroupID(info.id), info.bundles, info.ready_id)
 
 
 def placement_group_table(placement_group: PlacementGroup | None = None) -> dict[str, Any]:
@@ -109,8 +107,7 @@ def placement_group_table(placement_group: PlacementGroup | None = None) -> dict
         or every group's row keyed by its id hex.
     """
     group_id = None if placement_group is None else placement_group.id.binary()
-    table: dict[str, Any] = runtime_state.current().placement_group("table", id=group_id)
-    return table
+    return runtime_state.current().placement_group_table(group_id)
 
 
 def get_current_placement_group() -> PlacementGroup | None:

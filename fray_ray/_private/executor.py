@@ -1,0 +1,309 @@
+"""The executor process: runs the tasks its driver pushes, one at a time.
+
+An executor opens its session with `open_session` (`worker.py`), whose runtime serves the
+task code's `ray.get`/`put`/`remote`; the driver sends `ExecuteTask`, `CancelTask`, `Unqueue`
+and `Exit`, and the executor answers each task with `TaskDone`.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import cloudpickle
+
+from fray_ray._private import messages, runtime_state
+from fray_ray._private.logs import flush_forwarded
+from fray_ray._private.execution import (
+    error_results,
+    make_task_error,
+    package_results,
+    resolve_call_arguments,
+    within_store,
+)
+from fray_ray._private.generators import DynamicObjectRefGenerator
+from fray_ray._private.ids import object_id_for
+from fray_ray._private.messages import CancelTask, ExecuteTask, Exit, TaskDone, TasksReturned, Unqueue, Yield
+from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.worker import WorkerRuntime, open_session
+from fray_ray._private.protocol import Connection, ConnectionClosed
+from fray_ray._private.serialization import SerializedValue, serialize
+from fray_ray._private.task_context import TaskContext, current_task
+from fray_ray.exceptions import TaskCancelledError
+from fray_ray.fray.job_info import get_job_info
+
+logger = logging.getLogger(__name__)
+
+
+class Executor:
+    """Runs tasks the driver pushes, one at a time, on the thread that calls `serve()`.
+
+    Tasks wait in a local queue while one runs; the driver may take queued ones back
+    (`unqueue`, when the running task blocks) or cancel them before they start.
+    """
+
+    def __init__(self, *, max_calls: int = 0, in_process: bool = False) -> None:
+        self.runtime: WorkerRuntime | None = None  # set once the session is open
+        self._max_calls = max_calls
+        self._in_process = in_process
+        self._functions: dict[bytes, Any] = {}
+        self._condition = threading.Condition()  # guards _queue, _running and _exiting
+        self._queue: collections.deque[ExecuteTask] = collections.deque()
+        self._running: TaskContext | None = None
+        self._exiting = False
+        self._main_thread_id = threading.get_ident()
+
+    def handlers(self) -> dict[str, Any]:
+        return messages.handlers(
+            {ExecuteTask: self._on_execute, CancelTask: self._on_cancel, Exit: self._on_exit, Unqueue: self._on_unqueue}
+        )
+
+    def _on_execute(self, connection: Connection, message_id: int | None, task: ExecuteTask) -> None:
+        with self._condition:
+            self._queue.append(task)
+            self._condition.notify()
+
+    def _on_exit(self, connection: Connection, message_id: int | None, exit_: Exit) -> None:
+        with self._condition:
+            self._exiting = True
+            self._condition.notify()
+
+    def _on_unqueue(self, connection: Connection, message_id: int | None, unqueue: Unqueue) -> None:
+        """Hand back every task that has not started (the running one blocked)."""
+        with self._condition:
+            returned = [task.task for task in self._queue]
+            self._queue.clear()
+        if returned:
+            try:
+                messages.notify(connection, TasksReturned(returned))
+            except ConnectionClosed:
+                pass
+
+    def _on_cancel(self, connection: Connection, message_id: int | None, cancel: CancelTask) -> None:
+        with self._condition:
+            queued = next((task for task in self._queue if task.task == cancel.task), None)
+            if queued is not None:
+                self._queue.remove(queued)
+            running = self._running
+            if queued is None and (running is None or running.task_id != cancel.task):
+                return
+            if queued is None:
+                running.cancelled.set()
+        if queued is not None:
+            self._send_done(cancel.task, None, TaskCancelledError(cancel.task.hex()), len(queued.returns))
+            return
+        if cancel.force and not self._in_process:
+            os._exit(1)  # a forced cancel kills the worker, as in Ray
+        _interrupt_thread(self._main_thread_id)
+
+    def _session_lost(self, _connection: Connection) -> None:
+        """The driver went away without saying `exit`: end now, a running task included, and
+        fail (exit 1), so the job never reports success for work nobody will collect."""
+        with self._condition:
+            told = self._exiting
+            self._exiting = True
+            self._condition.notify()
+        if not told and not self._in_process:
+            print("fray_ray: executor lost its driver's session; exiting", file=sys.__stderr__, flush=True)
+            os._exit(1)
+
+    def finish(self) -> None:
+        """Mark a normal end (max_calls reached, or told to exit) before the connection closes."""
+        with self._condition:
+            self._exiting = True
+
+    def serve(self) -> None:
+        """Run tasks until told to exit, the driver goes away, or max_calls is reached."""
+        self._main_thread_id = threading.get_ident()
+        self.runtime.connection.add_close_callback(self._session_lost)
+        calls = 0
+        while True:
+            with self._condition:
+                while not self._queue and not self._exiting:
+                    self._condition.wait()
+                if self._exiting and not self._queue:
+                    return
+                if self._exiting and self.runtime.connection.closed:
+                    return
+                task = self._queue.popleft()
+            self._run(task)
+            calls += 1
+            if self._max_calls and calls >= self._max_calls:
+                return
+
+    def _function(self, task: ExecuteTask) -> Any:
+        function = self._functions.get(task.fn)
+        if function is None:
+            function = cloudpickle.loads(task.code)
+            self._functions[task.fn] = function
+        return function
+
+    def _run(self, task: ExecuteTask) -> None:
+        task_id = task.task
+        name = task.name
+        num_returns = task.num_returns
+        context = TaskContext(
+            task_id=task_id,
+            function_name=name,
+            resources=task.resources or {},
+            placement_group_id=task.placement_group,
+        )
+        token = current_task.set(context)
+        env_backup = _apply_env(task.env or {}, restore=not self._in_process)
+        with self._condition:
+            self._running = context
+        try:
+            function = self._function(task)
+            args, kwargs = resolve_call_arguments(task.args, self.runtime.fetch)
+            result = function(*args, **kwargs)
+            if num_returns == "streaming":
+                self._stream(task_id, result)
+                results = []
+            elif num_returns == "dynamic":
+                results = [self._dynamic(task_id, result)]
+            else:
+                results = within_store(package_results(result, num_returns, name), self.runtime.object_store_memory, name)
+            error = None
+        except KeyboardInterrupt:
+            results, error = None, TaskCancelledError(task_id.hex() if task_id else None)
+            if not context.cancelled.is_set():
+                raise
+            error = make_task_error(error, name)
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the owner
+            results, error = None, make_task_error(exc, name)
+        finally:
+            with self._condition:
+                self._running = None
+            _restore_env(env_backup)
+            current_task.reset(token)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        flush_forwarded()
+        self._send_done(task_id, results, error, len(task.returns))
+
+    def _stream(self, stream_id: bytes, generator: Any) -> None:
+        """Send each item of a streaming generator as it is produced."""
+        send_item(self.runtime.connection, stream_id, generator)
+
+    def _dynamic(self, task_id: bytes, generator: Any) -> SerializedValue:
+        """Store every item, then return a DynamicObjectRefGenerator holding refs to them."""
+        items = [serialize(item) for item in generator]  # a failure here fails (and retries) the task
+        for index, value in enumerate(items, start=1):
+            messages.notify(self.runtime.connection, Yield(task_id, index, value))
+        refs = [ObjectRef(object_id_for(task_id, i), _register=False) for i in range(1, len(items) + 1)]
+        return serialize(DynamicObjectRefGenerator(refs))
+
+    def _send_done(self, task_id: bytes, results: list[SerializedValue] | None, error: BaseException | None, count: int) -> None:
+        values = error_results(error, count) if error is not None else list(results or [])
+        user_error = error is not None or any(r.is_error for r in values)
+        try:
+            messages.notify(self.runtime.connection, TaskDone(task_id, values, user_error))
+        except ConnectionClosed:
+            pass
+        except Exception as exc:  # noqa: BLE001 - e.g. a result msgpack cannot carry
+            logger.exception("cannot send the result of task %s", task_id.hex())
+            fallback = error_results(make_task_error(exc, "result serialization"), count)
+            messages.notify(self.runtime.connection, TaskDone(task_id, fallback, True))
+
+
+def send_item(connection: Connection, stream_id: bytes, generator: Any) -> int:
+    """Iterate a generator, sending each item as `yield`; returns how many were sent."""
+    index = 0
+    for item in generator:
+        index += 1
+        messages.notify(connection, Yield(stream_id, index, serialize(item)))
+    return index
+
+
+async def send_items_async(connection: Connection, stream_id: bytes, generator: Any) -> int:
+    """The same for an async generator."""
+    index = 0
+    async for item in generator:
+        index += 1
+        messages.notify(connection, Yield(stream_id, index, serialize(item)))
+    return index
+
+
+_ENV_LOCK = threading.Lock()  # setenv from two threads at once can crash the C library
+
+
+def _apply_env(env: Mapping[str, str], *, restore: bool = True) -> dict[str, str | None]:
+    """Set a task's env vars; returns what to restore afterwards.
+
+    In-process executors (local mode) share one environment, so there the variables are set
+    (under a lock) and left in place: concurrent tasks see each other's values.
+    """
+    backup: dict[str, str | None] = {}
+    if not env:
+        return backup
+    with _ENV_LOCK:
+        for key, value in env.items():
+            if os.environ.get(key) == value:
+                continue
+            if restore:
+                backup[key] = os.environ.get(key)
+            os.environ[key] = value
+    return backup
+
+
+def _restore_env(backup: Mapping[str, str | None]) -> None:
+    if not backup:
+        return
+    with _ENV_LOCK:
+        for key, value in backup.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _interrupt_thread(thread_id: int) -> None:
+    """Raise KeyboardInterrupt in the task's thread at its next bytecode."""
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(KeyboardInterrupt))
+
+
+def executor_main(
+    session_address: str,
+    token: str,
+    executor_id: bytes,
+    max_calls: int = 0,
+    in_process: bool = False,
+    *,
+    gang_index: int | None = None,
+    gang_base: int | None = None,
+) -> None:
+    """Entry point of an executor: an Iris task (or a LocalClient thread) that runs tasks.
+
+    Gang members pass `gang_index`, or `gang_base` to which their Iris task index is added.
+    """
+    kind, index = "executor", 0
+    if gang_index is not None or gang_base is not None:
+        info = get_job_info()
+        kind = "gang"
+        index = gang_index if gang_index is not None else gang_base + (info.task_index if info else 0)
+    executor = Executor(max_calls=max_calls, in_process=in_process)
+    runtime = open_session(
+        session_address, token, kind, executor_id, executor.handlers(),
+        on_runtime=lambda r: setattr(executor, "runtime", r), index=index,
+    )
+    if in_process:
+        context_token = runtime_state.set_context_runtime(runtime)
+    else:
+        runtime_state.install(runtime)
+        from fray_ray._private.logs import forward_output
+
+        forward_output(runtime)
+    try:
+        executor.serve()
+    finally:
+        executor.finish()
+        if in_process:
+            runtime_state.reset_context_runtime(context_token)
+        runtime.shutdown()

@@ -1,0 +1,191 @@
+"""The executor half of the task scheduler: launching warm executor processes, taking their
+hello, retiring the idle ones.
+
+`ExecutorPool` is a base of `TaskScheduler` (`scheduler.py`) and shares its state and its one
+lock: the scheduler decides which task goes where, this part keeps the processes that run them.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fray_ray._private import messages
+from fray_ray._private.cluster_ledger import ClusterLedger
+from fray_ray._private.messages import Exit
+from fray_ray._private.nodes import placement_needs
+from fray_ray._private.protocol import Connection, ConnectionClosed
+from fray_ray._private.resources import Holding, Ledger
+from fray_ray._private.task_spec import PoolKey
+from fray_ray._private.timers import TimerQueue
+
+if TYPE_CHECKING:
+    from fray_ray._private.launcher import WorkerLauncher
+    from fray_ray._private.scheduler import TaskRecord
+
+#: Idle executors above the warm set are retired after this many seconds.
+IDLE_TIMEOUT_S = 30.0
+#: How often executors that have not said hello are checked on.
+STARTUP_CHECK_S = 0.5
+
+
+class ExecutorState(enum.Enum):
+    STARTING = "starting"  # launched, not yet connected
+    IDLE = "idle"
+    BUSY = "busy"
+    DEAD = "dead"
+
+
+@dataclass(eq=False)
+class ExecutorRecord:
+    executor_id: bytes
+    pool: PoolKey
+    state: ExecutorState = ExecutorState.STARTING
+    connection: Connection | None = None
+    job: Any = None  # the Fray JobHandle
+    #: tasks sent to it, in order; the first is running, the rest wait in its queue
+    tasks: collections.deque[TaskRecord] = field(default_factory=collections.deque)
+    #: the ledger and holding of its lease (None while it holds none)
+    lease: tuple[Ledger | ClusterLedger, Holding] | None = None
+    sent_code: set[bytes] = field(default_factory=set)
+    calls: int = 0
+    idle_since: float = 0.0
+    launched_at: float = field(default_factory=time.monotonic)
+    pid: int | None = None
+    host: str | None = None  # the cluster host it runs on, once it said
+
+
+class ExecutorPool:
+    """Launches, admits and retires executors; `TaskScheduler` sets the state below."""
+
+    _lock: threading.Lock
+    _executors: dict[bytes, ExecutorRecord]
+    _by_connection: dict[Connection, ExecutorRecord]
+    _ledger: ClusterLedger
+    _launcher: WorkerLauncher
+    _timers: TimerQueue
+    _warm: int
+    _closed: bool
+    _maintenance: Any
+
+    def schedule(self) -> None:
+        """Hand ready tasks to executors (TaskScheduler's)."""
+        raise NotImplementedError
+
+    def _executor_failed_to_start(self, executor: ExecutorRecord, problem: str) -> None:
+        """Fail the tasks waiting for an executor that died before connecting (TaskScheduler's)."""
+        raise NotImplementedError
+
+    def _drop_locked(self, executor: ExecutorRecord) -> None:
+        """Forget an executor that is gone or going (and what it asked the cluster for)."""
+        self._executors.pop(executor.executor_id, None)
+        self._ledger.forget(executor.executor_id)
+
+    def _launch(self, executor: ExecutorRecord) -> None:
+        def launched(job: Any, error: BaseException | None) -> None:
+            if error is not None:
+                self._executor_failed_to_start(executor, f"launching it failed: {error}")
+                return
+            with self._lock:
+                executor.job = job
+        cpu = self._ledger.ask(executor.executor_id, executor.pool.shape.cpu, placement_needs(executor.pool.shape.custom))
+        self._launcher.launch_executor(executor.executor_id, executor.pool, launched, cpu=cpu)
+        self._timers.call_later(STARTUP_CHECK_S, lambda: self._check_startup(executor))
+
+    def _check_startup(self, executor: ExecutorRecord) -> None:
+        with self._lock:
+            if executor.state is not ExecutorState.STARTING or self._closed:
+                return
+            job = executor.job
+        problem = self._launcher.job_failure(job) if job is not None else None
+        if problem is not None:
+            self._executor_failed_to_start(executor, problem)
+        else:
+            self._timers.call_later(STARTUP_CHECK_S, lambda: self._check_startup(executor))
+
+    def executor_connected(
+        self, executor_id: bytes, connection: Connection, pid: int | None, host: str | None = None
+    ) -> bool:
+        with self._lock:
+            executor = self._executors.get(executor_id)
+            if executor is None or executor.state is not ExecutorState.STARTING:
+                return False
+            executor.connection, executor.pid, executor.host = connection, pid, host
+            self._ledger.placed(executor_id, host)
+            executor.state = ExecutorState.IDLE
+            executor.idle_since = time.monotonic()
+            self._by_connection[connection] = executor
+        connection.add_close_callback(self._connection_closed)
+        self.schedule()
+        return True
+
+    def _release_lease_locked(self, executor: ExecutorRecord) -> None:
+        if executor.lease is not None:
+            ledger, holding = executor.lease
+            ledger.release(holding)
+            executor.lease = None
+
+    def _maintain(self) -> None:
+        retire: list[ExecutorRecord] = []
+        now = time.monotonic()
+        with self._lock:
+            if self._closed:
+                return
+            idle = sorted(
+                (e for e in self._executors.values() if e.state is ExecutorState.IDLE), key=lambda e: e.idle_since
+            )
+            keep = self._warm
+            for executor in reversed(idle):
+                if keep > 0 and not executor.pool.max_calls:
+                    keep -= 1
+                    continue
+                if now - executor.idle_since >= IDLE_TIMEOUT_S:
+                    retire.append(self._retire_locked(executor))
+        for executor in retire:
+            self._retire(executor)
+        self._maintenance = self._timers.call_later(IDLE_TIMEOUT_S / 3, self._maintain)
+
+    def make_room(self, cpu: float) -> None:
+        """Retire idle executors that hold CPU at the cluster, longest idle first, until `cpu`
+        is freed there: a new process needs that room (Ray's idle workers hold nothing)."""
+        retire: list[ExecutorRecord] = []
+        with self._lock:
+            idle = sorted((e for e in self._executors.values() if e.state is ExecutorState.IDLE), key=lambda e: e.idle_since)
+            for executor in idle:
+                held = self._ledger.asked(executor.executor_id)
+                if cpu > 0 and held > 0:
+                    cpu -= held
+                    retire.append(self._retire_locked(executor))
+        for executor in retire:
+            self._retire(executor)
+
+    def _retire_locked(self, executor: ExecutorRecord) -> ExecutorRecord:
+        executor.state = ExecutorState.DEAD
+        self._drop_locked(executor)
+        if executor.connection is not None:
+            self._by_connection.pop(executor.connection, None)
+        return executor
+
+    def _retire(self, executor: ExecutorRecord) -> None:
+        if executor.connection is not None:
+            try:
+                messages.notify(executor.connection, Exit())
+            except ConnectionClosed:
+                pass
+
+    def prestart(self, pool: PoolKey, count: int) -> None:
+        """Launch executors ahead of demand (so the first task finds one warm)."""
+        launches = []
+        with self._lock:
+            existing = sum(1 for e in self._executors.values() if e.pool == pool)
+            for _ in range(max(0, count - existing)):
+                executor = ExecutorRecord(uuid.uuid4().bytes, pool)
+                self._executors[executor.executor_id] = executor
+                launches.append(executor)
+        for executor in launches:
+            self._launch(executor)

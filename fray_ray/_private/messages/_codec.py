@@ -1,0 +1,275 @@
+"""The message base class and the codec: how a message's fields become a frame's body and
+out-of-band buffers and back, and the helpers that send, answer and dispatch messages."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+import cloudpickle
+
+from fray_ray._private.protocol import Connection, Handler
+from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue
+from fray_ray._private.task_spec import Arguments
+
+
+class MessageError(ValueError):
+    """A frame's body does not describe the message its method names."""
+
+
+class _Codec(enum.Enum):
+    PLAIN = "plain"  # a msgpack value as it is
+    VALUE = "value"  # one SerializedValue
+    VALUES = "values"  # a list of SerializedValues
+    ARGUMENTS = "arguments"  # CallArguments
+    SPEC = "spec"  # a task, actor-creation or actor-call spec
+    PICKLED = "pickled"  # any Python value, through cloudpickle
+    RECORD = "record"  # a frozen dataclass of plain fields, as a map
+
+
+def _wire(codec: _Codec, **kwargs: Any) -> Any:
+    return field(metadata={"codec": codec}, **kwargs)
+
+
+def value() -> Any:
+    """A field holding one SerializedValue."""
+    return _wire(_Codec.VALUE)
+
+
+def values() -> Any:
+    """A field holding a list of SerializedValues."""
+    return _wire(_Codec.VALUES)
+
+
+def arguments() -> Any:
+    """A field holding CallArguments."""
+    return _wire(_Codec.ARGUMENTS)
+
+
+def spec() -> Any:
+    """A field holding a task, actor-creation or actor-call spec."""
+    return _wire(_Codec.SPEC)
+
+
+def pickled(**kwargs: Any) -> Any:
+    """A field holding any picklable value."""
+    return _wire(_Codec.PICKLED, **kwargs)
+
+
+def record(cls: type) -> Any:
+    """A field holding a frozen dataclass `cls` whose fields are plain msgpack values."""
+    return field(metadata={"codec": _Codec.RECORD, "record": cls})
+
+
+@dataclass(frozen=True)
+class Message:
+    """Base of every message. `KIND`: the method of its frames ("" for replies)."""
+
+    KIND: ClassVar[str] = ""
+    #: The type of the answer to a request (None: a notification, or a reply itself).
+    REPLY: ClassVar[type[Message] | None] = None
+
+
+_KINDS: dict[str, type[Message]] = {}
+_LAYOUTS: dict[type[Message], tuple[tuple[str, _Codec, bool, Any], ...]] = {}
+M = TypeVar("M", bound=Message)
+
+
+def _message(cls: type[M]) -> type[M]:
+    """Register a message class under its `KIND`."""
+    if cls.KIND:
+        if cls.KIND in _KINDS:
+            raise TypeError(f"two messages of kind {cls.KIND!r}")
+        _KINDS[cls.KIND] = cls
+    return cls
+
+
+def _layout(cls: type[Message]) -> tuple[tuple[str, _Codec, bool, Any], ...]:
+    """(name, codec, required, record type) of each field, in declaration order."""
+    layout = _LAYOUTS.get(cls)
+    if layout is None:
+        layout = tuple(
+            (
+                f.name,
+                f.metadata.get("codec", _Codec.PLAIN),
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+                f.metadata.get("record"),
+            )
+            for f in dataclasses.fields(cls)
+        )
+        _LAYOUTS[cls] = layout
+    return layout
+
+
+# ---- argument values -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallArguments:
+    """A call's pickled arguments, the ids of its top-level ref arguments, and the values of
+    those small enough to travel with the call (the worker fetches the others)."""
+
+    value: SerializedValue
+    top_level: Sequence[bytes] = ()
+    inlined: Mapping[bytes, SerializedValue] = field(default_factory=dict)
+
+
+def inline_arguments(arguments: Arguments, stored: Callable[[bytes], SerializedValue | None]) -> CallArguments:
+    """`arguments` with the stored values of its top-level refs that are ready and at most
+    `INLINE_LIMIT` bytes, so the worker need not ask for them."""
+    inlined: dict[bytes, SerializedValue] = {}
+    for object_id in arguments.top_level:
+        found = stored(object_id)
+        if found is not None and found.size <= INLINE_LIMIT:
+            inlined[object_id] = found
+    return CallArguments(arguments.value, list(arguments.top_level), inlined)
+
+
+# ---- encoding ------------------------------------------------------------------------------
+
+
+def encode(message: Message) -> tuple[dict[str, Any], list[Any]]:
+    """A message as a frame's body and its out-of-band buffers."""
+    body: dict[str, Any] = {}
+    buffers: list[Any] = []
+    for name, codec, _, _ in _layout(type(message)):
+        item = getattr(message, name)
+        if codec is _Codec.PLAIN:
+            body[name] = item
+        elif codec is _Codec.VALUE:
+            body[name] = item.to_wire(buffers)
+        elif codec is _Codec.VALUES:
+            body[name] = [v.to_wire(buffers) for v in item]
+        elif codec is _Codec.ARGUMENTS:
+            body[name] = [
+                item.value.to_wire(buffers),
+                list(item.top_level),
+                [[object_id, v.to_wire(buffers)] for object_id, v in item.inlined.items()],
+            ]
+        elif codec is _Codec.SPEC:
+            body[name] = _pack_spec(item, buffers)
+        elif codec is _Codec.RECORD:
+            body[name] = {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
+        else:
+            body[name] = cloudpickle.dumps(item)
+    return body, buffers
+
+
+def decode(cls: type[M], body: Any, buffers: Sequence[bytearray]) -> M:
+    """The message of type `cls` a frame's body and buffers describe; MessageError if they do not."""
+    if not isinstance(body, Mapping):
+        raise MessageError(f"a {cls.__name__} must be a map, not {type(body).__name__}")
+    fields: dict[str, Any] = {}
+    offset = 0
+    try:
+        for name, codec, required, record_type in _layout(cls):
+            if name not in body:
+                if required:
+                    raise MessageError(f"a {cls.__name__} needs {name!r}")
+                continue
+            raw = body[name]
+            if codec is _Codec.PLAIN:
+                fields[name] = raw
+            elif codec is _Codec.VALUE:
+                fields[name], offset = SerializedValue.from_wire(raw, buffers, offset)
+            elif codec is _Codec.VALUES:
+                decoded = []
+                for description in raw:
+                    item, offset = SerializedValue.from_wire(description, buffers, offset)
+                    decoded.append(item)
+                fields[name] = decoded
+            elif codec is _Codec.ARGUMENTS:
+                description, top_level, inlined_descriptions = raw
+                argument_value, offset = SerializedValue.from_wire(description, buffers, offset)
+                inlined = {}
+                for object_id, inlined_description in inlined_descriptions:
+                    inlined[object_id], offset = SerializedValue.from_wire(inlined_description, buffers, offset)
+                fields[name] = CallArguments(argument_value, list(top_level), inlined)
+            elif codec is _Codec.SPEC:
+                fields[name], offset = _unpack_spec(raw, buffers, offset)
+            elif codec is _Codec.RECORD:
+                if not isinstance(raw, Mapping):
+                    raise MessageError(f"{name!r} of a {cls.__name__} must be a map")
+                known = {f.name for f in dataclasses.fields(record_type)}
+                fields[name] = record_type(**{k: v for k, v in raw.items() if k in known})
+            else:
+                fields[name] = cloudpickle.loads(raw)
+    except MessageError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError) as exc:
+        raise MessageError(f"a malformed {cls.__name__}: {exc}") from exc
+    if offset != len(buffers):
+        raise MessageError(f"a {cls.__name__} describes {offset} buffers but its frame carries {len(buffers)}")
+    return cls(**fields)
+
+
+def _pack_spec(task_spec: Any, buffers: list[Any]) -> list[Any]:
+    """A spec pickled without its argument value, whose description and buffers travel apart."""
+    argument_values = getattr(task_spec, "arguments", None)
+    if argument_values is None:
+        return [cloudpickle.dumps(task_spec), None]
+    stripped = dataclasses.replace(
+        task_spec, arguments=type(argument_values)(SerializedValue(b""), argument_values.top_level)
+    )
+    return [cloudpickle.dumps(stripped), argument_values.value.to_wire(buffers)]
+
+
+def _unpack_spec(raw: Sequence[Any], buffers: Sequence[bytearray], offset: int) -> tuple[Any, int]:
+    pickled_spec, description = raw
+    task_spec = cloudpickle.loads(pickled_spec)
+    if description is not None:
+        task_spec.arguments.value, offset = SerializedValue.from_wire(description, buffers, offset)
+    return task_spec, offset
+
+
+# ---- sending and receiving -----------------------------------------------------------------
+
+
+def notify(connection: Connection, message: Message) -> None:
+    """Send a notification; ConnectionClosed if the peer is gone."""
+    body, buffers = encode(message)
+    connection.notify(message.KIND, body, buffers)
+
+
+def request(connection: Connection, message: Message) -> concurrent.futures.Future:
+    """Send a request; the Future holds the raw reply, which `reply_of` decodes."""
+    body, buffers = encode(message)
+    return connection.request(message.KIND, body, buffers)
+
+
+def reply_of(message: Message, raw: tuple[Any, list[bytearray]]) -> Any:
+    """The reply to `message`, decoded from the raw `(body, buffers)` a request resolved to."""
+    assert message.REPLY is not None, f"{type(message).__name__} is not a request"
+    return decode(message.REPLY, *raw)
+
+
+def call(connection: Connection, message: Message, timeout: float | None = None) -> Any:
+    """Send a request and wait for its decoded reply (RemoteError if the peer refused it)."""
+    return reply_of(message, request(connection, message).result(timeout))
+
+
+def reply(connection: Connection, message_id: int, answer: Message) -> None:
+    """Answer request `message_id`; a closed connection is ignored (the asker is gone)."""
+    body, buffers = encode(answer)
+    connection.reply(message_id, body, buffers)
+
+
+#: handler(connection, message_id, message); message_id is None for notifications.
+MessageHandler = Callable[[Connection, "int | None", Any], None]
+
+
+def handlers(table: Mapping[type[Message], MessageHandler]) -> dict[str, Handler]:
+    """A Connection's handler table from one handler per message type. A frame whose body does
+    not decode is answered (if it is a request) with a MessageError and handled no further."""
+
+    def dispatch(cls: type[Message], handle: MessageHandler) -> Handler:
+        def on_frame(connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+            handle(connection, message_id, decode(cls, body, buffers))
+
+        return on_frame
+
+    return {cls.KIND: dispatch(cls, handle) for cls, handle in table.items()}

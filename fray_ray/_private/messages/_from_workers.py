@@ -1,0 +1,506 @@
+"""What workers send the driver (notifications and requests) and the driver's replies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from fray_ray._private.messages._codec import Message, _message, pickled, spec, value, values
+from fray_ray._private.serialization import SerializedValue
+from fray_ray._private.stream_server import HELLO
+from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, TaskSpec
+
+
+# ---- replies -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Done(Message):
+    """The empty answer to a request that only had to succeed."""
+
+
+@dataclass(frozen=True)
+class Welcome(Message):
+    """The driver's answer to hello: the session facts a worker's runtime reports."""
+
+    namespace: str = ""
+    job_id: str = "01000000"
+    node_id: bytes = b""
+    worker_id: bytes = b""
+    session_address: str = ""
+    object_store_memory: int = 0
+
+
+@dataclass(frozen=True)
+class Objects(Message):
+    """Stored values (or errors) of the objects asked for that are done."""
+
+    ids: list[bytes]
+    found: list[SerializedValue] = values()
+
+
+@dataclass(frozen=True)
+class Ready(Message):
+    """The keys of the waited-for objects and streams that are ready."""
+
+    ready: list[bytes]
+
+
+@dataclass(frozen=True)
+class Stored(Message):
+    """The id a put value is stored under."""
+
+    id: bytes
+
+
+@dataclass(frozen=True)
+class Returns(Message):
+    """The return object ids of a submitted task or actor call."""
+
+    returns: list[bytes]
+
+
+@dataclass(frozen=True)
+class ActorCreated(Message):
+    """The id of a created actor (the members' ids, for a gang)."""
+
+    actor_id: Any
+
+
+@dataclass(frozen=True)
+class NextItem(Message):
+    """The object id of a stream's next item; END once the stream is over."""
+
+    id: bytes | None
+
+
+@dataclass(frozen=True)
+class StreamState(Message):
+    """Whether a stream's item is ready."""
+
+    state: str
+
+
+@dataclass(frozen=True)
+class ResourceAmounts(Message):
+    """Resources by name."""
+
+    resources: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Result(Message):
+    """A Python value computed by the driver (an actor's description, the node table, ...)."""
+
+    value: Any = pickled()
+
+
+# ---- worker to driver ----------------------------------------------------------------------
+
+
+@_message
+@dataclass(frozen=True)
+class Hello(Message):
+    """The first frame of every worker connection; the gate has checked `token` before this."""
+
+    KIND: ClassVar[str] = HELLO
+    REPLY: ClassVar[type[Message]] = Welcome
+
+    kind: str
+    id: bytes | None = None
+    token: str = ""
+    pid: int | None = None
+    host: str | None = None
+    ip: str = ""
+    index: int = 0  # a gang member's place in its gang
+
+
+@_message
+@dataclass(frozen=True)
+class TaskDone(Message):
+    """An executor finished a task; `user_error` if the task (not the system) failed."""
+
+    KIND: ClassVar[str] = "task_done"
+
+    task: bytes
+    results: list[SerializedValue] = values()
+    user_error: bool = False
+
+
+@_message
+@dataclass(frozen=True)
+class TasksReturned(Message):
+    """An executor hands back tasks it had queued but not started (see Unqueue)."""
+
+    KIND: ClassVar[str] = "tasks_returned"
+
+    tasks: list[bytes]
+
+
+@_message
+@dataclass(frozen=True)
+class CallDone(Message):
+    """An actor host finished a method call."""
+
+    KIND: ClassVar[str] = "call_done"
+
+    call: bytes
+    results: list[SerializedValue] = values()
+    user_error: bool = False
+
+
+@_message
+@dataclass(frozen=True)
+class ActorReady(Message):
+    """The actor's constructor returned."""
+
+    KIND: ClassVar[str] = "actor_ready"
+
+    actor: bytes
+    pid: int | None = None
+
+
+@_message
+@dataclass(frozen=True)
+class ActorFailed(Message):
+    """The actor's constructor raised `error`."""
+
+    KIND: ClassVar[str] = "actor_failed"
+
+    actor: bytes
+    error: SerializedValue = value()
+
+
+@_message
+@dataclass(frozen=True)
+class ActorExiting(Message):
+    """The actor leaves on purpose (exit_actor) during `call`."""
+
+    KIND: ClassVar[str] = "actor_exiting"
+
+    actor: bytes
+    call: bytes | None = None
+
+
+@_message
+@dataclass(frozen=True)
+class GetObjects(Message):
+    """Fetch objects, answered once all are done or one has failed; `task` is the asking task,
+    which blocks meanwhile (its executor may take other work)."""
+
+    KIND: ClassVar[str] = "get"
+    REPLY: ClassVar[type[Message]] = Objects
+
+    ids: list[bytes]
+    task: bytes | None = None
+
+
+@_message
+@dataclass(frozen=True)
+class GetAbandoned(Message):
+    """A get of `task` timed out: the task is no longer blocked."""
+
+    KIND: ClassVar[str] = "get_abandoned"
+
+    task: bytes | None = None
+
+
+@_message
+@dataclass(frozen=True)
+class Wait(Message):
+    """ray.wait on objects and streams (`streams`: [stream id, next index] pairs)."""
+
+    KIND: ClassVar[str] = "wait"
+    REPLY: ClassVar[type[Message]] = Ready
+
+    ids: list[bytes]
+    num_returns: int
+    timeout: float | None = None
+    streams: list[list[Any]] = field(default_factory=list)
+
+
+@_message
+@dataclass(frozen=True)
+class Put(Message):
+    """Store a value with the driver."""
+
+    KIND: ClassVar[str] = "put"
+    REPLY: ClassVar[type[Message]] = Stored
+
+    value: SerializedValue = value()
+
+
+@_message
+@dataclass(frozen=True)
+class SubmitTask(Message):
+    """Submit a task from inside a task or actor; `parent` is the submitting task."""
+
+    KIND: ClassVar[str] = "submit"
+    REPLY: ClassVar[type[Message]] = Returns
+
+    spec: TaskSpec = spec()
+    parent: bytes | None = None
+
+
+@_message
+@dataclass(frozen=True)
+class CreateActor(Message):
+    """Create an actor from inside a task or actor."""
+
+    KIND: ClassVar[str] = "create_actor"
+    REPLY: ClassVar[type[Message]] = ActorCreated
+
+    spec: ActorCreationSpec = spec()
+    parent: bytes | None = None
+
+
+@_message
+@dataclass(frozen=True)
+class SubmitActorCall(Message):
+    """Call an actor method from inside a task or actor."""
+
+    KIND: ClassVar[str] = "actor_call"
+    REPLY: ClassVar[type[Message]] = Returns
+
+    spec: ActorCallSpec = spec()
+    parent: bytes | None = None
+
+
+@_message
+@dataclass(frozen=True)
+class KillActor(Message):
+    """ray.kill."""
+
+    KIND: ClassVar[str] = "kill_actor"
+    REPLY: ClassVar[type[Message]] = Done
+
+    actor_id: bytes
+    no_restart: bool
+
+
+@_message
+@dataclass(frozen=True)
+class Cancel(Message):
+    """ray.cancel of the task or call that produces object `id`."""
+
+    KIND: ClassVar[str] = "cancel"
+    REPLY: ClassVar[type[Message]] = Done
+
+    id: bytes
+    force: bool
+    recursive: bool
+
+
+@_message
+@dataclass(frozen=True)
+class GetNamedActor(Message):
+    """ray.get_actor: the description of a named actor."""
+
+    KIND: ClassVar[str] = "get_actor"
+    REPLY: ClassVar[type[Message]] = Result
+
+    name: str
+    namespace: str | None = None
+
+
+@_message
+@dataclass(frozen=True)
+class ListNamedActors(Message):
+    """ray.util.list_named_actors."""
+
+    KIND: ClassVar[str] = "list_actors"
+    REPLY: ClassVar[type[Message]] = Result
+
+    all_namespaces: bool
+
+
+@_message
+@dataclass(frozen=True)
+class GetResources(Message):
+    """The cluster's resources, or those available now."""
+
+    KIND: ClassVar[str] = "resources"
+    REPLY: ClassVar[type[Message]] = ResourceAmounts
+
+    available: bool
+
+
+@_message
+@dataclass(frozen=True)
+class GetNodes(Message):
+    """ray.nodes."""
+
+    KIND: ClassVar[str] = "nodes"
+    REPLY: ClassVar[type[Message]] = Result
+
+
+@_message
+@dataclass(frozen=True)
+class Borrow(Message):
+    """The worker holds its first refs to these objects."""
+
+    KIND: ClassVar[str] = "borrow"
+
+    ids: list[bytes]
+
+
+@_message
+@dataclass(frozen=True)
+class Release(Message):
+    """The worker dropped its last refs to these objects."""
+
+    KIND: ClassVar[str] = "release"
+
+    ids: list[bytes]
+
+
+@_message
+@dataclass(frozen=True)
+class Log(Message):
+    """Lines a worker printed: [stream name, prefix, line] each."""
+
+    KIND: ClassVar[str] = "log"
+
+    pid: int | None
+    lines: list[list[str]]
+
+
+@_message
+@dataclass(frozen=True)
+class Yield(Message):
+    """Item `index` (from 1) of the generator task or call `stream`."""
+
+    KIND: ClassVar[str] = "yield"
+
+    stream: bytes
+    index: int
+    value: SerializedValue = value()
+
+
+@_message
+@dataclass(frozen=True)
+class StreamNext(Message):
+    """The object id of item `index` of a stream, once it exists."""
+
+    KIND: ClassVar[str] = "stream_next"
+    REPLY: ClassVar[type[Message]] = NextItem
+
+    stream: bytes
+    index: int
+
+
+@_message
+@dataclass(frozen=True)
+class StreamReady(Message):
+    """Whether item `index` of a stream is ready."""
+
+    KIND: ClassVar[str] = "stream_ready"
+    REPLY: ClassVar[type[Message]] = StreamState
+
+    stream: bytes
+    index: int
+
+
+@_message
+@dataclass(frozen=True)
+class CreatePlacementGroup(Message):
+    """ray.util.placement_group; answered with the new group's PlacementGroupInfo."""
+
+    KIND: ClassVar[str] = "placement_group_create"
+    REPLY: ClassVar[type[Message]] = Result
+
+    bundles: list[dict[str, float]]
+    strategy: str
+    name: str
+    detached: bool
+
+
+@_message
+@dataclass(frozen=True)
+class RemovePlacementGroup(Message):
+    """ray.util.remove_placement_group."""
+
+    KIND: ClassVar[str] = "placement_group_remove"
+    REPLY: ClassVar[type[Message]] = Done
+
+    id: bytes
+
+
+@_message
+@dataclass(frozen=True)
+class WaitPlacementGroup(Message):
+    """PlacementGroup.wait: answered with whether the group was placed within `timeout`."""
+
+    KIND: ClassVar[str] = "placement_group_wait"
+    REPLY: ClassVar[type[Message]] = Result
+
+    id: bytes
+    timeout: float | None
+
+
+@_message
+@dataclass(frozen=True)
+class DescribePlacementGroup(Message):
+    """The PlacementGroupInfo of a group (None if there is none)."""
+
+    KIND: ClassVar[str] = "placement_group_info"
+    REPLY: ClassVar[type[Message]] = Result
+
+    id: bytes
+
+
+@_message
+@dataclass(frozen=True)
+class FindPlacementGroup(Message):
+    """ray.util.get_placement_group: the PlacementGroupInfo of a live group by name."""
+
+    KIND: ClassVar[str] = "placement_group_get"
+    REPLY: ClassVar[type[Message]] = Result
+
+    name: str
+
+
+@_message
+@dataclass(frozen=True)
+class PlacementGroupTable(Message):
+    """ray.util.placement_group_table of one group (`id`) or of all (None)."""
+
+    KIND: ClassVar[str] = "placement_group_table"
+    REPLY: ClassVar[type[Message]] = Result
+
+    id: bytes | None = None
+
+
+@_message
+@dataclass(frozen=True)
+class ReserveGang(Message):
+    """Reserve the hosts of `num_slices` TPU slices of type `tpu`; answered with the gang id."""
+
+    KIND: ClassVar[str] = "gang_reserve"
+    REPLY: ClassVar[type[Message]] = Result
+
+    tpu: str
+    num_slices: int
+    timeout: float | None = None
+
+
+@_message
+@dataclass(frozen=True)
+class ReleaseGang(Message):
+    """Give back a reserved gang's hosts."""
+
+    KIND: ClassVar[str] = "gang_release"
+    REPLY: ClassVar[type[Message]] = Done
+
+    gang_id: bytes
+
+
+@_message
+@dataclass(frozen=True)
+class GangSize(Message):
+    """How many hosts a reserved gang has."""
+
+    KIND: ClassVar[str] = "gang_size"
+    REPLY: ClassVar[type[Message]] = Result
+
+    gang_id: bytes

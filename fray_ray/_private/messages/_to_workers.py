@@ -1,0 +1,168 @@
+"""What the driver sends its workers: executors run tasks, actor hosts build instances and run calls."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from fray_ray._private.messages._codec import CallArguments, Message, _message, arguments, inline_arguments, record
+from fray_ray._private.serialization import SerializedValue
+from fray_ray._private.task_spec import ActorCallSpec, TaskSpec
+
+
+# ---- driver to executor --------------------------------------------------------------------
+
+
+@_message
+@dataclass(frozen=True)
+class ExecuteTask(Message):
+    """Run a task. `code` is the pickled function, sent only the first time `fn` goes to
+    this executor."""
+
+    KIND: ClassVar[str] = "execute"
+
+    task: bytes
+    fn: bytes
+    code: bytes | None
+    name: str
+    num_returns: Any
+    returns: list[bytes]
+    args: CallArguments = arguments()
+    env: dict[str, str] = field(default_factory=dict)
+    resources: dict[str, float] = field(default_factory=dict)
+    placement_group: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        task: TaskSpec,
+        stored: Callable[[bytes], SerializedValue | None],
+        *,
+        send_code: bool = True,
+        returns: Sequence[bytes] | None = None,
+        num_returns: Any = None,
+        env: Mapping[str, str] | None = None,
+        resources: Mapping[str, float] | None = None,
+        placement_group: str | None = None,
+    ) -> ExecuteTask:
+        """The message that runs `task`, its small ready arguments inlined (`stored` looks
+        them up). Gang members each run one share: they pass their own `returns` and `env`."""
+        return cls(
+            task=task.task_id,
+            fn=task.function.code_id,
+            code=task.function.payload if send_code else None,
+            name=task.name,
+            num_returns=task.num_returns if num_returns is None else num_returns,
+            returns=list(task.return_ids if returns is None else returns),
+            args=inline_arguments(task.arguments, stored),
+            env=dict(task.pool.env_vars if env is None else env),
+            resources=dict(resources or {}),
+            placement_group=placement_group,
+        )
+
+
+@_message
+@dataclass(frozen=True)
+class CancelTask(Message):
+    """Cancel a queued or running task (`force`: kill the executor)."""
+
+    KIND: ClassVar[str] = "cancel_task"
+
+    task: bytes
+    force: bool = False
+
+
+@_message
+@dataclass(frozen=True)
+class Unqueue(Message):
+    """Hand back every queued task that has not started (the running one blocked)."""
+
+    KIND: ClassVar[str] = "unqueue"
+
+
+@_message
+@dataclass(frozen=True)
+class Exit(Message):
+    """End the executor after its queued tasks."""
+
+    KIND: ClassVar[str] = "exit"
+
+
+# ---- driver to actor host ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InstanceOptions:
+    """How an actor instance runs: its name, lifetime, concurrency, and whether it is a restart."""
+
+    name: str | None = None
+    detached: bool = False
+    is_async: bool = False
+    max_concurrency: int = 1
+    concurrency_groups: dict[str, int] = field(default_factory=dict)
+    restarted: bool = False
+
+
+@_message
+@dataclass(frozen=True)
+class CreateInstance(Message):
+    """Build the actor's instance. `methods` is the pickled method table handles use."""
+
+    KIND: ClassVar[str] = "create"
+
+    code: bytes
+    class_name: str
+    methods: bytes
+    args: CallArguments = arguments()
+    options: InstanceOptions = record(InstanceOptions)
+    env: dict[str, str] = field(default_factory=dict)
+    resources: dict[str, float] = field(default_factory=dict)
+    placement_group: str | None = None
+
+
+@_message
+@dataclass(frozen=True)
+class CallMethod(Message):
+    """Run a method call in concurrency group `group` (None: the default group)."""
+
+    KIND: ClassVar[str] = "call"
+
+    call: bytes
+    method: str
+    returns: list[bytes]
+    num_returns: Any
+    args: CallArguments = arguments()
+    group: str | None = None
+
+    @classmethod
+    def of(cls, actor_call: ActorCallSpec, stored: Callable[[bytes], SerializedValue | None]) -> CallMethod:
+        """The message that runs `actor_call`, its small ready arguments inlined."""
+        return cls(
+            call=actor_call.call_id,
+            method=actor_call.method,
+            returns=list(actor_call.return_ids),
+            num_returns=actor_call.num_returns,
+            args=inline_arguments(actor_call.arguments, stored),
+            group=actor_call.concurrency_group,
+        )
+
+
+@_message
+@dataclass(frozen=True)
+class CancelCall(Message):
+    """Cancel a method call (skipped if it has not started)."""
+
+    KIND: ClassVar[str] = "cancel_call"
+
+    call: bytes
+
+
+@_message
+@dataclass(frozen=True)
+class Die(Message):
+    """End the actor's process (`restart`: exit so Iris starts it again)."""
+
+    KIND: ClassVar[str] = "die"
+
+    restart: bool = False

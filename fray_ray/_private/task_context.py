@@ -1,0 +1,33 @@
+"""The task or actor call running in this context: what `get_runtime_context()` and nested
+submissions read.
+
+A module of its own so that the API, the worker loops and log forwarding can all reach the
+current task without importing one another.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class TaskContext:
+    """What `get_runtime_context()` reports inside a running task or actor call."""
+
+    task_id: bytes | None = None
+    function_name: str = ""
+    actor_id: bytes | None = None
+    actor_name: str | None = None
+    resources: Mapping[str, float] = field(default_factory=dict)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    placement_group_id: str | None = None
+    actor_handle: Any = None
+    actor_given_name: str | None = None  # the name a named actor was created with
+    actor_restarted: bool = False  # this actor instance is a restart (max_restarts)
+
+
+current_task: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar("fray_ray_task", default=None)

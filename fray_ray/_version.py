@@ -1,0 +1,4 @@
+"""fray_ray's version, apart from the package's `__init__` so the runtime can read it without
+importing the API."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,149 @@
+"""The typed session messages: every kind survives the trip through msgpack and its buffers, and
+a body that does not describe its message is refused without harming the connection."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+from collections.abc import Iterator
+
+import msgpack
+import numpy as np
+import pytest
+
+from fray_ray._private import ids, messages
+from fray_ray._private.messages import (
+    CallArguments,
+    CallMethod,
+    CreateInstance,
+    ExecuteTask,
+    Hello,
+    InstanceOptions,
+    MessageError,
+    Put,
+    Stored,
+    SubmitTask,
+    TaskDone,
+    inline_arguments,
+)
+from fray_ray._private.protocol import Connection, RemoteError
+from fray_ray._private.serialization import INLINE_LIMIT, deserialize, serialize
+from fray_ray._private.task_spec import ActorCallSpec, Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec
+
+
+def _through_the_wire(message: messages.Message) -> messages.Message:
+    """Encode, pack and unpack as a frame would, then decode."""
+    body, buffers = messages.encode(message)
+    body = msgpack.unpackb(msgpack.packb(body, use_bin_type=True), raw=False, strict_map_key=False)
+    return messages.decode(type(message), body, [bytearray(memoryview(b).cast("B")) for b in buffers])
+
+
+def _task(*args: object) -> TaskSpec:
+    task_id = ids.new_task_id()
+    return TaskSpec(
+        task_id=task_id,
+        function=CodeBlob.of(len, "len"),
+        name="len",
+        arguments=Arguments.pack(args, {}),
+        return_ids=(ids.object_id_for(task_id, 1),),
+        num_returns=1,
+        max_retries=3,
+        pool=PoolKey(shape=ResourceShape(cpu=1.0)),
+    )
+
+
+def test_stored_values_travel_out_of_band_and_come_back_whole() -> None:
+    array = np.arange(100_000, dtype=np.int64)
+    done = TaskDone(b"t" * 16, [serialize(array), serialize("small")], user_error=False)
+    body, buffers = messages.encode(done)
+    assert buffers, "the array's data must leave the msgpack header"
+    back = _through_the_wire(done)
+    assert isinstance(back, TaskDone) and back.task == done.task and back.user_error is False
+    np.testing.assert_array_equal(deserialize(back.results[0]), array)
+    assert deserialize(back.results[1]) == "small"
+
+
+def test_a_spec_keeps_its_argument_buffers_apart_from_its_pickle() -> None:
+    array = np.ones(50_000)
+    submit = SubmitTask(_task(array), parent=b"p" * 16)
+    _, buffers = messages.encode(submit)
+    assert buffers
+    back = _through_the_wire(submit)
+    assert back.parent == b"p" * 16
+    assert back.spec.task_id == submit.spec.task_id
+    (args, _kwargs) = deserialize(back.spec.arguments.value)
+    np.testing.assert_array_equal(args[0], array)
+
+
+def test_small_ready_arguments_are_inlined_and_large_or_pending_ones_are_not() -> None:
+    small, large, pending = b"s" * 28, b"l" * 28, b"p" * 28
+    stored = {small: serialize(1), large: serialize(b"x" * (INLINE_LIMIT + 1))}
+    arguments = Arguments(serialize(((), {})), (small, large, pending))
+    inlined = inline_arguments(arguments, stored.get)
+    assert list(inlined.inlined) == [small]
+    assert list(inlined.top_level) == [small, large, pending]
+
+
+def test_the_messages_to_workers_round_trip() -> None:
+    spec = _task(3)
+    execute = ExecuteTask.of(spec, {}.get, send_code=False, resources={"CPU": 1.0}, placement_group="ab")
+    back = _through_the_wire(execute)
+    assert back.code is None and back.returns == list(spec.return_ids) and back.resources == {"CPU": 1.0}
+    assert deserialize(back.args.value) == ((3,), {})
+
+    call_id = ids.new_task_id()
+    call = ActorCallSpec(ids.new_actor_id(), call_id, "m", Arguments.pack((1,), {}), (ids.object_id_for(call_id, 1),), 1)
+    method = _through_the_wire(CallMethod.of(call, {}.get))
+    assert (method.call, method.method, method.num_returns) == (call_id, "m", 1)
+
+    create = CreateInstance(b"code", "A", b"methods", CallArguments(serialize(((), {}))),
+                            InstanceOptions(name="n", max_concurrency=4, concurrency_groups={"io": 2}, restarted=True))
+    assert _through_the_wire(create) == dataclasses.replace(create, args=_through_the_wire(create).args)
+    assert _through_the_wire(create).options == create.options
+
+
+def test_a_body_that_does_not_describe_its_message_is_a_message_error() -> None:
+    with pytest.raises(MessageError):
+        messages.decode(Hello, ["not", "a", "map"], [])
+    with pytest.raises(MessageError):
+        messages.decode(TaskDone, {"results": []}, [])  # no task
+    with pytest.raises(MessageError):
+        messages.decode(TaskDone, {"task": b"t", "results": [[b"", 3, [], False]]}, [])  # buffers missing
+    hello = messages.decode(Hello, {"kind": "lease", "token": "x", "unknown": 1}, [])
+    assert hello.kind == "lease" and hello.pid is None  # absent optional fields take their defaults
+
+
+@pytest.fixture
+def tcp_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        ours = socket.create_connection(listener.getsockname())
+        theirs, _ = listener.accept()
+    yield ours, theirs
+    ours.close()
+    theirs.close()
+
+
+def test_a_malformed_request_is_refused_and_the_connection_keeps_serving(tcp_pair) -> None:
+    ours, theirs = tcp_pair
+    stored: list[Put] = []
+
+    def on_put(connection: Connection, message_id: int | None, put: Put) -> None:
+        stored.append(put)
+        messages.reply(connection, message_id, Stored(b"id"))
+
+    server = Connection(theirs, name="server").start(messages.handlers({Put: on_put}))
+    client = Connection(ours, name="client").start({})
+    closed = threading.Event()
+    server.add_close_callback(lambda _: closed.set())
+    try:
+        with pytest.raises(RemoteError) as refused:
+            client.call("put", {"value": "not a value"}, timeout=30)
+        assert refused.value.kind == "MessageError"
+        reply = messages.call(client, Put(serialize(7)), timeout=30)
+        assert reply == Stored(b"id")
+        assert deserialize(stored[0].value) == 7
+        assert not closed.is_set()
+    finally:
+        client.close()
+        server.close()
