@@ -152,8 +152,7 @@ def test_modules__id_types():
 
 @ray.remote
 def _count(n):
-    for i in range(n):
-        yield i
+    yield from range(n)
 
 
 def test_modules__streaming_generator_is_the_raylet_class(ray_start_regular_shared):

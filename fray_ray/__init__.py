@@ -7,8 +7,6 @@ embedded Iris-compatible cluster by default (`fray_ray.init()`) or on a real Iri
 
 from __future__ import annotations
 
-from fray_ray._version import __version__
-
 # The first dependency every fray_ray process needs (the driver's and its workers' stream
 # protocol), imported first: a worker whose Python lacks fray_ray's dependencies then fails
 # naming it, whatever module of the package its job loads first.
@@ -37,6 +35,7 @@ from fray_ray._install import install, uninstall
 from fray_ray._private.generators import DynamicObjectRefGenerator, ObjectRefGenerator
 from fray_ray._private.object_ref import ObjectID, ObjectRef
 from fray_ray._private.unique_ids import ActorClassID, ActorID, FunctionID, JobID, NodeID, TaskID, UniqueID, WorkerID
+from fray_ray._version import __version__
 from fray_ray.actor import method
 from fray_ray.runtime_context import get_runtime_context
 

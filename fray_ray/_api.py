@@ -18,8 +18,8 @@ from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 from fray_ray._private import options as options_model
 from fray_ray._private import runtime_state
 from fray_ray._private.generators import ObjectRefGenerator
-from fray_ray._private.options import rendering as options_text
 from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.options import rendering as options_text
 from fray_ray._private.task_context import current_task
 from fray_ray._version import __version__
 from fray_ray.actor import ActorClass, ActorHandle, ActorProxy
@@ -315,7 +315,7 @@ def get(object_refs: Any, *, timeout: float | None = None, _use_object_store: bo
                 f"Attempting to call `get` on the value {ref}, which is not an ray.ObjectRef."
             )
     if timeout is not None and timeout < 0:
-        raise ValueError("'timeout' must be a non-negative number, got %r" % timeout)
+        raise ValueError(f"'timeout' must be a non-negative number, got {timeout!r}")
     if not object_refs:
         return []
     return runtime_state.current().get(object_refs, timeout)
@@ -354,7 +354,7 @@ def wait(
     if len(ray_waitables) != len(set(ray_waitables)):
         raise ValueError("Wait requires a list of unique ray_waitables.")
     if num_returns <= 0:
-        raise ValueError("Invalid number of objects to return %d." % num_returns)
+        raise ValueError(f"Invalid number of objects to return {num_returns:d}.")
     if not ray_waitables:
         return [], []
     if num_returns > len(ray_waitables):

@@ -47,7 +47,9 @@ _P, _PART, _STAND, _NO = (ModuleStatus.PROVIDED, ModuleStatus.PARTIAL, ModuleSta
 _NO_CLIENT = "Ray Client; connect with ray.init('iris://host:port') (or FRAY_RAY_ADDRESS) instead"
 _NO_DASHBOARD = "fray_ray runs no Ray dashboard; use the Iris dashboard, or `fray-ray status`, `fray-ray jobs` and `fray-ray logs`"
 _REMOVED = "removed from Ray itself too; Ray's own module only raises"
-_STANDIN_NOTE = "imports (so code that only mentions it loads); calling anything in it raises NotImplementedError naming what to use instead"
+_STANDIN_NOTE = (
+    "imports (so code that only mentions it loads); calling anything in it raises NotImplementedError naming what to use instead"
+)
 
 MODULE_MAP: tuple[ModuleEntry, ...] = (
     ModuleEntry("ray", _PART, "missing: `LoggingConfig` (init(logging_config=...) warns instead), `Language`, "
@@ -66,7 +68,8 @@ MODULE_MAP: tuple[ModuleEntry, ...] = (
     ModuleEntry("ray.client_builder", _NO, _NO_CLIENT),
     ModuleEntry("ray.cloudpickle", _P, "the `cloudpickle` package itself (Ray vendors a copy)", subtree=True),
     ModuleEntry("ray.cluster_utils", _PART, "`Cluster` runs nodes as simulated hosts of one embedded cluster (see "
-                "\"Modules, ray.cluster_utils and init(address='auto')\"); its nodes are `ClusterNode` values, not Ray's `Node` process objects "
+                "\"Modules, ray.cluster_utils and init(address='auto')\"); its nodes are `ClusterNode` values, "
+                "not Ray's `Node` process objects "
                 "(no `kill_raylet`, `all_processes`); `AutoscalingCluster` raises NotImplementedError"),
     ModuleEntry("ray.core", _NO, "Ray's generated protobuf messages for its GCS and raylet services; fray_ray "
                 "speaks Iris's protocol instead", subtree=True),

@@ -23,6 +23,7 @@ from fray_ray._private.unique_ids import (
 )
 from fray_ray.exceptions import (
     ActorDiedError,
+    GetTimeoutError,
     ObjectRefStreamEndOfStreamError,
     ObjectStoreFullError,
     OutOfDiskError,
@@ -33,7 +34,6 @@ from fray_ray.exceptions import (
     RayTaskError,
     TaskCancelledError,
 )
-from fray_ray.exceptions import GetTimeoutError
 from fray_ray.util.placement_group import PlacementGroupID
 from fray_ray.util.scheduling_strategies import (
     NodeAffinitySchedulingStrategy,

@@ -18,7 +18,7 @@ import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, NoReturn, ParamSpec, Protocol, TypeAlias, TypeVar, Union, cast, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, NoReturn, ParamSpec, Protocol, TypeAlias, TypeVar, cast, overload
 
 from fray_ray._private import actor_handles, ids, runtime_state
 from fray_ray._private.object_ref import ObjectRef
@@ -280,7 +280,7 @@ class ActorClass(Generic[T]):
                 signature = inspect.signature(init)
                 signature = signature.replace(parameters=list(signature.parameters.values())[1:])
                 signature.bind(*args, **kwargs)
-            except (ValueError,):
+            except ValueError:
                 pass
         elif args or kwargs:
             raise TypeError(f"{self._cls.__name__}() takes no arguments")
@@ -471,8 +471,8 @@ class ActorMethod(Generic[R]):
 
         def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
             raise TypeError(
-                "Actor methods cannot be called directly. Instead of running 'object.{0}()', try "
-                "'object.{0}.remote()'.".format(self._name)
+                f"Actor methods cannot be called directly. Instead of running 'object.{self._name}()', try "
+                f"'object.{self._name}.remote()'."
             )
 
     def options(self, **options: Any) -> ActorMethod[R]:
@@ -576,7 +576,7 @@ def _method_call_options(given: tuple[tuple[str, type, Any], ...], is_generator:
 _cached_method_call_options = functools.lru_cache(maxsize=1024)(_method_call_options)
 
 
-ActorProxy: TypeAlias = Union[ActorHandle[T], type[T]]
+ActorProxy: TypeAlias = ActorHandle[T] | type[T]
 """What `ActorClass[T].remote()` returns, for type checkers: a handle, seen also as the class.
 
 Reading `handle.m` through the class side gives a method decorated with `@method` its

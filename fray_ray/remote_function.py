@@ -18,8 +18,8 @@ from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options import TaskOptions, validate_task_options
 from fray_ray._private.options.quantities import check_c_integers
 from fray_ray._private.runtime_env import effective_runtime_env
-from fray_ray._private.task_spec import Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec
 from fray_ray._private.task_context import current_task
+from fray_ray._private.task_spec import Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec
 
 __all__ = ["RemoteFunction"]
 

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fray_ray._private.nodes import placement_needs
 from fray_ray._private.cluster_ledger import ClusterLedger
+from fray_ray._private.nodes import placement_needs
 from fray_ray._private.resources import Holding, Ledger
 from fray_ray._private.task_spec import ActorCreationSpec
 

@@ -19,18 +19,18 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from fray_ray._private import actor_restarts as restarts
+from fray_ray._private import messages
 from fray_ray._private.actor_records import ActorRecord, ActorState
 from fray_ray._private.actor_reservations import ActorReservations
 from fray_ray._private.actor_restarts import CallFate, died_error, unknown_actor_error
 from fray_ray._private.cluster_ledger import ClusterLedger
-from fray_ray._private import messages
-from fray_ray._private.named_actors import NamedActors
 from fray_ray._private.messages import CallArguments, CallMethod, CancelCall, CreateInstance, Die, InstanceOptions
+from fray_ray._private.named_actors import NamedActors
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.retry_policy import retries_user_exception
-from fray_ray._private.streams import StreamTable
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize_error
+from fray_ray._private.streams import StreamTable
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, gang_member_id
 from fray_ray.exceptions import ActorAlreadyExistsError, ActorDiedError, RayTaskError, TaskCancelledError
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from fray_ray._private.placement_groups import PlacementGroupInfo
     from fray_ray._private.refcount import LocalReferenceCounter
     from fray_ray._private.runtime_env import RuntimeEnv
-    from fray_ray._private.task_spec import ActorCreationSpec, ActorCallSpec, TaskSpec
+    from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, TaskSpec
 
 
 class CoreRuntime(Protocol):

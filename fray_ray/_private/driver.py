@@ -20,24 +20,24 @@ from typing import Any
 
 from fray_ray._private import ids
 from fray_ray._private import ids as ids_module
-from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.actors import ActorManager
 from fray_ray._private.cluster_ledger import ClusterLedger
 from fray_ray._private.cluster_view import ClusterView
 from fray_ray._private.gangs import GangScheduler, slice_shape
+from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.launcher import WorkerLauncher
 from fray_ray._private.logs import print_forwarded
+from fray_ray._private.nodes import node_id_for
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.object_store import ObjectStore, ObjectStoreConfig
 from fray_ray._private.object_table import ObjectTable
-from fray_ray._private.spilling import remove_orphaned_spill_dirs
-from fray_ray._private.refcount import LocalReferenceCounter
-from fray_ray._private.nodes import node_id_for
 from fray_ray._private.placement_groups import PlacementGroupInfo, PlacementGroupManager
+from fray_ray._private.refcount import LocalReferenceCounter
 from fray_ray._private.runtime_env import RuntimeEnv
 from fray_ray._private.scheduler import TaskScheduler
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize, serialize_error
 from fray_ray._private.session import SessionService
+from fray_ray._private.spilling import remove_orphaned_spill_dirs
 from fray_ray._private.streams import END, StreamTable
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, PoolKey, ResourceShape, TaskSpec
 from fray_ray._private.timers import TimerQueue

@@ -8,11 +8,11 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import fray_ray.exceptions as exceptions
 from fray_ray._private.messages import CallArguments
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize, serialize_error
 from fray_ray.exceptions import ObjectStoreFullError
-import fray_ray.exceptions as exceptions
 
 _HOSTNAME_IP: str | None = None
 

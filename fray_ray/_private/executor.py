@@ -18,7 +18,6 @@ from typing import Any
 import cloudpickle
 
 from fray_ray._private import messages, runtime_state
-from fray_ray._private.logs import flush_forwarded
 from fray_ray._private.execution import (
     error_results,
     make_task_error,
@@ -28,12 +27,13 @@ from fray_ray._private.execution import (
 )
 from fray_ray._private.generators import DynamicObjectRefGenerator
 from fray_ray._private.ids import object_id_for
+from fray_ray._private.logs import flush_forwarded
 from fray_ray._private.messages import CancelTask, ExecuteTask, Exit, TaskDone, TasksReturned, Unqueue, Yield
 from fray_ray._private.object_ref import ObjectRef
-from fray_ray._private.worker import WorkerRuntime, open_session
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.serialization import SerializedValue, serialize
 from fray_ray._private.task_context import TaskContext, current_task
+from fray_ray._private.worker import WorkerRuntime, open_session
 from fray_ray.exceptions import TaskCancelledError
 from fray_ray.fray.job_info import get_job_info
 

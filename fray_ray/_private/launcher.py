@@ -16,13 +16,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fray_ray._private.actor_host import RayActorHost
+from fray_ray._private.executor import executor_main
 from fray_ray._private.lease import SessionLease, fate_mode
 from fray_ray._private.runtime_env import RuntimeEnv
-from fray_ray._version import __version__
 from fray_ray._private.task_spec import PoolKey, ResourceShape
-from fray_ray._private.executor import executor_main
 from fray_ray._private.worker_start import start_executor
-from fray_ray.fray._setup_scripts import pip_setup_script
+from fray_ray._version import __version__
 from fray_ray.fray import (
     ActorConfig,
     Client,
@@ -33,6 +32,7 @@ from fray_ray.fray import (
     JobStatus,
     ResourceConfig,
 )
+from fray_ray.fray._setup_scripts import pip_setup_script
 
 logger = logging.getLogger(__name__)
 

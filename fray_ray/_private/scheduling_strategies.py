@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import string
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final, Union
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from fray_ray._private.placement_group_handle import PlacementGroup
@@ -161,7 +161,7 @@ class DoesNotExist:
     """The node does not have the label."""
 
 
-LabelOperator = Union[In, NotIn, Exists, DoesNotExist]
+LabelOperator = In | NotIn | Exists | DoesNotExist
 LabelMatchExpressionsT = dict[str, LabelOperator]
 """What `NodeLabelSchedulingStrategy` takes: label key → operator."""
 
@@ -229,12 +229,12 @@ class NodeLabelSchedulingStrategy:
         object.__setattr__(self, "soft", soft_expressions)
 
 
-SchedulingStrategyT = Union[
-    None,
-    str,  # "DEFAULT" or "SPREAD"
-    PlacementGroupSchedulingStrategy,
-    NodeAffinitySchedulingStrategy,
-    NodeLabelSchedulingStrategy,
-]
+SchedulingStrategyT = (
+    None
+    | str  # "DEFAULT" or "SPREAD"
+    | PlacementGroupSchedulingStrategy
+    | NodeAffinitySchedulingStrategy
+    | NodeLabelSchedulingStrategy
+)
 """Everything `scheduling_strategy=` accepts."""
 

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-
+import fray_ray.exceptions as exceptions
 from fray_ray._private import messages
 from fray_ray._private.execution import node_ip, too_large_for_store
 from fray_ray._private.generators import ObjectRefGenerator
@@ -54,14 +54,13 @@ from fray_ray._private.messages import (
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.placement_groups import PlacementGroupInfo
 from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError
-from fray_ray._private.stream_server import introduce
 from fray_ray._private.refcount import LocalReferenceCounter
 from fray_ray._private.runtime_env import process_runtime_env
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize
+from fray_ray._private.stream_server import introduce
 from fray_ray._private.task_context import current_task
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, TaskSpec
 from fray_ray.exceptions import GetTimeoutError
-import fray_ray.exceptions as exceptions
 
 logger = logging.getLogger(__name__)
 

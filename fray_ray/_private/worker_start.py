@@ -25,8 +25,8 @@ from typing import Any
 
 from fray_ray._private import runtime_env as runtime_env_module
 from fray_ray._private.actor_host import RayActorHost
-from fray_ray._private.runtime_env import RuntimeEnv
 from fray_ray._private.executor import executor_main
+from fray_ray._private.runtime_env import RuntimeEnv
 from fray_ray._version import __version__
 from fray_ray.fray._workspaces import PY_MODULES_DIR
 

@@ -8,9 +8,17 @@ from pickle import (  # noqa: F401
     PickleError,
     PicklingError,
     UnpicklingError,
+)
+from pickle import (
     _load as load,
+)
+from pickle import (
     _loads as loads,
+)
+from pickle import (
     _Pickler as Pickler,
+)
+from pickle import (
     _Unpickler as Unpickler,
 )
 

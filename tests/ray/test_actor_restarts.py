@@ -17,15 +17,15 @@ from fray_ray._private import actor_restarts as rules
 from fray_ray._private import ids
 from fray_ray._private.actor_restarts import CallFate, RetryBudget
 from fray_ray._private.actors import ActorManager
+from fray_ray._private.cluster_ledger import ClusterLedger
+from fray_ray._private.execution import make_task_error
 from fray_ray._private.object_store import ObjectStore, ObjectStoreConfig
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import ConnectionClosed
-from fray_ray._private.cluster_ledger import ClusterLedger
 from fray_ray._private.serialization import deserialize, serialize, serialize_error
 from fray_ray._private.streams import StreamTable
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, Arguments, CodeBlob, ResourceShape
 from fray_ray._private.timers import TimerQueue
-from fray_ray._private.execution import make_task_error
 
 
 def wait_for(predicate, timeout: float = 60.0, interval: float = 0.02):

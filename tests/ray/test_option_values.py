@@ -7,9 +7,9 @@ import math
 import pytest
 
 import fray_ray as ray
-from fray_ray._private.options import quantities as values
 from fray_ray import exceptions
 from fray_ray._private.options import ActorOptions, TaskOptions
+from fray_ray._private.options import quantities as values
 
 NAN, INF = math.nan, math.inf
 

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 import fray_ray
-from fray_ray._private.options import ActorOptions, Kind, MethodOptions, TaskOptions, Where
-from fray_ray._private.options import table
+from fray_ray._private.options import ActorOptions, Kind, MethodOptions, TaskOptions, Where, table
 from fray_ray._private.options.model import UNSET, Context
 from fray_ray._private.options.rendering import markdown
 from fray_ray.actor import actor_shapes

@@ -10,7 +10,6 @@ from fray_ray._private.serialization import SerializedValue
 from fray_ray._private.stream_server import HELLO
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, TaskSpec
 
-
 # ---- replies -------------------------------------------------------------------------------
 
 

@@ -10,7 +10,6 @@ from fray_ray._private.messages._codec import CallArguments, Message, _message, 
 from fray_ray._private.serialization import SerializedValue
 from fray_ray._private.task_spec import ActorCallSpec, TaskSpec
 
-
 # ---- driver to executor --------------------------------------------------------------------
 
 
