@@ -27,6 +27,11 @@ import pytest
 from compat_tests._backend import BACKEND, ray
 from compat_tests.helpers import wait_for_condition
 
+# On Ray, a driver whose raylet goes away exits its process at once: when stopping the started
+# cluster races the test's disconnect, the whole pytest run ends with no report (seen in CI).
+# Until the driver side runs in a subprocess of its own, these run on fray_ray only.
+pytestmark = pytest.mark.skipif(BACKEND == "ray", reason="stopping a cluster this process is connected to ends a Ray driver's process")
+
 #: A resource only the standalone cluster has, to tell which cluster a driver reached.
 MARKER = "compat_auto_marker"
 
