@@ -12,6 +12,10 @@
   ``compat: N known differences marked``.
 * ``--compat-report=PATH`` writes one JSON record per test (outcome, area, backend, known
   difference reason); ``scripts/compatibility_table.py`` turns such files into COMPATIBILITY.md.
+
+The suite runs under pytest-xdist (``-n 2``, as `.ci/run` does): each xdist worker starts its own
+clusters, the known-difference reason travels with each test's report (``user_properties``), and
+only the controlling process writes the report file.
 """
 
 from __future__ import annotations
@@ -128,8 +132,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     backend = config.getoption("--backend")
     for item in items:
         reason = known_difference_reason(item)
-        if reason is not None and backend == "fray_ray":
+        if reason is None:
+            continue
+        # Reports carry user_properties to the xdist controller, which collects nothing itself.
+        item.user_properties.append((MARKER, reason))
+        if backend == "fray_ray":
             item.add_marker(pytest.mark.xfail(reason=f"known difference: {reason}", strict=False))
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -162,6 +174,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     config = _current_config
     if config is None:
         return
+    for name, value in report.user_properties:
+        if name == MARKER:
+            config.stash[_known_key][report.nodeid] = value
     results = config.stash[_results_key]
     record = results.get(report.nodeid)
     if record is None:
@@ -217,7 +232,7 @@ def _report_payload(session: pytest.Session) -> dict[str, Any]:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     path = session.config.getoption("--compat-report")
-    if path:
+    if path and not _is_xdist_worker(session.config):
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(_report_payload(session), indent=1) + "\n")

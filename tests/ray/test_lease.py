@@ -195,13 +195,13 @@ ray.shutdown()
 """
 
 
-def test_a_detached_actor_outlives_five_crashes_and_a_shutdown_until_killed(
+def test_a_detached_actor_outlives_crashes_and_a_shutdown_until_killed(
     standalone: dict, env: dict[str, str], tmp_path: Path
 ) -> None:
     name = "outlives-drivers"
     served = []
     try:
-        for _ in range(5):
+        for _ in range(3):
             process, report = start_driver(standalone["address"], str(tmp_path), name, env)
             kill(process)
             served.append(report.detached)
@@ -211,14 +211,14 @@ def test_a_detached_actor_outlives_five_crashes_and_a_shutdown_until_killed(
         assert process.returncode == 0, err[-3000:]
         served.append(report.detached)
         pid = served[0][0]
-        # one process served all six drivers, its state kept: calls counted 1, 2, ... 6
-        assert served == [(pid, calls) for calls in range(1, 7)]
+        # one process served all four drivers, its state kept: calls counted 1, 2, 3, 4
+        assert served == [(pid, calls) for calls in range(1, 5)]
         assert alive(pid)
-        # a seventh driver finds it by name, calls it, and kills it
+        # a fifth driver finds it by name, calls it, and kills it
         killer = subprocess.run([sys.executable, "-c", KILLER, standalone["address"], name], env=env,
                                 capture_output=True, text=True, timeout=DEADLINE)
         assert killer.returncode == 0, killer.stderr[-3000:]
-        assert killer.stdout.split() == [str(pid), "7"]
+        assert killer.stdout.split() == [str(pid), "5"]
         assert wait_gone([pid], GONE_WITHIN_S) == []
         with controller_of(standalone) as controller:
             found = detached_job(controller, name)
