@@ -2,7 +2,7 @@
 
     python benchmarks/compare.py [--shapes a,b,group] [--reps 5] [--quick]
                                  [--json out.json] [--markdown out.md]
-                                 [--ray-python /work/venvs/ray/bin/python] [--fray-mode auto|default|local]
+                                 [--ray-python .ci/venvs/ray/bin/python] [--fray-mode auto|default|local]
 
 fray_ray runs under this interpreter (sys.executable), Ray under --ray-python. Shapes are run
 in batches (the floor, the lifecycle shapes, the rate shapes, the queued-tasks curve, each
@@ -42,7 +42,7 @@ from procs import MARK_ENV, loadavg, marked_pids, process_name  # noqa: E402
 from shapes import Catalog, Curves, catalog  # noqa: E402
 
 RUN_ONE = os.path.join(HERE, "run_one.py")
-DEFAULT_RAY_PYTHON = "/work/venvs/ray/bin/python"
+DEFAULT_RAY_PYTHON = os.path.join(os.path.dirname(HERE), ".ci", "venvs", "ray", "bin", "python")  # built by .ci/run
 GRACE_S = 60.0  # beyond a shape's own timeout, before the watchdog kills its process
 SHUTDOWN_LIMIT_S = 120.0
 STARTUP_LIMIT_S = 300.0  # import + init before the first shape starts

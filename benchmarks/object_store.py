@@ -2,7 +2,7 @@
 """put/get of a 100 MB numpy array in memory and spilled to disk, on fray_ray (or Ray).
 
     python benchmarks/object_store.py                 # fray_ray
-    /work/venvs/ray/bin/python benchmarks/object_store.py --backend ray
+    .ci/venvs/ray/bin/python benchmarks/object_store.py --backend ray
 
 In memory: put, get (zero-copy: call overhead, not bandwidth) and as a task argument, with the
 default object_store_memory. Spilled: a 150 MB store holding two 100 MB arrays, so the first

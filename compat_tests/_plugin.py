@@ -16,6 +16,10 @@
 The suite runs under pytest-xdist (``-n 2``, as `.ci/run` does): each xdist worker starts its own
 clusters, the known-difference reason travels with each test's report (``user_properties``), and
 only the controlling process writes the report file.
+
+Every run gets its own ``RAY_TMPDIR``: ``ray.init()`` with no address joins the last cluster
+whose address file it finds there, so without it one xdist worker would join (and lose) a cluster
+another worker started, and a cluster the user started would capture the suite.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +47,7 @@ _known_key = pytest.StashKey[dict]()  # nodeid -> reason, for the selected items
 _results_key = pytest.StashKey[dict]()  # nodeid -> result record
 _collect_errors_key = pytest.StashKey[list]()  # collection failures (file, message)
 _started_key = pytest.StashKey[float]()
+_tmpdir_key = pytest.StashKey[str]()
 
 # The report hooks (collectreport, runtest_logreport) receive no config; pytest_configure
 # records it here and pytest_unconfigure clears it.
@@ -93,11 +100,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_results_key] = {}
     config.stash[_collect_errors_key] = []
     config.stash[_started_key] = time.time()
+    worker = getattr(config, "workerinput", {}).get("workerid", "main")
+    config.stash[_tmpdir_key] = tempfile.mkdtemp(prefix=f"compat-{worker}-")
+    os.environ["RAY_TMPDIR"] = config.stash[_tmpdir_key]
     global _current_config
     _current_config = config
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _tmpdir_key in config.stash:
+        shutil.rmtree(config.stash[_tmpdir_key], ignore_errors=True)
     global _current_config
     if _current_config is config:
         _current_config = None

@@ -155,7 +155,7 @@ def test_streaming_generator__actor_generators(ray_start_regular_shared):
     @ray.remote(num_cpus=0)
     class Source:
         def sync_items(self, n):
-            for i in range(n):  # a plain loop: Ray 2.60 sends into the generator, which `yield from` a range cannot take
+            for i in range(n):  # noqa: UP028 (Ray 2.60 sends into remote generators; a delegated range iterator cannot take it)
                 yield i
 
         async def async_items(self, n):
