@@ -25,6 +25,7 @@ another worker started, and a cluster the user started would capture the suite.
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.metadata
 import json
 import os
 import shutil
@@ -217,13 +218,18 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             record["message"] = _short(report.longreprtext)
 
 
+def _installed_version(backend: str) -> str | None:
+    try:
+        return importlib.metadata.version(backend.replace("_", "-"))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def _report_payload(session: pytest.Session) -> dict[str, Any]:
     config = session.config
     backend = config.getoption("--backend")
-    version = None
-    module = sys.modules.get(backend)
-    if module is not None:
-        version = getattr(module, "__version__", None)
+    module = sys.modules.get(backend)  # not imported in an xdist controller: ask the installed package
+    version = getattr(module, "__version__", None) or _installed_version(backend)
     known = config.stash[_known_key]
     tests = []
     for nodeid, record in config.stash[_results_key].items():
