@@ -15,8 +15,8 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 
+from fray_ray._private import interpreter_exit, runtime_state
 from fray_ray._private import options as options_model
-from fray_ray._private import runtime_state
 from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options import rendering as options_text
@@ -207,6 +207,8 @@ def init(
         # Registered last, so it runs before the exit hook of an embedded cluster it started.
         atexit.unregister(_shutdown_at_exit)
         atexit.register(_shutdown_at_exit)
+        # Local mode's executors and actors are threads Python joins before atexit runs.
+        interpreter_exit.before_thread_join(_shutdown_at_exit if local_mode else None)
         return _context
 
 
@@ -241,6 +243,7 @@ def shutdown(*, wait_for_processes: bool = False, _exiting_interpreter: bool = F
         runtime_state.uninstall(runtime)
         _context = None
         atexit.unregister(_shutdown_at_exit)
+        interpreter_exit.before_thread_join(None)
         runtime.shutdown()
 
 
