@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 
-from fray_ray._private import interpreter_exit, runtime_state
+from fray_ray._private import interpreter_exit, runtime_state, user_tracebacks
 from fray_ray._private import options as options_model
 from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.object_ref import ObjectRef
@@ -216,6 +216,7 @@ def init(
         # Registered last, so it runs before the exit hook of an embedded cluster it started.
         atexit.unregister(_shutdown_at_exit)
         atexit.register(_shutdown_at_exit)
+        user_tracebacks.install_excepthook()  # uncaught errors print without fray_ray's frames
         # Local mode's executors and actors are threads Python joins before atexit runs.
         interpreter_exit.before_thread_join(_shutdown_at_exit if local_mode else None)
         return _context
