@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from fray_ray._private.driver import DriverRuntime
 from fray_ray._private.object_store import SYSTEM_CONFIG_KEYS, ObjectStoreConfig
+from fray_ray._private.output_folding import FoldSettings
 
 if TYPE_CHECKING:
     from fray_ray.fray.iris_backend import FrayIrisClient
@@ -106,6 +107,7 @@ def start_driver(
     from fray_ray._private.runtime_env import parse_runtime_env
 
     _check_token(token)
+    output_folding = FoldSettings.from_environment()  # malformed RAY_DEDUP_LOGS_* fail before anything starts
 
     job_env = parse_runtime_env(runtime_env)  # a bad runtime_env fails before anything starts
     session_name = "session-" + os.urandom(4).hex()
@@ -134,6 +136,7 @@ def start_driver(
             warm_executors=0,
             object_store=object_store,
             runtime_env=job_env,
+            output_folding=output_folding,
         )
         try:
             return runtime.start()
@@ -185,6 +188,7 @@ def start_driver(
         address_info=_address_info(address, session_name, advertise),
         object_store=object_store,
         runtime_env=job_env,
+        output_folding=output_folding,
     )
     try:
         return runtime.start()
