@@ -101,11 +101,11 @@ def _print_uncaught(kind: type[BaseException], value: BaseException, tb: Traceba
         return
     try:
         formatted = traceback.TracebackException(kind, value, tb)
-        frames = len(formatted.stack)
+        raised_at = formatted.stack[-1] if formatted.stack else None
         trim(formatted)
         text = "".join(formatted.format())
-        if len(formatted.stack) < frames and not _is_ray_error(value):
-            text += _NOTE  # fray_ray raised it (bad input, or a bug): say where the rest is
+        if raised_at is not None and formatted.stack[-1] is not raised_at and not _is_ray_error(value):
+            text += _NOTE  # raised inside fray_ray (bad input, or a bug): say where the rest is
     except Exception:  # noqa: BLE001 - never lose the error itself: print it as Python would
         sys.__excepthook__(kind, value, tb)
         return

@@ -150,6 +150,20 @@ def test_bad_call_names_the_user_line_and_how_to_see_more(tmp_path: Path) -> Non
     assert not [name for name in frames(finished.stderr) if name.startswith(FRAY_RAY_DIR)], finished.stderr
 
 
+def test_an_error_of_the_script_itself_reads_as_plain_python(tmp_path: Path) -> None:
+    """Under `fray-ray run`, the script's own error shows only the script, with no note."""
+    script = tmp_path / "own_error.py"
+    script.write_text("import ray\n\nray.init(num_cpus=1)\nprint(1 / 0)\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_"))}
+    finished = subprocess.run([sys.executable, "-m", "fray_ray", "run", script.name], cwd=tmp_path, env=clean,
+                              capture_output=True, text=True, timeout=DEADLINE_S)
+    assert finished.returncode == 1
+    assert finished.stderr.endswith(
+        'Traceback (most recent call last):\n  File "own_error.py", line 4, in <module>\n    print(1 / 0)\n'
+        "          ~~^~~\nZeroDivisionError: division by zero\n"
+    ), finished.stderr
+
+
 # ---- the parts, in process -------------------------------------------------------------------
 
 
