@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import linecache
+import pickle
 import threading
 import types
 from collections import ChainMap
@@ -35,7 +36,7 @@ _written: set[str] = set()  # file names whose linecache entry this module wrote
 def dumps(obj: Any) -> bytes:
     """cloudpickle's bytes of `obj`, whose by-value code keeps its file name and lines."""
     with io.BytesIO() as buffer:
-        _SourcePickler(buffer, protocol=cloudpickle.DEFAULT_PROTOCOL).dump(obj)
+        _SourcePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)  # as cloudpickle.dumps
         return buffer.getvalue()
 
 
