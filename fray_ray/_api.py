@@ -15,8 +15,8 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 
+from fray_ray._private import interpreter_exit, runtime_state, user_tracebacks
 from fray_ray._private import options as options_model
-from fray_ray._private import runtime_state
 from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options import rendering as options_text
@@ -109,6 +109,7 @@ def init(
     local_mode: bool = False,
     log_to_driver: bool | None = None,
     cluster_config: Any = None,
+    token: str | None = None,
     **kwargs: Any,
 ) -> RayContext:
     """Start or connect to a session and return its context.
@@ -135,6 +136,10 @@ def init(
     cluster"). `_node_ip_address` (or FRAY_RAY_NODE_IP_ADDRESS) is the address of this machine
     that workers on other hosts connect to; inside an Iris task it is IRIS_ADVERTISE_HOST.
 
+    `token` (fray_ray's own) is the bearer token of the controller at `address`; without it
+    init uses FRAY_RAY_TOKEN, else IRIS_AUTH_TOKEN, else the token `fray-ray start` recorded for
+    that address. A controller that refuses the token raises ConnectionError saying so.
+
     A running cluster's size is its workers': with an address (or inside a task) num_cpus,
     num_gpus and resources raise ValueError, as Ray's do for an existing cluster, and so they
     do beside a `cluster_config` that lists hosts.
@@ -150,6 +155,7 @@ def init(
         local_mode: run every task and actor in this process, on threads.
         log_to_driver: print workers' output here (default True).
         cluster_config: fray_ray's description of the embedded cluster's hosts.
+        token: the bearer token of the controller at `address` (fray_ray's own).
         **kwargs: Ray's other `init` keywords, accepted and (where fray_ray has no
             equivalent) ignored; `_node_ip_address`, `_system_config`, `object_store_memory`.
 
@@ -159,7 +165,9 @@ def init(
     Raises:
         RuntimeError: a session is already up (without `ignore_reinit_error=True`), or a
             keyword argument is unknown.
-        ValueError: sizes were given for a cluster that already exists.
+        ValueError: sizes were given for a cluster that already exists, or a token without a
+            cluster address.
+        ConnectionError: the controller at `address` refused the token (or wanted one).
 
     >>> ctx = fray_ray.init(num_cpus=2)  # doctest: +SKIP
     """
@@ -200,6 +208,7 @@ def init(
             system_config=kwargs.get("_system_config"),
             node_ip_address=kwargs.get("_node_ip_address"),
             temp_dir=kwargs.get("_temp_dir"),  # where init(address="auto") looks for the address file
+            token=token,
         )
         runtime_state.install(runtime)
         _context = RayContext(runtime.address_info)
@@ -207,6 +216,9 @@ def init(
         # Registered last, so it runs before the exit hook of an embedded cluster it started.
         atexit.unregister(_shutdown_at_exit)
         atexit.register(_shutdown_at_exit)
+        user_tracebacks.install_excepthook()  # uncaught errors print without fray_ray's frames
+        # Local mode's executors and actors are threads Python joins before atexit runs.
+        interpreter_exit.before_thread_join(_shutdown_at_exit if local_mode else None)
         return _context
 
 
@@ -241,6 +253,7 @@ def shutdown(*, wait_for_processes: bool = False, _exiting_interpreter: bool = F
         runtime_state.uninstall(runtime)
         _context = None
         atexit.unregister(_shutdown_at_exit)
+        interpreter_exit.before_thread_join(None)
         runtime.shutdown()
 
 

@@ -66,7 +66,6 @@ import logging
 import os
 import socket
 import threading
-import traceback
 import types
 from typing import Any, Final
 
@@ -160,8 +159,6 @@ class TaskCancelledError(RayError):
 
 
 _TRACEBACK_HEADER: Final = "Traceback (most recent call last):"
-# Frames from files in this directory are fray_ray internals; they are cut from task tracebacks.
-_PACKAGE_DIR: Final = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # C-level exception fields that belong to the wrapper, never copied from the cause.
 _NOT_COPIED: Final = frozenset({"args"})
 _Py_TPFLAGS_HEAPTYPE: Final = 1 << 9
@@ -191,12 +188,11 @@ def _innermost_cause(cause: object) -> object:
 
 
 def _user_traceback(exc: BaseException) -> str:
-    """Format `exc` like the interpreter would, without fray_ray's own frames on top."""
-    formatted = traceback.TracebackException.from_exception(exc)
-    user_frames = [f for f in formatted.stack if not f.filename.startswith(_PACKAGE_DIR)]
-    if user_frames:  # if every frame is ours the failure is ours: keep them all
-        formatted.stack = traceback.StackSummary.from_list(user_frames)
-    return "".join(formatted.format())
+    """Format `exc` like the interpreter would, without fray_ray's own frames (unless
+    FRAY_RAY_BACKTRACE_INTERNALS=1)."""
+    from fray_ray._private.user_tracebacks import format_task_traceback
+
+    return format_task_traceback(exc)
 
 
 class RayTaskError(RayError):

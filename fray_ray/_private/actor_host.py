@@ -32,7 +32,7 @@ from fray_ray._private.execution import (
     resolve_call_arguments,
     within_store,
 )
-from fray_ray._private.executor import send_item, send_items_async
+from fray_ray._private.executor import interrupt_thread, send_item, send_items_async
 from fray_ray._private.logs import flush_forwarded, forward_output
 from fray_ray._private.messages import (
     ActorExiting,
@@ -96,6 +96,7 @@ class RayActorHost:
         self._calls_lock = threading.Lock()  # guards _cancelled and _running
         self._cancelled: set[bytes] = set()
         self._running: dict[bytes, Any] = {}  # call id -> TaskContext or asyncio.Task
+        self._call_threads: dict[bytes, int] = {}  # call id -> thread running it (sync calls)
         # Set before the session opens: its reader may deliver `create` (which sets it) at once.
         self._detached = False
         self._runtime: WorkerRuntime = open_session(
@@ -224,11 +225,14 @@ class RayActorHost:
     def _end_call(self, call: CallMethod) -> None:
         with self._calls_lock:
             self._running.pop(call.call, None)
+            self._call_threads.pop(call.call, None)
 
     def _run_sync_call(self, call: CallMethod) -> None:
         context = self._context(call)
         if not self._start_call(call, context):
             return
+        with self._calls_lock:
+            self._call_threads[call.call] = threading.get_ident()
         token = current_task.set(context)
         runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
         try:
@@ -401,6 +405,12 @@ class RayActorHost:
             return
         if self._in_process or self._stopped.is_set():
             self._stop()
+            if self._in_process:
+                # A thread cannot be killed: interrupt running calls, or the process could not exit.
+                with self._calls_lock:
+                    threads = list(self._call_threads.values())
+                for thread_id in threads:
+                    interrupt_thread(thread_id)
             return
         print(f"fray_ray: actor {self._class_name} lost its driver's session; exiting", file=sys.__stderr__, flush=True)
         os._exit(1)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from fray_ray._private.driver import DriverRuntime
 from fray_ray._private.object_store import SYSTEM_CONFIG_KEYS, ObjectStoreConfig
+from fray_ray._private.output_folding import FoldSettings
 
 if TYPE_CHECKING:
     from fray_ray.fray.iris_backend import FrayIrisClient
@@ -101,8 +102,12 @@ def start_driver(
     system_config: Mapping[str, Any] | None = None,
     node_ip_address: str | None = None,
     temp_dir: str | None = None,
+    token: str | None = None,
 ) -> DriverRuntime:
     from fray_ray._private.runtime_env import parse_runtime_env
+
+    _check_token(token)
+    output_folding = FoldSettings.from_environment()  # malformed RAY_DEDUP_LOGS_* fail before anything starts
 
     job_env = parse_runtime_env(runtime_env)  # a bad runtime_env fails before anything starts
     session_name = "session-" + os.urandom(4).hex()
@@ -113,6 +118,8 @@ def start_driver(
     if ignored:
         logger.warning("fray_ray does not use these _system_config keys: %s", ", ".join(map(str, ignored)))
     _check_sizes(num_cpus, num_gpus, resources)
+    if local_mode and token is not None:
+        raise ValueError(_TOKEN_NEEDS_ADDRESS + "; local_mode runs everything in this process")
     if local_mode:
         from fray_ray._private.nodes import resource_attributes
         from fray_ray.fray import this_machine
@@ -129,6 +136,7 @@ def start_driver(
             warm_executors=0,
             object_store=object_store,
             runtime_env=job_env,
+            output_folding=output_folding,
         )
         try:
             return runtime.start()
@@ -143,6 +151,12 @@ def start_driver(
     owned: list[Any] = []
     host_id: str | None = None  # the cluster host this driver runs on, if it is one of them
     bind, advertise = session_hosts(node_ip_address)
+    if token is not None and address in (None, "task"):
+        raise ValueError(
+            _TOKEN_NEEDS_ADDRESS
+            + ("; inside an Iris task init() uses the task's own controller and token" if address == "task"
+               else "; without one init() starts an embedded cluster with a token of its own")
+        )
     if address is None:
         cluster = _start_embedded_cluster(num_cpus, num_gpus, resources, cluster_config)
         owned.append(cluster)
@@ -157,8 +171,9 @@ def start_driver(
         address = client_address(client)
     else:
         _existing_cluster_sizes(num_cpus, num_gpus, resources)
-        token = os.environ.get("FRAY_RAY_TOKEN") or os.environ.get("IRIS_AUTH_TOKEN") or _known_token(address, temp_dir)
-        client = FrayIrisClient(address, token=token)
+        if token is None:
+            token = os.environ.get("FRAY_RAY_TOKEN") or os.environ.get("IRIS_AUTH_TOKEN") or _known_token(address, temp_dir)
+        client = _connect(address, token)
         _warn_if_unreachable(client_address(client), advertise)
     runtime = DriverRuntime(
         client,
@@ -173,12 +188,39 @@ def start_driver(
         address_info=_address_info(address, session_name, advertise),
         object_store=object_store,
         runtime_env=job_env,
+        output_folding=output_folding,
     )
     try:
         return runtime.start()
     except BaseException:
         runtime.shutdown()
         raise
+
+
+_TOKEN_NEEDS_ADDRESS = "token= is the bearer token of a running cluster's controller, so it needs a cluster address"
+
+
+def _check_token(token: object) -> None:
+    if token is not None and not isinstance(token, str):
+        raise TypeError(f"token must be a string (the cluster's bearer token), got {type(token).__name__}")
+    if token is not None and not token.strip():
+        raise ValueError("token must not be empty: give the cluster's bearer token, or leave token unset")
+
+
+def _connect(address: str, token: str | None) -> FrayIrisClient:
+    """A client of the controller at `address`; ConnectionError, saying how to give the
+    token, when the controller refuses the credentials."""
+    from fray_ray.fray import CredentialsRejected, FrayIrisClient
+
+    try:
+        return FrayIrisClient(address, token=token)
+    except CredentialsRejected as exc:
+        given = "the token given was refused" if token else "no token was given"
+        raise ConnectionError(
+            f"The cluster at {exc.address or address} refused the connection: {given} ({exc.reason}). "
+            "Pass the cluster's token: fray_ray.init(address, token=...), or set FRAY_RAY_TOKEN "
+            "(`fray-ray start` prints the address and token of the cluster it starts)."
+        ) from exc
 
 
 def _known_token(address: str, temp_dir: str | None) -> str | None:

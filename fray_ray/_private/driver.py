@@ -13,7 +13,6 @@ import concurrent.futures
 import enum
 import logging
 import secrets
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -26,11 +25,11 @@ from fray_ray._private.cluster_view import ClusterView
 from fray_ray._private.gangs import GangScheduler, slice_shape
 from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.launcher import WorkerLauncher
-from fray_ray._private.logs import print_forwarded
 from fray_ray._private.nodes import node_id_for
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.object_store import ObjectStore, ObjectStoreConfig
 from fray_ray._private.object_table import ObjectTable
+from fray_ray._private.output_folding import FoldSettings, OutputFolder, print_line
 from fray_ray._private.placement_groups import PlacementGroupInfo, PlacementGroupManager
 from fray_ray._private.refcount import LocalReferenceCounter
 from fray_ray._private.runtime_env import RuntimeEnv
@@ -76,6 +75,7 @@ class DriverRuntime:
         object_store: ObjectStoreConfig | None = None,
         runtime_env: RuntimeEnv | None = None,
         advertise_host: str | None = None,
+        output_folding: FoldSettings | None = None,
     ) -> None:
         """`host` is what the session service binds, `advertise_host` (default `host`) the
         address workers connect to; `host_id` the cluster host this driver runs on, if any
@@ -103,6 +103,8 @@ class DriverRuntime:
             on_change=self._resources_released, fallback=_this_machine,
         )
         self.timers = TimerQueue("driver-timers")
+        # Workers' lines, with repeats folded as Ray folds them.
+        self.worker_output = OutputFolder(output_folding or FoldSettings(), print_line, self.timers.call_later)
         self.session = SessionService(self, host=host, token=self._token, advertise_host=advertise_host)
         self.launcher = WorkerLauncher(
             client, self.session.address, self._token, job_prefix=session_name, owns_cluster=bool(self._owned)
@@ -172,6 +174,7 @@ class DriverRuntime:
         self.objects.fail_all_pending(lambda _: serialize_error(RaySystemError("The session was shut down.")))
         self.launcher.shutdown(jobs, wait=True)
         self.session.close()
+        self.worker_output.close()
         self.timers.stop()
         try:
             self.client.shutdown(wait=False)
@@ -588,7 +591,7 @@ class DriverRuntime:
 
     def print_worker_output(self, pid: int | None, lines: Sequence[Sequence[str]]) -> None:
         if self._log_to_driver:
-            print_forwarded(pid, lines, sys.stdout, sys.stderr)
+            self.worker_output.add(pid, lines)
 
 
 def _wait_key(waitable: Any) -> bytes:

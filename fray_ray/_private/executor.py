@@ -99,7 +99,7 @@ class Executor:
             return
         if cancel.force and not self._in_process:
             os._exit(1)  # a forced cancel kills the worker, as in Ray
-        _interrupt_thread(self._main_thread_id)
+        interrupt_thread(self._main_thread_id)
 
     def _session_lost(self, _connection: Connection) -> None:
         """The driver went away without saying `exit`: end now, a running task included, and
@@ -108,9 +108,15 @@ class Executor:
             told = self._exiting
             self._exiting = True
             self._condition.notify()
+            running = self._running
+            if running is not None:
+                running.cancelled.set()
         if not told and not self._in_process:
             print("fray_ray: executor lost its driver's session; exiting", file=sys.__stderr__, flush=True)
             os._exit(1)
+        if running is not None and self._in_process:
+            # A thread cannot be killed: interrupt the task, or the process could not exit.
+            interrupt_thread(self._main_thread_id)
 
     def finish(self) -> None:
         """Mark a normal end (max_calls reached, or told to exit) before the connection closes."""
@@ -262,7 +268,7 @@ def _restore_env(backup: Mapping[str, str | None]) -> None:
                 os.environ[key] = value
 
 
-def _interrupt_thread(thread_id: int) -> None:
+def interrupt_thread(thread_id: int) -> None:
     """Raise KeyboardInterrupt in the task's thread at its next bytecode."""
     import ctypes
 

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fray_ray._private import user_tracebacks
 from fray_ray._private.actor_host import RayActorHost
 from fray_ray._private.executor import executor_main
 from fray_ray._private.lease import SessionLease, fate_mode
@@ -138,7 +139,7 @@ class WorkerLauncher:
                                       timeout_s=runtime_env.setup_timeout_s)]
         return EnvironmentConfig(
             workspace=runtime_env.working_dir or self._workspace,
-            env_vars=runtime_env.env_vars_dict,
+            env_vars={**user_tracebacks.forwarded_settings(), **runtime_env.env_vars_dict},
             workspace_excludes=runtime_env.excludes,
             py_modules=runtime_env.py_modules,
             setup_scripts=setup,

@@ -145,11 +145,3 @@ def _configure_worker_logging() -> None:
     if internal.level == logging.NOTSET:
         internal.setLevel(logging.INFO)
     internal.propagate = not inherited
-
-
-def print_forwarded(pid: int | None, lines: Sequence[Sequence[str]], out: TextIO | None = None,
-                    err: TextIO | None = None) -> None:
-    """Driver side: print forwarded lines with Ray's `(name pid=N)` prefix."""
-    for stream_name, prefix, line in lines:
-        target = (err or sys.stderr) if stream_name == "stderr" else (out or sys.stdout)
-        print(f"({prefix} pid={pid}) {line}", file=target)

@@ -13,8 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import cloudpickle
-
+from fray_ray._private import code_source
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options.model import Context, Kind
 from fray_ray._private.options.table import default
@@ -32,7 +31,7 @@ class CodeBlob:
 
     @classmethod
     def of(cls, obj: Any, name: str) -> CodeBlob:
-        payload = cloudpickle.dumps(obj)
+        payload = code_source.dumps(obj)  # by-value code keeps its file name and lines
         return cls(hashlib.blake2b(payload, digest_size=16).digest(), payload, name)
 
 

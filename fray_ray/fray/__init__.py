@@ -69,6 +69,7 @@ FrayEntrypoint = Entrypoint
 _IRIS_BACKEND_NAMES = frozenset(
     {
         "ControllerUnavailableError",
+        "CredentialsRejected",
         "FrayIrisClient",
         "IrisActorGroup",
         "IrisActorHandle",
@@ -116,6 +117,7 @@ __all__ = [
     "Client",
     "ControllerUnavailableError",
     "CpuConfig",
+    "CredentialsRejected",
     "DeviceConfig",
     "DeviceKind",
     "Entrypoint",

@@ -5,6 +5,7 @@ Errors the controller reports are translated here, once, for the whole Iris back
     FrayError (fray_ray.fray.client)
      └── IrisBackendError          the controller refused a request or could not be reached
           ├── ControllerUnavailableError (ConnectionError)  nothing answers at the address
+          ├── CredentialsRejected (PermissionError)  the controller refused the token
           └── JobRejected (ValueError)   LaunchJob refused the request, e.g. resources no
                                          worker has, a finished parent, a stale client
 """
@@ -33,6 +34,7 @@ from fray_ray.iris.types import JobState
 __all__ = [
     "TERMINATE_WAIT",
     "ControllerUnavailableError",
+    "CredentialsRejected",
     "IrisBackendError",
     "IrisJobHandle",
     "JobRejected",
@@ -58,6 +60,17 @@ class ControllerUnavailableError(IrisBackendError, ConnectionError):
     """Nothing answers at the controller address (or it is shutting down)."""
 
 
+class CredentialsRejected(IrisBackendError, PermissionError):
+    """The controller refused the bearer token (none given, or not its own); `reason` is its word."""
+
+    def __init__(self, message: str, address: str = "", reason: str = "") -> None:
+        super().__init__(message, address)
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.address, self.reason))
+
+
 class JobRejected(IrisBackendError, ValueError):
     """LaunchJob refused the request: it can never run (no worker has the resources or
     attributes it needs), its parent job has finished, or the request is malformed."""
@@ -73,10 +86,11 @@ def translate_iris_error(exc: IrisError, action: str, address: str) -> IrisBacke
             address,
         )
     if isinstance(exc, (Unauthenticated, PermissionDenied)):
-        return IrisBackendError(
+        return CredentialsRejected(
             f"cannot {action}: the controller at {address} refused the credentials ({message}); "
-            "pass the cluster's token with token=...",
+            "pass the cluster's token with FrayIrisClient(address, token=...)",
             address,
+            message,
         )
     if isinstance(exc, (FailedPrecondition, InvalidArgument)):
         return JobRejected(f"cannot {action}: {message}", address)

@@ -13,8 +13,9 @@ parent. Each launch and lookup may name its own parent (`parent_job=`, None for 
 instead of the client's. `from_job_info` builds the ambient client of the current task
 (cached per task attempt).
 
-Errors: `IrisBackendError` and its subclasses `ControllerUnavailableError` (nothing answers)
-and `JobRejected` (LaunchJob refused the request), defined and translated in `_iris_jobs`.
+Errors: `IrisBackendError` and its subclasses `ControllerUnavailableError` (nothing answers),
+`CredentialsRejected` (the token was refused) and `JobRejected` (LaunchJob refused the
+request), defined and translated in `_iris_jobs`.
 `JobAlreadyExists` and `JobFailed` come from the client protocol; actor calls raise
 `ActorUnavailableError` when the actor cannot be reached.
 
@@ -56,6 +57,7 @@ from fray_ray.fray._iris_conversions import (
 from fray_ray.fray._iris_jobs import (
     TERMINATE_WAIT,
     ControllerUnavailableError,
+    CredentialsRejected,
     IrisBackendError,
     IrisJobHandle,
     JobRejected,
@@ -85,6 +87,7 @@ __all__ = [
     "NSYS_DIR_ENV",
     "NSYS_TASKS_ENV",
     "ControllerUnavailableError",
+    "CredentialsRejected",
     "FrayIrisClient",
     "IrisActorGroup",
     "IrisActorHandle",

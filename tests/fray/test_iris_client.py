@@ -18,6 +18,7 @@ from fray_ray.cluster import EmbeddedCluster, WorkerSpec, cpu_worker, gpu_hosts,
 from fray_ray.fray import (
     Client,
     ControllerUnavailableError,
+    CredentialsRejected,
     Entrypoint,
     FrayIrisClient,
     GpuConfig,
@@ -277,8 +278,11 @@ def test_nothing_listening_is_a_clear_error_naming_the_address() -> None:
 
 
 def test_a_wrong_token_is_a_clear_error(cluster: EmbeddedCluster) -> None:
-    with pytest.raises(IrisBackendError, match="refused the credentials"):
+    with pytest.raises(IrisBackendError, match="refused the credentials") as raised:
         FrayIrisClient(cluster.address, token="not-the-token")
+    assert isinstance(raised.value, CredentialsRejected) and isinstance(raised.value, PermissionError)
+    assert "FrayIrisClient(address, token=...)" in str(raised.value)  # what works at this layer
+    assert raised.value.reason and raised.value.address == cluster.address
 
 
 def test_a_request_no_worker_can_ever_run_is_rejected_naming_the_resource(iris: FrayIrisClient) -> None:
