@@ -363,3 +363,49 @@ def test_cancel__sync_actor_task_error_is_not_a_task_error(ray_start_regular_sha
     with pytest.raises(exceptions.TaskCancelledError) as info:
         ray.get(ref, timeout=60)
     assert not isinstance(info.value, exceptions.RayTaskError)
+
+
+@ray.remote
+def _blocked_in_get(recorder, signal):
+    ray.get(recorder.record.remote("blocked"))
+    try:
+        ray.get(signal.wait.remote())
+    except KeyboardInterrupt:
+        ray.get(recorder.record.remote("interrupted"))
+        raise
+    return "released"
+
+
+def test_cancel__task_blocked_in_get_is_interrupted(ray_start_regular_shared):
+    recorder, signal = Recorder.remote(), SignalActor.remote()
+    ref = _blocked_in_get.remote(recorder, signal)
+    wait_for_condition(_started, recorder=recorder, tag="blocked")
+    ray.cancel(ref)
+    with pytest.raises(exceptions.TaskCancelledError):
+        ray.get(ref, timeout=60)
+    # The task itself saw KeyboardInterrupt in its ray.get, as Ray raises it there.
+    wait_for_condition(_started, recorder=recorder, tag="interrupted")
+    ray.get(signal.send.remote())
+
+
+def test_cancel__recursive_cancel_while_parent_computes(ray_start_regular_shared):
+    recorder, signal = Recorder.remote(), SignalActor.remote()
+
+    @ray.remote
+    def parent(rec, signal):
+        child = _blocked_in_get.remote(rec, signal)
+        ray.get(rec.record.remote([child]))  # hand the child's ref to the test
+        deadline = time.time() + 60
+        while time.time() < deadline:  # busy: the parent never blocks
+            pass
+        return "parent finished"
+
+    top = parent.remote(recorder, signal)
+    wait_for_condition(_started, recorder=recorder, tag="blocked")
+    child = next(item[0] for item in ray.get(recorder.items.remote()) if isinstance(item, list))
+    ray.cancel(top)  # recursive=True is the default
+    with pytest.raises(exceptions.TaskCancelledError):
+        ray.get(top, timeout=60)
+    with pytest.raises(exceptions.TaskCancelledError):
+        ray.get(child, timeout=60)
+    ray.get(signal.send.remote())

@@ -33,6 +33,7 @@ from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.serialization import SerializedValue, serialize
 from fray_ray._private.task_context import TaskContext, current_task
+from fray_ray._private.task_interrupts import interrupt_thread
 from fray_ray._private.worker import WorkerRuntime, open_session
 from fray_ray.exceptions import TaskCancelledError
 from fray_ray.fray.job_info import get_job_info
@@ -99,7 +100,7 @@ class Executor:
             return
         if cancel.force and not self._in_process:
             os._exit(1)  # a forced cancel kills the worker, as in Ray
-        _interrupt_thread(self._main_thread_id)
+        interrupt_thread(self._main_thread_id)
 
     def _session_lost(self, _connection: Connection) -> None:
         """The driver went away without saying `exit`: end now, a running task included, and
@@ -260,13 +261,6 @@ def _restore_env(backup: Mapping[str, str | None]) -> None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-def _interrupt_thread(thread_id: int) -> None:
-    """Raise KeyboardInterrupt in the task's thread at its next bytecode."""
-    import ctypes
-
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(KeyboardInterrupt))
 
 
 def executor_main(
