@@ -96,3 +96,26 @@ def test_output__actor_logging_at_the_level_configured_in_the_worker(ray_start_r
     line = captured.line("err", f"configured {tag}")
     assert _prefixed(line, "Reporter", pid) == f"INFO compat.reporter: configured {tag}"
     assert f"below the level {tag}" not in captured.err
+
+
+@ray.remote
+class Described:
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"Described(index={self.index})"
+
+    def say(self, tag: str) -> int:
+        print(f"described {tag}")
+        return os.getpid()
+
+
+def test_output__actor_repr_is_the_log_prefix(ray_start_regular_shared, capfd):
+    # An actor class that defines __repr__ names its lines with it (Ray's docs show
+    # "(MyActor(index=2) pid=...)"), so two actors of one class can be told apart.
+    tag = uuid.uuid4().hex[:8]
+    actor = Described.remote(2)
+    pid = ray.get(actor.say.remote(tag))
+    captured = Captured(capfd)
+    assert _prefixed(captured.line("out", f"described {tag}"), "Described(index=2)", pid) == f"described {tag}"
