@@ -198,3 +198,30 @@ def test_runtime_context__id_properties_on_the_driver(ray_start_regular_shared):
         context.task_id
     with pytest.warns(DeprecationWarning), pytest.raises(AssertionError):
         context.actor_id
+
+
+@ray.remote
+def _function_and_task_names():
+    context = ray.get_runtime_context()
+    return context.get_task_function_name(), context.get_task_name()
+
+
+@ray.remote
+class _NamedMethods:
+    def names(self):
+        context = ray.get_runtime_context()
+        return context.get_task_function_name(), context.get_task_name()
+
+
+def test_runtime_context__task_function_name_is_module_qualified(ray_start_regular_shared):
+    # The function name is module.qualname and ignores the `name` option; the task name does not.
+    assert ray.get(_function_and_task_names.remote()) == (
+        f"{__name__}._function_and_task_names",
+        "_function_and_task_names",
+    )
+    assert ray.get(_function_and_task_names.options(name="renamed").remote()) == (
+        f"{__name__}._function_and_task_names",
+        "renamed",
+    )
+    assert ray.get(_NamedMethods.remote().names.remote()) == (f"{__name__}._NamedMethods.names", "_NamedMethods.names")
+    assert ray.get_runtime_context().get_task_function_name() is None  # the driver

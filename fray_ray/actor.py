@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, NoReturn, ParamSpec, Protocol, TypeAlias, TypeVar, cast, overload
 
 from fray_ray._private import actor_handles, ids, runtime_state
+from fray_ray._private.function_names import qualified_name
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options import (
     UNSET,
@@ -295,6 +296,7 @@ class ActorClass(Generic[T]):
             actor_id=ids.new_actor_id(),
             cls=self._code_blob(),
             class_name=self._cls.__name__,
+            qualified_name=qualified_name(self._cls),
             arguments=pack_arguments(args, kwargs, f"{self._cls.__name__}.__init__"),
             shape=shape,
             placement=placement,

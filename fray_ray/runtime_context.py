@@ -101,9 +101,11 @@ class RuntimeContext:
 
     def get_task_function_name(self) -> str | None:
         """Returns:
-            The running task's name, as `get_task_name` (fray_ray keeps one name per task).
+            The running function's `module.qualname` (`module.Class.method` in an actor),
+            whatever `name` option the task has; None on the driver.
         """
-        name: str | None = self._info()["task_name"]
+        info = self._info()
+        name: str | None = info.get("task_function_name", info["task_name"])
         return name
 
     def get_assigned_resources(self) -> dict[str, float]:

@@ -82,6 +82,7 @@ class RayActorHost:
         self._methods_blob = b""
         self._resources: Mapping[str, float] = {}
         self._class_name = "Actor"
+        self._qualified_name = "Actor"
         self._display_name = "Actor"  # the log prefix: the instance's own __repr__, else the class name
         self._is_async = False
         self._default_pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -117,6 +118,7 @@ class RayActorHost:
     def _on_create(self, connection: Connection, message_id: int | None, create: CreateInstance) -> None:
         self._class_name = create.class_name
         self._display_name = create.class_name
+        self._qualified_name = create.qualified_name or create.class_name
         self._placement_group = create.placement_group
         self._given_name = create.options.name
         self._restarted = bool(create.options.restarted)
@@ -141,6 +143,7 @@ class RayActorHost:
 
     def _create(self, create: CreateInstance) -> None:
         context = TaskContext(task_id=None, function_name=f"{self._class_name}.__init__", actor_id=self._actor_id,
+                              qualified_name=f"{self._qualified_name}.__init__",
                               actor_name=self._class_name, resources=self._resources,
                               actor_handle=self._handle, placement_group_id=self._placement_group,
                               actor_given_name=self._given_name, actor_restarted=self._restarted)
@@ -198,6 +201,7 @@ class RayActorHost:
     def _context(self, call: CallMethod) -> TaskContext:
         return TaskContext(
             task_id=call.call, function_name=f"{self._class_name}.{call.method}", actor_id=self._actor_id,
+            qualified_name=f"{self._qualified_name}.{call.method}",
             actor_name=self._display_name, actor_handle=self._handle, resources=self._resources,
             placement_group_id=self._placement_group, actor_given_name=self._given_name,
             actor_restarted=self._restarted,

@@ -219,6 +219,7 @@ class ActorManager(NamedActors):
         message = CreateInstance(
             code=spec.cls.payload,
             class_name=spec.class_name,
+            qualified_name=spec.qualified_name,
             methods=cloudpickle.dumps(dict(spec.methods)),
             args=CallArguments(spec.arguments.value, list(spec.arguments.top_level)),
             env=dict(spec.env_vars),

@@ -151,6 +151,7 @@ class Executor:
         context = TaskContext(
             task_id=task_id,
             function_name=name,
+            qualified_name=task.function_name or name,
             resources=task.resources or {},
             placement_group_id=task.placement_group,
         )

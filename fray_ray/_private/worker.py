@@ -321,6 +321,7 @@ class WorkerRuntime:
             "namespace": self.namespace,
             "task_id": context.task_id if context else None,
             "task_name": context.function_name if context else None,
+            "task_function_name": (context.qualified_name or context.function_name) if context else None,
             "actor_id": context.actor_id if context else None,
             "actor_name": context.actor_name if context else None,
             "actor_given_name": context.actor_given_name if context else None,
