@@ -13,8 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import cloudpickle
-
+from fray_ray._private.code_pickling import dumps_code
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options.model import Context, Kind
 from fray_ray._private.options.table import default
@@ -32,7 +31,7 @@ class CodeBlob:
 
     @classmethod
     def of(cls, obj: Any, name: str) -> CodeBlob:
-        payload = cloudpickle.dumps(obj)
+        payload = dumps_code(obj)
         return cls(hashlib.blake2b(payload, digest_size=16).digest(), payload, name)
 
 
