@@ -181,9 +181,8 @@ class ActorClass(Generic[T]):
     def __init__(self, cls: type[T], options: Mapping[str, Any], *_subclass_args: Any) -> None:
         if _subclass_args or not isinstance(cls, type):
             # A class statement with an actor class among its bases: (name, bases, namespace).
-            bases = options if isinstance(options, tuple) else ()
-            base = next((b for b in bases if isinstance(b, ActorClass)), None)
-            base_name = base._cls.__name__ if base is not None else "?"
+            bases: tuple[Any, ...] = options if isinstance(options, tuple) else ()
+            base_name = next((getattr(b, "__name__", "?") for b in bases if isinstance(b, ActorClass)), "?")
             raise ActorClassInheritanceException(
                 f"Attempted to define subclass '{cls}' of actor class '{base_name}'. Inheriting from actor classes "
                 "is not currently supported. You can instead inherit from a non-actor base class and make the "
