@@ -87,3 +87,28 @@ def test_actor_resources__an_actor_given_any_resource_holds_one_cpu(ray_start_re
     wait_for_condition(lambda: _cpus_free() == CPUS - 1)
     ray.kill(holder)
     wait_for_condition(lambda: _cpus_free() == CPUS)
+
+
+@ray.remote
+class _GpuReporter:
+    def devices(self):
+        import os
+
+        return os.environ.get("CUDA_VISIBLE_DEVICES"), ray.get_gpu_ids()
+
+
+@pytest.mark.parametrize("ray_start_regular", [{"num_cpus": 2, "num_gpus": 1}], indirect=True)
+def test_actor_resources__a_whole_gpu_actor_sees_its_device(ray_start_regular):
+    actor = _GpuReporter.options(num_gpus=1).remote()
+    assert ray.get(actor.devices.remote()) == ("0", [0])
+
+
+@pytest.mark.known_difference(
+    reason="Iris gives a task whole GPU devices, so a fractional num_gpus holder gets no device "
+    "and no CUDA_VISIBLE_DEVICES; giving it a whole device would stop two 0.5-GPU actors from "
+    "sharing one GPU as Ray lets them"
+)
+@pytest.mark.parametrize("ray_start_regular", [{"num_cpus": 2, "num_gpus": 1}], indirect=True)
+def test_actor_resources__a_fractional_gpu_actor_sees_its_device(ray_start_regular):
+    actor = _GpuReporter.options(num_gpus=0.5).remote()
+    assert ray.get(actor.devices.remote()) == ("0", [0])

@@ -188,3 +188,31 @@ def test_actor_restarts__method_user_exception_retried_under_retry_exceptions(ra
     third = _Counter.remote()
     with pytest.raises(_Flaky, match="attempt 1"):  # not listed: not retried
         ray.get(third.flaky.options(max_task_retries=3, retry_exceptions=[KeyError]).remote(5))
+
+
+@ray.remote(max_restarts=1)
+class _Watcher:
+    def __init__(self):
+        self.in_init = ray.get_runtime_context().was_current_actor_reconstructed
+
+    def seen(self):
+        return os.getpid(), self.in_init, ray.get_runtime_context().was_current_actor_reconstructed
+
+
+def test_actor_restarts__reconstructed_after_kill_with_restart(ray_start_regular_shared):
+    actor = _Watcher.remote()
+    first_pid, in_init, in_method = ray.get(actor.seen.remote())
+    assert (in_init, in_method) == (False, False)
+    ray.kill(actor, no_restart=False)
+    seen = []
+
+    def restarted():
+        # ray.kill returns before the actor is gone: a call may still reach the old instance.
+        try:
+            seen.append(ray.get(actor.seen.remote(), timeout=30))
+        except (exceptions.RayActorError, exceptions.GetTimeoutError):
+            return False
+        return seen[-1][0] != first_pid
+
+    wait_for_condition(restarted, timeout=90)
+    assert seen[-1][1:] == (True, True)  # both in the restarted __init__ and in its methods

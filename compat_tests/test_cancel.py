@@ -315,3 +315,98 @@ def test_cancel__async_actor_task(ray_start_regular_shared):
         ray.get(ref, timeout=60)
     # The coroutine itself was cancelled (asyncio.CancelledError), and the actor lives on.
     wait_for_condition(lambda: ray.get(actor.cancelled_error_seen.remote()))
+
+
+def test_cancel__async_actor_task_error_is_a_task_error(ray_start_regular_shared):
+    # A cancelled coroutine fails inside the actor, so the caller's error is a RayTaskError
+    # (the task failed) that is also the TaskCancelledError (why it failed).
+    signal = SignalActor.remote()
+
+    @ray.remote(num_cpus=0)
+    class AsyncActor:
+        async def hang(self, signal):
+            await signal.wait.remote()
+            return "not cancelled"
+
+    actor = AsyncActor.remote()
+    ref = actor.hang.remote(signal)
+    wait_for_condition(lambda: ray.get(signal.num_waiters.remote()) == 1)
+    ray.cancel(ref)
+    try:
+        ray.get(ref, timeout=60)
+    except exceptions.RayTaskError as error:
+        assert isinstance(error, exceptions.TaskCancelledError)
+        assert isinstance(error.cause, exceptions.TaskCancelledError)
+        assert "hang" in str(error)
+    else:
+        pytest.fail("the cancelled call returned")
+    ray.get(signal.send.remote())
+
+
+def test_cancel__sync_actor_task_error_is_not_a_task_error(ray_start_regular_shared):
+    # A sync method is only flagged; the caller's error is a plain TaskCancelledError.
+    recorder = Recorder.remote()
+
+    @ray.remote(num_cpus=0)
+    class Actor:
+        def poll(self, rec):
+            ray.get(rec.record.remote("polling"))
+            deadline = time.time() + 60
+            while time.time() < deadline and not ray.get_runtime_context().is_canceled():
+                time.sleep(0.01)
+            return "done"
+
+    actor = Actor.remote()
+    ref = actor.poll.remote(recorder)
+    wait_for_condition(_started, recorder=recorder, tag="polling")
+    ray.cancel(ref)
+    with pytest.raises(exceptions.TaskCancelledError) as info:
+        ray.get(ref, timeout=60)
+    assert not isinstance(info.value, exceptions.RayTaskError)
+
+
+@ray.remote
+def _blocked_in_get(recorder, signal):
+    ray.get(recorder.record.remote("blocked"))
+    ray.get(signal.wait.remote())  # never sent before the cancel: only an interrupt ends this
+    return "released"
+
+
+def test_cancel__task_blocked_in_get_is_interrupted(ray_start_regular_shared):
+    recorder, signal = Recorder.remote(), SignalActor.remote()
+    ref = _blocked_in_get.remote(recorder, signal)
+    wait_for_condition(_started, recorder=recorder, tag="blocked")
+    ray.cancel(ref)
+    # The task is interrupted inside its ray.get (KeyboardInterrupt there, as in Ray); without
+    # that it would wait for the signal and this get would time out.
+    with pytest.raises(exceptions.TaskCancelledError):
+        ray.get(ref, timeout=60)
+    ray.get(signal.send.remote())
+
+
+def test_cancel__recursive_cancel_while_parent_computes(ray_start_regular_shared):
+    recorder, signal = Recorder.remote(), SignalActor.remote()
+
+    @ray.remote
+    def parent(rec, signal):
+        child = _blocked_in_get.remote(rec, signal)
+        ray.get(rec.record.remote([child]))  # hand the child's ref to the test
+        deadline = time.time() + 60
+        while time.time() < deadline:  # busy: the parent never blocks
+            pass
+        return "parent finished"
+
+    top = parent.remote(recorder, signal)
+
+    def child_blocked_and_known():  # the two records may arrive in either order
+        items = ray.get(recorder.items.remote())
+        return "blocked" in items and any(isinstance(item, list) for item in items)
+
+    wait_for_condition(child_blocked_and_known)
+    child = next(item[0] for item in ray.get(recorder.items.remote()) if isinstance(item, list))
+    ray.cancel(top)  # recursive=True is the default
+    with pytest.raises(exceptions.TaskCancelledError):
+        ray.get(top, timeout=60)
+    with pytest.raises(exceptions.TaskCancelledError):
+        ray.get(child, timeout=60)
+    ray.get(signal.send.remote())

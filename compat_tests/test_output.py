@@ -96,3 +96,64 @@ def test_output__actor_logging_at_the_level_configured_in_the_worker(ray_start_r
     line = captured.line("err", f"configured {tag}")
     assert _prefixed(line, "Reporter", pid) == f"INFO compat.reporter: configured {tag}"
     assert f"below the level {tag}" not in captured.err
+
+
+@ray.remote
+class Described:
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"Described(index={self.index})"
+
+    def say(self, tag: str) -> int:
+        print(f"described {tag}")
+        return os.getpid()
+
+
+def test_output__actor_repr_is_the_log_prefix(ray_start_regular_shared, capfd):
+    # An actor class that defines __repr__ names its lines with it (Ray's docs show
+    # "(MyActor(index=2) pid=...)"), so two actors of one class can be told apart.
+    tag = uuid.uuid4().hex[:8]
+    actor = Described.remote(2)
+    pid = ray.get(actor.say.remote(tag))
+    captured = Captured(capfd)
+    assert _prefixed(captured.line("out", f"described {tag}"), "Described(index=2)", pid) == f"described {tag}"
+
+
+_UNAWAITED_SCRIPT = """
+import {backend} as ray
+
+ray.init(num_cpus=1)
+
+
+@ray.remote
+def never_awaited(tag):
+    print("unawaited task says", tag, flush=True)
+
+
+never_awaited.remote({tag!r})
+print("driver reached the end", flush=True)
+"""
+
+
+def test_output__unawaited_task_output_is_printed_before_exit(tmp_path):
+    # A script that ends without waiting for its task still shows what the task printed.
+    import subprocess
+    import sys
+
+    from compat_tests._backend import selected_backend
+
+    tag = uuid.uuid4().hex[:8]
+    script = tmp_path / "unawaited.py"
+    script.write_text(_UNAWAITED_SCRIPT.format(backend=selected_backend(), tag=tag))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+    )
+    out = _ANSI.sub("", done.stdout)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "driver reached the end" in out
+    lines = [line for line in out.splitlines() if f"unawaited task says {tag}" in line]
+    assert lines, out + done.stderr[-2000:]
+    assert re.match(r"^\(never_awaited pid=\d+(, ip=[0-9a-fA-F.:]+)?\) unawaited task says ", lines[0])

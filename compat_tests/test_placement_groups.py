@@ -176,3 +176,44 @@ def test_placement_group__invalid_arguments(ray_start_regular_shared):
         _pg([{}])
     with pytest.raises(ValueError):
         _pg([{"CPU": 0}])
+
+
+_STATS_KEYS = {
+    "end_to_end_creation_latency_ms",
+    "scheduling_latency_ms",
+    "scheduling_attempt",
+    "highest_retry_delay_ms",
+    "scheduling_state",
+}
+
+
+def test_placement_group__table_bundles_to_node_id_and_stats(ray_start_regular_shared):
+    pg = _pg([{"CPU": 1}, {"custom": 1}])
+    try:
+        assert pg.wait(timeout_seconds=60)
+        row = util_placement_group.placement_group_table(pg)
+        node_ids = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+        assert set(row["bundles_to_node_id"]) == {0, 1}
+        assert set(row["bundles_to_node_id"].values()) <= node_ids
+        stats = row["stats"]
+        assert set(stats) == _STATS_KEYS
+        assert stats["scheduling_state"] == "FINISHED"
+        assert stats["scheduling_attempt"] >= 1
+        assert stats["end_to_end_creation_latency_ms"] >= stats["scheduling_latency_ms"] >= 0
+    finally:
+        _remove(pg)
+    wait_for_condition(
+        lambda: util_placement_group.placement_group_table(pg)["stats"]["scheduling_state"] == "REMOVED"
+    )
+
+
+def test_placement_group__table_stats_of_an_infeasible_group(ray_start_regular_shared):
+    pg = _pg([{"CPU": 1000}])
+    try:
+        wait_for_condition(
+            lambda: util_placement_group.placement_group_table(pg)["stats"]["scheduling_state"] == "INFEASIBLE"
+        )
+        stats = util_placement_group.placement_group_table(pg)["stats"]
+        assert stats["end_to_end_creation_latency_ms"] == 0.0
+    finally:
+        _remove(pg)

@@ -148,3 +148,80 @@ def test_runtime_context__accelerator_ids_on_cpu(ray_start_regular_shared):
     assert all(v == [] for v in ids.values())
     assert gpus == []
     assert ray.get_gpu_ids() == []
+
+
+def _id_properties():
+    import warnings
+
+    context = ray.get_runtime_context()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ids = {name: getattr(context, name) for name in ("job_id", "node_id", "task_id", "actor_id")}
+    hexes = {name: (None if value is None else value.hex()) for name, value in ids.items()}
+    kinds = {name: type(value).__name__ for name, value in ids.items()}
+    deprecations = sum(issubclass(w.category, DeprecationWarning) for w in caught)
+    return hexes, kinds, deprecations, _ids()
+
+
+@ray.remote
+def _task_id_properties():
+    return _id_properties()
+
+
+@ray.remote
+class _IdPropertiesActor:
+    def ids(self):
+        return _id_properties()
+
+
+def test_runtime_context__deprecated_id_properties_return_id_objects(ray_start_regular_shared):
+    hexes, kinds, deprecations, ids = ray.get(_task_id_properties.remote())
+    assert kinds == {"job_id": "JobID", "node_id": "NodeID", "task_id": "TaskID", "actor_id": "NoneType"}
+    assert (hexes["job_id"], hexes["node_id"], hexes["task_id"]) == (ids["job"], ids["node"], ids["task"])
+    assert deprecations == 4  # each property warns; the get_*_id() methods are the current API
+
+    hexes, kinds, _, ids = ray.get(_IdPropertiesActor.remote().ids.remote())
+    assert kinds["actor_id"] == "ActorID" and kinds["task_id"] == "TaskID"
+    assert hexes["actor_id"] == ids["actor"] and hexes["task_id"] == ids["task"]
+
+
+def test_runtime_context__id_properties_on_the_driver(ray_start_regular_shared):
+    context = ray.get_runtime_context()
+    with pytest.warns(DeprecationWarning):
+        job_id = context.job_id
+    assert isinstance(job_id, ray.JobID) and job_id.hex() == context.get_job_id()
+    with pytest.warns(DeprecationWarning):
+        node_id = context.node_id
+    assert isinstance(node_id, ray.NodeID) and node_id.hex() == context.get_node_id()
+    # task_id and actor_id are for workers only: Ray asserts so on the driver.
+    with pytest.warns(DeprecationWarning), pytest.raises(AssertionError):
+        context.task_id
+    with pytest.warns(DeprecationWarning), pytest.raises(AssertionError):
+        context.actor_id
+
+
+@ray.remote
+def _function_and_task_names():
+    context = ray.get_runtime_context()
+    return context.get_task_function_name(), context.get_task_name()
+
+
+@ray.remote
+class _NamedMethods:
+    def names(self):
+        context = ray.get_runtime_context()
+        return context.get_task_function_name(), context.get_task_name()
+
+
+def test_runtime_context__task_function_name_is_module_qualified(ray_start_regular_shared):
+    # The function name is module.qualname and ignores the `name` option; the task name does not.
+    assert ray.get(_function_and_task_names.remote()) == (
+        f"{__name__}._function_and_task_names",
+        "_function_and_task_names",
+    )
+    assert ray.get(_function_and_task_names.options(name="renamed").remote()) == (
+        f"{__name__}._function_and_task_names",
+        "renamed",
+    )
+    assert ray.get(_NamedMethods.remote().names.remote()) == (f"{__name__}._NamedMethods.names", "_NamedMethods.names")
+    assert ray.get_runtime_context().get_task_function_name() is None  # the driver

@@ -17,6 +17,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 
 from fray_ray._private import interpreter_exit, runtime_state, user_tracebacks
 from fray_ray._private import options as options_model
+from fray_ray._private.exit_drain import wait_for_started_work
 from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options import rendering as options_text
@@ -259,6 +260,10 @@ def shutdown(*, wait_for_processes: bool = False, _exiting_interpreter: bool = F
 
 def _shutdown_at_exit() -> None:
     try:
+        runtime = runtime_state.current_or_none()
+        objects = getattr(runtime, "objects", None) if runtime is not None and runtime.is_driver else None
+        if objects is not None:
+            wait_for_started_work(objects)  # so what unawaited tasks print is printed, as in Ray
         shutdown()
     except Exception:  # noqa: BLE001 - the interpreter is exiting; nothing left to tell
         logger.debug("shutdown at exit failed", exc_info=True)

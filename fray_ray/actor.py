@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, NoReturn, ParamSpec, Protocol, TypeAlias, TypeVar, cast, overload
 
 from fray_ray._private import actor_handles, ids, runtime_state
+from fray_ray._private.function_names import qualified_name
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options import (
     UNSET,
@@ -179,8 +180,13 @@ class ActorClass(Generic[T]):
 
     def __init__(self, cls: type[T], options: Mapping[str, Any], *_subclass_args: Any) -> None:
         if _subclass_args or not isinstance(cls, type):
+            # A class statement with an actor class among its bases: (name, bases, namespace).
+            bases: tuple[Any, ...] = options if isinstance(options, tuple) else ()
+            base_name = next((getattr(b, "__name__", "?") for b in bases if isinstance(b, ActorClass)), "?")
             raise ActorClassInheritanceException(
-                "Inheriting from actor classes is not allowed. Apply @ray.remote to the subclass instead."
+                f"Attempted to define subclass '{cls}' of actor class '{base_name}'. Inheriting from actor classes "
+                "is not currently supported. You can instead inherit from a non-actor base class and make the "
+                "derived class an actor class (with @ray.remote)."
             )
         self._cls = cls
         self._methods = _method_table(cls)
@@ -295,6 +301,7 @@ class ActorClass(Generic[T]):
             actor_id=ids.new_actor_id(),
             cls=self._code_blob(),
             class_name=self._cls.__name__,
+            qualified_name=qualified_name(self._cls),
             arguments=pack_arguments(args, kwargs, f"{self._cls.__name__}.__init__"),
             shape=shape,
             placement=placement,

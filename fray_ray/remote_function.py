@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar, cast
 
 from fray_ray._private import ids, runtime_state
+from fray_ray._private.function_names import qualified_name
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options import TaskOptions, validate_task_options
 from fray_ray._private.options.quantities import check_c_integers
@@ -57,6 +58,7 @@ class RemoteFunction(Generic[P, R]):
         self._parsed: TaskOptions | None = None
         self._function_name = f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', repr(function))}"
         self._display_name = getattr(function, "__name__", "task")
+        self._qualified_name = qualified_name(function)  # get_task_function_name()
         try:
             self._signature: inspect.Signature | None = inspect.signature(function)
         except (TypeError, ValueError):
@@ -182,6 +184,7 @@ class RemoteFunction(Generic[P, R]):
             return_ids=return_ids,
             num_returns=num_returns if isinstance(num_returns, str) else count,
             name=options.name or self._display_name,
+            function_name=self._qualified_name,
             pool=pool_key(options),
             max_retries=options.max_retries,
             retry_exceptions=options.retry_exceptions,

@@ -9,8 +9,15 @@ from typing import Any
 
 from fray_ray._private import runtime_state
 from fray_ray._private.task_context import current_task
+from fray_ray._private.unique_ids import ActorID, JobID, NodeID, TaskID
+from fray_ray.util.annotations import RayDeprecationWarning
 
 __all__ = ["RuntimeContext", "get_runtime_context"]
+
+_DEPRECATED_ID_WARNING = (
+    "This API is deprecated and may be removed in future Ray releases. You could suppress this "
+    'warning by setting env variable PYTHONWARNINGS="ignore::DeprecationWarning"\nUse get_{name}() instead'
+)
 
 
 def _require_init() -> Any:
@@ -94,9 +101,11 @@ class RuntimeContext:
 
     def get_task_function_name(self) -> str | None:
         """Returns:
-            The running task's name, as `get_task_name` (fray_ray keeps one name per task).
+            The running function's `module.qualname` (`module.Class.method` in an actor),
+            whatever `name` option the task has; None on the driver.
         """
-        name: str | None = self._info()["task_name"]
+        info = self._info()
+        name: str | None = info.get("task_function_name", info["task_name"])
         return name
 
     def get_assigned_resources(self) -> dict[str, float]:
@@ -188,29 +197,43 @@ class RuntimeContext:
         """True inside an actor instance that replaced one whose process died (max_restarts)."""
         return bool(getattr(current_task.get(), "actor_restarted", False))
 
-    def _deprecated(self, name: str) -> Any:
-        warnings.warn(f"Use get_{name}() instead", DeprecationWarning, stacklevel=3)
-        return getattr(self, f"get_{name}")()
+    def _deprecated(self, name: str) -> dict[str, Any]:
+        """Warn as Ray's deprecated id properties do; returns the context info."""
+        warnings.warn(_DEPRECATED_ID_WARNING.format(name=name), RayDeprecationWarning, stacklevel=3)
+        return self._info()
+
+    def _worker_only(self, info: dict[str, Any], name: str) -> None:
+        # Ray asserts it runs in a worker for these two.
+        if info.get("is_driver", False):
+            raise AssertionError(f"This method is only available when the process is a worker, not the driver ({name}).")
 
     @property
-    def job_id(self) -> Any:
-        """Deprecated in Ray: warns and returns `get_job_id()`."""
-        return self._deprecated("job_id")
+    def job_id(self) -> JobID:
+        """Deprecated in Ray: warns and returns the job's `JobID` (`get_job_id()` is its hex)."""
+        return JobID.from_hex(self._deprecated("job_id")["job_id"])
 
     @property
-    def node_id(self) -> Any:
-        """Deprecated in Ray: warns and returns `get_node_id()`."""
-        return self._deprecated("node_id")
+    def node_id(self) -> NodeID:
+        """Deprecated in Ray: warns and returns this node's `NodeID`."""
+        return NodeID(self._deprecated("node_id")["node_id"])
 
     @property
-    def task_id(self) -> Any:
-        """Deprecated in Ray: warns and returns `get_task_id()`."""
-        return self._deprecated("task_id")
+    def task_id(self) -> TaskID | None:
+        """Deprecated in Ray: warns and returns the running task's `TaskID` (None if none);
+        raises AssertionError on the driver, as Ray does."""
+        info = self._deprecated("task_id")
+        self._worker_only(info, "task_id")
+        task_id: bytes | None = info["task_id"]
+        return None if task_id is None else TaskID(task_id)
 
     @property
-    def actor_id(self) -> Any:
-        """Deprecated in Ray: warns and returns `get_actor_id()`."""
-        return self._deprecated("actor_id")
+    def actor_id(self) -> ActorID | None:
+        """Deprecated in Ray: warns and returns this actor's `ActorID` (None outside an actor);
+        raises AssertionError on the driver, as Ray does."""
+        info = self._deprecated("actor_id")
+        self._worker_only(info, "actor_id")
+        actor_id: bytes | None = info["actor_id"]
+        return None if actor_id is None else ActorID(actor_id)
 
 
 _context = RuntimeContext()

@@ -32,7 +32,8 @@ from fray_ray._private.execution import (
     resolve_call_arguments,
     within_store,
 )
-from fray_ray._private.executor import interrupt_thread, send_item, send_items_async
+from fray_ray._private.executor import send_item, send_items_async
+from fray_ray._private.task_interrupts import interrupt_thread
 from fray_ray._private.logs import flush_forwarded, forward_output
 from fray_ray._private.messages import (
     ActorExiting,
@@ -82,6 +83,8 @@ class RayActorHost:
         self._methods_blob = b""
         self._resources: Mapping[str, float] = {}
         self._class_name = "Actor"
+        self._qualified_name = "Actor"
+        self._display_name = "Actor"  # the log prefix: the instance's own __repr__, else the class name
         self._is_async = False
         self._default_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._group_pools: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
@@ -116,6 +119,8 @@ class RayActorHost:
 
     def _on_create(self, connection: Connection, message_id: int | None, create: CreateInstance) -> None:
         self._class_name = create.class_name
+        self._display_name = create.class_name
+        self._qualified_name = create.qualified_name or create.class_name
         self._placement_group = create.placement_group
         self._given_name = create.options.name
         self._restarted = bool(create.options.restarted)
@@ -140,6 +145,7 @@ class RayActorHost:
 
     def _create(self, create: CreateInstance) -> None:
         context = TaskContext(task_id=None, function_name=f"{self._class_name}.__init__", actor_id=self._actor_id,
+                              qualified_name=f"{self._qualified_name}.__init__",
                               actor_name=self._class_name, resources=self._resources,
                               actor_handle=self._handle, placement_group_id=self._placement_group,
                               actor_given_name=self._given_name, actor_restarted=self._restarted)
@@ -151,6 +157,7 @@ class RayActorHost:
             self._instance = cls.__new__(cls)
             _set_actor_env(create.env or {})
             self._instance.__init__(*args, **kwargs)
+            self._display_name = _display_name(self._instance, self._class_name)
             self._send(ActorReady(self._actor_id, os.getpid()))
         except BaseException as exc:  # noqa: BLE001 - the creation error is every later call's error
             self._creation_error = exc
@@ -196,7 +203,8 @@ class RayActorHost:
     def _context(self, call: CallMethod) -> TaskContext:
         return TaskContext(
             task_id=call.call, function_name=f"{self._class_name}.{call.method}", actor_id=self._actor_id,
-            actor_name=self._class_name, actor_handle=self._handle, resources=self._resources,
+            qualified_name=f"{self._qualified_name}.{call.method}",
+            actor_name=self._display_name, actor_handle=self._handle, resources=self._resources,
             placement_group_id=self._placement_group, actor_given_name=self._given_name,
             actor_restarted=self._restarted,
         )
@@ -302,7 +310,7 @@ class RayActorHost:
     def _wrap(self, exc: BaseException, call: CallMethod) -> BaseException:
         if isinstance(exc, RayActorError) and self._creation_error is not None:
             return exc
-        return make_task_error(exc, f"{self._class_name}.{call.method}", actor_repr=self._class_name,
+        return make_task_error(exc, f"{self._class_name}.{call.method}", actor_repr=self._display_name,
                                actor_id=self._actor_id.hex())
 
     def _complete(self, call: CallMethod, results: list[SerializedValue] | None, error: BaseException | None) -> None:
@@ -487,3 +495,14 @@ def _creation_failed(class_name: str) -> BaseException:
 
 def _set_actor_env(env: Mapping[str, str]) -> None:
     os.environ.update(env)
+
+
+def _display_name(instance: Any, class_name: str) -> str:
+    """What Ray shows for an actor in its log prefix: the repr its class defines, else the
+    class name (read once, after `__init__`)."""
+    if type(instance).__repr__ is object.__repr__:
+        return class_name
+    try:
+        return repr(instance)
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not fail the actor
+        return class_name

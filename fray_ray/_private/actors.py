@@ -23,6 +23,7 @@ from fray_ray._private import messages
 from fray_ray._private.actor_records import ActorRecord, ActorState
 from fray_ray._private.actor_reservations import ActorReservations
 from fray_ray._private.actor_restarts import CallFate, died_error, unknown_actor_error
+from fray_ray._private.cancelled_calls import cancelled_call_error
 from fray_ray._private.cluster_ledger import ClusterLedger
 from fray_ray._private.messages import CallArguments, CallMethod, CancelCall, CreateInstance, Die, InstanceOptions
 from fray_ray._private.named_actors import NamedActors
@@ -32,7 +33,7 @@ from fray_ray._private.retry_policy import retries_user_exception
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize_error
 from fray_ray._private.streams import StreamTable
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, gang_member_id
-from fray_ray.exceptions import ActorAlreadyExistsError, ActorDiedError, RayTaskError, TaskCancelledError
+from fray_ray.exceptions import ActorAlreadyExistsError, ActorDiedError, RayTaskError
 
 if TYPE_CHECKING:
     from fray_ray._private.cluster_view import ClusterView
@@ -218,6 +219,7 @@ class ActorManager(NamedActors):
         message = CreateInstance(
             code=spec.cls.payload,
             class_name=spec.class_name,
+            qualified_name=spec.qualified_name,
             methods=cloudpickle.dumps(dict(spec.methods)),
             args=CallArguments(spec.arguments.value, list(spec.arguments.top_level)),
             env=dict(spec.env_vars),
@@ -354,7 +356,7 @@ class ActorManager(NamedActors):
             return any(call_id in r.in_flight or any(c.call_id == call_id for c in r.queued) for r in self._actors.values())
 
     def cancel_call(self, call_id: bytes) -> bool:
-        """Cancel an actor call: its refs fail with TaskCancelledError at once; the host skips
+        """Cancel an actor call: its refs fail at once (see `cancelled_calls`); the host skips
         it if it has not started, cancels it if it is a coroutine, and flags it otherwise
         (`get_runtime_context().is_canceled()`)."""
         with self._lock:
@@ -373,7 +375,15 @@ class ActorManager(NamedActors):
                     break
             else:
                 return False
-        self._complete_call(call, serialize_error(TaskCancelledError(call_id.hex())))
+        error = cancelled_call_error(
+            call_id,
+            class_name=record.spec.class_name,
+            method=call.method,
+            actor_id=record.spec.actor_id,
+            pid=record.pid,
+            coroutine_running=connection is not None and record.spec.is_async,
+        )
+        self._complete_call(call, serialize_error(error))
         if connection is not None:
             try:
                 messages.notify(connection, CancelCall(call_id))

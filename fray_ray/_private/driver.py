@@ -532,6 +532,7 @@ class DriverRuntime:
             "namespace": self.namespace,
             "task_id": None,
             "task_name": None,
+            "task_function_name": None,
             "actor_id": None,
             "actor_name": None,
             "actor_given_name": None,

@@ -33,6 +33,7 @@ from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.serialization import SerializedValue, serialize
 from fray_ray._private.task_context import TaskContext, current_task
+from fray_ray._private.task_interrupts import interrupt_thread
 from fray_ray._private.worker import WorkerRuntime, open_session
 from fray_ray.exceptions import TaskCancelledError
 from fray_ray.fray.job_info import get_job_info
@@ -156,6 +157,7 @@ class Executor:
         context = TaskContext(
             task_id=task_id,
             function_name=name,
+            qualified_name=task.function_name or name,
             resources=task.resources or {},
             placement_group_id=task.placement_group,
         )
@@ -266,13 +268,6 @@ def _restore_env(backup: Mapping[str, str | None]) -> None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-def interrupt_thread(thread_id: int) -> None:
-    """Raise KeyboardInterrupt in the task's thread at its next bytecode."""
-    import ctypes
-
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(KeyboardInterrupt))
 
 
 def executor_main(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,12 @@ class PlacementGroupRecord:
     state: GroupState = GroupState.PENDING
     ledgers: list[Ledger] = field(default_factory=list)
     holdings: list[Holding] = field(default_factory=list)  # one per bundle, on its node
+    # For the table's `stats`, as Ray reports them.
+    requested_at: float = field(default_factory=time.monotonic)
+    attempts: int = 0  # tries to reserve it while it could fit somewhere
+    infeasible: bool = False  # no node set of the cluster could ever hold it
+    creation_ms: float = 0.0  # from the request to its reservation
+    reserve_ms: float = 0.0  # the reservation that succeeded
 
 
 def validate_bundles(bundles: Any) -> list[dict[str, float]]:
@@ -113,10 +120,17 @@ class PlacementGroupManager:
         ready = []
         with self._lock:
             for record in self._groups.values():
-                if record.state is not GroupState.PENDING or self._never_fits(record):
+                if record.state is not GroupState.PENDING:
                     continue
+                record.infeasible = bool(self._never_fits(record))
+                if record.infeasible:
+                    continue
+                record.attempts += 1
+                started = time.monotonic()
                 holdings = self._ledger.try_acquire_bundles(record.bundles, record.strategy)
                 if holdings is not None:
+                    record.reserve_ms = (time.monotonic() - started) * 1000
+                    record.creation_ms = (time.monotonic() - record.requested_at) * 1000
                     record.state = GroupState.CREATED
                     record.holdings = holdings
                     record.ledgers = [Ledger(bundle) for bundle in record.bundles]
@@ -203,5 +217,22 @@ def _row(record: PlacementGroupRecord) -> dict[str, Any]:
         or {i: None for i in range(len(record.bundles))},
         "strategy": record.strategy,
         "state": record.state.value,
-        "stats": {},
+        "stats": {
+            "end_to_end_creation_latency_ms": round(record.creation_ms, 3),
+            "scheduling_latency_ms": round(record.reserve_ms, 3),
+            "scheduling_attempt": max(record.attempts, 1),
+            "highest_retry_delay_ms": 0.0,  # a pending group is tried again when resources free up, at once
+            "scheduling_state": _scheduling_state(record),
+        },
     }
+
+
+def _scheduling_state(record: PlacementGroupRecord) -> str:
+    """Ray's PlacementGroupStats.SchedulingState names for where the group stands."""
+    if record.state is GroupState.REMOVED:
+        return "REMOVED"
+    if record.state is GroupState.CREATED:
+        return "FINISHED"
+    if record.infeasible:
+        return "INFEASIBLE"
+    return "NO_RESOURCES" if record.attempts else "QUEUED"

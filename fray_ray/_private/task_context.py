@@ -28,6 +28,7 @@ class TaskContext:
     actor_handle: Any = None
     actor_given_name: str | None = None  # the name a named actor was created with
     actor_restarted: bool = False  # this actor instance is a restart (max_restarts)
+    qualified_name: str | None = None  # `module.qualname` of the function or method
 
 
 current_task: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar("fray_ray_task", default=None)

@@ -93,6 +93,8 @@ class TaskSpec:
     #: a gang call runs on every host of `gang` (a GangShape), or of the reserved gang `gang_id`
     gang: Any = None
     gang_id: bytes | None = None
+    #: `module.qualname` of the function (`get_task_function_name()`); `name` may be an option
+    function_name: str = ""
 
     @property
     def placement(self) -> tuple[bytes, int] | None:
@@ -131,6 +133,8 @@ class ActorCreationSpec:
     #: what a node must have (in all, not free) to place it, when more than `shape` (Ray's
     #: placement resources: 1 CPU for an actor that holds none)
     placement: ResourceShape | None = None
+    #: `module.qualname` of the class; a method's function name adds `.method`
+    qualified_name: str = ""
 
 
 def gang_member_id(base: bytes, index: int) -> bytes:

@@ -59,6 +59,7 @@ from fray_ray._private.runtime_env import process_runtime_env
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize
 from fray_ray._private.stream_server import introduce
 from fray_ray._private.task_context import current_task
+from fray_ray._private.task_interrupts import wait_for_reply
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, TaskSpec
 from fray_ray.exceptions import GetTimeoutError
 
@@ -163,10 +164,13 @@ class WorkerRuntime:
         asked = GetObjects(missing, context.task_id if context else None)
         request = messages.request(self.connection, asked)
         try:
-            answer = messages.reply_of(asked, request.result(timeout))
+            answer = messages.reply_of(asked, wait_for_reply(request, timeout))
         except concurrent.futures.TimeoutError:
             self._notify_quietly(GetAbandoned(context.task_id if context else None))
             raise GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} seconds.") from None
+        except KeyboardInterrupt:  # cancelled while it waited: it no longer waits
+            self._notify_quietly(GetAbandoned(context.task_id if context else None))
+            raise
         except ConnectionClosed as exc:
             from fray_ray.exceptions import RaySystemError
 
@@ -192,7 +196,8 @@ class WorkerRuntime:
         self.references.flush()
         keys = [r._stream_id if isinstance(r, ObjectRefGenerator) else r.binary() for r in refs]
         streams = [[r._stream_id, r._next_index] for r in refs if isinstance(r, ObjectRefGenerator)]
-        ready = set(messages.call(self.connection, Wait(keys, num_returns, timeout, streams)).ready)
+        asked = Wait(keys, num_returns, timeout, streams)
+        ready = set(messages.reply_of(asked, wait_for_reply(messages.request(self.connection, asked), None)).ready)
         ready_refs = [r for r, k in zip(refs, keys) if k in ready][:num_returns]
         chosen = {id(r) for r in ready_refs}
         return ready_refs, [r for r in refs if id(r) not in chosen]
@@ -316,6 +321,7 @@ class WorkerRuntime:
             "namespace": self.namespace,
             "task_id": context.task_id if context else None,
             "task_name": context.function_name if context else None,
+            "task_function_name": (context.qualified_name or context.function_name) if context else None,
             "actor_id": context.actor_id if context else None,
             "actor_name": context.actor_name if context else None,
             "actor_given_name": context.actor_given_name if context else None,

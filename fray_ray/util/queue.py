@@ -118,6 +118,9 @@ class Queue:
 
     def __init__(self, maxsize: int = 0, actor_options: Mapping[str, Any] | None = None) -> None:
         self.maxsize = maxsize
+        if actor_options is not None and not isinstance(actor_options, Mapping):
+            # Ray passes them on as `.options(**actor_options)`, which refuses a non-mapping so.
+            raise TypeError(f"actor_options must be a mapping of actor options, not {type(actor_options).__name__}")
         options = dict(actor_options or {})
         # @ray.remote turned the class into an actor class, which type checkers cannot see.
         self.actor: ActorHandle[Any] | None = _QueueActor.options(**options).remote(maxsize)  # type: ignore[attr-defined]

@@ -31,6 +31,7 @@ class ExecuteTask(Message):
     env: dict[str, str] = field(default_factory=dict)
     resources: dict[str, float] = field(default_factory=dict)
     placement_group: str | None = None
+    function_name: str = ""
 
     @classmethod
     def of(
@@ -58,6 +59,7 @@ class ExecuteTask(Message):
             env=dict(task.pool.env_vars if env is None else env),
             resources=dict(resources or {}),
             placement_group=placement_group,
+            function_name=task.function_name,
         )
 
 
@@ -118,6 +120,7 @@ class CreateInstance(Message):
     env: dict[str, str] = field(default_factory=dict)
     resources: dict[str, float] = field(default_factory=dict)
     placement_group: str | None = None
+    qualified_name: str = ""  # the class's `module.qualname`
 
 
 @_message

@@ -1,0 +1,52 @@
+"""How a non-forced `ray.cancel` interrupts the task an executor is running.
+
+Ray raises KeyboardInterrupt in the task: at its next Python bytecode, or at once if the task
+is waiting in `ray.get`/`ray.wait` (a task asleep in `time.sleep` or in C code is not woken;
+it sees the interrupt when it runs Python again). fray_ray does the same: the exception is set
+on the task's thread (`PyThreadState_SetAsyncExc`), and a thread that waits for the driver's
+reply does so through `wait_for_reply`, which the interrupt wakes so that the exception fires.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import threading
+import time
+from typing import Any
+
+_waiting_lock = threading.Lock()  # guards _waiting
+#: thread id -> the event that wakes that thread's `wait_for_reply`
+_waiting: dict[int, threading.Event] = {}
+
+
+def wait_for_reply(future: concurrent.futures.Future, timeout: float | None) -> Any:
+    """`future.result(timeout)`, woken early by `interrupt_thread` on this thread."""
+    wake = threading.Event()
+    future.add_done_callback(lambda _: wake.set())
+    thread_id = threading.get_ident()
+    with _waiting_lock:
+        _waiting[thread_id] = wake
+    try:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not future.done():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                break
+            wake.wait(remaining)  # back to bytecode here: a pending interrupt fires
+            wake.clear()
+    finally:
+        with _waiting_lock:
+            if _waiting.get(thread_id) is wake:
+                del _waiting[thread_id]
+    return future.result(0)  # the result, its exception, or TimeoutError if the time ran out
+
+
+def interrupt_thread(thread_id: int) -> None:
+    """Raise KeyboardInterrupt in `thread_id` at its next bytecode, waking it if it waits
+    for a reply."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(KeyboardInterrupt))
+    with _waiting_lock:
+        wake = _waiting.get(thread_id)
+    if wake is not None:
+        wake.set()
