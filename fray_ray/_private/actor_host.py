@@ -33,7 +33,6 @@ from fray_ray._private.execution import (
     within_store,
 )
 from fray_ray._private.executor import send_item, send_items_async
-from fray_ray._private.task_interrupts import interrupt_thread
 from fray_ray._private.logs import flush_forwarded, forward_output
 from fray_ray._private.messages import (
     ActorExiting,
@@ -49,6 +48,7 @@ from fray_ray._private.messages import (
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.serialization import SerializedValue, serialize_error
 from fray_ray._private.task_context import TaskContext, current_task
+from fray_ray._private.task_interrupts import interrupt_thread
 from fray_ray._private.task_spec import gang_member_id
 from fray_ray._private.worker import WorkerRuntime, open_session
 from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError, RayActorError
