@@ -51,8 +51,12 @@ def cluster() -> Iterator[dict]:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_clean_env(),
     )
     try:
-        assert process.stdout is not None
-        info = json.loads(process.stdout.readline())
+        assert process.stdout is not None and process.stderr is not None
+        line = process.stdout.readline()
+        if not line:  # it ended before saying where it listens: show why
+            process.wait(DEADLINE_S)
+            pytest.fail(f"the cluster exited with {process.returncode}: {process.stderr.read()[-3000:]}")
+        info = json.loads(line)
         assert info["token"] == token
         yield info
     finally:
