@@ -52,6 +52,9 @@ class Executor:
         self._max_calls = max_calls
         self._in_process = in_process
         self._functions: dict[bytes, Any] = {}
+        # Every function's pickled code as it arrives: the driver sends it once per executor, and
+        # the task that carried it may be handed back (`unqueue`) or cancelled before it runs.
+        self._code: dict[bytes, bytes] = {}
         self._condition = threading.Condition()  # guards _queue, _running and _exiting
         self._queue: collections.deque[ExecuteTask] = collections.deque()
         self._running: TaskContext | None = None
@@ -65,6 +68,8 @@ class Executor:
 
     def _on_execute(self, connection: Connection, message_id: int | None, task: ExecuteTask) -> None:
         with self._condition:
+            if task.code is not None:
+                self._code.setdefault(task.fn, task.code)
             self._queue.append(task)
             self._condition.notify()
 
@@ -139,7 +144,11 @@ class Executor:
     def _function(self, task: ExecuteTask) -> Any:
         function = self._functions.get(task.fn)
         if function is None:
-            function = cloudpickle.loads(task.code)
+            with self._condition:
+                code = task.code if task.code is not None else self._code.get(task.fn)
+            if code is None:
+                raise RuntimeError(f"the code of task {task.name!r} never reached this worker")
+            function = cloudpickle.loads(code)
             self._functions[task.fn] = function
         return function
 
