@@ -6,7 +6,11 @@ Mirrors Ray's test_recursion.py and test_actor*.py (the name after ``__`` is the
 
 from __future__ import annotations
 
-from compat_tests._backend import ray
+import asyncio
+
+import pytest
+
+from compat_tests._backend import exceptions, ray
 
 # --- recursion ------------------------------------------------------------------------------
 
@@ -56,3 +60,103 @@ def test_functions__deep_recursive_task_tree(ray_start_regular_shared):
     tree = make_tree()
     # depth 3, width 3: 1 + 3 + 9 + 27 tasks
     assert ray.get(tree.remote(3, 3)) == 40
+
+
+# --- actor classes --------------------------------------------------------------------------
+
+
+class Base:
+    INHERITED = "from the base"
+
+    @staticmethod
+    def helper(x):
+        return x * 2
+
+
+@ray.remote
+class Constants(Base):
+    LIMIT = 7
+
+    def limit(self):
+        # The class's name is bound to the actor class here, as in Ray.
+        return Constants.LIMIT
+
+    def inherited(self):
+        return Constants.INHERITED, Constants.helper(21)
+
+
+def test_actors__class_attributes_through_the_class_name(ray_start_regular_shared):
+    actor = Constants.remote()
+    assert ray.get(actor.limit.remote()) == 7
+    assert ray.get(actor.inherited.remote()) == ("from the base", 42)
+    # The same attributes are read on the actor class in the driver.
+    assert Constants.LIMIT == 7
+    assert Constants.INHERITED == "from the base"
+
+
+def test_actors__class_attributes_of_a_closure_actor(ray_start_regular_shared):
+    @ray.remote
+    class Local:
+        STEP = 3
+
+        def step(self):
+            return Local.STEP
+
+    assert ray.get(Local.remote().step.remote()) == 3
+
+
+def test_actors__missing_class_attribute_is_attribute_error(ray_start_regular_shared):
+    with pytest.raises(AttributeError):
+        Constants.NOT_THERE  # noqa: B018
+
+
+def test_actors__instance_attribute_does_not_shadow_a_method(ray_start_regular_shared):
+    @ray.remote
+    class Shadowed:
+        def __init__(self):
+            self.value = "an attribute"
+
+        def value(self):  # noqa: F811 - the attribute and the method share a name on purpose
+            return "the method"
+
+    actor = Shadowed.remote()
+    assert ray.get(actor.value.remote()) == "the method"
+
+
+def test_actors__async_init_is_awaited(ray_start_regular_shared):
+    @ray.remote
+    class AsyncInit:
+        async def __init__(self, x):
+            await asyncio.sleep(0)
+            self.x = x
+
+        async def get(self):
+            return self.x
+
+    @ray.remote
+    class AsyncInitSyncMethods:
+        async def __init__(self, x):
+            await asyncio.sleep(0)
+            self.x = x
+
+        def get(self):
+            return self.x
+
+    assert ray.get(AsyncInit.remote(5).get.remote()) == 5
+    assert ray.get(AsyncInitSyncMethods.remote(6).get.remote()) == 6
+
+
+def test_actors__async_init_failure_fails_the_actor(ray_start_regular_shared):
+    @ray.remote
+    class FailingInit:
+        async def __init__(self):
+            await asyncio.sleep(0)
+            raise ValueError("no start")
+
+        async def get(self):
+            return 1
+
+    actor = FailingInit.remote()
+    with pytest.raises(exceptions.RayActorError) as info:
+        ray.get(actor.get.remote())
+    assert "no start" in str(info.value)

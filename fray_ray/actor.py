@@ -184,7 +184,10 @@ class ActorClass(Generic[T]):
             )
         self._cls = cls
         self._methods = _method_table(cls)
-        self._is_async = any(m["is_async"] for m in self._methods.values())
+        # An `async def __init__` makes an async actor too; its host awaits it.
+        self._is_async = any(m["is_async"] for m in self._methods.values()) or inspect.iscoroutinefunction(
+            getattr(cls, "__init__", None)
+        )
         self._default_options = validate_actor_options(dict(options), is_async=self._is_async)
         self._parsed: ActorOptions | None = None
         self._code: CodeBlob | None = None
@@ -200,6 +203,15 @@ class ActorClass(Generic[T]):
                 "Actors cannot be instantiated directly. Instead of "
                 f"'{self._cls.__name__}()', use '{self._cls.__name__}.remote()'."
             )
+
+    def __getattr__(self, name: str) -> Any:
+        """The class's own attributes (constants, static methods, inherited ones), as in Ray,
+        where the actor class derives from the user's class: inside a method the class's name
+        is bound to this object, so `MyActor.CONST` must still work."""
+        cls = self.__dict__.get("_cls")
+        if cls is None:  # while unpickling, before the state is set
+            raise AttributeError(name)
+        return getattr(cls, name)
 
     def __dir__(self) -> list[str]:
         return sorted({*self._methods, "options", "remote", "bind"})

@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import cloudpickle
 
 from fray_ray._private import messages, runtime_state
-from fray_ray._private.actor_builtins import built_in_method
+from fray_ray._private.actor_builtins import actor_method
 from fray_ray._private.actor_handles import own_handle
 from fray_ray._private.execution import (
     error_results,
@@ -88,6 +89,7 @@ class RayActorHost:
         #: async actors: one event loop thread per concurrency group (None: the default group)
         self._loops: dict[str | None, _GroupLoop] = {}
         self._created = threading.Event()
+        self._creating: concurrent.futures.Future[None] | None = None  # an `async def __init__` running
         self._creation_error: BaseException | None = None
         self._stopped = threading.Event()
         handlers = messages.handlers(
@@ -135,9 +137,32 @@ class RayActorHost:
             self._default_pool = concurrent.futures.ThreadPoolExecutor(max_concurrency, thread_name_prefix="actor")
             for name, size in groups.items():
                 self._group_pools[name] = concurrent.futures.ThreadPoolExecutor(size, thread_name_prefix=f"actor-{name}")
-        self._submit_sync(None, self._create, create)
+        if self._is_async:  # on the actor's loop, where Ray awaits an `async def __init__`
+            self._creating = asyncio.run_coroutine_threadsafe(self._create_async(create), self._loops[None].loop)
+        else:
+            self._submit_sync(None, self._create, create)
+
+    async def _create_async(self, create: CreateInstance) -> None:
+        with self._creation():
+            started = self._construct(create)
+            if inspect.isawaitable(started):
+                await started
 
     def _create(self, create: CreateInstance) -> None:
+        with self._creation():
+            self._construct(create)
+
+    def _construct(self, create: CreateInstance) -> Any:
+        """Build the instance; returns what `__init__` returned (a coroutine when it is async)."""
+        cls = cloudpickle.loads(create.code)
+        args, kwargs = resolve_call_arguments(create.args, self._runtime.fetch)
+        self._instance = cls.__new__(cls)
+        _set_actor_env(create.env or {})
+        return self._instance.__init__(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def _creation(self) -> Iterator[None]:
+        """The context `__init__` runs in; reports the actor ready, or failed with its error."""
         context = TaskContext(task_id=None, function_name=f"{self._class_name}.__init__", actor_id=self._actor_id,
                               actor_name=self._class_name, resources=self._resources,
                               actor_handle=self._handle, placement_group_id=self._placement_group,
@@ -145,20 +170,16 @@ class RayActorHost:
         token = current_task.set(context)
         runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
         try:
-            cls = cloudpickle.loads(create.code)
-            args, kwargs = resolve_call_arguments(create.args, self._runtime.fetch)
-            self._instance = cls.__new__(cls)
-            _set_actor_env(create.env or {})
-            self._instance.__init__(*args, **kwargs)
+            yield
             self._send(ActorReady(self._actor_id, os.getpid()))
         except BaseException as exc:  # noqa: BLE001 - the creation error is every later call's error
             self._creation_error = exc
             error = make_task_error(exc, f"{self._class_name}.__init__")
             self._send(ActorFailed(self._actor_id, serialize_error(error)))
         finally:
-            current_task.reset(token)
+            _reset_quietly(current_task.reset, token)
             if runtime_token is not None:
-                runtime_state.reset_context_runtime(runtime_token)
+                _reset_quietly(runtime_state.reset_context_runtime, runtime_token)
             self._created.set()
 
     # ---- calls ---------------------------------------------------------------------------
@@ -189,7 +210,7 @@ class RayActorHost:
         if self._creation_error is not None or self._instance is None:
             raise _creation_failed(self._class_name)
         args, kwargs = resolve_call_arguments(call.args, self._runtime.fetch)
-        method = built_in_method(self._instance, call.method) or getattr(self._instance, call.method)
+        method = actor_method(self._instance, call.method)
         return method, args, kwargs
 
     def _context(self, call: CallMethod) -> TaskContext:
@@ -262,7 +283,11 @@ class RayActorHost:
             runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
             try:
                 loop = asyncio.get_running_loop()
-                if call.args.top_level:
+                creating = self._creating
+                if creating is not None and not creating.done():
+                    # An `async def __init__` still runs: calls start in order once it ends.
+                    await asyncio.shield(asyncio.wrap_future(creating))
+                if call.args.top_level or not self._created.is_set():  # never block the loop
                     method, args, kwargs = await loop.run_in_executor(None, self._prepare, call)
                 else:
                     method, args, kwargs = self._prepare(call)
