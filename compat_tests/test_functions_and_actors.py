@@ -7,10 +7,13 @@ Mirrors Ray's test_recursion.py and test_actor*.py (the name after ``__`` is the
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 
 import pytest
 
 from compat_tests._backend import exceptions, ray
+from compat_tests.helpers import wait_for_condition
 
 # --- recursion ------------------------------------------------------------------------------
 
@@ -160,3 +163,64 @@ def test_actors__async_init_failure_fails_the_actor(ray_start_regular_shared):
     with pytest.raises(exceptions.RayActorError) as info:
         ray.get(actor.get.remote())
     assert "no start" in str(info.value)
+
+
+# --- sys.exit() in actors and tasks -------------------------------------------------------------
+
+
+@ray.remote
+class Exiting:
+    def pid(self):
+        return os.getpid()
+
+    def exit(self, *status):
+        sys.exit(*status)
+
+
+@pytest.mark.parametrize("status", [(), (0,), (3,)], ids=["no-status", "status-0", "status-3"])
+def test_actors__sys_exit_ends_the_actor(ray_start_regular_shared, status):
+    actor = Exiting.remote()
+    ray.get(actor.pid.remote())
+    with pytest.raises(exceptions.ActorDiedError):
+        ray.get(actor.exit.remote(*status))
+    with pytest.raises(exceptions.ActorDiedError):
+        ray.get(actor.pid.remote())
+
+
+def test_actors__sys_exit_zero_is_not_restarted(ray_start_regular_shared):
+    actor = Exiting.options(max_restarts=1).remote()
+    ray.get(actor.pid.remote())
+    with pytest.raises(exceptions.ActorDiedError):
+        ray.get(actor.exit.remote(0))
+    with pytest.raises(exceptions.ActorDiedError):
+        ray.get(actor.pid.remote())
+
+
+def test_actors__sys_exit_with_a_failure_status_restarts(ray_start_regular_shared):
+    actor = Exiting.options(max_restarts=1).remote()
+    first = ray.get(actor.pid.remote())
+    # The call in flight when the process died: the actor restarts, so it is "unavailable".
+    with pytest.raises(exceptions.ActorUnavailableError):
+        ray.get(actor.exit.remote(3))
+    # The restart may still be under way: a call sent meanwhile may fail as unavailable.
+    pids = []
+    wait_for_condition(lambda: _try_pid(actor, pids), timeout=60)
+    assert pids[-1] != first
+
+
+def _try_pid(actor, pids):
+    try:
+        pids.append(ray.get(actor.pid.remote()))
+        return True
+    except exceptions.ActorUnavailableError:
+        return False
+
+
+@pytest.mark.parametrize("status", [None, 0, 2], ids=["no-status", "status-0", "status-2"])
+def test_tasks__sys_exit_crashes_the_worker(ray_start_regular_shared, status):
+    @ray.remote(max_retries=0)
+    def leave(status):
+        sys.exit(status)
+
+    with pytest.raises(exceptions.WorkerCrashedError):
+        ray.get(leave.remote(status))

@@ -60,6 +60,26 @@ def test_run_reports_the_scripts_exit_code(tmp_path: Path) -> None:
     assert run("-m", "fray_ray", "run", str(script)).returncode == 3
 
 
+def test_run_reports_an_actor_ended_by_sys_exit(tmp_path: Path) -> None:
+    # The actor's sys.exit() ends the actor, not the driver: the script fails with the
+    # ActorDiedError of its `get`, printed, and the actor's own output is shown.
+    script = tmp_path / "actor_exits.py"
+    script.write_text(
+        "import sys\n"
+        "import ray\n"
+        "@ray.remote\n"
+        "class Leaving:\n"
+        "    def bye(self):\n"
+        "        print('leaving now', flush=True)\n"
+        "        sys.exit()\n"
+        "ray.get(Leaving.remote().bye.remote())\n"
+    )
+    result = run("-m", "fray_ray", "run", str(script))
+    assert result.returncode == 1
+    assert "ActorDiedError" in result.stderr
+    assert "leaving now" in result.stdout + result.stderr
+
+
 def test_status_jobs_logs_and_stop_against_a_cluster() -> None:
     from fray_ray.cluster import ClusterConfig, EmbeddedCluster, cpu_worker
     from fray_ray.iris.entrypoint import command_entrypoint

@@ -33,7 +33,7 @@ from fray_ray._private.execution import (
     resolve_call_arguments,
     within_store,
 )
-from fray_ray._private.executor import send_item, send_items_async
+from fray_ray._private.executor import exit_worker, send_item, send_items_async
 from fray_ray._private.logs import flush_forwarded, forward_output
 from fray_ray._private.messages import (
     ActorExiting,
@@ -267,6 +267,8 @@ class RayActorHost:
                 self._complete(call, self._results(call, result), None)
         except ActorExit:
             self._exit_requested(call)
+        except SystemExit as exc:
+            self._system_exit(call, exc)
         except BaseException as exc:  # noqa: BLE001 - delivered to the caller
             self._complete(call, None, self._wrap(exc, call))
         finally:
@@ -304,6 +306,8 @@ class RayActorHost:
                     self._complete(call, self._results(call, result), None)
             except ActorExit:
                 self._exit_requested(call)
+            except SystemExit as exc:
+                self._system_exit(call, exc)
             except asyncio.CancelledError:
                 from fray_ray.exceptions import TaskCancelledError
 
@@ -336,6 +340,15 @@ class RayActorHost:
     def _exit_requested(self, call: CallMethod) -> None:
         self._send(ActorExiting(self._actor_id, call.call))
         self._stop()
+
+    def _system_exit(self, call: CallMethod, exc: SystemExit) -> None:
+        """`sys.exit()` in a method ends the actor's process, as in Ray: with status 0 (or none)
+        it is an intended exit, as `exit_actor()`; any other status is a crash, which
+        `max_restarts` may restart. Either way the caller gets ActorDiedError."""
+        if exc.code is None or exc.code == 0 or self._in_process:
+            self._exit_requested(call)
+            return
+        exit_worker(exc)
 
     # ---- lifecycle -----------------------------------------------------------------------
 

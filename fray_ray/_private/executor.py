@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import cloudpickle
 
@@ -183,6 +183,10 @@ class Executor:
             if not context.cancelled.is_set():
                 raise
             error = make_task_error(error, name)
+        except SystemExit as exc:
+            if not self._in_process:
+                exit_worker(exc)  # as in Ray: the worker dies, the task fails (or retries) as a crash
+            results, error = None, make_task_error(exc, name)
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the owner
             results, error = None, make_task_error(exc, name)
         finally:
@@ -316,3 +320,15 @@ def executor_main(
         if in_process:
             runtime_state.reset_context_runtime(context_token)
         runtime.shutdown()
+
+
+def exit_worker(exc: SystemExit) -> NoReturn:
+    """End this worker process with the status `sys.exit()` asked for (a message is printed
+    and means 1, as Python does), its output sent first."""
+    code = exc.code
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    flush_forwarded()
+    os._exit(code if isinstance(code, int) else (0 if code is None else 1))
