@@ -10,6 +10,7 @@ import asyncio
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from compat_tests._backend import exceptions, ray
@@ -224,3 +225,42 @@ def test_tasks__sys_exit_crashes_the_worker(ray_start_regular_shared, status):
 
     with pytest.raises(exceptions.WorkerCrashedError):
         ray.get(leave.remote(status))
+
+
+# --- large closures -------------------------------------------------------------------------
+
+# Ray warns about a pickled function over 10**7 bytes and refuses one of 10**8 bytes or more
+# (FUNCTION_SIZE_WARN_THRESHOLD / FUNCTION_SIZE_ERROR_THRESHOLD).
+
+
+def test_functions__large_closure_is_shipped(ray_start_regular_shared):
+    captured = np.arange(80 * 1024 * 1024 // 8, dtype=np.int64)  # 80 MiB, inside the limit
+    expected = int(captured[-1])
+
+    @ray.remote
+    def last():
+        return int(captured[-1])
+
+    assert ray.get(last.remote()) == expected
+
+
+def test_actors__large_closure_of_an_actor_class_is_shipped(ray_start_regular_shared):
+    captured = np.ones(70 * 1024 * 1024 // 8)  # 70 MiB: more than a frame header may hold
+
+    @ray.remote
+    class Holder:
+        def total(self):
+            return float(captured.sum())
+
+    assert ray.get(Holder.remote().total.remote()) == float(captured.size)
+
+
+def test_functions__closure_past_the_limit_is_value_error(ray_start_regular_shared):
+    captured = np.zeros(10**8 // 8 + 1024)  # just over 10**8 bytes when pickled
+
+    @ray.remote
+    def too_big():
+        return captured.size
+
+    with pytest.raises(ValueError, match="too large"):
+        ray.get(too_big.remote())

@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, NoReturn, ParamSpec, Protocol, TypeAlias, TypeVar, cast, overload
 
 from fray_ray._private import actor_handles, ids, runtime_state
+from fray_ray._private.code_size import check_code_size
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options import (
     UNSET,
@@ -275,9 +276,11 @@ class ActorClass(Generic[T]):
     def _code_blob(self) -> CodeBlob:
         if self._code is None:
             try:
-                self._code = CodeBlob.of(self._cls, self._cls.__name__)
+                code = CodeBlob.of(self._cls, self._cls.__name__)
             except Exception as exc:
                 raise TypeError(f"Could not serialize the actor class {self._cls.__name__}: {exc}") from exc
+            check_code_size(code.payload, "actor", f"{self._cls.__module__}.{self._cls.__qualname__}")
+            self._code = code
         return self._code
 
     def _create(

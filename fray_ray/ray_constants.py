@@ -135,7 +135,7 @@ DEFAULT_TASK_MAX_RETRIES: Final = 3
 
 #: A pickled function or class past these sizes is warned about, then refused.
 FUNCTION_SIZE_WARN_THRESHOLD: Final = 10**7
-FUNCTION_SIZE_ERROR_THRESHOLD: Final = 10**8
+FUNCTION_SIZE_ERROR_THRESHOLD: Final = env_integer("FUNCTION_SIZE_ERROR_THRESHOLD", 10**8)
 
 DEFAULT_RUNTIME_ENV_TIMEOUT_SECONDS: Final = 600
 RAY_RUNTIME_ENV_DEFAULT_EXCLUDES: Final = ".git,.venv,venv,__pycache__"

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar, cast
 
 from fray_ray._private import ids, runtime_state
+from fray_ray._private.code_size import check_code_size
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options import TaskOptions, validate_task_options
 from fray_ray._private.options.quantities import check_c_integers
@@ -144,12 +145,14 @@ class RemoteFunction(Generic[P, R]):
     def _code_blob(self) -> CodeBlob:
         if self._code is None:
             try:
-                self._code = CodeBlob.of(self._function, self._display_name)
+                code = CodeBlob.of(self._function, self._display_name)
             except Exception as exc:
                 raise TypeError(
                     f"Could not serialize the function {self._function_name}: {exc}. Functions sent to workers must "
                     "be picklable with cloudpickle (check what the function refers to)."
                 ) from exc
+            check_code_size(code.payload, "remote function", self._function_name)
+            self._code = code
         return self._code
 
     def _submit(

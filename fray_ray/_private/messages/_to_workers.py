@@ -6,7 +6,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from fray_ray._private.messages._codec import CallArguments, Message, _message, arguments, inline_arguments, record
+from fray_ray._private.messages._codec import (
+    CallArguments,
+    Message,
+    _message,
+    arguments,
+    blob,
+    inline_arguments,
+    record,
+)
 from fray_ray._private.serialization import SerializedValue
 from fray_ray._private.task_spec import ActorCallSpec, TaskSpec
 
@@ -23,7 +31,7 @@ class ExecuteTask(Message):
 
     task: bytes
     fn: bytes
-    code: bytes | None
+    code: bytes | None = blob()
     name: str
     num_returns: Any
     returns: list[bytes]
@@ -110,7 +118,7 @@ class CreateInstance(Message):
 
     KIND: ClassVar[str] = "create"
 
-    code: bytes
+    code: bytes = blob()
     class_name: str
     methods: bytes
     args: CallArguments = arguments()
