@@ -264,3 +264,39 @@ def test_functions__closure_past_the_limit_is_value_error(ray_start_regular_shar
 
     with pytest.raises(ValueError, match="too large"):
         ray.get(too_big.remote())
+
+
+# --- handles that travel into tasks -----------------------------------------------------------------
+
+
+@ray.remote
+class Pid:
+    def pid(self):
+        return os.getpid()
+
+
+@ray.remote
+def pid_through(handle):
+    return ray.get(handle.pid.remote())
+
+
+def _process_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_actors__handle_dropped_after_a_task_used_it_ends_the_actor(ray_start_regular_shared):
+    actor = Pid.remote()
+    pid = ray.get(pid_through.remote(actor))
+    del actor
+    wait_for_condition(lambda: not _process_alive(pid), timeout=60)
+
+
+def test_actors__handle_kept_by_the_driver_outlives_the_task(ray_start_regular_shared):
+    actor = Pid.remote()
+    pid = ray.get(pid_through.remote(actor))
+    assert ray.get(pid_through.remote(actor)) == pid
+    assert ray.get(actor.pid.remote()) == pid

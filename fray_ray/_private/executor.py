@@ -137,6 +137,9 @@ class Executor:
                     return
                 task = self._queue.popleft()
             self._run(task)
+            # What the task dropped (refs and actor handles among its arguments) is released now,
+            # not at the next task's first call: an actor whose last handle was here ends.
+            self.runtime.references.flush()
             calls += 1
             if self._max_calls and calls >= self._max_calls:
                 return
