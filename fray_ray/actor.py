@@ -33,6 +33,7 @@ from fray_ray._private.options import (
     validate_method_options,
 )
 from fray_ray._private.options.quantities import check_c_integers, method_call_integer, method_num_returns
+from fray_ray._private.placement_capture import effective_strategy
 from fray_ray._private.runtime_env import effective_runtime_env
 from fray_ray._private.serialization import note_contained_ref
 from fray_ray._private.task_context import current_task
@@ -325,7 +326,7 @@ class ActorClass(Generic[T]):
             detached=options.detached,
             env_vars=runtime_env.env_vars_dict,
             runtime_env=runtime_env,
-            scheduling_strategy=options.scheduling_strategy,
+            scheduling_strategy=effective_strategy(options),
             accelerator=options.accelerator_type,
             gang=gang,
         )

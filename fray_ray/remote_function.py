@@ -18,6 +18,7 @@ from fray_ray._private.code_size import check_code_size
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options import TaskOptions, validate_task_options
 from fray_ray._private.options.quantities import check_c_integers
+from fray_ray._private.placement_capture import effective_strategy
 from fray_ray._private.runtime_env import effective_runtime_env
 from fray_ray._private.task_context import current_task
 from fray_ray._private.task_spec import Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec
@@ -188,7 +189,7 @@ class RemoteFunction(Generic[P, R]):
             pool=pool_key(options),
             max_retries=options.max_retries,
             retry_exceptions=options.retry_exceptions,
-            scheduling_strategy=options.scheduling_strategy,
+            scheduling_strategy=effective_strategy(options),
             runtime_env=dict(options.runtime_env or {}),
             parent_task_id=context.task_id if context else None,
             gang=gang,

@@ -78,6 +78,7 @@ class RayActorHost:
         self._instance: Any = None
         self._handle: Any = None
         self._placement_group: str | None = None
+        self._capture_child_tasks = False
         self._given_name: str | None = None
         self._restarted = False
         self._methods_blob = b""
@@ -118,6 +119,7 @@ class RayActorHost:
     def _on_create(self, connection: Connection, message_id: int | None, create: CreateInstance) -> None:
         self._class_name = create.class_name
         self._placement_group = create.placement_group
+        self._capture_child_tasks = bool(create.capture_child_tasks and create.placement_group)
         self._given_name = create.options.name
         self._restarted = bool(create.options.restarted)
         self._detached = bool(create.options.detached)
@@ -166,6 +168,7 @@ class RayActorHost:
         context = TaskContext(task_id=None, function_name=f"{self._class_name}.__init__", actor_id=self._actor_id,
                               actor_name=self._class_name, resources=self._resources,
                               actor_handle=self._handle, placement_group_id=self._placement_group,
+                              capture_child_tasks=self._capture_child_tasks,
                               actor_given_name=self._given_name, actor_restarted=self._restarted)
         token = current_task.set(context)
         runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
@@ -218,6 +221,7 @@ class RayActorHost:
             task_id=call.call, function_name=f"{self._class_name}.{call.method}", actor_id=self._actor_id,
             actor_name=self._class_name, actor_handle=self._handle, resources=self._resources,
             placement_group_id=self._placement_group, actor_given_name=self._given_name,
+            capture_child_tasks=self._capture_child_tasks,
             actor_restarted=self._restarted,
         )
 

@@ -164,6 +164,7 @@ class Executor:
             function_name=name,
             resources=task.resources or {},
             placement_group_id=task.placement_group,
+            capture_child_tasks=bool(task.capture_child_tasks and task.placement_group),
         )
         token = current_task.set(context)
         env_backup = _apply_env(task.env or {}, restore=not self._in_process)

@@ -39,6 +39,7 @@ class ExecuteTask(Message):
     env: dict[str, str] = field(default_factory=dict)
     resources: dict[str, float] = field(default_factory=dict)
     placement_group: str | None = None
+    capture_child_tasks: bool = False
 
     @classmethod
     def of(
@@ -66,6 +67,7 @@ class ExecuteTask(Message):
             env=dict(task.pool.env_vars if env is None else env),
             resources=dict(resources or {}),
             placement_group=placement_group,
+            capture_child_tasks=getattr(task.scheduling_strategy, "placement_group_capture_child_tasks", None) is True,
         )
 
 
@@ -126,6 +128,7 @@ class CreateInstance(Message):
     env: dict[str, str] = field(default_factory=dict)
     resources: dict[str, float] = field(default_factory=dict)
     placement_group: str | None = None
+    capture_child_tasks: bool = False
 
 
 @_message
