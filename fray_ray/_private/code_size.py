@@ -8,10 +8,14 @@ more (settable with the environment variable of that name) with a `ValueError` a
 from __future__ import annotations
 
 import logging
-
-from fray_ray import ray_constants
+import os
 
 logger = logging.getLogger(__name__)
+
+#: Ray's thresholds (`ray.ray_constants` re-exports them); the error one may be set through
+#: the environment variable of its name.
+FUNCTION_SIZE_WARN_THRESHOLD = 10**7
+FUNCTION_SIZE_ERROR_THRESHOLD = int(os.environ.get("FUNCTION_SIZE_ERROR_THRESHOLD", 10**8))
 
 _MIB = 1024 * 1024
 _TIP = (
@@ -32,9 +36,9 @@ def check_code_size(payload: bytes, kind: str, name: str) -> None:
         ValueError: `payload` is at least `FUNCTION_SIZE_ERROR_THRESHOLD` bytes.
     """
     size = len(payload)
-    if size <= ray_constants.FUNCTION_SIZE_WARN_THRESHOLD:
+    if size <= FUNCTION_SIZE_WARN_THRESHOLD:
         return
-    limit = ray_constants.FUNCTION_SIZE_ERROR_THRESHOLD
+    limit = FUNCTION_SIZE_ERROR_THRESHOLD
     if size >= limit:
         raise ValueError(f"The {kind} {name} is too large ({size // _MIB} MiB > FUNCTION_SIZE_ERROR_THRESHOLD={limit // _MIB} MiB). {_TIP}")
     logger.warning("Warning: The %s %s is very large (%d MiB). %s", kind, name, size // _MIB, _TIP)
