@@ -342,6 +342,9 @@ class RayActorHost:
         self._send(CallDone(call.call, values, error is not None))
 
     def _exit_requested(self, call: CallMethod) -> None:
+        sys.stdout.flush()  # what the method printed reaches the driver before its error
+        sys.stderr.flush()
+        flush_forwarded()
         self._send(ActorExiting(self._actor_id, call.call))
         self._stop()
 
