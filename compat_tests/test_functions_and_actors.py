@@ -300,3 +300,37 @@ def test_actors__handle_kept_by_the_driver_outlives_the_task(ray_start_regular_s
     pid = ray.get(pid_through.remote(actor))
     assert ray.get(pid_through.remote(actor)) == pid
     assert ray.get(actor.pid.remote()) == pid
+
+
+# --- os._exit(0) in an actor is a crash ------------------------------------------------------------
+
+
+@ray.remote(max_restarts=4, max_task_retries=-1)
+class ExitsEveryThirdCall:
+    def __init__(self):
+        self.counter = 0
+
+    def increment_and_possibly_fail(self):
+        if self.counter == 2:
+            os._exit(0)
+        self.counter += 1
+        return self.counter
+
+
+def test_actor_restart__os_exit_zero_restarts_and_retries_until_restarts_run_out(ray_start_regular_shared):
+    # Ray's actor_restart.py example, shortened: each instance serves two calls, then its
+    # process exits with status 0; the call in flight is retried on the next instance.
+    actor = ExitsEveryThirdCall.remote()
+    assert [ray.get(actor.increment_and_possibly_fail.remote()) for _ in range(10)] == [1, 2] * 5
+    # The fifth instance dies on the next call, with no restart left: the call fails.
+    with pytest.raises(exceptions.ActorDiedError):
+        ray.get(actor.increment_and_possibly_fail.remote())
+    with pytest.raises(exceptions.ActorDiedError):
+        ray.get(actor.increment_and_possibly_fail.remote())
+
+
+def test_actor_restart__os_exit_zero_without_restarts_is_death(ray_start_regular_shared):
+    actor = ExitsEveryThirdCall.options(max_restarts=0, max_task_retries=0).remote()
+    assert [ray.get(actor.increment_and_possibly_fail.remote()) for _ in range(2)] == [1, 2]
+    with pytest.raises(exceptions.ActorDiedError):
+        ray.get(actor.increment_and_possibly_fail.remote())

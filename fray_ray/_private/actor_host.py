@@ -50,6 +50,7 @@ from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.serialization import SerializedValue, serialize_error
 from fray_ray._private.task_context import TaskContext, current_task
 from fray_ray._private.task_spec import gang_member_id
+from fray_ray._private.unplanned_exits import guard_process_exits, plan_exit
 from fray_ray._private.worker import WorkerRuntime, open_session
 from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError, RayActorError
 from fray_ray.fray import current_actor
@@ -69,6 +70,8 @@ class RayActorHost:
     ) -> None:
         """`gang`: this host is one member of a gang of actors; its id follows from its index."""
         self._in_process = in_process
+        if not in_process:
+            guard_process_exits()  # the actor's own os._exit(0) is a crash, as in Ray
         try:
             self._fray_context = current_actor()
         except RuntimeError:
@@ -360,6 +363,8 @@ class RayActorHost:
     # ---- lifecycle -----------------------------------------------------------------------
 
     def _on_die(self, connection: Connection, message_id: int | None, die: Die) -> None:
+        if not die.restart:
+            plan_exit()
         if self._in_process:
             self._stop()
         else:
@@ -372,6 +377,7 @@ class RayActorHost:
             pass
 
     def _stop(self) -> None:
+        plan_exit()  # the process may now end with status 0: the actor is done
         if self._stopped.is_set():
             return
         self._stopped.set()
@@ -433,6 +439,8 @@ class RayActorHost:
         With `restart` it exits 1, so Iris starts it again under its restart budget; without,
         it has its own job terminated, so the job ends as killed (exiting 0 would report it
         succeeded), and exits anyway if the controller does not act within seconds."""
+        if not restart:
+            plan_exit()
         if restart or self._in_process:
             threading.Timer(0.05, os._exit, args=(1 if restart else 0,)).start()
             return
