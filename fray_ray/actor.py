@@ -213,7 +213,19 @@ class ActorClass(Generic[T]):
         cls = self.__dict__.get("_cls")
         if cls is None:  # while unpickling, before the state is set
             raise AttributeError(name)
-        return getattr(cls, name)
+        found = getattr(cls, name)
+        if inspect.isfunction(found):
+            # A fresh wrapper, not the function itself: cloudpickle looks a function up by its
+            # qualified name (`Module.MyActor.method`) and, finding the same object, would pickle
+            # it by reference to a module the workers may not be able to import.
+            function = found
+
+            @functools.wraps(function)
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return function(*args, **kwargs)
+
+            return call
+        return found
 
     def __dir__(self) -> list[str]:
         return sorted({*self._methods, "options", "remote", "bind"})
