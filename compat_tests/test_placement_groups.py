@@ -217,3 +217,65 @@ def test_placement_group__table_stats_of_an_infeasible_group(ray_start_regular_s
         assert stats["end_to_end_creation_latency_ms"] == 0.0
     finally:
         _remove(pg)
+
+
+# --- capturing child tasks, and the deprecated placement_group= keywords ------------------------
+
+
+@ray.remote(num_cpus=1)
+def _child_group():
+    current = util_placement_group.get_current_placement_group()
+    return None if current is None else current.id.hex()
+
+
+@ray.remote(num_cpus=1)
+def _parent_of_three():
+    # The parent holds its bundle's only CPU while its children need one each: it lends it
+    # while it waits, as in Ray, or this never ends.
+    return ray.get([_child_group.remote() for _ in range(3)])
+
+
+@ray.remote
+class _GroupReporter:
+    def group(self):
+        current = util_placement_group.get_current_placement_group()
+        return None if current is None else current.id.hex()
+
+
+@ray.remote(num_cpus=1)
+def _actor_child_group():
+    return ray.get(_GroupReporter.options(num_cpus=0).remote().group.remote())
+
+
+def test_placement_group__capture_child_tasks(ray_start_regular_shared):
+    pg = _pg([{"CPU": 1}])
+    try:
+        ray.get(pg.ready(), timeout=60)
+        strategy = scheduling_strategies.PlacementGroupSchedulingStrategy(pg, placement_group_capture_child_tasks=True)
+        assert ray.get(_parent_of_three.options(scheduling_strategy=strategy).remote(), timeout=90) == [pg.id.hex()] * 3
+        assert ray.get(_actor_child_group.options(scheduling_strategy=strategy).remote(), timeout=90) == pg.id.hex()
+    finally:
+        _remove(pg)
+
+
+def test_placement_group__children_not_captured_by_default(ray_start_regular_shared):
+    pg = _pg([{"CPU": 1}])
+    try:
+        ray.get(pg.ready(), timeout=60)
+        assert ray.get(_parent_of_three.options(scheduling_strategy=_in_bundle(pg)).remote(), timeout=90) == [None] * 3
+    finally:
+        _remove(pg)
+
+
+def test_placement_group__deprecated_keywords_place_the_call(ray_start_regular_shared):
+    pg = _pg([{"CPU": 1}, {"CPU": 1}])
+    try:
+        ray.get(pg.ready(), timeout=60)
+        group_id, current, _ = ray.get(_where.options(placement_group=pg, placement_group_bundle_index=1).remote())
+        assert group_id == current == pg.id.hex()
+        captured = _parent_of_three.options(placement_group=pg, placement_group_capture_child_tasks=True).remote()
+        assert ray.get(captured, timeout=90) == [pg.id.hex()] * 3
+        # Without capture the children run outside the group.
+        assert ray.get(_parent_of_three.options(placement_group=pg).remote(), timeout=90) == [None] * 3
+    finally:
+        _remove(pg)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, NoReturn, ParamSpec, Protocol, TypeAlias, TypeVar, cast, overload
 
 from fray_ray._private import actor_handles, ids, runtime_state
+from fray_ray._private.code_size import check_code_size
 from fray_ray._private.function_names import qualified_name
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options import (
@@ -33,6 +34,7 @@ from fray_ray._private.options import (
     validate_method_options,
 )
 from fray_ray._private.options.quantities import check_c_integers, method_call_integer, method_num_returns
+from fray_ray._private.placement_capture import effective_strategy
 from fray_ray._private.runtime_env import effective_runtime_env
 from fray_ray._private.serialization import note_contained_ref
 from fray_ray._private.task_context import current_task
@@ -190,7 +192,10 @@ class ActorClass(Generic[T]):
             )
         self._cls = cls
         self._methods = _method_table(cls)
-        self._is_async = any(m["is_async"] for m in self._methods.values())
+        # An `async def __init__` makes an async actor too; its host awaits it.
+        self._is_async = any(m["is_async"] for m in self._methods.values()) or inspect.iscoroutinefunction(
+            getattr(cls, "__init__", None)
+        )
         self._default_options = validate_actor_options(dict(options), is_async=self._is_async)
         self._parsed: ActorOptions | None = None
         self._code: CodeBlob | None = None
@@ -206,6 +211,27 @@ class ActorClass(Generic[T]):
                 "Actors cannot be instantiated directly. Instead of "
                 f"'{self._cls.__name__}()', use '{self._cls.__name__}.remote()'."
             )
+
+    def __getattr__(self, name: str) -> Any:
+        """The class's own attributes (constants, static methods, inherited ones), as in Ray,
+        where the actor class derives from the user's class: inside a method the class's name
+        is bound to this object, so `MyActor.CONST` must still work."""
+        cls = self.__dict__.get("_cls")
+        if cls is None:  # while unpickling, before the state is set
+            raise AttributeError(name)
+        found = getattr(cls, name)
+        if inspect.isfunction(found):
+            # A fresh wrapper, not the function itself: cloudpickle looks a function up by its
+            # qualified name (`Module.MyActor.method`) and, finding the same object, would pickle
+            # it by reference to a module the workers may not be able to import.
+            function = found
+
+            @functools.wraps(function)
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return function(*args, **kwargs)
+
+            return call
+        return found
 
     def __dir__(self) -> list[str]:
         return sorted({*self._methods, "options", "remote", "bind"})
@@ -269,9 +295,11 @@ class ActorClass(Generic[T]):
     def _code_blob(self) -> CodeBlob:
         if self._code is None:
             try:
-                self._code = CodeBlob.of(self._cls, self._cls.__name__)
+                code = CodeBlob.of(self._cls, self._cls.__name__)
             except Exception as exc:
                 raise TypeError(f"Could not serialize the actor class {self._cls.__name__}: {exc}") from exc
+            check_code_size(code.payload, "actor", f"{self._cls.__module__}.{self._cls.__qualname__}")
+            self._code = code
         return self._code
 
     def _create(
@@ -317,7 +345,7 @@ class ActorClass(Generic[T]):
             detached=options.detached,
             env_vars=runtime_env.env_vars_dict,
             runtime_env=runtime_env,
-            scheduling_strategy=options.scheduling_strategy,
+            scheduling_strategy=effective_strategy(options),
             accelerator=options.accelerator_type,
             gang=gang,
         )

@@ -41,8 +41,14 @@ def _controller(options: argparse.Namespace):  # noqa: ANN202 - ControllerClient
 def run_script(script: str, args: Sequence[str]) -> int:
     """Run `script` as __main__ with `import ray` resolving to fray_ray."""
     import fray_ray
+    from fray_ray._alias import alias_path
 
     fray_ray.install()
+    # Interpreters the script starts find the alias too: through PYTHONPATH, and through
+    # sys.path, which multiprocessing's spawn start method hands to its children.
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (alias_path(), os.environ.get("PYTHONPATH")) if p)
+    if alias_path() not in sys.path:
+        sys.path.insert(0, alias_path())
     sys.argv = [script, *args]
     script_dir = os.path.dirname(os.path.abspath(script))
     if script_dir not in sys.path:

@@ -16,6 +16,8 @@ import logging
 import os
 from typing import Final
 
+from fray_ray._private import code_size
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -134,8 +136,8 @@ DEFAULT_MAX_CONCURRENCY_THREADED: Final = 1
 DEFAULT_TASK_MAX_RETRIES: Final = 3
 
 #: A pickled function or class past these sizes is warned about, then refused.
-FUNCTION_SIZE_WARN_THRESHOLD: Final = 10**7
-FUNCTION_SIZE_ERROR_THRESHOLD: Final = 10**8
+FUNCTION_SIZE_WARN_THRESHOLD: Final = code_size.FUNCTION_SIZE_WARN_THRESHOLD
+FUNCTION_SIZE_ERROR_THRESHOLD: Final = code_size.FUNCTION_SIZE_ERROR_THRESHOLD
 
 DEFAULT_RUNTIME_ENV_TIMEOUT_SECONDS: Final = 600
 RAY_RUNTIME_ENV_DEFAULT_EXCLUDES: Final = ".git,.venv,venv,__pycache__"

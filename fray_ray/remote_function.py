@@ -14,10 +14,12 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar, cast
 
 from fray_ray._private import ids, runtime_state
+from fray_ray._private.code_size import check_code_size
 from fray_ray._private.function_names import qualified_name
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options import TaskOptions, validate_task_options
 from fray_ray._private.options.quantities import check_c_integers
+from fray_ray._private.placement_capture import effective_strategy
 from fray_ray._private.runtime_env import effective_runtime_env
 from fray_ray._private.task_context import current_task
 from fray_ray._private.task_spec import Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec
@@ -146,12 +148,14 @@ class RemoteFunction(Generic[P, R]):
     def _code_blob(self) -> CodeBlob:
         if self._code is None:
             try:
-                self._code = CodeBlob.of(self._function, self._display_name)
+                code = CodeBlob.of(self._function, self._display_name)
             except Exception as exc:
                 raise TypeError(
                     f"Could not serialize the function {self._function_name}: {exc}. Functions sent to workers must "
                     "be picklable with cloudpickle (check what the function refers to)."
                 ) from exc
+            check_code_size(code.payload, "remote function", self._function_name)
+            self._code = code
         return self._code
 
     def _submit(
@@ -188,7 +192,7 @@ class RemoteFunction(Generic[P, R]):
             pool=pool_key(options),
             max_retries=options.max_retries,
             retry_exceptions=options.retry_exceptions,
-            scheduling_strategy=options.scheduling_strategy,
+            scheduling_strategy=effective_strategy(options),
             runtime_env=dict(options.runtime_env or {}),
             parent_task_id=context.task_id if context else None,
             gang=gang,

@@ -60,6 +60,53 @@ def test_run_reports_the_scripts_exit_code(tmp_path: Path) -> None:
     assert run("-m", "fray_ray", "run", str(script)).returncode == 3
 
 
+def test_run_alias_reaches_interpreters_the_script_spawns(tmp_path: Path) -> None:
+    # A spawn-method pool re-imports the script in fresh interpreters: `import ray` must work
+    # there too, in the driver's pool and in a pool a task starts.
+    (tmp_path / "helpers_of_pool.py").write_text("import ray\n\ndef square(x):\n    return x * x\n")
+    script = tmp_path / "spawn_pool.py"
+    script.write_text(
+        "import multiprocessing\n"
+        "from concurrent.futures import ProcessPoolExecutor\n"
+        "import ray\n"
+        "import helpers_of_pool\n"
+        "def cube(x):\n"
+        "    return x ** 3\n"
+        "@ray.remote\n"
+        "def fan_out(n):\n"
+        "    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context('spawn')) as pool:\n"
+        "        return sum(pool.map(helpers_of_pool.square, range(n)))\n"
+        "if __name__ == '__main__':\n"
+        f"    ray.init(num_cpus=1, runtime_env={{'working_dir': {str(tmp_path)!r}}})\n"
+        "    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context('spawn')) as pool:\n"
+        "        print('driver', sum(pool.map(cube, range(4))))\n"
+        "    print('task', ray.get(fan_out.remote(5)))\n"
+    )
+    result = run("-m", "fray_ray", "run", str(script))
+    assert result.returncode == 0, result.stderr
+    assert "driver 36" in result.stdout and "task 30" in result.stdout
+
+
+def test_run_reports_an_actor_ended_by_sys_exit(tmp_path: Path) -> None:
+    # The actor's sys.exit() ends the actor, not the driver: the script fails with the
+    # ActorDiedError of its `get`, printed, and the actor's own output is shown.
+    script = tmp_path / "actor_exits.py"
+    script.write_text(
+        "import sys\n"
+        "import ray\n"
+        "@ray.remote\n"
+        "class Leaving:\n"
+        "    def bye(self):\n"
+        "        print('leaving now', flush=True)\n"
+        "        sys.exit()\n"
+        "ray.get(Leaving.remote().bye.remote())\n"
+    )
+    result = run("-m", "fray_ray", "run", str(script))
+    assert result.returncode == 1
+    assert "ActorDiedError" in result.stderr
+    assert "leaving now" in result.stdout + result.stderr
+
+
 def test_status_jobs_logs_and_stop_against_a_cluster() -> None:
     from fray_ray.cluster import ClusterConfig, EmbeddedCluster, cpu_worker
     from fray_ray.iris.entrypoint import command_entrypoint

@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import cloudpickle
 
 from fray_ray._private import messages, runtime_state
-from fray_ray._private.actor_builtins import built_in_method
+from fray_ray._private.actor_builtins import actor_method
 from fray_ray._private.actor_handles import own_handle
 from fray_ray._private.execution import (
     error_results,
@@ -32,7 +33,7 @@ from fray_ray._private.execution import (
     resolve_call_arguments,
     within_store,
 )
-from fray_ray._private.executor import send_item, send_items_async
+from fray_ray._private.executor import exit_worker, send_item, send_items_async
 from fray_ray._private.logs import flush_forwarded, forward_output
 from fray_ray._private.messages import (
     ActorExiting,
@@ -50,6 +51,7 @@ from fray_ray._private.serialization import SerializedValue, serialize_error
 from fray_ray._private.task_context import TaskContext, current_task
 from fray_ray._private.task_interrupts import interrupt_thread
 from fray_ray._private.task_spec import gang_member_id
+from fray_ray._private.unplanned_exits import guard_process_exits, plan_exit
 from fray_ray._private.worker import WorkerRuntime, open_session
 from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError, RayActorError
 from fray_ray.fray import current_actor
@@ -69,6 +71,8 @@ class RayActorHost:
     ) -> None:
         """`gang`: this host is one member of a gang of actors; its id follows from its index."""
         self._in_process = in_process
+        if not in_process:
+            guard_process_exits()  # the actor's own os._exit(0) is a crash, as in Ray
         try:
             self._fray_context = current_actor()
         except RuntimeError:
@@ -78,6 +82,7 @@ class RayActorHost:
         self._instance: Any = None
         self._handle: Any = None
         self._placement_group: str | None = None
+        self._capture_child_tasks = False
         self._given_name: str | None = None
         self._restarted = False
         self._methods_blob = b""
@@ -91,6 +96,7 @@ class RayActorHost:
         #: async actors: one event loop thread per concurrency group (None: the default group)
         self._loops: dict[str | None, _GroupLoop] = {}
         self._created = threading.Event()
+        self._creating: concurrent.futures.Future[None] | None = None  # an `async def __init__` running
         self._creation_error: BaseException | None = None
         self._stopped = threading.Event()
         handlers = messages.handlers(
@@ -122,6 +128,7 @@ class RayActorHost:
         self._display_name = create.class_name
         self._qualified_name = create.qualified_name or create.class_name
         self._placement_group = create.placement_group
+        self._capture_child_tasks = bool(create.capture_child_tasks and create.placement_group)
         self._given_name = create.options.name
         self._restarted = bool(create.options.restarted)
         self._detached = bool(create.options.detached)
@@ -141,22 +148,42 @@ class RayActorHost:
             self._default_pool = concurrent.futures.ThreadPoolExecutor(max_concurrency, thread_name_prefix="actor")
             for name, size in groups.items():
                 self._group_pools[name] = concurrent.futures.ThreadPoolExecutor(size, thread_name_prefix=f"actor-{name}")
-        self._submit_sync(None, self._create, create)
+        if self._is_async:  # on the actor's loop, where Ray awaits an `async def __init__`
+            self._creating = asyncio.run_coroutine_threadsafe(self._create_async(create), self._loops[None].loop)
+        else:
+            self._submit_sync(None, self._create, create)
+
+    async def _create_async(self, create: CreateInstance) -> None:
+        with self._creation():
+            started = self._construct(create)
+            if inspect.isawaitable(started):
+                await started
 
     def _create(self, create: CreateInstance) -> None:
+        with self._creation():
+            self._construct(create)
+
+    def _construct(self, create: CreateInstance) -> Any:
+        """Build the instance; returns what `__init__` returned (a coroutine when it is async)."""
+        cls = cloudpickle.loads(create.code)
+        args, kwargs = resolve_call_arguments(create.args, self._runtime.fetch)
+        self._instance = cls.__new__(cls)
+        _set_actor_env(create.env or {})
+        return self._instance.__init__(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def _creation(self) -> Iterator[None]:
+        """The context `__init__` runs in; reports the actor ready, or failed with its error."""
         context = TaskContext(task_id=None, function_name=f"{self._class_name}.__init__", actor_id=self._actor_id,
                               qualified_name=f"{self._qualified_name}.__init__",
                               actor_name=self._class_name, resources=self._resources,
                               actor_handle=self._handle, placement_group_id=self._placement_group,
+                              capture_child_tasks=self._capture_child_tasks,
                               actor_given_name=self._given_name, actor_restarted=self._restarted)
         token = current_task.set(context)
         runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
         try:
-            cls = cloudpickle.loads(create.code)
-            args, kwargs = resolve_call_arguments(create.args, self._runtime.fetch)
-            self._instance = cls.__new__(cls)
-            _set_actor_env(create.env or {})
-            self._instance.__init__(*args, **kwargs)
+            yield
             self._display_name = _display_name(self._instance, self._class_name)
             self._send(ActorReady(self._actor_id, os.getpid()))
         except BaseException as exc:  # noqa: BLE001 - the creation error is every later call's error
@@ -164,9 +191,9 @@ class RayActorHost:
             error = make_task_error(exc, f"{self._class_name}.__init__")
             self._send(ActorFailed(self._actor_id, serialize_error(error)))
         finally:
-            current_task.reset(token)
+            _reset_quietly(current_task.reset, token)
             if runtime_token is not None:
-                runtime_state.reset_context_runtime(runtime_token)
+                _reset_quietly(runtime_state.reset_context_runtime, runtime_token)
             self._created.set()
 
     # ---- calls ---------------------------------------------------------------------------
@@ -197,7 +224,7 @@ class RayActorHost:
         if self._creation_error is not None or self._instance is None:
             raise _creation_failed(self._class_name)
         args, kwargs = resolve_call_arguments(call.args, self._runtime.fetch)
-        method = built_in_method(self._instance, call.method) or getattr(self._instance, call.method)
+        method = actor_method(self._instance, call.method)
         return method, args, kwargs
 
     def _context(self, call: CallMethod) -> TaskContext:
@@ -206,6 +233,7 @@ class RayActorHost:
             qualified_name=f"{self._qualified_name}.{call.method}",
             actor_name=self._display_name, actor_handle=self._handle, resources=self._resources,
             placement_group_id=self._placement_group, actor_given_name=self._given_name,
+            capture_child_tasks=self._capture_child_tasks,
             actor_restarted=self._restarted,
         )
 
@@ -258,6 +286,8 @@ class RayActorHost:
                 self._complete(call, self._results(call, result), None)
         except ActorExit:
             self._exit_requested(call)
+        except SystemExit as exc:
+            self._system_exit(call, exc)
         except BaseException as exc:  # noqa: BLE001 - delivered to the caller
             self._complete(call, None, self._wrap(exc, call))
         finally:
@@ -274,7 +304,11 @@ class RayActorHost:
             runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
             try:
                 loop = asyncio.get_running_loop()
-                if call.args.top_level:
+                creating = self._creating
+                if creating is not None and not creating.done():
+                    # An `async def __init__` still runs: calls start in order once it ends.
+                    await asyncio.shield(asyncio.wrap_future(creating))
+                if call.args.top_level or not self._created.is_set():  # never block the loop
                     method, args, kwargs = await loop.run_in_executor(None, self._prepare, call)
                 else:
                     method, args, kwargs = self._prepare(call)
@@ -291,6 +325,8 @@ class RayActorHost:
                     self._complete(call, self._results(call, result), None)
             except ActorExit:
                 self._exit_requested(call)
+            except SystemExit as exc:
+                self._system_exit(call, exc)
             except asyncio.CancelledError:
                 from fray_ray.exceptions import TaskCancelledError
 
@@ -321,12 +357,26 @@ class RayActorHost:
         self._send(CallDone(call.call, values, error is not None))
 
     def _exit_requested(self, call: CallMethod) -> None:
+        sys.stdout.flush()  # what the method printed reaches the driver before its error
+        sys.stderr.flush()
+        flush_forwarded()
         self._send(ActorExiting(self._actor_id, call.call))
         self._stop()
+
+    def _system_exit(self, call: CallMethod, exc: SystemExit) -> None:
+        """`sys.exit()` in a method ends the actor's process, as in Ray: with status 0 (or none)
+        it is an intended exit, as `exit_actor()`; any other status is a crash, which
+        `max_restarts` may restart. Either way the caller gets ActorDiedError."""
+        if exc.code is None or exc.code == 0 or self._in_process:
+            self._exit_requested(call)
+            return
+        exit_worker(exc)
 
     # ---- lifecycle -----------------------------------------------------------------------
 
     def _on_die(self, connection: Connection, message_id: int | None, die: Die) -> None:
+        if not die.restart:
+            plan_exit()
         if self._in_process:
             self._stop()
         else:
@@ -339,6 +389,7 @@ class RayActorHost:
             pass
 
     def _stop(self) -> None:
+        plan_exit()  # the process may now end with status 0: the actor is done
         if self._stopped.is_set():
             return
         self._stopped.set()
@@ -400,6 +451,8 @@ class RayActorHost:
         With `restart` it exits 1, so Iris starts it again under its restart budget; without,
         it has its own job terminated, so the job ends as killed (exiting 0 would report it
         succeeded), and exits anyway if the controller does not act within seconds."""
+        if not restart:
+            plan_exit()
         if restart or self._in_process:
             threading.Timer(0.05, os._exit, args=(1 if restart else 0,)).start()
             return

@@ -225,6 +225,7 @@ class ActorManager(NamedActors):
             env=dict(spec.env_vars),
             resources=spec.shape.as_dict(),
             placement_group=record.placement_group,
+            capture_child_tasks=getattr(spec.scheduling_strategy, "placement_group_capture_child_tasks", None) is True,
             options=InstanceOptions(
                 name=spec.name,
                 detached=spec.detached,

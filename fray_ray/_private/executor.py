@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import cloudpickle
 
@@ -53,6 +53,9 @@ class Executor:
         self._max_calls = max_calls
         self._in_process = in_process
         self._functions: dict[bytes, Any] = {}
+        # Every function's pickled code as it arrives: the driver sends it once per executor, and
+        # the task that carried it may be handed back (`unqueue`) or cancelled before it runs.
+        self._code: dict[bytes, bytes] = {}
         self._condition = threading.Condition()  # guards _queue, _running and _exiting
         self._queue: collections.deque[ExecuteTask] = collections.deque()
         self._running: TaskContext | None = None
@@ -66,6 +69,8 @@ class Executor:
 
     def _on_execute(self, connection: Connection, message_id: int | None, task: ExecuteTask) -> None:
         with self._condition:
+            if task.code is not None:
+                self._code.setdefault(task.fn, task.code)
             self._queue.append(task)
             self._condition.notify()
 
@@ -139,6 +144,9 @@ class Executor:
                     return
                 task = self._queue.popleft()
             self._run(task)
+            # What the task dropped (refs and actor handles among its arguments) is released now,
+            # not at the next task's first call: an actor whose last handle was here ends.
+            self.runtime.references.flush()
             calls += 1
             if self._max_calls and calls >= self._max_calls:
                 return
@@ -146,7 +154,11 @@ class Executor:
     def _function(self, task: ExecuteTask) -> Any:
         function = self._functions.get(task.fn)
         if function is None:
-            function = cloudpickle.loads(task.code)
+            with self._condition:
+                code = task.code if task.code is not None else self._code.get(task.fn)
+            if code is None:
+                raise RuntimeError(f"the code of task {task.name!r} never reached this worker")
+            function = cloudpickle.loads(code)
             self._functions[task.fn] = function
         return function
 
@@ -160,6 +172,7 @@ class Executor:
             qualified_name=task.function_name or name,
             resources=task.resources or {},
             placement_group_id=task.placement_group,
+            capture_child_tasks=bool(task.capture_child_tasks and task.placement_group),
         )
         token = current_task.set(context)
         env_backup = _apply_env(task.env or {}, restore=not self._in_process)
@@ -182,6 +195,10 @@ class Executor:
             if not context.cancelled.is_set():
                 raise
             error = make_task_error(error, name)
+        except SystemExit as exc:
+            if not self._in_process:
+                exit_worker(exc)  # as in Ray: the worker dies, the task fails (or retries) as a crash
+            results, error = None, make_task_error(exc, name)
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the owner
             results, error = None, make_task_error(exc, name)
         finally:
@@ -308,3 +325,15 @@ def executor_main(
         if in_process:
             runtime_state.reset_context_runtime(context_token)
         runtime.shutdown()
+
+
+def exit_worker(exc: SystemExit) -> NoReturn:
+    """End this worker process with the status `sys.exit()` asked for (a message is printed
+    and means 1, as Python does), its output sent first."""
+    code = exc.code
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    flush_forwarded()
+    os._exit(code if isinstance(code, int) else (0 if code is None else 1))

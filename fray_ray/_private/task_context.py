@@ -25,6 +25,7 @@ class TaskContext:
     resources: Mapping[str, float] = field(default_factory=dict)
     cancelled: threading.Event = field(default_factory=threading.Event)
     placement_group_id: str | None = None
+    capture_child_tasks: bool = False  # tasks and actors started here join the placement group
     actor_handle: Any = None
     actor_given_name: str | None = None  # the name a named actor was created with
     actor_restarted: bool = False  # this actor instance is a restart (max_restarts)

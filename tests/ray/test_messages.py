@@ -76,6 +76,27 @@ def test_a_spec_keeps_its_argument_buffers_apart_from_its_pickle() -> None:
     np.testing.assert_array_equal(args[0], array)
 
 
+def test_code_travels_out_of_band_in_tasks_specs_and_actor_creation() -> None:
+    # Pickled code may be larger than a frame's header may be (a closure capturing an array).
+    spec = _task(1)
+    execute = ExecuteTask.of(spec, {}.get)
+    body, buffers = messages.encode(execute)
+    assert spec.function.payload in [bytes(b) for b in buffers]
+    assert spec.function.payload not in msgpack.packb(body, use_bin_type=True)
+    back = _through_the_wire(execute)
+    assert back.code == spec.function.payload and back.fn == spec.function.code_id
+
+    submit = SubmitTask(_task(np.ones(1000)), parent=b"p" * 16)
+    back_spec = _through_the_wire(submit).spec
+    assert back_spec.function == submit.spec.function
+    np.testing.assert_array_equal(deserialize(back_spec.arguments.value)[0][0], np.ones(1000))
+
+    create = CreateInstance(b"c" * 4096, "A", b"methods", CallArguments(serialize(((), {}))), InstanceOptions())
+    body, _ = messages.encode(create)
+    assert b"c" * 4096 not in msgpack.packb(body, use_bin_type=True)
+    assert _through_the_wire(create).code == create.code
+
+
 def test_small_ready_arguments_are_inlined_and_large_or_pending_ones_are_not() -> None:
     small, large, pending = b"s" * 28, b"l" * 28, b"p" * 28
     stored = {small: serialize(1), large: serialize(b"x" * (INLINE_LIMIT + 1))}

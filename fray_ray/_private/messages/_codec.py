@@ -14,7 +14,7 @@ import cloudpickle
 
 from fray_ray._private.protocol import Connection, Handler
 from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue
-from fray_ray._private.task_spec import Arguments
+from fray_ray._private.task_spec import Arguments, CodeBlob
 
 
 class MessageError(ValueError):
@@ -29,6 +29,7 @@ class _Codec(enum.Enum):
     SPEC = "spec"  # a task, actor-creation or actor-call spec
     PICKLED = "pickled"  # any Python value, through cloudpickle
     RECORD = "record"  # a frozen dataclass of plain fields, as a map
+    BLOB = "blob"  # bytes (or None) carried as an out-of-band buffer, whatever their size
 
 
 def _wire(codec: _Codec, **kwargs: Any) -> Any:
@@ -58,6 +59,12 @@ def spec() -> Any:
 def pickled(**kwargs: Any) -> Any:
     """A field holding any picklable value."""
     return _wire(_Codec.PICKLED, **kwargs)
+
+
+def blob(**kwargs: Any) -> Any:
+    """A field holding bytes or None that travel outside the frame's header (pickled code may
+    be larger than a header may be)."""
+    return _wire(_Codec.BLOB, **kwargs)
 
 
 def record(cls: type) -> Any:
@@ -154,6 +161,10 @@ def encode(message: Message) -> tuple[dict[str, Any], list[Any]]:
             body[name] = _pack_spec(item, buffers)
         elif codec is _Codec.RECORD:
             body[name] = {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
+        elif codec is _Codec.BLOB:
+            body[name] = item is not None
+            if item is not None:
+                buffers.append(item)
         else:
             body[name] = cloudpickle.dumps(item)
     return body, buffers
@@ -196,6 +207,11 @@ def decode(cls: type[M], body: Any, buffers: Sequence[bytearray]) -> M:
                     raise MessageError(f"{name!r} of a {cls.__name__} must be a map")
                 known = {f.name for f in dataclasses.fields(record_type)}
                 fields[name] = record_type(**{k: v for k, v in raw.items() if k in known})
+            elif codec is _Codec.BLOB:
+                if raw:
+                    fields[name], offset = bytes(buffers[offset]), offset + 1
+                else:
+                    fields[name] = None
             else:
                 fields[name] = cloudpickle.loads(raw)
     except MessageError:
@@ -208,19 +224,27 @@ def decode(cls: type[M], body: Any, buffers: Sequence[bytearray]) -> M:
 
 
 def _pack_spec(task_spec: Any, buffers: list[Any]) -> list[Any]:
-    """A spec pickled without its argument value, whose description and buffers travel apart."""
+    """A spec pickled without its argument value and its code, which travel as buffers (a
+    pickled function may be larger than a frame's header may be)."""
+    code_fields = [f.name for f in dataclasses.fields(task_spec) if isinstance(getattr(task_spec, f.name), CodeBlob)]
+    stripped_code = {name: dataclasses.replace(getattr(task_spec, name), payload=b"") for name in code_fields}
+    buffers.extend(getattr(task_spec, name).payload for name in code_fields)
     argument_values = getattr(task_spec, "arguments", None)
     if argument_values is None:
-        return [cloudpickle.dumps(task_spec), None]
+        stripped = dataclasses.replace(task_spec, **stripped_code)
+        return [cloudpickle.dumps(stripped), None, code_fields]
     stripped = dataclasses.replace(
-        task_spec, arguments=type(argument_values)(SerializedValue(b""), argument_values.top_level)
+        task_spec, arguments=type(argument_values)(SerializedValue(b""), argument_values.top_level), **stripped_code
     )
-    return [cloudpickle.dumps(stripped), argument_values.value.to_wire(buffers)]
+    return [cloudpickle.dumps(stripped), argument_values.value.to_wire(buffers), code_fields]
 
 
 def _unpack_spec(raw: Sequence[Any], buffers: Sequence[bytearray], offset: int) -> tuple[Any, int]:
-    pickled_spec, description = raw
+    pickled_spec, description, code_fields = raw
     task_spec = cloudpickle.loads(pickled_spec)
+    for name in code_fields:  # specs are mutable dataclasses
+        setattr(task_spec, name, dataclasses.replace(getattr(task_spec, name), payload=bytes(buffers[offset])))
+        offset += 1
     if description is not None:
         task_spec.arguments.value, offset = SerializedValue.from_wire(description, buffers, offset)
     return task_spec, offset

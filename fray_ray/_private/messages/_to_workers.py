@@ -6,7 +6,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from fray_ray._private.messages._codec import CallArguments, Message, _message, arguments, inline_arguments, record
+from fray_ray._private.messages._codec import (
+    CallArguments,
+    Message,
+    _message,
+    arguments,
+    blob,
+    inline_arguments,
+    record,
+)
 from fray_ray._private.serialization import SerializedValue
 from fray_ray._private.task_spec import ActorCallSpec, TaskSpec
 
@@ -23,7 +31,7 @@ class ExecuteTask(Message):
 
     task: bytes
     fn: bytes
-    code: bytes | None
+    code: bytes | None = blob()
     name: str
     num_returns: Any
     returns: list[bytes]
@@ -32,6 +40,7 @@ class ExecuteTask(Message):
     resources: dict[str, float] = field(default_factory=dict)
     placement_group: str | None = None
     function_name: str = ""
+    capture_child_tasks: bool = False
 
     @classmethod
     def of(
@@ -60,6 +69,7 @@ class ExecuteTask(Message):
             resources=dict(resources or {}),
             placement_group=placement_group,
             function_name=task.function_name,
+            capture_child_tasks=getattr(task.scheduling_strategy, "placement_group_capture_child_tasks", None) is True,
         )
 
 
@@ -112,7 +122,7 @@ class CreateInstance(Message):
 
     KIND: ClassVar[str] = "create"
 
-    code: bytes
+    code: bytes = blob()
     class_name: str
     methods: bytes
     args: CallArguments = arguments()
@@ -121,6 +131,7 @@ class CreateInstance(Message):
     resources: dict[str, float] = field(default_factory=dict)
     placement_group: str | None = None
     qualified_name: str = ""  # the class's `module.qualname`
+    capture_child_tasks: bool = False
 
 
 @_message

@@ -66,9 +66,11 @@ _NO_LABELS: Final = (
 )
 _NO_EVENTS: Final = "fray_ray keeps no task event store (no Ray dashboard or state API)."
 _NO_BACKPRESSURE: Final = "Streamed items are sent as they are produced; there is no backpressure."
+_PLACED: Final = (Where.DRIVER_SCHEDULER,)
 _DEPRECATED_PG: Final = (
-    "Ray's deprecated placement-group keyword: checked but not used to place the call; pass "
-    "scheduling_strategy=PlacementGroupSchedulingStrategy(...) instead."
+    "Ray's deprecated placement-group keyword: without a scheduling_strategy it places the call "
+    "as PlacementGroupSchedulingStrategy(placement_group, placement_group_bundle_index, "
+    "placement_group_capture_child_tasks) would (`_private/placement_capture.py`)."
 )
 
 
@@ -107,9 +109,9 @@ COMMON: Final[tuple[Option, ...]] = (
            (Where.RESOURCE_LEDGER, Where.IRIS_JOB_FIELD), "Ray 2.60's actor CPU rule."),
     Option("num_gpus", _BOTH, _NUMBER, checks.quantity, Default(0.0, shown="0"), _HELD),
     _ACTOR_STORE,
-    Option("placement_group", _BOTH, (_NoneType, str, PlacementGroup), note=_DEPRECATED_PG),
-    Option("placement_group_bundle_index", _BOTH, (int,), default=Default(-1), note=_DEPRECATED_PG),
-    Option("placement_group_capture_child_tasks", _BOTH, _BOOL, note=_DEPRECATED_PG),
+    Option("placement_group", _BOTH, (_NoneType, str, PlacementGroup), where=_PLACED, note=_DEPRECATED_PG),
+    Option("placement_group_bundle_index", _BOTH, (int,), default=Default(-1), where=_PLACED, note=_DEPRECATED_PG),
+    Option("placement_group_capture_child_tasks", _BOTH, _BOOL, where=_PLACED, note=_DEPRECATED_PG),
     Option("resources", _BOTH, _DICT, checks.resources, _EMPTY, _per_kind(
                task=(Where.RESOURCE_LEDGER, Where.EXECUTOR_POOL_KEY, Where.GANG_PLACEMENT),
                actor=(Where.RESOURCE_LEDGER, Where.GANG_PLACEMENT)),
