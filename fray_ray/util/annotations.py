@@ -86,7 +86,7 @@ def Deprecated(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - Ray's name
                     warnings.warn(message, RayDeprecationWarning, stacklevel=2)
                     original_init(self, *a, **k)
 
-                obj.__init__ = init
+                obj.__init__ = init  # type: ignore[method-assign]
             else:
                 wrapped = obj
 
