@@ -29,6 +29,7 @@ The pytest hooks (``--backend``, the ``known_difference`` marker, ``--compat-rep
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -72,6 +73,10 @@ class _Clusters:
     def stop(self) -> None:
         ray = self._ray()
         if ray.is_initialized():
+            # ObjectRefs caught in reference cycles (a kept traceback, say) must die in the session
+            # that owns them: collected in a later session, Ray 2.60 aborts the process on the
+            # unknown owner (core_worker.cc "ObjectUnknownOwner"), ending an xdist worker.
+            gc.collect()
             ray.shutdown()
         self.owner, self.kwargs, self.context = None, None, None
 
