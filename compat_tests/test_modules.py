@@ -205,9 +205,11 @@ def _fail():
 
 def test_modules__on_completed_gets_the_value(ray_start_regular_shared):
     seen, done = [], threading.Event()
-    ray.put(41)._on_completed(lambda value: (seen.append(value), done.set()))
+    ref = ray.put(41)  # held until the callback ran: Ray 2.60 aborts the driver if it is freed first
+    ref._on_completed(lambda value: (seen.append(value), done.set()))
     assert done.wait(60)
     assert seen == [41]
+    del ref
 
 
 def test_modules__on_completed_gets_the_error(ray_start_regular_shared):
@@ -217,6 +219,7 @@ def test_modules__on_completed_gets_the_error(ray_start_regular_shared):
     assert done.wait(60)
     assert isinstance(seen[0], ray.exceptions.RayTaskError)
     assert "on purpose" in str(seen[0])
+    del ref
 
 
 # --- ray.runtime_env ------------------------------------------------------------------------

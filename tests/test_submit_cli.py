@@ -4,7 +4,6 @@ the job runs; `--no-wait` and Ctrl-C leave the job running and say how to follow
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,6 +17,10 @@ import pytest
 
 from fray_ray.iris.controller_client import ControllerClient
 from fray_ray.iris.types import JobState
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[0]))  # the shared test helpers
+
+from standalone_cluster import standalone_cluster  # noqa: E402
 
 DEADLINE = 180.0
 
@@ -47,22 +50,8 @@ PROGRAM = """
 @pytest.fixture(scope="module")
 def standalone() -> Iterator[dict]:
     """`fray-ray start` with three CPU hosts, in its own process; stopped with SIGINT."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "fray_ray", "start", "--json", "--cpu-workers", "3", "--cpu", "2", "--memory", "4g",
-         "--disk", "10g"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-    try:
-        assert process.stdout is not None
-        info = json.loads(process.stdout.readline())
+    with standalone_cluster(["--cpu-workers", "3", "--cpu", "2", "--memory", "4g", "--disk", "10g"]) as (_, info):
         yield info
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture

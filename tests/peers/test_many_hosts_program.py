@@ -8,7 +8,6 @@ Ray, and Ray's own run must print them too."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -23,6 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
+
+from standalone_cluster import standalone_cluster  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = REPO / "examples" / "ray_programs" / "many_hosts"
@@ -98,21 +101,9 @@ def test_on_the_real_iris_controller(june: str, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def three_hosts() -> Iterator[dict]:
     """`fray-ray start` with three 8-core hosts, in its own process; stopped with SIGINT."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "fray_ray", "start", "--json", "--cpu-workers", "3", "--cpu", "8", "--memory", "4g",
-         "--disk", "10g"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=fray_ray_env(),
-    )
-    try:
-        assert process.stdout is not None
-        yield json.loads(process.stdout.readline())
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with standalone_cluster(["--cpu-workers", "3", "--cpu", "8", "--memory", "4g", "--disk", "10g"],
+                            fray_ray_env()) as (_, info):
+        yield info
 
 
 def test_on_the_standalone_cluster_of_three_hosts(three_hosts: dict, tmp_path: Path) -> None:

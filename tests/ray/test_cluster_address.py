@@ -22,6 +22,10 @@ import fray_ray
 from fray_ray._private import cluster_address
 from fray_ray.cluster import ClusterConfig, EmbeddedCluster, cpu_worker
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
+
+from standalone_cluster import standalone_cluster  # noqa: E402
+
 MARKER = "address_file_marker"
 
 
@@ -39,25 +43,9 @@ def private_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def started(private_dir: Path) -> Iterator[tuple[subprocess.Popen, dict]]:
     """`fray-ray start` with one CPU host carrying MARKER, recording itself in private_dir."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "fray_ray", "start", "--temp-dir", str(private_dir), "--json", "--cpu", "1",
-         "--memory", "2g", "--attribute", f"ray-resource:{MARKER}=1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        assert process.stdout is not None
-        yield process, json.loads(process.stdout.readline())
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
+    with standalone_cluster(["--temp-dir", str(private_dir), "--cpu", "1", "--memory", "2g",
+                             "--attribute", f"ray-resource:{MARKER}=1"]) as started_cluster:
+        yield started_cluster
 
 
 # ---- the record itself -------------------------------------------------------------------------

@@ -7,10 +7,8 @@ puts one there.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import textwrap
@@ -20,6 +18,10 @@ from pathlib import Path
 import pytest
 
 import fray_ray
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
+
+from standalone_cluster import standalone_cluster  # noqa: E402
 
 DEADLINE_S = 120.0
 
@@ -46,30 +48,10 @@ DRIVER = """
 def cluster() -> Iterator[dict]:
     """A standalone cluster requiring a token of the test's choosing: {address, token, ...}."""
     token = secrets.token_urlsafe(16)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "fray_ray.cluster", "--json", "--token", token, "--cpu", "1", "--memory", "2g"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_clean_env(),
-    )
-    try:
-        assert process.stdout is not None and process.stderr is not None
-        line = process.stdout.readline()
-        if not line:  # it ended before saying where it listens: show why
-            process.wait(DEADLINE_S)
-            pytest.fail(f"the cluster exited with {process.returncode}: {process.stderr.read()[-3000:]}")
-        info = json.loads(line)
+    with standalone_cluster(["--token", token, "--cpu", "1", "--memory", "2g"], _clean_env(),
+                            module="fray_ray.cluster") as (_, info):
         assert info["token"] == token
         yield info
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
 
 
 def _clean_env(**extra: str) -> dict[str, str]:

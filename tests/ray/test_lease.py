@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -39,6 +38,7 @@ from fate_scenarios import (  # noqa: E402
     wait_gone,
     wait_jobs_finished,
 )
+from standalone_cluster import standalone_cluster  # noqa: E402
 
 #: How long a dead driver's workers may outlive it (the issue's bound; it takes well under 1 s).
 GONE_WITHIN_S = 10.0
@@ -114,21 +114,8 @@ def test_a_lease_holder_whose_driver_is_gone_fails() -> None:
 @pytest.fixture(scope="module")
 def standalone() -> Iterator[dict]:
     """`fray-ray start` with two CPU hosts, in its own process; stopped with SIGINT."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "fray_ray", "start", "--json", "--cpu-workers", "2", "--cpu", "4", "--memory", "4g",
-         "--disk", "10g"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-    try:
-        assert process.stdout is not None
-        yield json.loads(process.stdout.readline())
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with standalone_cluster(["--cpu-workers", "2", "--cpu", "4", "--memory", "4g", "--disk", "10g"]) as (_, info):
+        yield info
 
 
 @pytest.fixture
