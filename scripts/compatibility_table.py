@@ -55,6 +55,8 @@ AREAS: dict[str, str] = {
     "modules": "Modules and names programs import (`ray.cloudpickle`, `ray._raylet`, ...)",
     "init_auto": "`init(address=\"auto\")`: finding a running cluster",
     "cluster_utils": "`ray.cluster_utils.Cluster`: many nodes on one machine",
+    "functions_and_actors": "Functions and actors: recursion, class attributes, exits, restarts, closures",
+    "errors_and_context": "Errors, cancel and context: unpicklable errors, cancelled calls, tracebacks",
 }
 # Differences no test can show (where files go, what is enforced), written by hand and
 # appended to the generated table.
