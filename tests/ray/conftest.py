@@ -1,8 +1,10 @@
-"""Sessions for Ray-layer tests: real worker processes on an embedded cluster, or local mode."""
+"""Sessions for Ray-layer tests (real worker processes on an embedded cluster, or local mode),
+and a connected pair of loopback sockets for the protocol tests."""
 
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -28,3 +30,14 @@ def fresh_shutdown() -> Iterator[None]:
     yield
     fray_ray.shutdown()
     os.environ.pop("FRAY_RAY_LOCAL_MODE", None)
+
+
+@pytest.fixture
+def tcp_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """Two connected loopback TCP sockets: (ours, theirs)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        ours = socket.create_connection(listener.getsockname())
+        theirs, _ = listener.accept()
+    yield ours, theirs
+    ours.close()
+    theirs.close()

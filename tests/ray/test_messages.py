@@ -4,9 +4,7 @@ a body that does not describe its message is refused without harming the connect
 from __future__ import annotations
 
 import dataclasses
-import socket
 import threading
-from collections.abc import Iterator
 
 import msgpack
 import numpy as np
@@ -133,16 +131,6 @@ def test_a_body_that_does_not_describe_its_message_is_a_message_error() -> None:
         messages.decode(TaskDone, {"task": b"t", "results": [[b"", 3, [], False]]}, [])  # buffers missing
     hello = messages.decode(Hello, {"kind": "lease", "token": "x", "unknown": 1}, [])
     assert hello.kind == "lease" and hello.pid is None  # absent optional fields take their defaults
-
-
-@pytest.fixture
-def tcp_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        ours = socket.create_connection(listener.getsockname())
-        theirs, _ = listener.accept()
-    yield ours, theirs
-    ours.close()
-    theirs.close()
 
 
 def test_a_malformed_request_is_refused_and_the_connection_keeps_serving(tcp_pair) -> None:

@@ -3,11 +3,9 @@ allocated, and large buffers grow with the bytes that actually arrive."""
 
 from __future__ import annotations
 
-import socket
 import struct
 import threading
 import tracemalloc
-from collections.abc import Iterator
 
 import msgpack
 import pytest
@@ -18,16 +16,6 @@ from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError
 PREFIX = struct.Struct("<II")
 LENGTH = struct.Struct("<Q")
 MIB = 1 << 20
-
-
-@pytest.fixture
-def tcp_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        ours = socket.create_connection(listener.getsockname())
-        theirs, _ = listener.accept()
-    yield ours, theirs
-    ours.close()
-    theirs.close()
 
 
 def _closed_event(connection: Connection) -> threading.Event:
