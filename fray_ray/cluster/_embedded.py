@@ -16,7 +16,6 @@ import enum
 import functools
 import logging
 import os
-import secrets
 import shutil
 import tempfile
 import threading
@@ -34,7 +33,7 @@ from fray_ray.cluster._reaper import OWNER_FILE, TEMP_PREFIX, remove_orphaned_di
 from fray_ray.cluster._service import ControllerService, EndpointService, LogService
 from fray_ray.cluster._worker import default_task_python
 from fray_ray.iris.controller_client import ControllerClient
-from fray_ray.iris.transport import RpcServer
+from fray_ray.iris.transport import RpcServer, new_token
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +91,7 @@ class EmbeddedCluster:
             config = self.config
             self._owner_pid = os.getpid()
             try:
-                self._token = (config.token or secrets.token_urlsafe(32)) if config.auth else None
+                self._token = (config.token or new_token()) if config.auth else None
                 if config.work_dir is not None:
                     os.makedirs(config.work_dir, exist_ok=True)
                 # Dirs whose reaper was killed along with their owner.

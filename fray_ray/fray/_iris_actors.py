@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import secrets
 import sys
 import threading
 import time
@@ -46,6 +45,7 @@ from fray_ray.fray.actor import (
 from fray_ray.iris.controller_client import Backoff
 from fray_ray.iris.errors import IrisError, NotFound
 from fray_ray.iris.job_info import JobInfo, get_job_info
+from fray_ray.iris.transport import new_token
 from fray_ray.iris.types import EndpointInfo, TaskInfo, TaskState
 
 if TYPE_CHECKING:
@@ -335,7 +335,7 @@ def actor_secret(info: JobInfo) -> str:
     """The bearer token this task's actor server requires: the cluster's token, or, on a
     controller that runs without auth, a secret minted here (an actor server never serves
     without one, since its calls are unpickled)."""
-    return info.token or secrets.token_urlsafe(32)
+    return info.token or new_token()
 
 
 def _construct(actor_class: type, args: tuple[Any, ...], kwargs: dict[str, Any], context: ActorContext) -> object:

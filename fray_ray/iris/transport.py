@@ -15,6 +15,7 @@ import functools
 import hmac
 import json
 import logging
+import secrets
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -54,6 +55,11 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def new_token() -> str:
+    """A fresh bearer token. Hex, so it never starts with "-": `--token -x...` would read as an option."""
+    return secrets.token_hex(32)
 
 
 def bearer_headers(token: str | None) -> dict[str, str]:

@@ -8,6 +8,7 @@ from fray_ray.iris.actor_client import ActorClient
 from fray_ray.iris.actor_server import ActorServer
 from fray_ray.iris.errors import Unauthenticated
 from fray_ray.iris.resolver import FixedResolver
+from fray_ray.iris.transport import new_token
 
 
 class Echo:
@@ -38,3 +39,15 @@ def test_stop_releases_the_port() -> None:
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_new_tokens_survive_a_command_line() -> None:
+    """A generated token is pasted after `--token`; one starting with "-" would read as an option."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--token")
+    tokens = {new_token() for _ in range(500)}
+    assert len(tokens) == 500
+    for token in tokens:
+        assert parser.parse_args(["--token", token]).token == token

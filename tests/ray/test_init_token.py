@@ -47,7 +47,7 @@ DRIVER = """
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[dict]:
     """A standalone cluster requiring a token of the test's choosing: {address, token, ...}."""
-    token = secrets.token_urlsafe(16)
+    token = secrets.token_hex(16)
     with standalone_cluster(["--token", token, "--cpu", "1", "--memory", "2g"], _clean_env(),
                             module="fray_ray.cluster") as (_, info):
         assert info["token"] == token
