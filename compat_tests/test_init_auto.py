@@ -5,6 +5,10 @@ recorded in its temp dir; a ConnectionError when there is none. The standalone c
 started with each backend's own command, in its own process session, with a temp dir of its
 own (`--temp-dir`, read back with `init(_temp_dir=...)`) so other sessions on this machine
 neither see it nor disturb it.
+
+Each driver is a script of its own (`_drive`), not the pytest process: a Ray driver whose
+raylet goes away exits its whole process, so stopping a cluster the test process were connected
+to could end the test run.
 """
 
 from __future__ import annotations
@@ -24,13 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from compat_tests._backend import BACKEND, ray
+from compat_tests._backend import BACKEND
 from compat_tests.helpers import wait_for_condition
-
-# On Ray, a driver whose raylet goes away exits its process at once: when stopping the started
-# cluster races the test's disconnect, the whole pytest run ends with no report (seen in CI).
-# Until the driver side runs in a subprocess of its own, these run on fray_ray only.
-pytestmark = pytest.mark.skipif(BACKEND == "ray", reason="stopping a cluster this process is connected to ends a Ray driver's process")
 
 #: A resource only the standalone cluster has, to tell which cluster a driver reached.
 MARKER = "compat_auto_marker"
@@ -113,35 +112,29 @@ def standalone_cluster(temp_dir: str):
         _stop_session(process, signal.SIGINT)
 
 
-@pytest.fixture
-def temp_dirs(shutdown_only, monkeypatch):
-    """Two private temp dirs (short paths: Ray's unix sockets live there); no address in the env."""
-    for name in ("RAY_ADDRESS", "FRAY_RAY_ADDRESS"):
-        monkeypatch.delenv(name, raising=False)
-    made = [tempfile.mkdtemp(prefix="ta-", dir="/tmp") for _ in range(2)]
-    try:
-        yield made
-    finally:
-        ray.shutdown()
-        for path in made:
-            shutil.rmtree(path, ignore_errors=True)
+#: A driver: `init(**argv[1] as JSON)`, then one line of JSON: the MARKER resources it sees, or
+#: the name of the error `init` raised (and whether the driver is left initialized).
+_DRIVER = f"""
+import json, sys
+import {BACKEND} as ray
+try:
+    ray.init(**json.loads(sys.argv[1]))
+except Exception as exc:
+    print(json.dumps({{"error": type(exc).__name__, "initialized": ray.is_initialized()}}))
+else:
+    print(json.dumps({{"marker": ray.cluster_resources().get({MARKER!r})}}))
+    ray.shutdown()
+"""
 
 
-def test_init_auto__connects_to_the_last_started_cluster(temp_dirs):
-    with standalone_cluster(temp_dirs[0]):
-        ray.init(address="auto", _temp_dir=temp_dirs[0])
-        assert ray.cluster_resources().get(MARKER) == 1
-        ray.shutdown()
-
-
-def test_init_auto__uses_ray_address(temp_dirs, monkeypatch):
-    with standalone_cluster(temp_dirs[0]) as (address, env):
-        monkeypatch.setenv("RAY_ADDRESS", address)
-        for name, value in env.items():
-            monkeypatch.setenv(name, value)
-        ray.init(address="auto")
-        assert ray.cluster_resources().get(MARKER) == 1
-        ray.shutdown()
+def _drive(init_kwargs: dict, env: dict[str, str] | None = None) -> dict:
+    """Run a driver script with `init(**init_kwargs)`; its one line of JSON."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "FRAY_RAY_ADDRESS")}
+    environment.update(env or {})
+    finished = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps(init_kwargs)], env=environment,
+                              capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    return json.loads(finished.stdout.strip().splitlines()[-1])
 
 
 def _other_ray_instances() -> bool:
@@ -157,9 +150,34 @@ def _other_ray_instances() -> bool:
     return False
 
 
-def test_init_auto__without_a_cluster_raises_connection_error(temp_dirs):
+# First in the module: the other tests' cluster is not started yet.
+def test_init_auto__without_a_cluster_raises_connection_error():
     if BACKEND == "ray" and _other_ray_instances():
         pytest.skip("another Ray instance runs on this machine; Ray's init('auto') would connect to it")
-    with pytest.raises(ConnectionError):
-        ray.init(address="auto", _temp_dir=temp_dirs[1])
-    assert not ray.is_initialized()
+    empty = tempfile.mkdtemp(prefix="ta-", dir="/tmp")  # no cluster ever recorded here
+    try:
+        assert _drive({"address": "auto", "_temp_dir": empty}) == {"error": "ConnectionError", "initialized": False}
+    finally:
+        shutil.rmtree(empty, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def started():
+    """One standalone cluster for the module, with a private temp dir (a short path: Ray's unix
+    sockets live there): (temp dir, address, environment a driver needs besides the address)."""
+    temp_dir = tempfile.mkdtemp(prefix="ta-", dir="/tmp")
+    try:
+        with standalone_cluster(temp_dir) as (address, env):
+            yield temp_dir, address, env
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def test_init_auto__connects_to_the_last_started_cluster(started):
+    temp_dir, _, _ = started
+    assert _drive({"address": "auto", "_temp_dir": temp_dir}) == {"marker": 1}
+
+
+def test_init_auto__uses_ray_address(started):
+    _, address, env = started
+    assert _drive({"address": "auto"}, {"RAY_ADDRESS": address, **env}) == {"marker": 1}
