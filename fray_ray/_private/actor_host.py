@@ -47,12 +47,14 @@ from fray_ray._private.messages import (
     Message,
 )
 from fray_ray._private.protocol import Connection, ConnectionClosed
+from fray_ray._private.runtime_env import RuntimeEnv
 from fray_ray._private.serialization import SerializedValue, serialize_error
 from fray_ray._private.task_context import TaskContext, current_task
 from fray_ray._private.task_interrupts import interrupt_thread
 from fray_ray._private.task_spec import gang_member_id
 from fray_ray._private.unplanned_exits import guard_process_exits, plan_exit
 from fray_ray._private.worker import WorkerRuntime, open_session
+from fray_ray._private.worker_start import prepare_worker
 from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError, RayActorError
 from fray_ray.fray import current_actor
 
@@ -559,3 +561,11 @@ def _display_name(instance: Any, class_name: str) -> str:
         return repr(instance)
     except Exception:  # noqa: BLE001 - a broken __repr__ must not fail the actor
         return class_name
+
+
+class CheckedActorHost(RayActorHost):
+    """A `RayActorHost` that runs `prepare_worker` before it connects to the driver."""
+
+    def __init__(self, driver_version: str, runtime_env: RuntimeEnv, *args: Any, **kwargs: Any) -> None:
+        prepare_worker(driver_version, runtime_env)
+        super().__init__(*args, **kwargs)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from fray_ray._private.generators import ObjectRefGenerator
     from fray_ray._private.object_ref import ObjectRef
-    from fray_ray._private.placement_groups import PlacementGroupInfo
+    from fray_ray._private.placement_group_handle import PlacementGroupInfo
     from fray_ray._private.refcount import LocalReferenceCounter
     from fray_ray._private.runtime_env import RuntimeEnv
     from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, TaskSpec

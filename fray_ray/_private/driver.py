@@ -30,7 +30,8 @@ from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.object_store import ObjectStore, ObjectStoreConfig
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.output_folding import FoldSettings, OutputFolder, print_line
-from fray_ray._private.placement_groups import PlacementGroupInfo, PlacementGroupManager
+from fray_ray._private.placement_group_handle import PlacementGroupInfo
+from fray_ray._private.placement_groups import PlacementGroupManager
 from fray_ray._private.refcount import LocalReferenceCounter
 from fray_ray._private.runtime_env import RuntimeEnv
 from fray_ray._private.scheduler import TaskScheduler

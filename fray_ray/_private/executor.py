@@ -69,7 +69,7 @@ class Executor:
 
     def _on_execute(self, connection: Connection, message_id: int | None, task: ExecuteTask) -> None:
         with self._condition:
-            if task.code is not None:
+            if task.code is not None and task.fn not in self._functions:
                 self._code.setdefault(task.fn, task.code)
             self._queue.append(task)
             self._condition.notify()
@@ -160,6 +160,8 @@ class Executor:
                 raise RuntimeError(f"the code of task {task.name!r} never reached this worker")
             function = cloudpickle.loads(code)
             self._functions[task.fn] = function
+            with self._condition:
+                self._code.pop(task.fn, None)  # loaded: the pickled bytes are no longer needed
         return function
 
     def _run(self, task: ExecuteTask) -> None:

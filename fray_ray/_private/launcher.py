@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fray_ray._private import user_tracebacks
-from fray_ray._private.actor_host import RayActorHost
+from fray_ray._private.actor_host import CheckedActorHost, RayActorHost
 from fray_ray._private.executor import executor_main
 from fray_ray._private.lease import SessionLease, fate_mode
 from fray_ray._private.runtime_env import RuntimeEnv
@@ -196,8 +196,6 @@ class WorkerLauncher:
         host_args: tuple[Any, ...] = ()
         host_class: type = RayActorHost
         if not self.in_process:
-            from fray_ray._private.worker_start import CheckedActorHost
-
             host_class, host_args = CheckedActorHost, (fray_ray_version(), runtime_env)
 
         if gang is not None:

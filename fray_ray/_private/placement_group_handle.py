@@ -7,18 +7,25 @@ They live here, below the public module, so the options model can check
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from fray_ray._private import runtime_state
 from fray_ray._private.object_ref import ObjectRef
 
-if TYPE_CHECKING:
-    from fray_ray._private.placement_groups import PlacementGroupInfo
-
-__all__ = ["PlacementGroup", "PlacementGroupID"]
+__all__ = ["PlacementGroup", "PlacementGroupID", "PlacementGroupInfo"]
 
 #: The public module these classes belong to (reprs, docs and pickles name it).
 PUBLIC_MODULE = "fray_ray.util.placement_group"
+
+
+@dataclass(frozen=True)
+class PlacementGroupInfo:
+    """What a PlacementGroup handle needs of its group: its id, bundles and readiness object."""
+
+    id: bytes
+    bundles: list[dict[str, float]]
+    ready_id: bytes
 
 
 class PlacementGroupID:

@@ -28,15 +28,6 @@ from fray_ray.exceptions import RaySystemError
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class PlacementGroupInfo:
-    """What a PlacementGroup handle needs of its group: its id, bundles and readiness object."""
-
-    id: bytes
-    bundles: list[dict[str, float]]
-    ready_id: bytes
-
-
 class GroupState(enum.Enum):
     PENDING = "PENDING"
     CREATED = "CREATED"

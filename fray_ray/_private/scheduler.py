@@ -269,10 +269,12 @@ class TaskScheduler(ExecutorPool):
             return []
         # Tasks wait for executors: launch as many as could run now, within a cap on live
         # processes (the ledger's CPUs plus those lent by blocked tasks).
-        runnable = self._ledger.count_fits(queue[0].demand, len(queue))
         blocked = sum(1 for e in members if e.tasks and e.tasks[0].blocked)
         cap = max(1, int(self._ledger.capacity().get("CPU", 1))) + blocked
-        wanted = min(runnable, cap - (len(members) - starting)) - starting
+        room = cap - (len(members) - starting) - starting
+        if room <= 0:
+            return []  # at the cap already (the common case while a long queue drains)
+        wanted = min(self._ledger.count_fits(queue[0].demand, len(queue)) - starting, room)
         launches = []
         for _ in range(max(0, wanted)):
             executor = ExecutorRecord(uuid.uuid4().bytes, pool)

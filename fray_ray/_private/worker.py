@@ -52,7 +52,7 @@ from fray_ray._private.messages import (
     Welcome,
 )
 from fray_ray._private.object_ref import ObjectRef
-from fray_ray._private.placement_groups import PlacementGroupInfo
+from fray_ray._private.placement_group_handle import PlacementGroupInfo
 from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.refcount import LocalReferenceCounter
 from fray_ray._private.runtime_env import process_runtime_env

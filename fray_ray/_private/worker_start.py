@@ -1,9 +1,10 @@
 """Starting a worker process on a host that shares nothing with the driver but the bundle.
 
-Executors and actor hosts start through here (not in local mode, where they are threads of the
-driver). Before connecting to the driver, a worker checks what it cannot do without, so a
-broken host fails at once with a reason the driver can show (the worker prints it as its last
-line and exits 1; Iris keeps it in the task's error):
+Executors (`start_executor`) and actor hosts (`actor_host.CheckedActorHost`) start through
+here (not in local mode, where they are threads of the driver). Before connecting to the
+driver, a worker checks what it cannot do without, so a broken host fails at once with a
+reason the driver can show (the worker prints it as its last line and exits 1; Iris keeps it
+in the task's error):
 
 - the worker's fray_ray is the driver's version (the rule: the worker image or venv has the
   same fray-ray installed; see the README's "Running on an Iris cluster");
@@ -24,13 +25,12 @@ import sys
 from typing import Any
 
 from fray_ray._private import runtime_env as runtime_env_module
-from fray_ray._private.actor_host import RayActorHost
 from fray_ray._private.executor import executor_main
 from fray_ray._private.runtime_env import RuntimeEnv
 from fray_ray._version import __version__
 from fray_ray.fray._workspaces import PY_MODULES_DIR
 
-__all__ = ["CheckedActorHost", "WorkerEnvironmentError", "prepare_worker", "start_executor"]
+__all__ = ["WorkerEnvironmentError", "prepare_worker", "start_executor"]
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
@@ -90,10 +90,3 @@ def start_executor(driver_version: str, runtime_env: RuntimeEnv, *args: Any, **k
     prepare_worker(driver_version, runtime_env)
     executor_main(*args, **kwargs)
 
-
-class CheckedActorHost(RayActorHost):
-    """A `RayActorHost` that runs `prepare_worker` before it connects to the driver."""
-
-    def __init__(self, driver_version: str, runtime_env: RuntimeEnv, *args: Any, **kwargs: Any) -> None:
-        prepare_worker(driver_version, runtime_env)
-        super().__init__(*args, **kwargs)

@@ -13,6 +13,7 @@ import os
 import threading
 
 from fray_ray.fray.types import EnvironmentConfig
+from fray_ray.iris.addresses import normalize_address
 from fray_ray.iris.bundles import (
     MAX_BUNDLE_BYTES,
     PY_MODULES_DIR,
@@ -20,7 +21,6 @@ from fray_ray.iris.bundles import (
     WorkspaceSnapshot,
     snapshot_workspace,
 )
-from fray_ray.iris.controller_client import normalize_address
 from fray_ray.iris.job_info import get_job_info
 
 __all__ = ["PY_MODULES_DIR", "WorkspaceBundles"]

@@ -72,8 +72,9 @@ from fray_ray.fray.client import FrayError, JobAlreadyExists
 from fray_ray.fray.hosts import HostInfo
 from fray_ray.fray.types import ActorConfig, Entrypoint, EnvironmentConfig, JobRequest, ResourceConfig
 from fray_ray.iris.actor_client import ActorClient
+from fray_ray.iris.addresses import normalize_address
 from fray_ray.iris.bundles import WorkspaceBundle
-from fray_ray.iris.controller_client import Backoff, ControllerClient, normalize_address
+from fray_ray.iris.controller_client import Backoff, ControllerClient
 from fray_ray.iris.errors import AlreadyExists, IrisError, NotFound
 from fray_ray.iris.job_info import JobInfo, default_user, get_job_info
 from fray_ray.iris.names import JobName, validate_segment

@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
 
+from fray_ray.iris.addresses import normalize_address
 from fray_ray.iris.errors import NotFound, Unavailable, translate_connect_errors
 from fray_ray.iris.logs import LogReader, LogSelection, LogsNotServed
 from fray_ray.iris.names import JobName
@@ -29,16 +30,6 @@ Controller = controller_pb2.Controller
 #: LaunchJob may wait for a replaced job to drain; real controllers allow it 120 s.
 LAUNCH_JOB_TIMEOUT_S = 180.0
 DEFAULT_RPC_TIMEOUT_S = 30.0
-
-
-def normalize_address(address: str) -> str:
-    """`iris://host:port`, `host:port` or `http://host:port` → `http://host:port`."""
-    address = address.strip().rstrip("/")
-    if address.startswith("iris://"):
-        address = "http://" + address[len("iris://") :]
-    elif "://" not in address:
-        address = "http://" + address
-    return address
 
 
 def today() -> str:

@@ -72,9 +72,15 @@ def record(cls: type) -> Any:
     return field(metadata={"codec": _Codec.RECORD, "record": cls})
 
 
-@dataclass(frozen=True)
+@dataclass
 class Message:
-    """Base of every message. `KIND`: the method of its frames ("" for replies)."""
+    """Base of every message. `KIND`: the method of its frames ("" for replies).
+
+    Messages are plain dataclasses, not frozen ones: every worker imports all of them when it
+    starts, and each method a dataclass generates costs an `exec` at import; frozen ones cost
+    twice as much to define and are slower to build (every field is set through
+    `object.__setattr__`). Nothing mutates a message once built.
+    """
 
     KIND: ClassVar[str] = ""
     #: The type of the answer to a request (None: a notification, or a reply itself).
@@ -82,7 +88,7 @@ class Message:
 
 
 _KINDS: dict[str, type[Message]] = {}
-_LAYOUTS: dict[type[Message], tuple[tuple[str, _Codec, bool, Any], ...]] = {}
+_LAYOUTS: dict[type[Message], _Layout] = {}
 M = TypeVar("M", bound=Message)
 
 
@@ -95,19 +101,34 @@ def _message(cls: type[M]) -> type[M]:
     return cls
 
 
-def _layout(cls: type[Message]) -> tuple[tuple[str, _Codec, bool, Any], ...]:
-    """(name, codec, required, record type) of each field, in declaration order."""
+@dataclass(frozen=True)
+class _Layout:
+    """How a message class travels, worked out once per class.
+
+    Plain fields are copied between the message's `__dict__` and the body as they are; the
+    others (`special`, in declaration order, which is the order of their buffers) each go
+    through their codec.
+    """
+
+    names: frozenset[str]
+    required: frozenset[str]
+    #: (name, codec, required, record type) of each field that is not plain.
+    special: tuple[tuple[str, _Codec, bool, Any], ...]
+
+
+def _layout(cls: type[Message]) -> _Layout:
     layout = _LAYOUTS.get(cls)
     if layout is None:
-        layout = tuple(
-            (
-                f.name,
-                f.metadata.get("codec", _Codec.PLAIN),
-                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
-                f.metadata.get("record"),
-            )
-            for f in dataclasses.fields(cls)
+        fields = dataclasses.fields(cls)
+        required = frozenset(
+            f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         )
+        special = tuple(
+            (f.name, f.metadata["codec"], f.name in required, f.metadata.get("record"))
+            for f in fields
+            if f.metadata.get("codec", _Codec.PLAIN) is not _Codec.PLAIN
+        )
+        layout = _Layout(frozenset(f.name for f in fields), required, special)
         _LAYOUTS[cls] = layout
     return layout
 
@@ -141,13 +162,11 @@ def inline_arguments(arguments: Arguments, stored: Callable[[bytes], SerializedV
 
 def encode(message: Message) -> tuple[dict[str, Any], list[Any]]:
     """A message as a frame's body and its out-of-band buffers."""
-    body: dict[str, Any] = {}
+    body: dict[str, Any] = dict(message.__dict__)  # the plain fields as they are; the rest below
     buffers: list[Any] = []
-    for name, codec, _, _ in _layout(type(message)):
-        item = getattr(message, name)
-        if codec is _Codec.PLAIN:
-            body[name] = item
-        elif codec is _Codec.VALUE:
+    for name, codec, _, _ in _layout(type(message)).special:
+        item = body[name]
+        if codec is _Codec.VALUE:
             body[name] = item.to_wire(buffers)
         elif codec is _Codec.VALUES:
             body[name] = [v.to_wire(buffers) for v in item]
@@ -174,18 +193,21 @@ def decode(cls: type[M], body: Any, buffers: Sequence[bytearray]) -> M:
     """The message of type `cls` a frame's body and buffers describe; MessageError if they do not."""
     if not isinstance(body, Mapping):
         raise MessageError(f"a {cls.__name__} must be a map, not {type(body).__name__}")
-    fields: dict[str, Any] = {}
+    layout = _layout(cls)
+    missing = layout.required.difference(body)
+    if missing:
+        raise MessageError(f"a {cls.__name__} needs {sorted(missing)[0]!r}")
+    # Keys this version does not know are left out: a newer peer may send more.
+    fields: dict[str, Any] = dict(body) if layout.names.issuperset(body) else {
+        name: raw for name, raw in body.items() if name in layout.names
+    }
     offset = 0
     try:
-        for name, codec, required, record_type in _layout(cls):
-            if name not in body:
-                if required:
-                    raise MessageError(f"a {cls.__name__} needs {name!r}")
+        for name, codec, _, record_type in layout.special:
+            if name not in fields:
                 continue
-            raw = body[name]
-            if codec is _Codec.PLAIN:
-                fields[name] = raw
-            elif codec is _Codec.VALUE:
+            raw = fields[name]
+            if codec is _Codec.VALUE:
                 fields[name], offset = SerializedValue.from_wire(raw, buffers, offset)
             elif codec is _Codec.VALUES:
                 decoded = []
