@@ -14,12 +14,20 @@ import dataclasses
 import enum
 import math
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from fray_ray.fray._sizes import format_bytes, parse_bytes
+from fray_ray.fray._tpu_hosts import (
+    DEFAULT_TPU_HOST_FRACTION,
+    TPU_HBM_BYTES_PER_CHIP,
+    TPU_HOST_RESOURCES,
+    TpuHostResources,
+    tpu_hbm_bytes_per_chip,
+    tpu_hbm_capacity_bytes,
+)
 from fray_ray.iris.tpu import TPU_TOPOLOGIES, TpuTopologyInfo, get_tpu_topology, tpu_family
 
 __all__ = [
@@ -69,35 +77,6 @@ DeviceKind = Literal["cpu", "gpu", "tpu"]
 #: `ResourceConfig.regions == [ANY_REGION]` means "run in any region, do not inherit the parent's".
 ANY_REGION = "*"
 
-_GIB = 1024**3
-
-#: High-bandwidth memory on one chip of each TPU family, in bytes.
-TPU_HBM_BYTES_PER_CHIP: Mapping[str, int] = MappingProxyType(
-    {"v4": 32 * _GIB, "v5e": 16 * _GIB, "v5p": 95 * _GIB, "v6e": 32 * _GIB}
-)
-
-
-@dataclass(frozen=True)
-class TpuHostResources:
-    """The CPUs and RAM (GB) of one host VM of a TPU family."""
-
-    cpu: int
-    ram_gb: int
-
-
-#: Host VM sizes per TPU family; `ResourceConfig.with_tpu` asks for a fraction of one.
-TPU_HOST_RESOURCES: Mapping[str, TpuHostResources] = MappingProxyType(
-    {
-        "v4": TpuHostResources(cpu=240, ram_gb=400),
-        "v5e": TpuHostResources(cpu=112, ram_gb=192),
-        "v5p": TpuHostResources(cpu=208, ram_gb=448),
-        "v6e": TpuHostResources(cpu=180, ram_gb=720),
-    }
-)
-
-#: The share of a TPU host's CPUs and RAM that `with_tpu` requests by default.
-DEFAULT_TPU_HOST_FRACTION = 0.5
-
 # Peak dense bf16 FLOP/s per chip or GPU, from vendors' published specifications.
 _TPU_BF16_FLOPS: Mapping[str, float] = MappingProxyType({"v4": 275e12, "v5e": 197e12, "v5p": 459e12, "v6e": 918e12})
 _GPU_BF16_FLOPS: Mapping[str, float] = MappingProxyType(
@@ -108,60 +87,6 @@ _CPU_NOMINAL_FLOPS = 100e9
 
 # LIBTPU_INIT_ARGS default per TPU family; v4 gets none.
 _LIBTPU_SCOPED_VMEM_KIB: Mapping[str, int] = MappingProxyType({"v5e": 50000, "v5p": 50000, "v6e": 98304})
-
-
-def tpu_hbm_bytes_per_chip(family: str) -> int:
-    """HBM bytes on one chip of `family` (`"v4"`, `"v5e"`, `"v5p"`, `"v6e"`); KeyError otherwise."""
-    try:
-        return TPU_HBM_BYTES_PER_CHIP[family]
-    except KeyError:
-        raise KeyError(f"unknown TPU family {family!r}; known: {sorted(TPU_HBM_BYTES_PER_CHIP)}") from None
-
-
-def tpu_hbm_capacity_bytes(tpu_type: str) -> int:
-    """Total HBM bytes of one slice of `tpu_type`; ValueError for an unknown variant."""
-    return get_tpu_topology(tpu_type).chip_count * tpu_hbm_bytes_per_chip(tpu_family(tpu_type))
-
-
-# ---------------------------------------------------------------------------------------------
-# Byte sizes ("4g", "512m")
-
-_UNITS: tuple[tuple[str, int], ...] = (("t", 1024**4), ("g", 1024**3), ("m", 1024**2), ("k", 1024))
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtKMGT]?)(?:[iI]?[bB])?\s*$")
-
-
-def parse_bytes(size: str | int) -> int:
-    """Bytes in a size such as `"4g"`, `"512M"`, `"1.5GiB"` or `1024` (binary units).
-
-    Returns the byte count; raises ValueError for anything else.
-    """
-    if isinstance(size, bool):
-        raise ValueError(f"not a byte size: {size!r}")
-    if isinstance(size, int):
-        if size < 0:
-            raise ValueError(f"a byte size cannot be negative: {size!r}")
-        return size
-    match = _SIZE.match(size) if isinstance(size, str) else None
-    if match is None:
-        raise ValueError(f"not a byte size: {size!r}; write a number with an optional k/m/g/t suffix, e.g. '4g'")
-    number, suffix = match.groups()
-    unit = dict(_UNITS).get(suffix.lower(), 1)
-    return int(round(float(number) * unit))
-
-
-def format_bytes(n: int) -> str:
-    """The most compact suffix form of `n` bytes: `format_bytes(8 * 1024**3) == "8g"`.
-
-    Uses the largest unit that divides `n` exactly; otherwise the largest unit not above `n`
-    with up to three decimals (`"1.2g"`).
-    """
-    for suffix, unit in _UNITS:
-        if n >= unit and n % unit == 0:
-            return f"{n // unit}{suffix}"
-    for suffix, unit in _UNITS:
-        if n >= unit:
-            return f"{n / unit:.3f}".rstrip("0").rstrip(".") + suffix
-    return str(n)
 
 
 # ---------------------------------------------------------------------------------------------
