@@ -97,7 +97,8 @@ def _cmd_run(options: argparse.Namespace) -> int:
     import json
 
     if options.address:
-        os.environ["FRAY_RAY_ADDRESS"] = options.address
+        # "auto": the cluster `fray-ray start` recorded (init() alone would start its own)
+        os.environ["FRAY_RAY_ADDRESS"] = _address(options) if options.address == "auto" else options.address
     if options.local_mode:
         os.environ["FRAY_RAY_LOCAL_MODE"] = "1"
     if options.tpu or options.gpu:
