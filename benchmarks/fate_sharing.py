@@ -145,7 +145,7 @@ def _seconds(value: float) -> str:
 
 def start_cluster(env: dict[str, str]) -> tuple[subprocess.Popen, str, str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "fray_ray", "start", "--json", "--cpu-workers", "2", "--cpu", "2", "--memory", "4g",
+        [sys.executable, "-m", "fray_ray", "start", "--block", "--json", "--cpu-workers", "2", "--cpu", "2", "--memory", "4g",
          "--disk", "10g"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
     )
     info = json.loads(process.stdout.readline())

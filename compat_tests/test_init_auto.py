@@ -100,7 +100,7 @@ def standalone_cluster(temp_dir: str):
         finally:
             _stop_session(process, signal.SIGTERM)
         return
-    command = [sys.executable, "-m", "fray_ray", "start", "--temp-dir", temp_dir, "--json", "--cpu", "1",
+    command = [sys.executable, "-m", "fray_ray", "start", "--block", "--temp-dir", temp_dir, "--json", "--cpu", "1",
                "--attribute", f"ray-resource:{MARKER}=1"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                start_new_session=True)

@@ -1,15 +1,17 @@
 """The `fray-ray` command: run Ray scripts on fray_ray, run a cluster, look at jobs.
 
     fray-ray run script.py [args...]        run an unmodified Ray script (`import ray` → fray_ray)
-    fray-ray start [--tpu v5p-16 ...]       run an embedded cluster in the foreground (recorded
-                                            for init(address="auto") while it runs)
-    fray-ray submit --address A script.py   ship this directory, run the script from it as a job
-    fray-ray jobs --address A               list jobs
-    fray-ray logs [-f] JOB --address A      show (or follow) a job's output
-    fray-ray stop JOB --address A           terminate a job (and its children)
-    fray-ray status --address A             is the controller up, what runs there
+    fray-ray start [--tpu v5p-16 ...]       start a cluster in the background (recorded for later
+                                            commands and init(address="auto")); --block: foreground
+    fray-ray down                           stop the recorded cluster (also: fray-ray stop --cluster)
+    fray-ray status [--json]                nodes, resources used/free, pending demand
+    fray-ray submit script.py               ship this directory, run the script from it as a job
+    fray-ray jobs [--json]                  list jobs (full ids)
+    fray-ray logs [-f] JOB                  show (or follow) a job's output
+    fray-ray stop JOB                       terminate a job (and its children)
 
-`--address` defaults to $FRAY_RAY_ADDRESS (or $RAY_ADDRESS); `--token` to $FRAY_RAY_TOKEN.
+`--address` defaults to $FRAY_RAY_ADDRESS (or $RAY_ADDRESS), else the cluster `fray-ray start`
+recorded; `--token` to $FRAY_RAY_TOKEN, else the recorded cluster's token.
 """
 
 from __future__ import annotations
@@ -22,14 +24,30 @@ from collections.abc import Sequence
 
 
 def _address(options: argparse.Namespace) -> str:
+    """--address, else $FRAY_RAY_ADDRESS/$RAY_ADDRESS, else the cluster `fray-ray start` recorded."""
+    from fray_ray._private import cluster_address
+
     address = options.address or os.environ.get("FRAY_RAY_ADDRESS") or os.environ.get("RAY_ADDRESS")
-    if not address:
-        sys.exit("fray-ray: no cluster address; pass --address or set FRAY_RAY_ADDRESS")
-    return address
+    if address and address != "auto":
+        return address
+    try:
+        record = cluster_address.read()
+    except OSError as exc:
+        sys.exit(f"fray-ray: cannot read the recorded cluster: {exc}")
+    if record is None:
+        sys.exit(
+            "fray-ray: no cluster address; pass --address, set FRAY_RAY_ADDRESS, or start one with `fray-ray start` "
+            f"(nothing running is recorded in {cluster_address.record_dir()})"
+        )
+    return record.address
 
 
 def _token(options: argparse.Namespace) -> str | None:
-    return options.token or os.environ.get("FRAY_RAY_TOKEN") or os.environ.get("IRIS_AUTH_TOKEN") or None
+    """--token, else $FRAY_RAY_TOKEN/$IRIS_AUTH_TOKEN, else the recorded cluster's when it is that one."""
+    from fray_ray._private import cluster_address
+
+    token = options.token or os.environ.get("FRAY_RAY_TOKEN") or os.environ.get("IRIS_AUTH_TOKEN")
+    return token or cluster_address.token_for(_address(options))
 
 
 def _controller(options: argparse.Namespace):  # noqa: ANN202 - ControllerClient, imported lazily
@@ -79,7 +97,8 @@ def _cmd_run(options: argparse.Namespace) -> int:
     import json
 
     if options.address:
-        os.environ["FRAY_RAY_ADDRESS"] = options.address
+        # "auto": the cluster `fray-ray start` recorded (init() alone would start its own)
+        os.environ["FRAY_RAY_ADDRESS"] = _address(options) if options.address == "auto" else options.address
     if options.local_mode:
         os.environ["FRAY_RAY_LOCAL_MODE"] = "1"
     if options.tpu or options.gpu:
@@ -88,18 +107,26 @@ def _cmd_run(options: argparse.Namespace) -> int:
 
 
 def _cmd_start(options: argparse.Namespace, rest: Sequence[str]) -> int:
-    """Run a cluster in the foreground, recorded (address and token) in the per-user address
-    file while it runs, so `init(address="auto")` on this machine finds it."""
+    """Start a cluster, recorded (address and token) in the per-user address file while it
+    runs, so later commands and `init(address="auto")` on this machine find it: in the
+    background by default (returns once it serves), in the foreground with --block."""
+    from fray_ray._cli.background import start_background
     from fray_ray._private import cluster_address
     from fray_ray.cluster._cli import main as cluster_main
 
     record = argparse.ArgumentParser(add_help=False)
     record.add_argument("--temp-dir", help="directory of the address file (default: $FRAY_RAY_TEMP_DIR, "
                         "else a per-user directory in the system temp dir)")
+    record.add_argument("--block", action="store_true")
     own, rest = record.parse_known_args(list(rest))
     if "-h" in rest or "--help" in rest:
-        print("fray-ray start [--temp-dir DIR] [cluster options below]: records the cluster for "
-              "init(address='auto') while it runs")
+        print("fray-ray start [--block] [--temp-dir DIR] [cluster options below]: starts the cluster in the background "
+              "(stop it with `fray-ray down`), or with --block in the foreground until Ctrl-C; records it for later "
+              "commands and init(address='auto') while it runs")
+    elif not own.block:
+        return start_background(
+            [arg for arg in rest if arg != "--json"], temp_dir=own.temp_dir, as_json="--json" in rest
+        )
 
     def record_cluster(cluster):  # noqa: ANN001, ANN202 - an EmbeddedCluster; returns its undo
         try:
@@ -113,17 +140,23 @@ def _cmd_start(options: argparse.Namespace, rest: Sequence[str]) -> int:
 
 
 def _cmd_jobs(options: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
+    import json
+
+    from fray_ray._cli.jobs import job_record, render_table
 
     with _controller(options) as controller:
         jobs = controller.list_jobs(options.prefix or "")
-    table = Table("job", "state", "tasks", "failures", "error")
-    for job in jobs:
-        table.add_row(job.job_id, job.state.name.lower(), f"{job.completed_count}/{job.task_count}",
-                      str(job.failure_count), (job.error or job.pending_reason)[:80])
-    Console().print(table)
+    if options.json:
+        print(json.dumps([job_record(job) for job in jobs], indent=2))
+    else:
+        print(render_table(jobs))
     return 0
+
+
+def _cmd_down(options: argparse.Namespace) -> int:
+    from fray_ray._cli.background import stop_recorded
+
+    return stop_recorded(temp_dir=options.temp_dir)
 
 
 def _cmd_logs(options: argparse.Namespace) -> int:
@@ -137,7 +170,11 @@ def _cmd_logs(options: argparse.Namespace) -> int:
     with _controller(options) as controller:
         if options.follow:
             job_id = selection.task_id.rpartition("/")[0] if selection.task_id else options.job
-            return follow_job(controller, job_id, logs_of=options.job, include_children=options.children)
+            try:
+                return follow_job(controller, job_id, logs_of=options.job, include_children=options.children)
+            except KeyboardInterrupt:
+                print(f"\nstopped following {options.job}; the job keeps running", file=sys.stderr, flush=True)
+                return 130
         lines = controller.task_logs(options.job, max_lines=options.tail, include_children=options.children)
         if not lines:  # no output yet, or no such job: say which (NotFound is reported by main)
             if selection.task_id:
@@ -187,6 +224,14 @@ def follow_job(controller, job_id: str, *, logs_of: str | None = None, include_c
 
 
 def _cmd_stop(options: argparse.Namespace) -> int:
+    if options.cluster:
+        if options.job:
+            print("fray-ray stop: give a job or --cluster, not both", file=sys.stderr)
+            return 2
+        return _cmd_down(options)
+    if not options.job:
+        print("fray-ray stop: which job? (or --cluster to stop the recorded cluster)", file=sys.stderr)
+        return 2
     with _controller(options) as controller:
         controller.terminate_job(options.job)
     print(f"terminated {options.job}")
@@ -194,16 +239,16 @@ def _cmd_stop(options: argparse.Namespace) -> int:
 
 
 def _cmd_status(options: argparse.Namespace) -> int:
-    from collections import Counter
+    import json
+
+    from fray_ray._cli.status import read_status, render_text
 
     with _controller(options) as controller:
         if not controller.healthy():
-            print(f"no controller answers at {controller.address}")
+            print(f"no controller answers at {controller.address}", file=sys.stderr)
             return 1
-        jobs = controller.list_jobs("")
-    counts = Counter(job.state.name.lower() for job in jobs)
-    summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no jobs"
-    print(f"controller {controller.address}: healthy; {summary}")
+        status = read_status(controller)
+    print(json.dumps(status.to_json(), indent=2) if options.json else render_text(status))
     return 0
 
 
@@ -293,8 +338,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("args", nargs=argparse.REMAINDER)
 
     commands.add_parser(
-        "start", help="run an embedded cluster in the foreground (see --help of python -m fray_ray.cluster)", add_help=False
+        "start", help="start a cluster in the background (--block: in the foreground; see fray-ray start --help)",
+        add_help=False,
     )
+    down = commands.add_parser("down", help="stop the cluster `fray-ray start` recorded (its workers and temp dirs)")
+    down.add_argument("--temp-dir", help="directory of the address file (as given to fray-ray start)")
 
     submit = with_address(commands.add_parser(
         "submit", help="run a driver script as a job: the working directory is shipped, the script runs from it"
@@ -311,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     jobs = with_address(commands.add_parser("jobs", help="list jobs"))
     jobs.add_argument("--prefix", help="only jobs whose id starts with this, e.g. /alice/")
+    jobs.add_argument("--json", action="store_true", help="print the jobs as a JSON list")
 
     logs = with_address(commands.add_parser("logs", help="show a job's (or task's) output"))
     logs.add_argument("job")
@@ -318,10 +367,13 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--children", action="store_true", help="include child jobs")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing output until the job ends")
 
-    stop = with_address(commands.add_parser("stop", help="terminate a job and its children"))
-    stop.add_argument("job")
+    stop = with_address(commands.add_parser("stop", help="terminate a job and its children (--cluster: the cluster)"))
+    stop.add_argument("job", nargs="?")
+    stop.add_argument("--cluster", action="store_true", help="stop the recorded cluster instead, as fray-ray down")
+    stop.add_argument("--temp-dir", help="with --cluster: directory of the address file")
 
-    with_address(commands.add_parser("status", help="controller health and job counts"))
+    status = with_address(commands.add_parser("status", help="nodes, resources used and free, pending demand"))
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
     return parser
 
 
@@ -331,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _cmd_start(argparse.Namespace(), argv[1:])
     options = build_parser().parse_args(argv)
     handlers = {"run": _cmd_run, "submit": _cmd_submit, "jobs": _cmd_jobs, "logs": _cmd_logs, "stop": _cmd_stop,
-                "status": _cmd_status}
+                "status": _cmd_status, "down": _cmd_down}
     from fray_ray.iris.errors import IrisError
 
     try:

@@ -27,7 +27,7 @@ def standalone_cluster(
 ) -> Iterator[tuple[subprocess.Popen, dict]]:
     """Yield (process, the JSON line it printed) of `python -m <module> start --json <args>`
     (`module="fray_ray.cluster"` runs the cluster module, which takes the same flags without `start`)."""
-    command = [sys.executable, "-m", module, *(["start"] if module == "fray_ray" else []), "--json", *args]
+    command = [sys.executable, "-m", module, *(["start", "--block"] if module == "fray_ray" else []), "--json", *args]
     errors = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: nobody reads it while it runs
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True,
                                env=dict(env) if env is not None else None)

@@ -173,7 +173,7 @@ class DriverRuntime:
         jobs = self.scheduler.close() + self.actors.close() + self.gangs.close()
         self.view.stop()
         self.objects.fail_all_pending(lambda _: serialize_error(RaySystemError("The session was shut down.")))
-        self.launcher.shutdown(jobs, wait=True)
+        self.launcher.shutdown(jobs, wait=True, exiting=self.session.workers_connected)
         self.session.close()
         self.worker_output.close()
         self.timers.stop()

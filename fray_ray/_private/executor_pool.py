@@ -93,6 +93,9 @@ class ExecutorPool:
                 return
             with self._lock:
                 executor.job = job
+                closed = self._closed
+            if closed:  # launched after the session ended: it would find no driver, and fail
+                self._launcher.terminate(job)
         cpu = self._ledger.ask(executor.executor_id, executor.pool.shape.cpu, placement_needs(executor.pool.shape.custom))
         self._launcher.launch_executor(executor.executor_id, executor.pool, launched, cpu=cpu)
         self._timers.call_later(STARTUP_CHECK_S, lambda: self._check_startup(executor))

@@ -12,6 +12,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,6 +33,7 @@ from fray_ray.fray import (
     JobRequest,
     JobStatus,
     ResourceConfig,
+    wait_all,
 )
 from fray_ray.fray._setup_scripts import pip_setup_script
 
@@ -41,6 +43,8 @@ LaunchCallback = Callable[[Any, BaseException | None], None]
 #: Named-actor group names stay well inside a job name segment (255 bytes), leaving room for
 #: the `-<index>` Fray appends to endpoint names.
 _MAX_GROUP_BYTES = 200
+#: Seconds a clean shutdown waits for executors and actors told to exit to end by themselves.
+EXIT_WAIT_S = 3.0
 
 
 #: What a worker process (interpreter, fray_ray, its connections) needs besides the memory
@@ -371,29 +375,46 @@ class WorkerLauncher:
         return None if job is None else self.job_failure(job)
 
     def terminate(self, job: Any) -> None:
-        def stop() -> None:
-            try:
-                if hasattr(job, "terminate"):
-                    job.terminate()
-                elif hasattr(job, "shutdown"):
-                    job.shutdown()
-            except Exception:  # noqa: BLE001 - best effort; the job may be gone already
-                logger.debug("terminating %r failed", job, exc_info=True)
-
         try:
-            self._pool.submit(stop)
+            self._pool.submit(_stop_job, job)
         except RuntimeError:
-            stop()
+            _stop_job(job)
 
-    def shutdown(self, jobs: list[Any], wait: bool = True) -> None:
-        """Terminate the given jobs/groups (all at once with the lease job when they are its
-        children) and stop the launcher thread."""
+    def shutdown(self, jobs: list[Any], wait: bool = True, *, exiting: Callable[[], bool] = lambda: False) -> None:
+        """End the given jobs/groups and stop the launcher thread.
+
+        Executors and actors that were told to exit end by themselves (status 0: their jobs
+        succeed, as Ray reports a finished session's workers): while `exiting()` says some are
+        still going, wait for them (at most `EXIT_WAIT_S`), then terminate whatever still runs,
+        and release the lease last, so it ends as succeeded too."""
         self.startup.stop()
-        if not self.lease.covers_children:
-            for job in jobs:
-                self.terminate(job)
+        self._submit(lambda: self._end_jobs(jobs, exiting), lambda _result, _error: None)
         self._submit(self.lease.release, lambda _result, _error: None)
         self._pool.shutdown(wait=wait)
+
+    def _end_jobs(self, jobs: list[Any], exiting: Callable[[], bool]) -> None:
+        handles = [getattr(job, "job", job) for job in jobs]  # an actor group's job
+        deadline = time.monotonic() + EXIT_WAIT_S
+        delay = 0.01
+        while exiting() and time.monotonic() < deadline:
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+        try:
+            wait_all(handles, timeout=max(0.5, deadline - time.monotonic()) if handles else 0, raise_on_failure=False)
+        except Exception:  # noqa: BLE001 - some did not end (or cannot tell): terminated below
+            pass
+        for job in jobs:
+            _stop_job(job)  # does nothing for a finished job
+
+
+def _stop_job(job: Any) -> None:
+    try:
+        if hasattr(job, "terminate"):
+            job.terminate()
+        elif hasattr(job, "shutdown"):
+            job.shutdown()
+    except Exception:  # noqa: BLE001 - best effort; the job may be gone already
+        logger.debug("terminating %r failed", job, exc_info=True)
 
 
 def fray_ray_version() -> str:

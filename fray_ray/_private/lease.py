@@ -13,8 +13,10 @@ How the work of a session ends when its driver does (fate sharing), by where the
   without fray_ray cannot break it) that connects back to the session service, authenticated
   with the session token, and exits 1 as soon as that connection is lost. Everything else the
   session starts is its child, so when the driver dies (SIGKILL included) the lease job fails
-  and Iris cancels the children recursively. A clean `shutdown()` terminates the lease job,
-  which ends its children as killed by the driver.
+  and Iris cancels the children recursively. A clean `shutdown()` first lets the session's
+  executors and actors end by themselves (they exit 0: their jobs succeed), then tells the
+  holder it is released (one frame on its connection), so the lease job succeeds too; only a
+  lease job that does not end within `RELEASE_WAIT_S` is terminated.
 
 Detached actors are root jobs in every mode: they outlive the driver until `ray.kill` or the
 cluster stops. Independently of all this, an executor or actor host exits at once (status 1,
@@ -46,6 +48,8 @@ logger = logging.getLogger(__name__)
 #: driver is gone), and one that does not answer at all (the network may still be coming up).
 REFUSED_WINDOW_S = 10.0
 UNREACHABLE_WINDOW_S = 60.0
+#: Seconds a clean shutdown waits for the released lease job to end before terminating it.
+RELEASE_WAIT_S = 10.0
 
 
 class FateMode(enum.Enum):
@@ -89,6 +93,7 @@ class SessionLease:
         self._state = LeaseState.NOT_LAUNCHED
         self._job: Any = None  # the lease job's Fray handle while it is to be released
         self._job_id: str | None = None  # kept after release: late launches under it are refused
+        self._holder: Connection | None = None  # the lease holder's connection, once it said hello
 
     # ---- placement -----------------------------------------------------------------------
 
@@ -160,7 +165,10 @@ class SessionLease:
         """The lease holder introduced itself (authenticated by the session service): keep its
         connection open (the session service owns it) unless this session holds no lease."""
         with self._lock:
-            return self.mode is FateMode.LEASE and self._state is LeaseState.LAUNCHED
+            accepted = self.mode is FateMode.LEASE and self._state is LeaseState.LAUNCHED
+            if accepted:
+                self._holder = connection
+            return accepted
 
     def failure(self) -> str | None:
         """If the lease job has ended while the session runs (its holder could not reach the
@@ -180,13 +188,23 @@ class SessionLease:
         return f"\nthe session's lease job {job.job_id} ended {status} before it:\n{tail}"
 
     def release(self) -> None:
-        """Clean shutdown: terminate the lease job and with it every child still running.
-        Blocks until the controller reports it ended."""
+        """Clean shutdown: tell the holder it is released, so the lease job ends as succeeded;
+        terminate it (and with it every child still running) if it does not end in time, or
+        if its holder never connected. Blocks until the controller reports it ended."""
         with self._lock:
             job, self._job = self._job, None
+            holder, self._holder = self._holder, None
             self._state = LeaseState.RELEASED
-        if job is not None:
-            self._terminate(job)
+        if job is None:
+            return
+        if holder is not None:
+            try:
+                holder.notify("released")
+                job.wait(timeout=RELEASE_WAIT_S, raise_on_failure=False)
+                return
+            except Exception:  # noqa: BLE001 - gone, slow or unreachable: terminate as before
+                logger.debug("the lease job %s did not end on release", job.job_id, exc_info=True)
+        self._terminate(job)
 
     @staticmethod
     def _terminate(job: Any) -> None:
@@ -265,10 +283,12 @@ def main():
     print("holding the lease of %s at %s" % (session, address), flush=True)
     sock.settimeout(None)
     try:
-        while sock.recv(65536):
-            pass
+        released = bool(sock.recv(65536))  # the driver sends one frame, at a clean shutdown
     except OSError:
-        pass
+        released = False
+    if released:
+        print("released by the driver of %s: the session ended" % session, flush=True)
+        sys.exit(0)
     fail("lost the connection to the driver of %s at %s: ending the session's jobs" % (session, address))
 
 

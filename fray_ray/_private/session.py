@@ -141,6 +141,12 @@ class SessionService:
         self._server.start()
         return self
 
+    def workers_connected(self) -> bool:
+        """Whether an executor, actor or gang member is still connected (each closes its
+        connection as its process exits); the lease holder does not count."""
+        with self._lock:
+            return any((connection.peer_info or {}).get("kind") != "lease" for connection in self._connections)
+
     def close(self) -> None:
         self._server.close()
         with self._lock:

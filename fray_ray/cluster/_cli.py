@@ -162,6 +162,9 @@ def main(
             print(f"token: {cluster.token}" if cluster.token else "token: none (auth disabled)")
             for spec in workers:
                 print(f"worker: {spec.worker_id} ({_describe(spec)})")
+            # The iris command-line tool takes the bearer token from MARIN_CLUSTER_TOKEN.
+            token_env = f"MARIN_CLUSTER_TOKEN={cluster.token} " if cluster.token else ""
+            print(f"iris CLI: {token_env}iris --controller-url {cluster.address} cluster status")
             print("Press Ctrl-C to stop.", flush=True)
         while not stop.wait(3600):
             pass

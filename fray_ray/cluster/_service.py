@@ -22,6 +22,7 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from fray_ray.cluster._controller import EmbeddedController
+from fray_ray.cluster._process_status import process_info
 from fray_ray.cluster._request_names import (
     endpoint_name_arg,
     job_id_arg,
@@ -31,8 +32,8 @@ from fray_ray.cluster._request_names import (
     task_ids_arg,
 )
 from fray_ray.cluster._state import DEFAULT_LEASE_S, LEGACY_LEASE_S
-from fray_ray.iris.errors import IrisRpcError
-from fray_ray.iris.rpc import controller_pb2, finelog_logging_pb2, job_pb2
+from fray_ray.iris.errors import IrisRpcError, NotFound
+from fray_ray.iris.rpc import controller_pb2, finelog_logging_pb2, job_pb2, vm_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +131,19 @@ class ControllerService:
     def list_endpoints(self, request: Controller.ListEndpointsRequest, ctx: Any) -> Controller.ListEndpointsResponse:
         task_ids_arg(request.task_ids)
         return self._controller.list_endpoints(request)
+
+    @rpc("GetAutoscalerStatus")
+    def get_autoscaler_status(
+        self, request: Controller.GetAutoscalerStatusRequest, ctx: Any
+    ) -> Controller.GetAutoscalerStatusResponse:
+        # The workers are fixed at start: there is no autoscaler, so no scale groups.
+        return Controller.GetAutoscalerStatusResponse(status=vm_pb2.AutoscalerStatus())
+
+    @rpc("GetProcessStatus")
+    def get_process_status(self, request: job_pb2.GetProcessStatusRequest, ctx: Any) -> job_pb2.GetProcessStatusResponse:
+        if request.target not in ("", "/system/process"):
+            raise NotFound(f"no process {request.target!r} here: only /system/process (the controller)")
+        return job_pb2.GetProcessStatusResponse(process_info=process_info())
 
 
 class EndpointService:

@@ -352,6 +352,7 @@ class JobInfoSnapshot:
     pending_reason: str = ""
     parent_job_id: str = ""
     task_state_counts: Mapping[str, int] = field(default_factory=dict)
+    resources: ResourceSpec | None = None  # what each of its tasks holds on its worker
 
     @classmethod
     def from_proto(cls, message: job_pb2.JobStatus) -> JobInfoSnapshot:
@@ -367,6 +368,7 @@ class JobInfoSnapshot:
             pending_reason=message.pending_reason,
             parent_job_id=message.parent_job_id,
             task_state_counts=dict(message.task_state_counts),
+            resources=ResourceSpec.from_proto(message.resources) if message.HasField("resources") else None,
         )
 
 

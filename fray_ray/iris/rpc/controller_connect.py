@@ -55,6 +55,12 @@ class ControllerService(Protocol):
     async def list_endpoints(self, request: fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListEndpointsRequest, ctx: RequestContext) -> fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListEndpointsResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
 
+    async def get_autoscaler_status(self, request: fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetAutoscalerStatusRequest, ctx: RequestContext) -> fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetAutoscalerStatusResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
+
+    async def get_process_status(self, request: fray__ray_dot_iris_dot_rpc_dot_job__pb2.GetProcessStatusRequest, ctx: RequestContext) -> fray__ray_dot_iris_dot_rpc_dot_job__pb2.GetProcessStatusResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
+
 
 class ControllerServiceASGIApplication(ConnectASGIApplication[ControllerService]):
     def __init__(self, service: ControllerService | AsyncGenerator[ControllerService], *, interceptors: Iterable[Interceptor]=(), read_max_bytes: int | None = None, compressions: Iterable[Compression] | None = None) -> None:
@@ -180,6 +186,26 @@ class ControllerServiceASGIApplication(ConnectASGIApplication[ControllerService]
                         idempotency_level=IdempotencyLevel.UNKNOWN,
                     ),
                     function=svc.list_endpoints,
+                ),
+                "/iris.cluster.ControllerService/GetAutoscalerStatus": Endpoint.unary(
+                    method=MethodInfo(
+                        name="GetAutoscalerStatus",
+                        service_name="iris.cluster.ControllerService",
+                        input=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetAutoscalerStatusRequest,
+                        output=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetAutoscalerStatusResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                    ),
+                    function=svc.get_autoscaler_status,
+                ),
+                "/iris.cluster.ControllerService/GetProcessStatus": Endpoint.unary(
+                    method=MethodInfo(
+                        name="GetProcessStatus",
+                        service_name="iris.cluster.ControllerService",
+                        input=fray__ray_dot_iris_dot_rpc_dot_job__pb2.GetProcessStatusRequest,
+                        output=fray__ray_dot_iris_dot_rpc_dot_job__pb2.GetProcessStatusResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                    ),
+                    function=svc.get_process_status,
                 ),
             },
             interceptors=interceptors,
@@ -434,6 +460,46 @@ class ControllerServiceClient(ConnectClient):
             timeout_ms=timeout_ms,
         )
 
+    async def get_autoscaler_status(
+        self,
+        request: fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetAutoscalerStatusRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetAutoscalerStatusResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetAutoscalerStatus",
+                service_name="iris.cluster.ControllerService",
+                input=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetAutoscalerStatusRequest,
+                output=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetAutoscalerStatusResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+
+    async def get_process_status(
+        self,
+        request: fray__ray_dot_iris_dot_rpc_dot_job__pb2.GetProcessStatusRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> fray__ray_dot_iris_dot_rpc_dot_job__pb2.GetProcessStatusResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetProcessStatus",
+                service_name="iris.cluster.ControllerService",
+                input=fray__ray_dot_iris_dot_rpc_dot_job__pb2.GetProcessStatusRequest,
+                output=fray__ray_dot_iris_dot_rpc_dot_job__pb2.GetProcessStatusResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+
 
 
 class EndpointService(Protocol):
@@ -581,6 +647,10 @@ class ControllerServiceSync(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
     def list_endpoints(self, request: fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListEndpointsRequest, ctx: RequestContext) -> fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListEndpointsResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
+    def get_autoscaler_status(self, request: fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetAutoscalerStatusRequest, ctx: RequestContext) -> fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetAutoscalerStatusResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
+    def get_process_status(self, request: fray__ray_dot_iris_dot_rpc_dot_job__pb2.GetProcessStatusRequest, ctx: RequestContext) -> fray__ray_dot_iris_dot_rpc_dot_job__pb2.GetProcessStatusResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, "Not implemented")
 
 
 class ControllerServiceWSGIApplication(ConnectWSGIApplication):
@@ -706,6 +776,26 @@ class ControllerServiceWSGIApplication(ConnectWSGIApplication):
                         idempotency_level=IdempotencyLevel.UNKNOWN,
                     ),
                     function=service.list_endpoints,
+                ),
+                "/iris.cluster.ControllerService/GetAutoscalerStatus": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="GetAutoscalerStatus",
+                        service_name="iris.cluster.ControllerService",
+                        input=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetAutoscalerStatusRequest,
+                        output=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetAutoscalerStatusResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                    ),
+                    function=service.get_autoscaler_status,
+                ),
+                "/iris.cluster.ControllerService/GetProcessStatus": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="GetProcessStatus",
+                        service_name="iris.cluster.ControllerService",
+                        input=fray__ray_dot_iris_dot_rpc_dot_job__pb2.GetProcessStatusRequest,
+                        output=fray__ray_dot_iris_dot_rpc_dot_job__pb2.GetProcessStatusResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                    ),
+                    function=service.get_process_status,
                 ),
             },
             interceptors=interceptors,
@@ -954,6 +1044,46 @@ class ControllerServiceClientSync(ConnectClientSync):
                 service_name="iris.cluster.ControllerService",
                 input=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListEndpointsRequest,
                 output=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.ListEndpointsResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+
+    def get_autoscaler_status(
+        self,
+        request: fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetAutoscalerStatusRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetAutoscalerStatusResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetAutoscalerStatus",
+                service_name="iris.cluster.ControllerService",
+                input=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetAutoscalerStatusRequest,
+                output=fray__ray_dot_iris_dot_rpc_dot_controller__pb2.Controller.GetAutoscalerStatusResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+
+    def get_process_status(
+        self,
+        request: fray__ray_dot_iris_dot_rpc_dot_job__pb2.GetProcessStatusRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> fray__ray_dot_iris_dot_rpc_dot_job__pb2.GetProcessStatusResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetProcessStatus",
+                service_name="iris.cluster.ControllerService",
+                input=fray__ray_dot_iris_dot_rpc_dot_job__pb2.GetProcessStatusRequest,
+                output=fray__ray_dot_iris_dot_rpc_dot_job__pb2.GetProcessStatusResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
             ),
             headers=headers,

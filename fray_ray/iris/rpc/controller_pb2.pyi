@@ -2,6 +2,7 @@
 from fray_ray.iris.rpc import time_pb2 as _time_pb2
 from fray_ray.iris.rpc import job_pb2 as _job_pb2
 from fray_ray.iris.rpc import logging_pb2 as _logging_pb2
+from fray_ray.iris.rpc import vm_pb2 as _vm_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -359,4 +360,14 @@ class Controller(_message.Message):
         ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
         endpoints: _containers.RepeatedCompositeFieldContainer[Controller.Endpoint]
         def __init__(self, endpoints: _Optional[_Iterable[_Union[Controller.Endpoint, _Mapping]]] = ...) -> None: ...
+    class GetAutoscalerStatusRequest(_message.Message):
+        __slots__ = ("backend_id",)
+        BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
+        backend_id: str
+        def __init__(self, backend_id: _Optional[str] = ...) -> None: ...
+    class GetAutoscalerStatusResponse(_message.Message):
+        __slots__ = ("status",)
+        STATUS_FIELD_NUMBER: _ClassVar[int]
+        status: _vm_pb2.AutoscalerStatus
+        def __init__(self, status: _Optional[_Union[_vm_pb2.AutoscalerStatus, _Mapping]] = ...) -> None: ...
     def __init__(self) -> None: ...

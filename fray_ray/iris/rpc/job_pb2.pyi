@@ -402,6 +402,66 @@ class JobStatus(_message.Message):
     submitting_user: str
     def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., exit_code: _Optional[int] = ..., error: _Optional[str] = ..., started_at: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., ports: _Optional[_Mapping[str, int]] = ..., status_message: _Optional[str] = ..., build_metrics: _Optional[_Union[BuildMetrics, _Mapping]] = ..., failure_count: _Optional[int] = ..., preemption_count: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., name: _Optional[str] = ..., submitted_at: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., resources: _Optional[_Union[ResourceSpecProto, _Mapping]] = ..., task_state_counts: _Optional[_Mapping[str, int]] = ..., task_count: _Optional[int] = ..., completed_count: _Optional[int] = ..., pending_reason: _Optional[str] = ..., has_children: _Optional[bool] = ..., parent_job_id: _Optional[str] = ..., backend_id: _Optional[str] = ..., cluster: _Optional[str] = ..., submitting_user: _Optional[str] = ...) -> None: ...
 
+class Provenance(_message.Message):
+    __slots__ = ("tree_hash", "base_commit", "dirty", "branch", "built_by")
+    TREE_HASH_FIELD_NUMBER: _ClassVar[int]
+    BASE_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    DIRTY_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    BUILT_BY_FIELD_NUMBER: _ClassVar[int]
+    tree_hash: str
+    base_commit: str
+    dirty: bool
+    branch: str
+    built_by: str
+    def __init__(self, tree_hash: _Optional[str] = ..., base_commit: _Optional[str] = ..., dirty: _Optional[bool] = ..., branch: _Optional[str] = ..., built_by: _Optional[str] = ...) -> None: ...
+
+class ProcessInfo(_message.Message):
+    __slots__ = ("hostname", "pid", "python_version", "uptime_ms", "memory_rss_bytes", "memory_vms_bytes", "thread_count", "open_fd_count", "memory_total_bytes", "cpu_count", "cpu_millicores", "provenance")
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    PYTHON_VERSION_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_MS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_VMS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    THREAD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    OPEN_FD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CPU_MILLICORES_FIELD_NUMBER: _ClassVar[int]
+    PROVENANCE_FIELD_NUMBER: _ClassVar[int]
+    hostname: str
+    pid: int
+    python_version: str
+    uptime_ms: int
+    memory_rss_bytes: int
+    memory_vms_bytes: int
+    thread_count: int
+    open_fd_count: int
+    memory_total_bytes: int
+    cpu_count: int
+    cpu_millicores: int
+    provenance: Provenance
+    def __init__(self, hostname: _Optional[str] = ..., pid: _Optional[int] = ..., python_version: _Optional[str] = ..., uptime_ms: _Optional[int] = ..., memory_rss_bytes: _Optional[int] = ..., memory_vms_bytes: _Optional[int] = ..., thread_count: _Optional[int] = ..., open_fd_count: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., cpu_count: _Optional[int] = ..., cpu_millicores: _Optional[int] = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ...) -> None: ...
+
+class GetProcessStatusRequest(_message.Message):
+    __slots__ = ("max_log_lines", "log_substring", "min_log_level", "target")
+    MAX_LOG_LINES_FIELD_NUMBER: _ClassVar[int]
+    LOG_SUBSTRING_FIELD_NUMBER: _ClassVar[int]
+    MIN_LOG_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    max_log_lines: int
+    log_substring: str
+    min_log_level: str
+    target: str
+    def __init__(self, max_log_lines: _Optional[int] = ..., log_substring: _Optional[str] = ..., min_log_level: _Optional[str] = ..., target: _Optional[str] = ...) -> None: ...
+
+class GetProcessStatusResponse(_message.Message):
+    __slots__ = ("process_info",)
+    PROCESS_INFO_FIELD_NUMBER: _ClassVar[int]
+    process_info: ProcessInfo
+    def __init__(self, process_info: _Optional[_Union[ProcessInfo, _Mapping]] = ...) -> None: ...
+
 class WorkerMetadata(_message.Message):
     __slots__ = ("hostname", "ip_address", "cpu_count", "memory_bytes", "disk_bytes", "device", "tpu_name", "tpu_worker_hostnames", "tpu_worker_id", "tpu_chips_per_host_bounds", "gpu_count", "gpu_name", "gpu_memory_mb", "gce_instance_name", "gce_zone", "attributes")
     class AttributesEntry(_message.Message):
