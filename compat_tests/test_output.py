@@ -121,6 +121,35 @@ def test_output__actor_repr_is_the_log_prefix(ray_start_regular_shared, capfd):
     assert _prefixed(captured.line("out", f"described {tag}"), "Described(index=2)", pid) == f"described {tag}"
 
 
+@ray.remote
+def count_with_a_bar(n: int, tag: str) -> int:
+    from compat_tests._backend import LazyModule
+
+    tqdm = LazyModule("experimental.tqdm_ray").tqdm
+    total = sum(1 for _ in tqdm(range(n), desc=f"bar {tag}", flush_interval_s=0))
+    print(f"counted {tag}")
+    return total
+
+
+def test_output__tqdm_ray_bars_in_tasks_never_show_their_wire_lines(ray_start_regular_shared, capfd):
+    # A bar in a task sends its state to the driver as marked lines; the driver draws the bar
+    # (or, on Ray without tqdm installed, nothing) and never prints those lines themselves.
+    tag = uuid.uuid4().hex[:8]
+    assert ray.get(count_with_a_bar.remote(4, tag)) == 4
+    captured = Captured(capfd)
+    captured.line("out", f"counted {tag}")
+    assert "__ray_tqdm_magic_token__" not in captured.out + captured.err
+
+
+def test_output__tqdm_ray_bar_in_the_driver_counts():
+    from compat_tests._backend import LazyModule
+
+    bar = LazyModule("experimental.tqdm_ray").tqdm(total=3, desc="driver bar")
+    bar.update(2)
+    assert (bar.n, bar.total) == (2, 3)
+    bar.close()
+
+
 _UNAWAITED_SCRIPT = """
 import {backend} as ray
 

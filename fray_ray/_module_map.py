@@ -76,12 +76,12 @@ MODULE_MAP: tuple[ModuleEntry, ...] = (
     ModuleEntry("ray.cross_language", _NO, "Java and C++ tasks and actors are not supported: fray_ray runs Python only"),
     ModuleEntry("ray.dashboard", _NO, _NO_DASHBOARD, subtree=True),
     ModuleEntry("ray.exceptions", _P),
-    ModuleEntry("ray.experimental", _PART, "the package imports, and of its modules only `ray.experimental.queue`; "
+    ModuleEntry("ray.experimental", _PART, "the package imports, and of its modules only `ray.experimental.queue` and `tqdm_ray`; "
                 "Ray's experimental APIs (compiled graphs, channels, collectives, RDT tensor transport, sandboxes, "
                 "internal KV, object locations, dynamic resources, shuffle) have no counterpart", subtree=True),
     ModuleEntry("ray.experimental.queue", _P, "Ray's old path of `ray.util.queue` (`Queue`, `Empty`, `Full`)"),
-    ModuleEntry("ray.experimental.tqdm_ray", _NO, "use `tqdm` in tasks: their output reaches the driver "
-                "line by line, without Ray's merged progress bars"),
+    ModuleEntry("ray.experimental.tqdm_ray", _P, "`tqdm` and `safe_print`; the driver draws each bar as "
+                "one line (redrawn in place on a terminal) rather than through the real tqdm"),
     ModuleEntry("ray.experimental.state", _NO, "use `ray.nodes()`, `ray.util.list_named_actors()` and "
                 "`ray.util.placement_group_table()`, or the Iris dashboard", subtree=True),
     ModuleEntry("ray.experimental.multiprocessing", _NO, "use `ray.util.ActorPool` or remote functions with "

@@ -32,6 +32,7 @@ from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.output_folding import FoldSettings, OutputFolder, print_line
 from fray_ray._private.placement_group_handle import PlacementGroupInfo
 from fray_ray._private.placement_groups import PlacementGroupManager
+from fray_ray._private.progress_bars import driver_bars
 from fray_ray._private.refcount import LocalReferenceCounter
 from fray_ray._private.runtime_env import RuntimeEnv
 from fray_ray._private.scheduler import TaskScheduler
@@ -593,7 +594,7 @@ class DriverRuntime:
 
     def print_worker_output(self, pid: int | None, lines: Sequence[Sequence[str]]) -> None:
         if self._log_to_driver:
-            self.worker_output.add(pid, lines)
+            self.worker_output.add(pid, driver_bars().take(pid, lines))
 
 
 def _wait_key(waitable: Any) -> bytes:

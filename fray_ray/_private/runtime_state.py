@@ -33,6 +33,11 @@ def current_or_none() -> CoreRuntime | None:
     return runtime if runtime is not None else _process_runtime
 
 
+def process_runtime_or_none() -> CoreRuntime | None:
+    """This process's runtime, whatever thread asks (in local mode: the driver's)."""
+    return _process_runtime
+
+
 def current() -> CoreRuntime:
     """The runtime, auto-initialising a local session like Ray does on first use."""
     runtime = current_or_none()
