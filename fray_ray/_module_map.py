@@ -125,7 +125,8 @@ MODULE_MAP: tuple[ModuleEntry, ...] = (
     ModuleEntry("ray.util.joblib", _STAND, "use remote functions with `ray.util.map_unordered`; " + _STANDIN_NOTE,
                 subtree=True),
     ModuleEntry("ray.util.lightgbm", _NO, _REMOVED),
-    ModuleEntry("ray.util.metrics", _STAND, "fray_ray exports no application metrics; " + _STANDIN_NOTE),
+    ModuleEntry("ray.util.metrics", _P, "`Counter`, `Gauge`, `Histogram` (recorded in tasks and actors, merged "
+                "in the driver, served as Prometheus text)"),
     ModuleEntry("ray.util.multiprocessing", _STAND, "use `ray.util.ActorPool` or remote functions with "
                 "`ray.util.map_unordered`; " + _STANDIN_NOTE, subtree=True),
     ModuleEntry("ray.util.placement_group", _P),

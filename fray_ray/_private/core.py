@@ -61,6 +61,10 @@ class CoreRuntime(Protocol):
         """Queue a method call; returns its return refs at once."""
         ...
 
+    def report_metrics(self, points: list[list[Any]]) -> None:
+        """Hand application metrics (`metrics.Registry.drain` points) to the session's registry."""
+        ...
+
     def stream_next_future(self, stream_id: bytes, index: int) -> concurrent.futures.Future:
         """A future for the ref to item `index` of a streaming generator, None once it ended;
         does not block."""

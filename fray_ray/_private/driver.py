@@ -25,6 +25,7 @@ from fray_ray._private.cluster_view import ClusterView
 from fray_ray._private.gangs import GangScheduler, slice_shape
 from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.launcher import WorkerLauncher
+from fray_ray._private.metrics import process_registry
 from fray_ray._private.nodes import node_id_for
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.object_store import ObjectStore, ObjectStoreConfig
@@ -591,6 +592,9 @@ class DriverRuntime:
         return self.placement_groups.table(group_id)
 
     # ---- output --------------------------------------------------------------------------
+
+    def report_metrics(self, points: list[list[Any]]) -> None:
+        process_registry().merge(points)
 
     def print_worker_output(self, pid: int | None, lines: Sequence[Sequence[str]]) -> None:
         if self._log_to_driver:

@@ -43,6 +43,7 @@ from fray_ray._private.messages import (
     KillActor,
     ListNamedActors,
     Log,
+    MetricsReport,
     NextItem,
     Objects,
     PlacementGroupTable,
@@ -112,6 +113,7 @@ class SessionService:
             Borrow: self._borrow,
             Release: self._release,
             Log: self._log,
+            MetricsReport: self._metrics,
             Yield: self._yield,
             StreamNext: self._stream_next,
             StreamReady: self._stream_ready,
@@ -492,3 +494,6 @@ class SessionService:
 
     def _log(self, connection: Connection, message_id: int | None, log: Log) -> None:
         self._driver.print_worker_output(log.pid, log.lines)
+
+    def _metrics(self, connection: Connection, message_id: int | None, report: MetricsReport) -> None:
+        self._driver.report_metrics(report.points)

@@ -37,6 +37,7 @@ from fray_ray._private.messages import (
     KillActor,
     ListNamedActors,
     Message,
+    MetricsReport,
     PlacementGroupTable,
     Put,
     Release,
@@ -87,6 +88,9 @@ class WorkerRuntime:
         self._cache: OrderedDict[bytes, SerializedValue] = OrderedDict()
         self._cache_bytes = 0
         self.object_store_memory = 0  # the driver's limit (0: not told)
+
+    def report_metrics(self, points: list[list[Any]]) -> None:
+        messages.notify(self.connection, MetricsReport(points))
 
     def set_info(self, info: Welcome) -> None:
         """Session facts from the driver's reply to hello."""

@@ -11,7 +11,7 @@ Helpers: `as_completed`, `map_unordered`, `list_named_actors`, `get_node_ip_addr
 `enable_periodic_logging`.
 
 Not provided: Ray Client (`connect`, `disconnect`, `client`), the remote debuggers (`pdb`,
-`rpdb`, `debugpy`), `collective`, `multiprocessing`, `metrics` and a few more (see
+`rpdb`, `debugpy`), `collective`, `multiprocessing` and a few more (see
 `fray_ray.util._unsupported`). They import, so code that only mentions them keeps working,
 and calling them raises `NotImplementedError` saying what to use instead.
 

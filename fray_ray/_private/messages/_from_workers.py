@@ -366,6 +366,16 @@ class Log(Message):
 
 @_message
 @dataclass
+class MetricsReport(Message):
+    """What a worker's `fray_ray.util.metrics` recorded since its last report (see `metrics`)."""
+
+    KIND: ClassVar[str] = "metrics"
+
+    points: list[list[Any]]
+
+
+@_message
+@dataclass
 class Yield(Message):
     """Item `index` (from 1) of the generator task or call `stream`."""
 
