@@ -33,10 +33,10 @@ _lock = threading.Lock()  # guards _written and the linecache entries it names
 _written: set[str] = set()  # file names whose linecache entry this module wrote
 
 
-def dumps(obj: Any) -> bytes:
+def dumps(obj: Any, protocol: int = pickle.HIGHEST_PROTOCOL, buffer_callback: Any = None) -> bytes:
     """cloudpickle's bytes of `obj`, whose by-value code keeps its file name and lines."""
     with io.BytesIO() as buffer:
-        _SourcePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)  # as cloudpickle.dumps
+        _SourcePickler(buffer, protocol=protocol, buffer_callback=buffer_callback).dump(obj)  # as cloudpickle.dumps
         return buffer.getvalue()
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import cloudpickle
 
+from fray_ray._private import code_source
 from fray_ray.exceptions import RaySystemError
 
 #: Values up to this size (pickle plus buffers) travel inside the messages that use them.
@@ -75,7 +76,7 @@ def serialize(value: Any) -> SerializedValue:
     """Pickle `value` (cloudpickle, protocol 5); buffers may alias `value`'s memory."""
     buffers: list[pickle.PickleBuffer] = []
     with collecting_refs() as refs:
-        payload = cloudpickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+        payload = code_source.dumps(value, protocol=5, buffer_callback=buffers.append)
     return SerializedValue(payload, [b.raw() for b in buffers], tuple(dict.fromkeys(refs)))
 
 

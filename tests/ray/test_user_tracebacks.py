@@ -109,6 +109,44 @@ def test_task_and_actor_errors_show_the_script_lines(tmp_path: Path) -> None:
         assert frames(text) and not [name for name in frames(text) if name.startswith(FRAY_RAY_DIR)], text
 
 
+ARGUMENT_SCRIPT = '''
+import os
+import fray_ray as ray
+
+
+def transform(x):
+    raise KeyError(f"no {x}")
+
+
+@ray.remote
+def apply(fn, x):
+    return fn(x)
+
+
+if __name__ == "__main__":
+    ray.init(num_cpus=1)
+    assert ray.get(apply.remote(str, 1)) == "1"
+    os.remove(__file__)  # from here on, no process can read this file from disk
+    try:
+        ray.get(apply.remote(transform, 3))
+    except KeyError as exc:
+        print(exc)
+'''
+
+
+def test_a_function_passed_as_an_argument_shows_its_script_lines(tmp_path: Path) -> None:
+    script = tmp_path / "arg_error.py"
+    script.write_text(ARGUMENT_SCRIPT)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_"))}
+    finished = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=clean, capture_output=True,
+                              text=True, timeout=DEADLINE_S)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    raised = 'raise KeyError(f"no {x}")'
+    line = next(n for n, text in enumerate(ARGUMENT_SCRIPT.splitlines(), 1) if text.strip() == raised)
+    assert f'arg_error.py", line {line}, in transform\n    {raised}\n' in finished.stdout, finished.stdout
+    assert "<dynamic-code>" not in finished.stdout
+
+
 def test_fray_ray_run_shows_only_the_script(tmp_path: Path) -> None:
     finished = run(tmp_path, module="ray", via_cli=True)
     assert finished.returncode == 1, finished.stdout + finished.stderr
