@@ -139,8 +139,10 @@ MODULE_MAP: tuple[ModuleEntry, ...] = (
                 "use `ray.util.register_serializer`"),
     ModuleEntry("ray.util.sgd", _NO, _REMOVED),
     ModuleEntry("ray.util.spark", _STAND, "run Spark's own cluster manager; " + _STANDIN_NOTE, subtree=True),
-    ModuleEntry("ray.util.state", _STAND, "use `ray.nodes()`, `ray.util.list_named_actors()` and the Iris "
-                "dashboard; " + _STANDIN_NOTE, subtree=True),
+    ModuleEntry("ray.util.state", _PART, "`list_actors`, `list_tasks`, `list_objects`, `list_nodes`, `list_jobs`, "
+                "`list_placement_groups`, `get_actor`, `get_task`, `summarize_tasks`, `summarize_actors` (tasks, "
+                "actors and objects of the current session; nodes and jobs of the cluster); the other functions "
+                "raise NotImplementedError"),
     ModuleEntry("ray.util.timer", _NO, "Ray's internal timing helper; use `time.perf_counter`"),
     ModuleEntry("ray.util.tpu", _PART, "`SlicePlacementGroup`, `slice_placement_group`, `run_on_slice` and the "
                 "topology helpers; missing: subslices (`SubslicePlacementGroup`, `subslice_placement_group`), "
