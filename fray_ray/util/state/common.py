@@ -46,7 +46,7 @@ class StateSchema:
         return set(cls.list_columns(detail=True))
 
     def asdict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        return dict(dataclasses.asdict(self))  # type: ignore[call-overload]
 
     def __getitem__(self, key: str) -> Any:
         return getattr(self, key)
@@ -73,9 +73,9 @@ class ActorState(StateSchema):
     pid: int | None = state_column(filterable=True)
     ray_namespace: str | None = state_column(filterable=True)
     serialized_runtime_env: str | None = state_column(filterable=False, detail=True)
-    required_resources: dict | None = state_column(filterable=False, detail=True)
+    required_resources: dict[str, Any] | None = state_column(filterable=False, detail=True)
     #: why it died: {"actor_died_error_context": {"error_message": ..., ...}}; None while alive
-    death_cause: dict | None = state_column(filterable=False, detail=True)
+    death_cause: dict[str, Any] | None = state_column(filterable=False, detail=True)
     is_detached: bool | None = state_column(filterable=False, detail=True)
     placement_group_id: str | None = state_column(filterable=True, detail=True)
     repr_name: str | None = state_column(filterable=True, detail=True)
@@ -83,8 +83,8 @@ class ActorState(StateSchema):
     num_restarts_due_to_lineage_reconstruction: int | None = state_column(filterable=False, detail=True)
     num_restarts_due_to_node_preemption: int | None = state_column(filterable=False, detail=True)
     call_site: str | None = state_column(filterable=False, detail=True)
-    label_selector: dict | None = state_column(filterable=False, detail=True)
-    fallback_strategy: dict | None = state_column(filterable=False, detail=True)
+    label_selector: dict[str, Any] | None = state_column(filterable=False, detail=True)
+    fallback_strategy: dict[str, Any] | None = state_column(filterable=False, detail=True)
 
 
 @dataclass
@@ -108,21 +108,21 @@ class TaskState(StateSchema):
     #: Ray's error type name (TASK_EXECUTION_EXCEPTION, WORKER_DIED, ...) when it failed
     error_type: str | None = state_column(filterable=True)
     language: str | None = state_column(filterable=True, detail=True)
-    required_resources: dict | None = state_column(filterable=False, detail=True)
-    runtime_env_info: dict | None = state_column(filterable=False, detail=True)
+    required_resources: dict[str, Any] | None = state_column(filterable=False, detail=True)
+    runtime_env_info: dict[str, Any] | None = state_column(filterable=False, detail=True)
     placement_group_id: str | None = state_column(filterable=True, detail=True)
     #: [{"state": ..., "created_ms": ...}] for the states the driver saw
-    events: list | None = state_column(filterable=False, detail=True)
-    profiling_data: dict | None = state_column(filterable=False, detail=True)
+    events: list[Any] | None = state_column(filterable=False, detail=True)
+    profiling_data: dict[str, Any] | None = state_column(filterable=False, detail=True)
     creation_time_ms: int | None = state_column(filterable=False, detail=True)
     start_time_ms: int | None = state_column(filterable=False, detail=True)
     end_time_ms: int | None = state_column(filterable=False, detail=True)
-    task_log_info: dict | None = state_column(filterable=False, detail=True)
+    task_log_info: dict[str, Any] | None = state_column(filterable=False, detail=True)
     error_message: str | None = state_column(filterable=False, detail=True)
     is_debugger_paused: bool | None = state_column(filterable=True, detail=True)
     call_site: str | None = state_column(filterable=False, detail=True)
-    label_selector: dict | None = state_column(filterable=False, detail=True)
-    fallback_strategy: dict | None = state_column(filterable=False, detail=True)
+    label_selector: dict[str, Any] | None = state_column(filterable=False, detail=True)
+    fallback_strategy: dict[str, Any] | None = state_column(filterable=False, detail=True)
 
 
 @dataclass
@@ -154,8 +154,8 @@ class NodeState(StateSchema):
     state: str = state_column(filterable=True)
     state_message: str | None = state_column(filterable=False)
     node_name: str = state_column(filterable=True)
-    resources_total: dict = state_column(filterable=False)
-    labels: dict = state_column(filterable=False)
+    resources_total: dict[str, Any] = state_column(filterable=False)
+    labels: dict[str, Any] = state_column(filterable=False)
     start_time_ms: int | None = state_column(filterable=False, detail=True)
     end_time_ms: int | None = state_column(filterable=False, detail=True)
 
@@ -169,11 +169,11 @@ class PlacementGroupState(StateSchema):
     creator_job_id: str = state_column(filterable=True)
     #: PENDING, CREATED or REMOVED
     state: str = state_column(filterable=True)
-    bundles: list | None = state_column(filterable=False, detail=True)
+    bundles: list[Any] | None = state_column(filterable=False, detail=True)
     is_detached: bool | None = state_column(filterable=True, detail=True)
-    stats: dict | None = state_column(filterable=False, detail=True)
-    topology_strategy: dict | None = state_column(filterable=False, detail=True)
-    topology_assignments: dict | None = state_column(filterable=False, detail=True)
+    stats: dict[str, Any] | None = state_column(filterable=False, detail=True)
+    topology_strategy: dict[str, Any] | None = state_column(filterable=False, detail=True)
+    topology_assignments: dict[str, Any] | None = state_column(filterable=False, detail=True)
 
 
 _JOB_BASE = ("job_id", "submission_id", "entrypoint", "type", "status", "message", "error_type", "driver_info")
@@ -191,7 +191,7 @@ class JobState(StateSchema):
     type: str = _job_column("type")  # DRIVER or SUBMISSION
     job_id: str | None = _job_column("job_id")
     submission_id: str | None = _job_column("submission_id")
-    driver_info: dict | None = _job_column("driver_info")
+    driver_info: dict[str, Any] | None = _job_column("driver_info")
     #: PENDING, RUNNING, STOPPED, SUCCEEDED or FAILED
     status: str = _job_column("status")
     entrypoint: str = _job_column("entrypoint")
@@ -200,8 +200,8 @@ class JobState(StateSchema):
     #: epoch milliseconds
     start_time: int | None = _job_column("start_time")
     end_time: int | None = _job_column("end_time")
-    metadata: dict | None = _job_column("metadata")
-    runtime_env: dict | None = _job_column("runtime_env")
+    metadata: dict[str, Any] | None = _job_column("metadata")
+    runtime_env: dict[str, Any] | None = _job_column("runtime_env")
     driver_agent_http_address: str | None = _job_column("driver_agent_http_address")
     driver_node_id: str | None = _job_column("driver_node_id")
     driver_exit_code: int | None = _job_column("driver_exit_code")
