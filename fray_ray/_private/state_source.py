@@ -216,7 +216,7 @@ def job_rows(driver: DriverRuntime, started_at: float) -> list[dict[str, Any]]:
     }]
     for job in driver.client.list_jobs():
         name = job.job_id.rstrip("/").rpartition("/")[2]
-        if job.parent_job is not None or name.startswith((driver.session_name, NAMED_ACTOR_PREFIX)):
+        if job.parent_job is not None or driver.session_name in name or name.startswith(NAMED_ACTOR_PREFIX):
             continue  # a part of some session, this one (the DRIVER row above), or a named actor
         is_session = SESSION_JOB.fullmatch(name) is not None
         rows.append({
