@@ -143,6 +143,16 @@ MODULE_MAP: tuple[ModuleEntry, ...] = (
                 "`list_placement_groups`, `get_actor`, `get_task`, `summarize_tasks`, `summarize_actors` (tasks, "
                 "actors and objects of the current session; nodes and jobs of the cluster); the other functions "
                 "raise NotImplementedError"),
+    ModuleEntry("ray.util.state.api", _PART, "the functions listed for `ray.util.state`; missing: `StateApiClient`"),
+    ModuleEntry("ray.util.state.common", _PART, "the records (`ActorState`, `TaskState`, `ObjectState`, `NodeState`, "
+                "`JobState`, `PlacementGroupState`), `state_column`, `StateSchema`, `DEFAULT_LIMIT`, "
+                "`DEFAULT_RPC_TIMEOUT`; missing: the option and response classes of Ray's API server"),
+    ModuleEntry("ray.util.state.exception", _P),
+    ModuleEntry("ray.util.state.state_cli", _NO, "Ray's `ray list`/`ray summary` command line; call "
+                "`ray.util.state`'s functions"),
+    ModuleEntry("ray.util.state.state_manager", _NO, "Ray's dashboard-side data sources; fray_ray reads the driver's "
+                "records directly"),
+    ModuleEntry("ray.util.state.util", _NO, "Ray's internal helpers of the state API"),
     ModuleEntry("ray.util.timer", _NO, "Ray's internal timing helper; use `time.perf_counter`"),
     ModuleEntry("ray.util.tpu", _PART, "`SlicePlacementGroup`, `slice_placement_group`, `run_on_slice` and the "
                 "topology helpers; missing: subslices (`SubslicePlacementGroup`, `subslice_placement_group`), "

@@ -218,7 +218,7 @@ def describe(event: TaskEvent) -> dict[str, Any]:
 
 def ray_error_type(error: BaseException) -> str:
     """Ray's ErrorType name for an exception."""
-    from fray_ray import exceptions as ex
+    import fray_ray.exceptions as ex
 
     for cls, name in (
         (ex.TaskCancelledError, "TASK_CANCELLED"),
