@@ -559,16 +559,30 @@ def get_gpu_ids() -> list[int]:
     return [int(g) for g in visible.split(",") if g.strip().isdigit()]
 
 
-def timeline(filename: str | None = None) -> list[Any]:
-    """Return the task timeline; fray_ray records none, so code that dumps it keeps working.
+def timeline(filename: str | None = None) -> list[Any] | None:
+    """Return the session's tasks, actor calls and actor creations as Chrome trace events.
+
+    One complete event (`ph` "X", `ts`/`dur` in microseconds, `pid` the node, `tid` the
+    worker, `cat` `task::<name>`, `args` with the task id and state) per attempt that has
+    ended, from the driver's records (`fray_ray.util.state` reads the same). Load the file in
+    chrome://tracing or https://ui.perfetto.dev. Call it from the driver.
 
     Args:
-        filename: where to write the (empty) Chrome-trace JSON, if given.
+        filename: where to write the events as JSON; when given, nothing is returned.
 
     Returns:
-        An empty list.
+        The list of events, or None when `filename` is given (as Ray does).
+
+    >>> import fray_ray as ray
+    >>> ray.timeline("/tmp/trace.json")  # doctest: +SKIP
     """
-    if filename:
-        with open(filename, "w") as f:
-            f.write("[]")
-    return []
+    from fray_ray._private import timeline as chrome
+
+    runtime = runtime_state.current()
+    if not runtime.is_driver:
+        raise RuntimeError("ray.timeline() reads the driver's records: call it from the driver.")
+    trace = chrome.chrome_trace(runtime)  # type: ignore[arg-type]
+    if filename is not None:
+        chrome.write_trace(trace, filename)
+        return None
+    return trace

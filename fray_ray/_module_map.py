@@ -82,8 +82,8 @@ MODULE_MAP: tuple[ModuleEntry, ...] = (
     ModuleEntry("ray.experimental.queue", _P, "Ray's old path of `ray.util.queue` (`Queue`, `Empty`, `Full`)"),
     ModuleEntry("ray.experimental.tqdm_ray", _P, "`tqdm` and `safe_print`; the driver draws each bar as "
                 "one line (redrawn in place on a terminal) rather than through the real tqdm"),
-    ModuleEntry("ray.experimental.state", _NO, "use `ray.nodes()`, `ray.util.list_named_actors()` and "
-                "`ray.util.placement_group_table()`, or the Iris dashboard", subtree=True),
+    ModuleEntry("ray.experimental.state", _NO, "Ray's old path of the state API: import `ray.util.state`",
+                subtree=True),
     ModuleEntry("ray.experimental.multiprocessing", _NO, "use `ray.util.ActorPool` or remote functions with "
                 "`ray.util.map_unordered`", subtree=True),
     ModuleEntry("ray.internal", _NO, "Ray's internal helpers (`free`, `memory_summary`): objects are freed when "
@@ -140,8 +140,20 @@ MODULE_MAP: tuple[ModuleEntry, ...] = (
                 "use `ray.util.register_serializer`"),
     ModuleEntry("ray.util.sgd", _NO, _REMOVED),
     ModuleEntry("ray.util.spark", _STAND, "run Spark's own cluster manager; " + _STANDIN_NOTE, subtree=True),
-    ModuleEntry("ray.util.state", _STAND, "use `ray.nodes()`, `ray.util.list_named_actors()` and the Iris "
-                "dashboard; " + _STANDIN_NOTE, subtree=True),
+    ModuleEntry("ray.util.state", _PART, "`list_actors`, `list_tasks`, `list_objects`, `list_nodes`, `list_jobs`, "
+                "`list_placement_groups`, `get_actor`, `get_task`, `summarize_tasks`, `summarize_actors` (tasks, "
+                "actors and objects of the current session; nodes and jobs of the cluster); the other functions "
+                "raise NotImplementedError"),
+    ModuleEntry("ray.util.state.api", _PART, "the functions listed for `ray.util.state`; missing: `StateApiClient`"),
+    ModuleEntry("ray.util.state.common", _PART, "the records (`ActorState`, `TaskState`, `ObjectState`, `NodeState`, "
+                "`JobState`, `PlacementGroupState`), `state_column`, `StateSchema`, `DEFAULT_LIMIT`, "
+                "`DEFAULT_RPC_TIMEOUT`; missing: the option and response classes of Ray's API server"),
+    ModuleEntry("ray.util.state.exception", _P),
+    ModuleEntry("ray.util.state.state_cli", _NO, "Ray's `ray list`/`ray summary` command line; call "
+                "`ray.util.state`'s functions"),
+    ModuleEntry("ray.util.state.state_manager", _NO, "Ray's dashboard-side data sources; fray_ray reads the driver's "
+                "records directly"),
+    ModuleEntry("ray.util.state.util", _NO, "Ray's internal helpers of the state API"),
     ModuleEntry("ray.util.timer", _NO, "Ray's internal timing helper; use `time.perf_counter`"),
     ModuleEntry("ray.util.tpu", _PART, "`SlicePlacementGroup`, `slice_placement_group`, `run_on_slice` and the "
                 "topology helpers; missing: subslices (`SubslicePlacementGroup`, `subslice_placement_group`), "

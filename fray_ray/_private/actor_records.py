@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,3 +43,6 @@ class ActorRecord:
     handles: int = 0
     out_of_scope: bool = False
     args_released: bool = False
+    host: str | None = None  # the cluster host its process runs on, once it said hello
+    created: float = field(default_factory=time.time)  # wall-clock seconds
+    ended: float | None = None  # when it died for good

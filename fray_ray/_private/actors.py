@@ -11,8 +11,10 @@ calling another driver's named actors, is in `named_actors`.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +34,7 @@ from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.retry_policy import retries_user_exception
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize_error
 from fray_ray._private.streams import StreamTable
+from fray_ray._private.task_events import TaskEvents, TaskStatus, actor_creation_task_id, call_event, calls_sent, creation_event
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, gang_member_id
 from fray_ray.exceptions import ActorAlreadyExistsError, ActorDiedError, RayTaskError
 
@@ -56,7 +59,9 @@ class ActorManager(NamedActors):
         placement_groups: Any = None,
         timers: TimerQueue | None = None,
         view: ClusterView | None = None,
+        events: TaskEvents | None = None,
     ) -> None:
+        self._events = events or TaskEvents()  # creation tasks and calls, for the state API
         self._placement_groups = placement_groups
         self._reservations = ActorReservations(ledger, view)  # what actors hold, who waits for room
         self._timers = timers
@@ -108,6 +113,7 @@ class ActorManager(NamedActors):
             self._actors[spec.actor_id] = record
             if spec.name:
                 self._names[(namespace, spec.name)] = spec.actor_id
+        self._events.submitted(creation_event(spec))
         # What the constructor's arguments refer to stays alive until the constructor has run.
         self._objects.incref(spec.arguments.value.contained_refs)
         group, bundle = getattr(spec.scheduling_strategy, "placement_group", None), None
@@ -203,13 +209,18 @@ class ActorManager(NamedActors):
                     record.state = ActorState.ALIVE
                 record.connection = connection
                 record.pid = pid
+                record.host = host
                 self._by_connection[connection] = record
                 resend = list(record.in_flight.values()) if restarting else []
                 queued, record.queued = record.queued, []
                 for call in queued:
                     record.in_flight[call.call_id] = call
             connection.add_close_callback(self._host_disconnected)
+            creation = self._events.live(actor_creation_task_id(actor_id))
+            if creation is not None:
+                self._events.placed(creation, TaskStatus.RUNNING, host, None, pid)
             self._send_create(record, connection)
+            calls_sent(self._events, [c.call_id for c in [*resend, *queued]], record.spec.max_concurrency, host, pid)
             for call in [*resend, *queued]:
                 self._send_call(connection, call)
         return True
@@ -248,6 +259,7 @@ class ActorManager(NamedActors):
                 record.pid = pid or record.pid
                 if record.state is ActorState.RESTARTING and record.connection is not None:
                     record.state = ActorState.ALIVE
+            self._events.finished_by_id(actor_creation_task_id(actor_id), None)
             self._creation_finished(record)
 
     def _creation_finished(self, record: ActorRecord, *, final: bool = False) -> None:
@@ -296,6 +308,7 @@ class ActorManager(NamedActors):
         if record.remote is not None:
             record.remote.submit(call)
             return
+        self._events.submitted(call_event(call, record.spec))
         retries = record.spec.max_task_retries if call.max_task_retries is None else call.max_task_retries
         self._retries.admit(call.call_id, retries)
         with record.send_lock:
@@ -308,11 +321,13 @@ class ActorManager(NamedActors):
                 elif record.state is not ActorState.STARTING and record.connection is not None:
                     record.in_flight[call.call_id] = call  # a restarting host runs it after __init__
                     connection = record.connection
+                    runs_now = len(record.in_flight) <= record.spec.max_concurrency
                 else:
                     record.queued.append(call)
                     return
             if death is None:
                 self._send_call(connection, call)
+                calls_sent(self._events, [call.call_id], int(runs_now), record.host, record.pid)
         if death is not None:
             self._fail_call(call, death)
 
@@ -329,9 +344,12 @@ class ActorManager(NamedActors):
             record = self._by_connection.get(connection)
             call = record.in_flight.pop(call_id, None) if record is not None else None
             retire = record is not None and record.out_of_scope and not record.in_flight and not record.queued
+            # The calls after it may run now (as far as the driver can tell).
+            now_running = list(itertools.islice(record.in_flight, record.spec.max_concurrency)) if record else []
             if call_id in self._cancelled:
                 self._cancelled.discard(call_id)
                 call = None  # already completed as cancelled
+        self._events.running_by_id(now_running)
         if call is not None:
             self._complete_call(call, results)
         if retire:
@@ -420,6 +438,7 @@ class ActorManager(NamedActors):
 
     def _complete_call(self, call: ActorCallSpec, results: SerializedValue | Sequence[SerializedValue]) -> None:
         self._retries.forget(call.call_id)
+        self._events.finished_by_id(call.call_id, results)
         if call.num_returns == "streaming":
             error = results if isinstance(results, SerializedValue) else next((r for r in results if r.is_error), None)
             self._streams.finish(call.call_id, error)
@@ -492,6 +511,7 @@ class ActorManager(NamedActors):
                 return
             record.state = ActorState.DEAD
             record.death = death
+            record.ended = time.time()
             calls = [*record.queued, *record.in_flight.values()]
             record.queued = []
             record.in_flight = {}
@@ -500,6 +520,7 @@ class ActorManager(NamedActors):
             namespace = record.spec.namespace or self._namespace
             if record.spec.name and self._names.get((namespace, record.spec.name)) == record.spec.actor_id:
                 del self._names[(namespace, record.spec.name)]
+        self._events.finished_by_id(actor_creation_task_id(record.spec.actor_id), death)  # if it never came up
         self._ledger_release(record)
         self._creation_finished(record, final=True)
         for call in calls:
@@ -566,6 +587,17 @@ class ActorManager(NamedActors):
         with self._lock:
             record = self._actors.get(actor_id)
             return None if record is None else record.pid
+
+    def argument_refs(self) -> set[bytes]:
+        """The refs held by the arguments of every queued or running call (for the state API)."""
+        with self._lock:
+            calls = [c for r in self._actors.values() for c in (*r.queued, *r.in_flight.values())]
+        return {ref for call in calls for ref in call.arguments.value.contained_refs}
+
+    def records(self) -> list[ActorRecord]:
+        """This session's actors, dead ones included (for the state API; read, never change)."""
+        with self._lock:
+            return [r for r in self._actors.values() if r.remote is None]
 
     def wait_ready(self, actor_id: bytes, timeout: float | None) -> bool:
         with self._lock:

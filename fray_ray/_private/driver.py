@@ -14,6 +14,7 @@ import enum
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -41,6 +42,7 @@ from fray_ray._private.serialization import SerializedValue, deserialize, serial
 from fray_ray._private.session import SessionService
 from fray_ray._private.spilling import remove_orphaned_spill_dirs
 from fray_ray._private.streams import END, StreamTable
+from fray_ray._private.task_events import TaskEvents
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, PoolKey, ResourceShape, TaskSpec
 from fray_ray._private.timers import TimerQueue
 from fray_ray.exceptions import GetTimeoutError, ObjectFreedError, RaySystemError
@@ -84,6 +86,7 @@ class DriverRuntime:
         address workers connect to; `host_id` the cluster host this driver runs on, if any
         (its node is then the driver's node and the head)."""
         self.state = DriverState.CREATED
+        self.started_at = time.time()  # wall clock, for the state API's job row
         self.runtime_env = runtime_env or RuntimeEnv()  # the job's: every task and actor inherits it
         self.client = client
         self.namespace = namespace
@@ -113,6 +116,7 @@ class DriverRuntime:
             client, self.session.address, self._token, job_prefix=session_name, owns_cluster=bool(self._owned)
         )
         self.streams = StreamTable(self.objects)
+        self.task_events = TaskEvents()  # every task attempt and actor call, for the state API and timeline
         self.placement_groups = PlacementGroupManager(self.ledger, self.objects, on_released=self._resources_released)
         self.scheduler = TaskScheduler(
             self.objects,
@@ -126,6 +130,7 @@ class DriverRuntime:
             stream_released=self.streams.release,
             warm_executors=warm_executors,
             placement_groups=self.placement_groups,
+            events=self.task_events,
         )
         self.actors = ActorManager(
             self.objects,
@@ -137,6 +142,7 @@ class DriverRuntime:
             placement_groups=self.placement_groups,
             timers=self.timers,
             view=self.view,
+            events=self.task_events,
         )
         self.gangs = GangScheduler(self.objects, self.launcher, self.timers, error_for=self._error_value)
         self.actors.on_resources_released = self._resources_released

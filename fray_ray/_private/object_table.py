@@ -55,6 +55,17 @@ class ObjectEntry:
     producer: bytes | None = None
 
 
+@dataclass(frozen=True)
+class ObjectSummary:
+    """One object as `ObjectTable.snapshot()` saw it (for the state API)."""
+
+    object_id: bytes
+    state: ObjectState
+    size: int | None
+    producer: bytes | None
+    contained: tuple[bytes, ...]
+
+
 class ObjectTable:
     """Thread-safe map of object id → entry, with reference counting and completion callbacks."""
 
@@ -333,6 +344,15 @@ class ObjectTable:
     def __len__(self) -> int:
         with self._lock:
             return len(self._entries)
+
+    def snapshot(self) -> list[ObjectSummary]:
+        """Every live object now: id, state, size (None while pending), producer, the refs it holds."""
+        with self._lock:
+            return [
+                ObjectSummary(oid, e.state, e.value.size if e.value is not None else None, e.producer,
+                              tuple(e.value.contained_refs) if e.value is not None else ())
+                for oid, e in self._entries.items()
+            ]
 
     def pending_ids(self) -> list[bytes]:
         with self._lock:

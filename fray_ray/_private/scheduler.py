@@ -34,6 +34,7 @@ from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.resources import Ledger
 from fray_ray._private.retry_policy import retries_user_exception, within_retries
 from fray_ray._private.serialization import SerializedValue
+from fray_ray._private.task_events import TaskEvent, TaskEvents, TaskStatus, TaskType
 from fray_ray._private.task_spec import PoolKey, TaskSpec
 from fray_ray._private.timers import TimerQueue
 from fray_ray._private.worker_exits import ExitReports
@@ -70,6 +71,7 @@ class TaskRecord:
     system_failures: int = 0
     user_failures: int = 0
     cancelled: bool = False
+    event: TaskEvent | None = None  # what the state API and the timeline show of this attempt
 
 
 class TaskScheduler(ExecutorPool):
@@ -87,8 +89,10 @@ class TaskScheduler(ExecutorPool):
         stream_released: Callable[[bytes], None],
         warm_executors: int = 1,
         placement_groups: Any = None,
+        events: TaskEvents | None = None,
     ) -> None:
         self._placement_groups = placement_groups
+        self._events = events or TaskEvents()
         self._judge = judge  # why a task with this strategy and demand can never run, or None
         self._before_schedule = before_schedule  # freed resources go to waiting groups and actors first
         self._objects = objects
@@ -115,7 +119,10 @@ class TaskScheduler(ExecutorPool):
         demand = spec.pool.shape.as_dict()
         problem = None if spec.placement else self._judge(spec.scheduling_strategy, demand)
         self._objects.incref(spec.arguments.value.contained_refs)
-        record = TaskRecord(spec, demand)
+        record = TaskRecord(spec, demand, event=self._events.submitted(TaskEvent(
+            spec.task_id, spec.name, spec.function_name or spec.name, TaskType.NORMAL_TASK,
+            TaskStatus.PENDING_ARGS_AVAIL, parent_task_id=spec.parent_task_id, resources=demand,
+        )))
         if problem is not None:
             from fray_ray.exceptions import TaskUnschedulableError
 
@@ -160,6 +167,8 @@ class TaskScheduler(ExecutorPool):
 
     def _make_ready_locked(self, record: TaskRecord) -> None:
         record.state = TaskState.READY
+        if record.event is not None:
+            record.event.state = TaskStatus.PENDING_NODE_ASSIGNMENT
         self._ready[record.spec.pool].append(record)
 
     def _remove_queued_locked(self, record: TaskRecord) -> None:
@@ -284,6 +293,10 @@ class TaskScheduler(ExecutorPool):
 
     def _assign_locked(self, executor: ExecutorRecord, record: TaskRecord, ledger: Ledger | ClusterLedger) -> None:
         record.state = TaskState.RUNNING if not executor.tasks else TaskState.ASSIGNED
+        if record.event is not None:
+            status = TaskStatus.RUNNING if not executor.tasks else TaskStatus.SUBMITTED_TO_WORKER
+            self._events.placed(record.event, status, executor.host, executor.executor_id, executor.pid)
+            record.event.placement_group_id = record.placement[0].hex() if record.placement else None
         record.executor = executor
         record.ledger = ledger
         executor.tasks.append(record)
@@ -371,6 +384,7 @@ class TaskScheduler(ExecutorPool):
                 retry = not record.cancelled and (max_retries < 0 or record.system_failures <= max_retries)
                 if retry:
                     record.state = TaskState.READY
+                    record.event = self._events.retried(record.event, None, "WORKER_DIED")
                     self._ready[record.spec.pool].appendleft(record)  # retried work goes first
                 else:
                     record.state = TaskState.DONE
@@ -403,6 +417,8 @@ class TaskScheduler(ExecutorPool):
                             executor.lease[0].retake(executor.lease[1])
                 if executor.tasks:
                     executor.tasks[0].state = TaskState.RUNNING
+                    if executor.tasks[0].event is not None:
+                        self._events.running(executor.tasks[0].event)
                 elif executor.pool.max_calls and executor.calls >= executor.pool.max_calls:
                     self._release_lease_locked(executor)
                     executor.state = ExecutorState.DEAD  # it exits by itself
@@ -417,6 +433,7 @@ class TaskScheduler(ExecutorPool):
                 record.executor = None
                 if user_error and not record.cancelled and self._should_retry_exception(record, results):
                     record.user_failures += 1
+                    record.event = self._events.retried(record.event, results)
                     self._make_ready_locked(record)
                     retry = True
                 else:
@@ -453,6 +470,7 @@ class TaskScheduler(ExecutorPool):
         with self._lock:
             self._tasks.pop(record.spec.task_id, None)
             record.state = TaskState.DONE
+        self._events.finished(record.event, results)
         values = [results] * len(record.spec.return_ids) if isinstance(results, SerializedValue) else list(results)
         if len(values) < len(record.spec.return_ids):
             values += [values[-1] if values else self._error_for("system", RuntimeError("missing result"))] * (
@@ -530,6 +548,11 @@ class TaskScheduler(ExecutorPool):
             except ConnectionClosed:
                 pass
         return True
+
+    def argument_refs(self) -> list[Sequence[bytes]]:
+        """The refs held by the arguments of every unfinished task (for the state API)."""
+        with self._lock:
+            return [r.spec.arguments.value.contained_refs for r in self._tasks.values()]
 
     def children_of(self, task_id: bytes) -> list[bytes]:
         with self._lock:

@@ -23,6 +23,7 @@ from fray_ray.fray.actor import (
 from fray_ray.fray.client import Client, FrayError, JobAlreadyExists, JobFailed, JobHandle, wait_all
 from fray_ray.fray.current_client import current_client, host_actor, set_current_client
 from fray_ray.fray.hosts import HostInfo, this_machine
+from fray_ray.fray.job_listing import JobSummary
 from fray_ray.fray.local_backend import LocalClient
 from fray_ray.fray.types import (
     ANY_REGION,
@@ -100,6 +101,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
+    "JobSummary",
     "ANY_REGION",
     "DEFAULT_TPU_HOST_FRACTION",
     "TPU_HBM_BYTES_PER_CHIP",

@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 from fray_ray.fray._setup_scripts import pip_setup_script
 from fray_ray.fray.hosts import HostInfo
+from fray_ray.fray.job_listing import JobSummary
 from fray_ray.fray.types import (
     ANY_REGION,
     CpuConfig,
@@ -33,6 +34,7 @@ from fray_ray.iris.types import (
     Constraint,
     ConstraintOp,
     GpuDevice,
+    JobInfoSnapshot,
     JobState,
     PriorityBand,
     ResourceSpec,
@@ -291,6 +293,23 @@ IRIS_TO_FRAY_STATUS: Mapping[JobState, JobStatus] = MappingProxyType(
 def fray_status(state: JobState) -> JobStatus:
     """The Fray status of an Iris job state (`IRIS_TO_FRAY_STATUS`, else PENDING)."""
     return IRIS_TO_FRAY_STATUS.get(state, JobStatus.PENDING)
+
+
+def job_summary(job: JobInfoSnapshot) -> JobSummary:
+    """A controller's job listing entry as a Fray `JobSummary`."""
+
+    def seconds(ms: int) -> float | None:
+        return ms / 1000.0 if ms else None
+
+    return JobSummary(
+        job_id=job.job_id,
+        status=fray_status(job.state),
+        parent_job=job.parent_job_id or None,
+        error=job.error or job.pending_reason,
+        submitted_at=seconds(job.submitted_at_ms),
+        started_at=seconds(job.started_at_ms),
+        finished_at=seconds(job.finished_at_ms),
+    )
 
 
 def retry_budget(value: int | None, *, unlimited: int) -> int:

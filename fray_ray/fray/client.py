@@ -26,6 +26,7 @@ from fray_ray.fray.types import ActorConfig, EnvironmentConfig, JobRequest, JobS
 if TYPE_CHECKING:
     from fray_ray.fray.actor import ActorGroup, ActorHandle, HostedActor
     from fray_ray.fray.hosts import HostInfo
+    from fray_ray.fray.job_listing import JobSummary
 
 __all__ = ["Client", "FrayError", "JobAlreadyExists", "JobFailed", "JobHandle", "wait_all"]
 
@@ -171,6 +172,15 @@ class Client(Protocol):
 
         Blocks for at most one controller call; raises the backend's error when the cluster
         cannot be asked (the caller decides whether to retry).
+        """
+        ...
+
+    def list_jobs(self) -> list[JobSummary]:
+        """Every job the backend knows now, of every client and user (`FrayIrisClient`: the
+        controller's job list; `LocalClient`: its own unfinished jobs).
+
+        Blocks for at most one controller call; raises the backend's error when the cluster
+        cannot be asked.
         """
         ...
 

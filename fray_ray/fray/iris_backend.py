@@ -51,6 +51,7 @@ from fray_ray.fray._iris_conversions import (
     convert_resources,
     fray_status,
     host_info,
+    job_summary,
     resolve_coscheduling,
     retry_budget,
 )
@@ -70,6 +71,7 @@ from fray_ray.fray._workspaces import WorkspaceBundles
 from fray_ray.fray.actor import ActorUnavailableError, HostedActor
 from fray_ray.fray.client import FrayError, JobAlreadyExists
 from fray_ray.fray.hosts import HostInfo
+from fray_ray.fray.job_listing import JobSummary
 from fray_ray.fray.types import ActorConfig, Entrypoint, EnvironmentConfig, JobRequest, ResourceConfig
 from fray_ray.iris.actor_client import ActorClient
 from fray_ray.iris.addresses import normalize_address
@@ -508,6 +510,11 @@ class FrayIrisClient:
     def list_hosts(self) -> list[HostInfo]:
         """The controller's workers (ListWorkers) as hosts, in its order. One controller call."""
         return [host_info(w) for w in self._call_controller("list workers", lambda c: c.list_workers())]
+
+    def list_jobs(self) -> list[JobSummary]:
+        """The controller's jobs (ListJobs), every user's. One controller call."""
+        jobs = self._call_controller("list jobs", lambda c: c.list_jobs(""))
+        return [job_summary(job) for job in jobs]
 
     def create_actor(
         self,

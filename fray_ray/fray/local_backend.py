@@ -53,6 +53,7 @@ from fray_ray.fray._single_actor import create_single_actor
 from fray_ray.fray.actor import HostedActor
 from fray_ray.fray.client import FrayError, JobAlreadyExists
 from fray_ray.fray.hosts import HostInfo, this_machine
+from fray_ray.fray.job_listing import JobSummary
 from fray_ray.fray.types import ActorConfig, EnvironmentConfig, JobRequest, ResourceConfig
 
 __all__ = ["LocalActorGroup", "LocalActorHandle", "LocalActorMethod", "LocalClient", "LocalJobHandle"]
@@ -150,6 +151,12 @@ class LocalClient:
     def list_hosts(self) -> list[HostInfo]:
         """The one host everything runs on: this machine, or the `host` given. Never blocks."""
         return [self._host]
+
+    def list_jobs(self) -> list[JobSummary]:
+        """This client's unfinished jobs (it has no others, and forgets finished ones). Never blocks."""
+        with self._lock:
+            jobs = list(self._jobs.values())
+        return [JobSummary(job.job_id, job.status()) for job in jobs]
 
     def _check_open_locked(self) -> None:
         if self._state is not _ClientState.OPEN:

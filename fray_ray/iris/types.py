@@ -353,6 +353,9 @@ class JobInfoSnapshot:
     parent_job_id: str = ""
     task_state_counts: Mapping[str, int] = field(default_factory=dict)
     resources: ResourceSpec | None = None  # what each of its tasks holds on its worker
+    submitted_at_ms: int = 0  # epoch milliseconds; 0 when the controller did not say
+    started_at_ms: int = 0
+    finished_at_ms: int = 0
 
     @classmethod
     def from_proto(cls, message: job_pb2.JobStatus) -> JobInfoSnapshot:
@@ -369,6 +372,9 @@ class JobInfoSnapshot:
             parent_job_id=message.parent_job_id,
             task_state_counts=dict(message.task_state_counts),
             resources=ResourceSpec.from_proto(message.resources) if message.HasField("resources") else None,
+            submitted_at_ms=message.submitted_at.epoch_ms,
+            started_at_ms=message.started_at.epoch_ms,
+            finished_at_ms=message.finished_at.epoch_ms,
         )
 
 

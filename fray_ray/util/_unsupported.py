@@ -30,7 +30,6 @@ UNSUPPORTED_MODULES: Final[dict[str, str]] = {
     "client_connect": "Connect with fray_ray.init('iris://host:port') instead of Ray Client.",
     "multiprocessing": "Use fray_ray.util.ActorPool or remote functions with fray_ray.util.map_unordered.",
     "iter": "Use fray_ray.util.as_completed or map_unordered.",
-    "state": "Use fray_ray.nodes(), fray_ray.util.list_named_actors() and the Iris dashboard.",
     "joblib": "Use remote functions with fray_ray.util.map_unordered.",
     "dask": "Run Dask's own scheduler.",
     "spark": "Run Spark's own cluster manager.",

@@ -1,0 +1,263 @@
+"""Task events: what the driver records of each task attempt, for the state API and the timeline.
+
+The scheduler and the actor manager call the hooks below as a task (or an actor call, or an
+actor's creation) moves on; each hook is a few attribute writes, and a lock is taken only when
+an attempt starts or ends, to move it between the live table and the history. Finished
+attempts are kept in a bounded history (oldest dropped first), as Ray's GCS bounds its task
+events; `RAY_task_events_max_num_task_in_gcs` sets the bound, as in Ray.
+
+Times are wall-clock seconds as the driver sees them: a task is RUNNING from the moment its
+executor has it at the head of its queue (or an actor call is among the calls the actor may run
+at once) until its result reaches the driver.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from fray_ray._private.serialization import SerializedValue
+
+if TYPE_CHECKING:
+    from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec
+
+#: Finished attempts kept when `RAY_task_events_max_num_task_in_gcs` is not set.
+DEFAULT_HISTORY = 10_000
+
+
+def history_limit() -> int:
+    """How many finished attempts the driver keeps (Ray's variable; at least 1)."""
+    raw = os.environ.get("RAY_task_events_max_num_task_in_gcs", "")
+    try:
+        return max(1, int(raw)) if raw.strip() else DEFAULT_HISTORY
+    except ValueError:
+        return DEFAULT_HISTORY
+
+
+class TaskStatus(enum.StrEnum):
+    """Ray's task states (the subset the driver can tell apart)."""
+
+    PENDING_ARGS_AVAIL = "PENDING_ARGS_AVAIL"  # waiting for its arguments
+    PENDING_NODE_ASSIGNMENT = "PENDING_NODE_ASSIGNMENT"  # waiting for a worker with room
+    SUBMITTED_TO_WORKER = "SUBMITTED_TO_WORKER"  # queued on an executor behind its running task
+    PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY = "PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY"  # behind earlier calls
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+
+
+class TaskType(enum.StrEnum):
+    NORMAL_TASK = "NORMAL_TASK"
+    ACTOR_CREATION_TASK = "ACTOR_CREATION_TASK"
+    ACTOR_TASK = "ACTOR_TASK"
+
+
+class TaskEvent:
+    """One attempt of one task; mutable, written by the hooks without a lock (single writes)."""
+
+    __slots__ = (
+        "task_id", "attempt", "name", "func_name", "kind", "actor_id", "parent_task_id", "state",
+        "created", "started", "ended", "host", "worker_id", "worker_pid", "error", "error_kind",
+        "resources", "placement_group_id",
+    )
+
+    def __init__(
+        self,
+        task_id: bytes,
+        name: str,
+        func_name: str,
+        kind: TaskType,
+        state: TaskStatus,
+        *,
+        attempt: int = 0,
+        actor_id: bytes | None = None,
+        parent_task_id: bytes | None = None,
+        resources: Mapping[str, float] | None = None,
+    ) -> None:
+        self.task_id = task_id
+        self.attempt = attempt
+        self.name = name
+        self.func_name = func_name
+        self.kind = kind
+        self.actor_id = actor_id
+        self.parent_task_id = parent_task_id
+        self.state = state
+        self.created = time.time()
+        self.started: float | None = None
+        self.ended: float | None = None
+        self.host: str | None = None  # the cluster host it ran on (None: not placed yet)
+        self.worker_id: bytes | None = None
+        self.worker_pid: int | None = None
+        self.error: SerializedValue | None = None  # deserialized only when listed
+        self.error_kind: str | None = None  # Ray's error type when the driver knows it without the value
+        self.resources = resources
+        self.placement_group_id: str | None = None
+
+
+def first_error(results: SerializedValue | Sequence[SerializedValue] | None) -> SerializedValue | None:
+    if results is None:
+        return None
+    if isinstance(results, SerializedValue):
+        return results if results.is_error else None
+    for value in results:
+        if value.is_error:
+            return value
+    return None
+
+
+class TaskEvents:
+    """The session's task attempts: live ones by task id, finished ones in a bounded history."""
+
+    def __init__(self, history: int | None = None) -> None:
+        self._lock = threading.Lock()  # guards _live and _finished (membership, not the events)
+        self._live: dict[bytes, TaskEvent] = {}
+        self._finished: collections.deque[TaskEvent] = collections.deque(maxlen=history or history_limit())
+        self.dropped = 0  # finished attempts pushed out of the history
+
+    # ---- hooks ---------------------------------------------------------------------------
+
+    def submitted(self, event: TaskEvent) -> TaskEvent:
+        with self._lock:
+            self._live[event.task_id] = event
+        return event
+
+    @staticmethod
+    def placed(event: TaskEvent, state: TaskStatus, host: str | None, worker_id: bytes | None, pid: int | None) -> None:
+        """The attempt went to a worker: RUNNING at once, or queued there."""
+        event.host = host
+        event.worker_id = worker_id
+        event.worker_pid = pid
+        event.state = state
+        if state is TaskStatus.RUNNING:
+            event.started = time.time()
+
+    @staticmethod
+    def running(event: TaskEvent) -> None:
+        if event.state is not TaskStatus.RUNNING:
+            event.state = TaskStatus.RUNNING
+            event.started = time.time()
+
+    def running_by_id(self, task_ids: Iterable[bytes]) -> None:
+        for task_id in task_ids:
+            event = self._live.get(task_id)
+            if event is not None and event.state is not TaskStatus.RUNNING:
+                event.state = TaskStatus.RUNNING
+                event.started = time.time()
+
+    def finished(
+        self, event: TaskEvent | None, results: SerializedValue | Sequence[SerializedValue] | None,
+        error_kind: str | None = None,
+    ) -> None:
+        """The attempt ended: FINISHED, or FAILED with the first error among its results."""
+        if event is None:
+            return
+        event.ended = time.time()
+        event.error = first_error(results)
+        event.error_kind = error_kind
+        event.state = TaskStatus.FAILED if event.error is not None or error_kind else TaskStatus.FINISHED
+        with self._lock:
+            if self._live.get(event.task_id) is event:
+                del self._live[event.task_id]
+            if len(self._finished) == self._finished.maxlen:
+                self.dropped += 1
+            self._finished.append(event)
+
+    def finished_by_id(self, task_id: bytes, results: SerializedValue | Sequence[SerializedValue] | None,
+                       error_kind: str | None = None) -> None:
+        self.finished(self._live.get(task_id), results, error_kind)
+
+    def retried(self, event: TaskEvent | None, results: SerializedValue | Sequence[SerializedValue] | None,
+                error_kind: str | None = None) -> TaskEvent | None:
+        """This attempt failed and the task runs again: a new attempt, waiting for a worker."""
+        if event is None:
+            return None
+        if error_kind is None and first_error(results) is None:
+            error_kind = "WORKER_DIED"
+        self.finished(event, results, error_kind)
+        again = TaskEvent(
+            event.task_id, event.name, event.func_name, event.kind, TaskStatus.PENDING_NODE_ASSIGNMENT,
+            attempt=event.attempt + 1, actor_id=event.actor_id, parent_task_id=event.parent_task_id,
+            resources=event.resources,
+        )
+        again.placement_group_id = event.placement_group_id
+        return self.submitted(again)
+
+    def live(self, task_id: bytes) -> TaskEvent | None:
+        return self._live.get(task_id)
+
+    # ---- reading -------------------------------------------------------------------------
+
+    def snapshot(self) -> list[TaskEvent]:
+        """Every recorded attempt: the finished history (oldest first), then the live ones."""
+        with self._lock:
+            return [*self._finished, *self._live.values()]
+
+
+def actor_creation_task_id(actor_id: bytes) -> bytes:
+    """The id of an actor's creation task (24 bytes: padding, then the actor id)."""
+    return bytes(24 - len(actor_id)) + actor_id
+
+
+def describe(event: TaskEvent) -> dict[str, Any]:
+    """The error type and message of a failed attempt (deserializing its error once)."""
+    if event.error is None:
+        return {"error_type": event.error_kind, "error_message": None}
+    from fray_ray._private.serialization import deserialize
+
+    try:
+        error = deserialize(event.error)
+    except Exception as exc:  # noqa: BLE001 - a value that cannot be read still says why
+        return {"error_type": event.error_kind or "TASK_EXECUTION_EXCEPTION", "error_message": f"(unreadable error: {exc})"}
+    return {"error_type": event.error_kind or ray_error_type(error), "error_message": str(error)}
+
+
+def ray_error_type(error: BaseException) -> str:
+    """Ray's ErrorType name for an exception."""
+    import fray_ray.exceptions as ex
+
+    for cls, name in (
+        (ex.TaskCancelledError, "TASK_CANCELLED"),
+        (ex.OutOfMemoryError, "OUT_OF_MEMORY"),
+        (ex.WorkerCrashedError, "WORKER_DIED"),
+        (ex.ActorUnavailableError, "ACTOR_UNAVAILABLE"),
+        (ex.RayActorError, "ACTOR_DIED"),
+        (ex.TaskUnschedulableError, "TASK_UNSCHEDULABLE_ERROR"),
+        (ex.ActorUnschedulableError, "ACTOR_UNSCHEDULABLE_ERROR"),
+        (ex.TaskPlacementGroupRemoved, "TASK_PLACEMENT_GROUP_REMOVED"),
+        (ex.ObjectLostError, "OBJECT_LOST"),
+        (ex.RuntimeEnvSetupError, "RUNTIME_ENV_SETUP_FAILED"),
+        (ex.RayTaskError, "TASK_EXECUTION_EXCEPTION"),
+    ):
+        if isinstance(error, cls):
+            return name
+    return "TASK_EXECUTION_EXCEPTION"
+
+
+def creation_event(spec: ActorCreationSpec) -> TaskEvent:
+    """The event of an actor's creation task, waiting for a worker."""
+    name = f"{spec.class_name}.__init__"
+    return TaskEvent(
+        actor_creation_task_id(spec.actor_id), name, name, TaskType.ACTOR_CREATION_TASK,
+        TaskStatus.PENDING_NODE_ASSIGNMENT, actor_id=spec.actor_id, resources=spec.shape.as_dict(),
+    )
+
+
+def call_event(call: ActorCallSpec, spec: ActorCreationSpec) -> TaskEvent:
+    """The event of an actor call, waiting for its actor."""
+    name = f"{spec.class_name}.{call.method}"
+    return TaskEvent(call.call_id, name, name, TaskType.ACTOR_TASK, TaskStatus.PENDING_NODE_ASSIGNMENT,
+                     actor_id=call.actor_id)
+
+
+def calls_sent(events: TaskEvents, call_ids: Sequence[bytes], running: int, host: str | None, pid: int | None) -> None:
+    """Calls just sent to an actor host: the first `running` may run now, the rest wait behind them."""
+    for index, call_id in enumerate(call_ids):
+        event = events.live(call_id)
+        if event is not None and event.state is not TaskStatus.RUNNING:
+            state = TaskStatus.RUNNING if index < running else TaskStatus.PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY
+            events.placed(event, state, host, None, pid)

@@ -1,0 +1,294 @@
+"""The state API (`fray_ray.util.state`) and `timeline()` against a session with running,
+finished and failed tasks, live and dead actors, and held objects."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import fray_ray
+from fray_ray._private.serialization import serialize_error
+from fray_ray._private.task_events import TaskEvent, TaskEvents, TaskStatus, TaskType
+from fray_ray.util import state
+from fray_ray.util.state import RayStateApiException
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
+
+
+@fray_ray.remote(num_cpus=0)
+class Gate:
+    def __init__(self) -> None:
+        self._open = asyncio.Event()
+
+    async def wait(self) -> bool:
+        await self._open.wait()
+        return True
+
+    async def open(self) -> None:
+        self._open.set()
+
+
+@fray_ray.remote
+def finish(x: int) -> int:
+    return x + 1
+
+
+@fray_ray.remote
+def explode() -> None:
+    raise ValueError("boom from explode")
+
+
+@fray_ray.remote
+def hold(gate: Any, payload: Any) -> int:
+    fray_ray.get(gate.wait.remote())
+    return len(payload)
+
+
+@fray_ray.remote
+class Counter:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def incr(self) -> int:
+        self.n += 1
+        return self.n
+
+
+@fray_ray.remote
+def ask_state() -> str:
+    try:
+        state.list_tasks()
+    except RayStateApiException as exc:
+        return str(exc)
+    return "answered"
+
+
+@pytest.fixture(scope="module")
+def busy_session() -> Iterator[dict[str, Any]]:
+    """A session with one finished, one failed and one running task, a live and a dead actor,
+    and objects held by the driver, by a running task and inside another object."""
+    if fray_ray.is_initialized():
+        fray_ray.shutdown()
+    fray_ray.init(num_cpus=2, namespace="state-tests")
+    gate = Gate.remote()
+    done = finish.remote(1)
+    assert fray_ray.get(done) == 2
+    failed = explode.remote()
+    with pytest.raises(ValueError):
+        fray_ray.get(failed)
+    argument = fray_ray.put(b"a" * 5000)
+    running = hold.remote(gate, argument)
+    held = fray_ray.put(b"h" * 100_000)
+    inner = fray_ray.put("inner")
+    outer = fray_ray.put([inner])
+    inner_id = inner.hex()
+    del inner
+    live = Counter.options(name="live-counter").remote()
+    assert fray_ray.get(live.incr.remote()) == 1
+    dead = Counter.remote()
+    assert fray_ray.get(dead.incr.remote()) == 1
+    fray_ray.kill(dead)
+    wait_until(lambda: state.list_tasks(filters=[("name", "=", "hold"), ("state", "=", "RUNNING")]))
+    session = {
+        "gate": gate, "done": done, "failed": failed, "running": running, "argument": argument, "held": held,
+        "outer": outer, "inner_id": inner_id, "live": live, "dead": dead,
+    }
+    yield session
+    fray_ray.get(gate.open.remote())
+    fray_ray.get(running)
+    fray_ray.shutdown()
+
+
+def by_name(tasks: list[Any], name: str) -> list[Any]:
+    return [t for t in tasks if t.name == name]
+
+
+def test_tasks_keep_state_timings_node_and_error(busy_session: dict[str, Any]) -> None:
+    tasks = state.list_tasks(detail=True)
+    (done,) = by_name(tasks, "finish")
+    (failed,) = by_name(tasks, "explode")
+    (running,) = by_name(tasks, "hold")
+    assert (done.state, failed.state, running.state) == ("FINISHED", "FAILED", "RUNNING")
+    assert done.task_id == busy_session["done"].task_id()
+    assert done.type == "NORMAL_TASK" and done.error_type is None
+    assert failed.error_type == "TASK_EXECUTION_EXCEPTION"
+    assert "boom from explode" in failed.error_message
+    assert done.creation_time_ms <= done.start_time_ms <= done.end_time_ms
+    assert running.start_time_ms is not None and running.end_time_ms is None
+    assert [e["state"] for e in done.events] == ["PENDING_ARGS_AVAIL", "RUNNING", "FINISHED"]
+    nodes = {n.node_id for n in state.list_nodes()}
+    assert {done.node_id, failed.node_id, running.node_id} <= nodes
+    assert running.worker_pid and running.required_resources == {"CPU": 1.0}
+    calls = [t for t in tasks if t.type == "ACTOR_TASK" and t.name == "Counter.incr"]
+    assert len(calls) == 2 and all(t.state == "FINISHED" for t in calls)
+    (waiting,) = [t for t in tasks if t.name == "Gate.wait"]  # a call made from inside a task
+    assert waiting.state == "RUNNING" and waiting.actor_id == busy_session["gate"]._actor_id.hex()
+    creations = [t for t in tasks if t.type == "ACTOR_CREATION_TASK" and t.name == "Counter.__init__"]
+    assert len(creations) == 2
+
+
+def test_records_read_like_dicts_and_hide_detail_columns(busy_session: dict[str, Any]) -> None:
+    (done,) = by_name(state.list_tasks(), "finish")
+    assert done["state"] == "FINISHED" and done.get("name") == "finish" and done.get("missing", 7) == 7
+    assert done.asdict()["task_id"] == done.task_id
+    assert done.error_message is None and done.start_time_ms is None  # detail columns, not asked for
+    assert "start_time_ms" in state.TaskState.detail_columns() - state.TaskState.base_columns()
+    assert "state" in state.TaskState.filterable_columns()
+
+
+def test_filters_and_limit_behave_as_rays(busy_session: dict[str, Any]) -> None:
+    failed = state.list_tasks(filters=[("state", "=", "failed")])  # strings compare case-insensitively
+    assert [t.name for t in failed] == ["explode"]
+    others = state.list_tasks(filters=[("state", "!=", "FAILED"), ("type", "=", "NORMAL_TASK")])
+    assert {t.name for t in others} == {"finish", "hold"}
+    every = state.list_tasks()
+    assert len(every) >= 7
+    two = state.list_tasks(limit=2)
+    assert [t.task_id for t in two] == sorted(t.task_id for t in every)[:2]
+    assert state.list_actors(filters=[("pid", "=", str(state.list_actors()[0].pid))])  # ints from strings
+    with pytest.raises(ValueError, match="Unsupported filter predicate"):
+        state.list_tasks(filters=[("state", ">", "RUNNING")])
+    with pytest.raises(RayStateApiException, match="not supported"):
+        state.list_tasks(filters=[("error_message", "=", "x")])  # a detail column Ray does not filter on
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert state.list_tasks(filters=[("state", "=", "RUNNING"), ("state", "=", "FAILED")]) == []
+    assert any("multiple '=' filters" in str(w.message) for w in caught)
+
+
+def test_actors_live_and_dead(busy_session: dict[str, Any]) -> None:
+    actors = {a.actor_id: a for a in state.list_actors(detail=True)}
+    live = actors[busy_session["live"]._actor_id.hex()]
+    dead = actors[busy_session["dead"]._actor_id.hex()]
+    assert (live.state, live.name, live.class_name, live.ray_namespace) == ("ALIVE", "live-counter", "Counter",
+                                                                             "state-tests")
+    assert live.pid > 0 and live.node_id in {n.node_id for n in state.list_nodes()}
+    assert live.death_cause is None and live.num_restarts == 0
+    assert dead.state == "DEAD" and dead.name == ""
+    assert "ray.kill" in dead.death_cause["actor_died_error_context"]["error_message"]
+    assert state.get_actor(live.actor_id).state == "ALIVE"
+    assert state.get_actor("00" * 16) is None
+    assert {a.state for a in state.list_actors(filters=[("class_name", "=", "Counter")])} == {"ALIVE", "DEAD"}
+
+
+def test_objects_keep_size_owner_and_reference_kind(busy_session: dict[str, Any]) -> None:
+    def rows() -> dict[str, Any]:
+        return {o.object_id: o for o in state.list_objects(limit=10_000)}
+
+    held_id, argument_id = busy_session["held"].hex(), busy_session["argument"].hex()
+    found = wait_until(lambda: (r := rows()).get(busy_session["inner_id"]) is not None
+                       and r[busy_session["inner_id"]].reference_type == "CAPTURED_IN_OBJECT" and r)
+    assert found[held_id].reference_type == "LOCAL_REFERENCE"
+    assert found[held_id].object_size >= 100_000 and found[held_id].task_status == "NIL"
+    assert found[argument_id].reference_type == "USED_BY_PENDING_TASK"
+    running = found[busy_session["running"].hex()]
+    assert running.object_size == -1 and running.task_status == "RUNNING"
+    assert found[busy_session["done"].hex()].task_status == "FINISHED"
+    assert {(o.type, o.ip) for o in found.values()} == {("DRIVER", "127.0.0.1")}
+    assert all(o.pid > 0 for o in found.values())
+    assert state.list_objects(filters=[("reference_type", "=", "USED_BY_PENDING_TASK")])[0].object_id == argument_id
+
+
+def test_summaries(busy_session: dict[str, Any]) -> None:
+    tasks = state.summarize_tasks()["cluster"]
+    assert tasks["summary"]["explode"]["state_counts"] == {"FAILED": 1}
+    assert tasks["summary"]["finish"] == {"func_or_class_name": "finish", "type": "NORMAL_TASK",
+                                          "state_counts": {"FINISHED": 1}}
+    assert tasks["total_actor_scheduled"] >= 3 and tasks["total_actor_tasks"] >= 2
+    assert tasks["total_tasks"] >= 3 and tasks["summary_by"] == "func_name"
+    actors = state.summarize_actors()["cluster"]
+    assert actors["summary"]["Counter"] == {"class_name": "Counter", "state_counts": {"ALIVE": 1, "DEAD": 1}}
+    assert actors["total_actors"] == 3 and actors["summary_by"] == "class"
+
+
+def test_get_task_by_id_and_ref(busy_session: dict[str, Any]) -> None:
+    by_ref = state.get_task(busy_session["running"])
+    assert by_ref.state == "RUNNING" and by_ref.start_time_ms is not None  # get_task is detailed
+    assert state.get_task(busy_session["done"].task_id()).state == "FINISHED"
+    assert state.get_task("ff" * 24) is None
+
+
+def test_nodes_jobs_and_placement_groups(busy_session: dict[str, Any]) -> None:
+    (node,) = state.list_nodes()
+    assert (node.state, node.is_head_node) == ("ALIVE", True) and node.resources_total["CPU"] == 2.0
+    jobs = state.list_jobs()
+    (driver,) = [j for j in jobs if j.job_id == fray_ray.get_runtime_context().get_job_id()]
+    assert driver.type == "DRIVER" and driver.status == "RUNNING"
+    assert not [j for j in jobs if "rayactor" in (j.submission_id or "")]  # named actors are not jobs
+    group = fray_ray.util.placement_group([{"CPU": 0.1}])
+    fray_ray.get(group.ready())
+    (row,) = state.list_placement_groups(filters=[("placement_group_id", "=", group.id.hex())], detail=True)
+    assert row.state == "CREATED" and row.bundles[0]["unit_resources"] == {"CPU": 0.1}
+    fray_ray.util.remove_placement_group(group)
+    wait_until(lambda: state.list_placement_groups(filters=[("state", "=", "REMOVED")]))
+
+
+def test_state_api_is_for_the_driver(busy_session: dict[str, Any]) -> None:
+    assert "from the driver" in fray_ray.get(ask_state.remote())
+
+
+def test_timeline_has_one_complete_event_per_ended_attempt(busy_session: dict[str, Any], tmp_path: Any) -> None:
+    target = tmp_path / "trace.json"
+    assert fray_ray.timeline(str(target)) is None
+    trace = json.loads(target.read_text())
+    ended = [t for t in state.list_tasks(limit=10_000) if t.state in ("FINISHED", "FAILED")]
+    assert sorted(e["args"]["task_id"] for e in trace) == sorted(t.task_id for t in ended)
+    for event in trace:
+        assert event["ph"] == "X" and event["dur"] >= 0 and event["ts"] > 0
+        assert set(event) >= {"cat", "name", "pid", "tid", "ts", "dur", "ph", "args"}
+    names = {e["cat"] for e in trace}
+    assert {"task::finish", "task::explode", "task::Counter.incr"} <= names
+    assert fray_ray.timeline() == sorted(fray_ray.timeline(), key=lambda e: e["ts"])
+
+
+def test_retried_attempts_are_separate_records(busy_session: dict[str, Any]) -> None:
+    @fray_ray.remote(max_retries=1, retry_exceptions=True)
+    def flaky() -> None:
+        raise RuntimeError("always")
+
+    ref = flaky.remote()
+    with pytest.raises(RuntimeError):
+        fray_ray.get(ref)
+    attempts = state.get_task(ref)
+    assert [(a.attempt_number, a.state) for a in attempts] == [(0, "FAILED"), (1, "FAILED")]
+
+
+# ---- the recorder alone --------------------------------------------------------------------
+
+
+def test_history_is_bounded_and_live_attempts_stay() -> None:
+    events = TaskEvents(history=3)
+    live = events.submitted(TaskEvent(b"L" * 24, "live", "live", TaskType.NORMAL_TASK, TaskStatus.PENDING_ARGS_AVAIL))
+    for index in range(5):
+        event = events.submitted(TaskEvent(bytes([index]) * 24, f"t{index}", "t", TaskType.NORMAL_TASK,
+                                           TaskStatus.PENDING_ARGS_AVAIL))
+        events.placed(event, TaskStatus.RUNNING, None, None, 1)
+        events.finished(event, serialize_error(ValueError("x")) if index == 4 else None)
+    kept = events.snapshot()
+    assert [e.name for e in kept] == ["t2", "t3", "t4", "live"] and events.dropped == 2
+    assert kept[2].state is TaskStatus.FAILED and kept[1].state is TaskStatus.FINISHED
+    assert live.state is TaskStatus.PENDING_ARGS_AVAIL
+
+
+def test_history_limit_follows_rays_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fray_ray._private.task_events import DEFAULT_HISTORY, history_limit
+
+    monkeypatch.setenv("RAY_task_events_max_num_task_in_gcs", "7")
+    assert history_limit() == 7
+    monkeypatch.setenv("RAY_task_events_max_num_task_in_gcs", "many")
+    assert history_limit() == DEFAULT_HISTORY
