@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from compat_tests._backend import DEFAULT_SHARED_CLUSTER, TEST_NAMESPACE
+from compat_tests._backend import DEFAULT_SHARED_CLUSTER, TEST_NAMESPACE, selected_backend
 from compat_tests._plugin import (  # noqa: F401  (hooks, re-exported for pytest)
     pytest_addoption,
     pytest_collection_finish,
@@ -66,7 +66,12 @@ class _Clusters:
     def start(self, owner: str, kwargs: dict[str, Any]) -> Any:
         self.stop()
         ray = self._ray()
-        self.context = ray.init(**{"namespace": TEST_NAMESPACE, **kwargs})
+        defaults: dict[str, Any] = {"namespace": TEST_NAMESPACE}
+        if selected_backend() == "ray":
+            # Ray's dashboard (installed with ray[default]) adds seconds to every init; only the
+            # state API's module needs it, and asks for it (SHARED_CLUSTER).
+            defaults["include_dashboard"] = False
+        self.context = ray.init(**{**defaults, **kwargs})
         self.owner, self.kwargs = owner, dict(kwargs)
         return self.context
 
