@@ -238,7 +238,7 @@ class WorkerTemplate:
         self._control.settimeout(timeout if block else 0.0)
         try:
             data = self._control.recv(_MAX_MESSAGE)
-        except socket.timeout as exc:
+        except TimeoutError as exc:
             if block:
                 raise TemplateDown("the worker template did not answer") from exc
             raise BlockingIOError from exc

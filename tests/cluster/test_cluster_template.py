@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 from cluster_helpers import job_name, pid_alive, wait_finished, wait_for
+from test_cluster_process import Recorder  # noqa: E402  (this directory is on sys.path)
 
 from fray_ray.cluster._process import ProcessSpec, ProcessSupervisor
 from fray_ray.cluster._template import ForkCandidate, TemplateSettings, fork_request, resolve_command
 from fray_ray.iris.entrypoint import callable_entrypoint
 from fray_ray.iris.types import JobSpec, JobState, ResourceSpec
-
-from test_cluster_process import Recorder  # noqa: E402  (this directory is on sys.path)
 
 PROBE = textwrap.dedent(
     """
