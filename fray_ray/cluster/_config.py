@@ -28,6 +28,20 @@ ATTR_TPU_VM_COUNT = "tpu-vm-count"
 ATTR_GPU_VARIANT = "gpu-variant"
 ATTR_GPU_COUNT = "gpu-count"
 
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+#: What the worker template imports: fray_ray's executor entry point (with cloudpickle and
+#: msgpack; the template forks once it is in), then while idle the actor host and the actor
+#: server stack, and numpy (skipped where it is not installed). Names only: the cluster never
+#: imports them itself.
+DEFAULT_TEMPLATE_PRELOAD = (
+    "fray_ray._private.worker_start",
+    "cloudpickle",
+    "msgpack",
+    "fray_ray._private.actor_host",
+    "fray_ray.fray.iris_backend",
+    "fray_ray.iris.actor_server",
+    "numpy",
+)
 _WORKER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
 
@@ -191,6 +205,13 @@ class ClusterConfig:
       `host`. A single worker is this machine itself (127.0.0.1), as Ray's one-node cluster.
     - `run_setup_scripts`: run each job's setup scripts before its command, as Iris's
       container runtime does (False: skip them, as Iris's local process runtime does).
+    - `worker_template`: fork task processes that run the task Python on a script (executors,
+      actor hosts, callable jobs) from a warm template process that has imported
+      `worker_template_preload`, instead of starting an interpreter each time; device-shaped
+      tasks and other commands always start fresh. `FRAY_RAY_WORKER_TEMPLATE=0` turns it off
+      too (for code that is not fork-safe).
+    - `worker_template_preload`: modules the template imports (those that fail are skipped);
+      it forks once the first is in and imports the others while idle.
     """
 
     workers: tuple[WorkerSpec, ...] = ()
@@ -209,6 +230,8 @@ class ClusterConfig:
     max_finished_jobs: int = 10_000
     distinct_hosts: bool = True
     run_setup_scripts: bool = True
+    worker_template: bool = True
+    worker_template_preload: tuple[str, ...] = DEFAULT_TEMPLATE_PRELOAD
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "workers", tuple(self.workers))
@@ -228,6 +251,12 @@ class ClusterConfig:
             raise ValueError("client_freshness_days cannot be negative")
         if self.token is not None and not self.token:
             raise ValueError("token cannot be empty; pass None to mint one")
+        if isinstance(self.worker_template_preload, str):
+            raise TypeError("worker_template_preload is a sequence of module names, not one string")
+        object.__setattr__(self, "worker_template_preload", tuple(self.worker_template_preload))
+        bad = [m for m in self.worker_template_preload if not isinstance(m, str) or not _MODULE_NAME.match(m)]
+        if bad:
+            raise ValueError(f"worker_template_preload holds names that are not module names: {bad}")
 
     def effective_workers(self) -> tuple[WorkerSpec, ...]:
         return self.workers or (cpu_worker(),)

@@ -31,7 +31,8 @@ from fray_ray.cluster._logs import LogStore
 from fray_ray.cluster._process import ProcessSupervisor
 from fray_ray.cluster._reaper import OWNER_FILE, TEMP_PREFIX, remove_orphaned_dirs
 from fray_ray.cluster._service import ControllerService, EndpointService, LogService
-from fray_ray.cluster._worker import default_task_python
+from fray_ray.cluster._template import TemplateSettings, template_enabled
+from fray_ray.cluster._worker import default_task_python, inherited_environment
 from fray_ray.iris.controller_client import ControllerClient
 from fray_ray.iris.transport import RpcServer, new_token
 
@@ -101,7 +102,7 @@ class EmbeddedCluster:
                     owner.write(str(os.getpid()))
                 self._guard = ProcessGuard(self._temp_dir).start()
                 self._logs = LogStore(config.max_log_lines_per_attempt)
-                self._supervisor = ProcessSupervisor(guard=self._guard).start()
+                self._supervisor = ProcessSupervisor(guard=self._guard, template=self._template_settings()).start()
                 self._memory_cgroups = MemoryCgroups.open()
                 self._controller = EmbeddedController(
                     config.effective_workers(),
@@ -149,6 +150,18 @@ class EmbeddedCluster:
             self._state = ClusterLifecycle.STOPPED
             self._release()
         atexit.unregister(self._exit_hook)
+
+    def _template_settings(self) -> TemplateSettings | None:
+        config = self.config
+        if not template_enabled(config.worker_template):
+            return None
+        assert self._temp_dir is not None
+        return TemplateSettings(
+            python=config.task_python or default_task_python(),
+            preload=config.worker_template_preload,
+            environment=inherited_environment(config.inherit_env),
+            cwd=self._temp_dir,
+        )
 
     def _release(self) -> None:
         if self._server is not None:
@@ -251,6 +264,11 @@ class EmbeddedCluster:
             index += 1
         self.controller.add_worker(spec, address)
         return next(w for w in self.workers() if w.spec.worker_id == spec.worker_id)
+
+    @property
+    def worker_template_pid(self) -> int | None:
+        """The worker template's pid while it forks task processes (None: off, starting or down)."""
+        return self._supervisor.template_pid if self._supervisor is not None else None
 
     def task_pids(self) -> list[int]:
         """Process-group leaders of the task attempts running now."""

@@ -13,6 +13,14 @@ before its leader is reaped (so the group id cannot have been reused). An option
 `SpawnGuard` (the cluster's `ProcessGuard`) marks every process's environment, places the
 supervisor thread in the cluster's cgroup, and hears of every group, so that a reaper can kill
 them all should this process die.
+
+With a worker template (`_template.py`), a launch that is the template's own Python running a
+script is forked from that warm process instead (a few ms instead of an interpreter start).
+The child's pipes are made here and handed over; the template is its parent, reports its exit
+status, and reaps it only when told to, so the guarantees above hold for forked children too:
+each is a session of its own, dies with the template (which dies with this thread), joins
+the cluster's cgroup by birth, is reported to the guard, and has its group killed before its
+leader is reaped. Should the template die or misbehave, launches spawn as before.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import enum
 import functools
 import logging
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -34,6 +43,16 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
+
+from fray_ray.cluster._template import (
+    ForkCandidate,
+    ForkFailed,
+    TemplateDown,
+    TemplateSettings,
+    TemplateState,
+    WorkerTemplate,
+    fork_request,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -108,32 +127,36 @@ class SpawnGuard(Protocol):
 
 @dataclass(frozen=True)
 class ProcessSpec:
-    """What to run: argv in cwd with exactly env."""
+    """What to run: argv in cwd with exactly env; `fork` when it may fork from the template."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str]
     cwd: str
+    fork: ForkCandidate | None = None
 
 
 class _Stream:
-    __slots__ = ("source", "fd", "buffer")
+    __slots__ = ("source", "fd", "buffer", "owned_fd")
 
-    def __init__(self, source: str, fd: int) -> None:
+    def __init__(self, source: str, fd: int, owned: bool = False) -> None:
         self.source = source
-        self.fd = fd
+        self.fd = fd  # -1 once read to the end
         self.buffer = b""
+        self.owned_fd = fd if owned else -1  # closed by us (not by a Popen's pipe objects)
 
 
 class _Running:
-    __slots__ = ("key", "popen", "pidfd", "listener", "streams", "waiter")
+    __slots__ = ("key", "pid", "popen", "pidfd", "listener", "streams", "waiter", "returncode")
 
-    def __init__(self, key: int, popen: subprocess.Popen, listener: ProcessListener) -> None:
+    def __init__(self, key: int, pid: int, popen: subprocess.Popen | None, listener: ProcessListener) -> None:
         self.key = key
-        self.popen = popen
+        self.pid = pid
+        self.popen = popen  # None: forked by the template, which is its parent
         self.pidfd: int | None = None
         self.listener = listener
         self.streams: list[_Stream] = []
         self.waiter: threading.Thread | None = None
+        self.returncode: int | None = None  # a forked child's, as the template reported it
 
 
 class SupervisorState(enum.Enum):
@@ -153,6 +176,7 @@ class ProcessSupervisor:
         use_setpriv: bool = True,
         use_pidfd: bool = True,
         guard: SpawnGuard | None = None,
+        template: TemplateSettings | None = None,
     ) -> None:
         self._name = name
         self._guard = guard
@@ -170,6 +194,8 @@ class ProcessSupervisor:
         self._wake_w: int | None = None
         self._thread: threading.Thread | None = None
         self._use_pidfd = use_pidfd and hasattr(os, "pidfd_open")
+        self._template_settings = template if self._use_pidfd else None
+        self._template: WorkerTemplate | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -234,7 +260,13 @@ class ProcessSupervisor:
     def pids(self) -> list[int]:
         """Leaders of the process groups alive now."""
         with self._lock:
-            return [r.popen.pid for r in self._running.values()]
+            return [r.pid for r in self._running.values()]
+
+    @property
+    def template_pid(self) -> int | None:
+        """The worker template's pid while it serves (None: off, starting, or down)."""
+        template = self._template
+        return template.pid if template is not None and template.state == TemplateState.READY else None
 
     # ---- internals --------------------------------------------------------------------------
 
@@ -242,7 +274,7 @@ class ProcessSupervisor:
     def _kill_group(running: _Running) -> None:
         # Called with the lock held and the leader unreaped, so the group id is still ours.
         try:
-            os.killpg(running.popen.pid, signal.SIGKILL)
+            os.killpg(running.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
 
@@ -260,8 +292,9 @@ class ProcessSupervisor:
         try:
             if self._guard is not None:
                 self._guard.enter_thread()
+            self._start_template()
             while True:
-                for key, _ in self._selector.select(timeout=None if self._state == SupervisorState.RUNNING else 0.05):
+                for key, _ in self._selector.select(timeout=self._select_timeout()):
                     if key.data is None:
                         self._drain_wake_pipe()
                     else:
@@ -271,6 +304,8 @@ class ProcessSupervisor:
                     return
         except Exception:  # noqa: BLE001 - a supervisor crash must not leave processes behind
             logger.exception("%s crashed; killing its processes", self._name)
+            if self._template is not None:
+                self._template.stop(timeout=0)
             with self._lock:
                 self._state = SupervisorState.STOPPED
                 for running in self._running.values():
@@ -287,14 +322,76 @@ class ProcessSupervisor:
         except BlockingIOError:
             pass
 
+    def _select_timeout(self) -> float | None:
+        if self._state != SupervisorState.RUNNING:
+            return 0.05
+        deadline = self._template.ready_deadline() if self._template is not None else None
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+    def _start_template(self) -> None:
+        settings = self._template_settings
+        if settings is None:
+            return
+        template = WorkerTemplate(settings)
+        prefix = pdeathsig_prefix() if self._use_setpriv else ()
+        preexec = _die_with_parent if not prefix and _prctl is not None else None
+        try:
+            template.start(self._guard.environment if self._guard is not None else {}, prefix, preexec)
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            logger.warning("cannot start the worker template (%s): task processes start without it", exc)
+            return
+        assert self._selector is not None
+        watched = template.watched()
+        for fd, handler in watched:
+            self._selector.register(fd, selectors.EVENT_READ, handler)
+        template.before_close = functools.partial(self._template_closing, [fd for fd, _ in watched])
+        self._template = template
+
+    def _template_closing(self, fds: list[int]) -> None:
+        """The template is going away: unregister it; its children die with it (parent-death
+        signal), so wait for each through a pidfd and report it killed."""
+        assert self._selector is not None
+        for fd in fds:
+            try:
+                self._selector.unregister(fd)
+            except (KeyError, ValueError):
+                pass
+        with self._lock:
+            orphans = [r for r in self._running.values() if r.popen is None]
+            for running in orphans:
+                self._kill_group(running)
+        for running in orphans:
+            if running.pidfd is not None and self._state == SupervisorState.RUNNING:
+                self._selector.register(running.pidfd, selectors.EVENT_READ, lambda r=running: self._on_exit(r))
+
+    def _template_events(self) -> None:
+        template = self._template
+        if template is None:
+            return
+        template.check_deadline()
+        for pid, returncode in template.take_exits():
+            with self._lock:
+                running = next((r for r in self._running.values() if r.pid == pid and r.popen is None), None)
+            if running is not None:
+                running.returncode = returncode
+                self._on_exit(running)
+
+    def _waits_for_template(self, spec: ProcessSpec) -> bool:
+        """The next launch may fork, but the template is still importing: hold the queue."""
+        template = self._template
+        return spec.fork is not None and template is not None and template.state == TemplateState.STARTING
+
     def _process_queue(self) -> None:
         while True:
+            self._template_events()
             with self._lock:
                 if self._exited:
                     exited_key = self._exited.popleft()
                     running = self._running.get(exited_key)
                     item = None
                 elif self._queue and self._state == SupervisorState.RUNNING:
+                    if self._waits_for_template(self._queue[0][1]):
+                        return
                     item = self._queue.popleft()
                     cancelled = item[0] in self._cancelled
                     self._cancelled.discard(item[0])
@@ -315,6 +412,8 @@ class ProcessSupervisor:
         env = dict(spec.env)
         if self._guard is not None:
             env.update(self._guard.environment)
+        if self._start_forked(key, spec, env, listener):
+            return
         try:
             popen = subprocess.Popen(
                 [*prefix, *spec.argv],
@@ -335,14 +434,9 @@ class ProcessSupervisor:
             return
         if self._guard is not None:
             self._guard.group_started(popen.pid)
-        running = _Running(key, popen, listener)
-        assert self._selector is not None and popen.stdout is not None and popen.stderr is not None
-        for source, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
-            fd = pipe.fileno()
-            os.set_blocking(fd, False)
-            stream = _Stream(source, fd)
-            running.streams.append(stream)
-            self._selector.register(fd, selectors.EVENT_READ, lambda r=running, s=stream: self._on_readable(r, s))
+        running = _Running(key, popen.pid, popen, listener)
+        assert popen.stdout is not None and popen.stderr is not None
+        self._watch_output(running, popen.stdout.fileno(), popen.stderr.fileno())
         if self._use_pidfd:
             try:
                 running.pidfd = os.pidfd_open(popen.pid)
@@ -354,6 +448,54 @@ class ProcessSupervisor:
             running.waiter = threading.Thread(
                 target=self._wait_without_reaping, args=(running,), name=f"{self._name}-wait-{popen.pid}", daemon=True
             )
+        self._register(running)
+
+    def _watch_output(self, running: _Running, stdout_fd: int, stderr_fd: int) -> None:
+        assert self._selector is not None
+        for source, fd in (("stdout", stdout_fd), ("stderr", stderr_fd)):
+            os.set_blocking(fd, False)
+            stream = _Stream(source, fd, owned=running.popen is None)
+            running.streams.append(stream)
+            self._selector.register(fd, selectors.EVENT_READ, lambda r=running, s=stream: self._on_readable(r, s))
+
+    def _start_forked(self, key: int, spec: ProcessSpec, env: dict[str, str], listener: ProcessListener) -> bool:
+        """Fork `spec` from the template if it may; False when it must spawn instead."""
+        template = self._template
+        if spec.fork is None or template is None or template.state != TemplateState.READY:
+            return False
+        request = fork_request(spec.fork, template.settings, env, spec.cwd)
+        if request is None:
+            return False
+        stdout_r, stdout_w = os.pipe()
+        stderr_r, stderr_w = os.pipe()
+        try:
+            pid = template.fork(request, env, spec.cwd, stdout_w, stderr_w)
+        except (TemplateDown, ForkFailed) as exc:
+            for fd in (stdout_r, stderr_r):
+                os.close(fd)
+            if isinstance(exc, TemplateDown):
+                return False
+            with self._lock:
+                self._starting = None
+                self._cancelled.discard(key)
+            listener.process_exited(127, f"cannot start {spec.argv[0]!r}: {exc}")
+            return True
+        finally:
+            os.close(stdout_w)
+            os.close(stderr_w)
+        if self._guard is not None:
+            self._guard.group_started(pid)
+        running = _Running(key, pid, None, listener)
+        self._watch_output(running, stdout_r, stderr_r)
+        try:
+            running.pidfd = os.pidfd_open(pid)  # watched only should the template die
+        except OSError:
+            pass
+        self._register(running)
+        return True
+
+    def _register(self, running: _Running) -> None:
+        key = running.key
         with self._lock:
             self._running[key] = running
             self._starting = None
@@ -363,13 +505,13 @@ class ProcessSupervisor:
                 self._kill_group(running)
         if running.waiter is not None:
             running.waiter.start()
-        listener.process_started(popen.pid)
+        running.listener.process_started(running.pid)
 
     def _wait_without_reaping(self, running: _Running) -> None:
         # Fallback for kernels without pidfds: wait for the exit but leave the zombie, so the
         # supervisor thread can still kill leftover group members before reaping.
         try:
-            os.waitid(os.P_PID, running.popen.pid, os.WEXITED | os.WNOWAIT)
+            os.waitid(os.P_PID, running.pid, os.WEXITED | os.WNOWAIT)
         except ChildProcessError:
             pass
         with self._lock:
@@ -444,14 +586,17 @@ class ProcessSupervisor:
             os.close(running.pidfd)
             running.pidfd = None
         with self._lock:
-            returncode = running.popen.wait()
+            if running.popen is not None:
+                returncode = running.popen.wait()
+            else:  # reported by the template; unknown if it died with the template
+                returncode = running.returncode if running.returncode is not None else -signal.SIGKILL
             self._running.pop(running.key, None)
             stopping = self._state != SupervisorState.RUNNING
+        if running.popen is None and self._template is not None:
+            self._template.reap(running.pid)  # only now: its group can no longer be signalled from here
         if self._guard is not None:
-            self._guard.group_reaped(running.popen.pid)
-        for pipe in (running.popen.stdout, running.popen.stderr):
-            if pipe is not None:
-                pipe.close()
+            self._guard.group_reaped(running.pid)
+        self._close_pipes(running)
         if running.waiter is not None:
             running.waiter.join()
         if not stopping:
@@ -462,6 +607,8 @@ class ProcessSupervisor:
 
     def _finish_stop(self, wait: float = 10.0) -> bool:
         """Called on the supervisor thread once stopping: reap everything, True when done."""
+        if self._template is not None:
+            self._template.stop()  # it kills and reaps its children, then exits
         deadline = time.monotonic() + wait
         while True:
             with self._lock:
@@ -480,20 +627,32 @@ class ProcessSupervisor:
 
     @staticmethod
     def _is_zombie(running: _Running) -> bool:
+        if running.popen is None:  # the template's child: its pidfd turns readable when it exits
+            return running.pidfd is None or bool(select.select([running.pidfd], [], [], 0)[0])
         try:
-            result = os.waitid(os.P_PID, running.popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            result = os.waitid(os.P_PID, running.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
             return True
         return result is not None
+
+    @staticmethod
+    def _close_pipes(running: _Running) -> None:
+        if running.popen is not None:
+            for pipe in (running.popen.stdout, running.popen.stderr):
+                if pipe is not None:
+                    pipe.close()
+            return
+        for stream in running.streams:  # a forked child's pipes are plain descriptors of ours
+            if stream.owned_fd >= 0:
+                os.close(stream.owned_fd)
+                stream.owned_fd = -1
 
     def _close(self) -> None:
         with self._lock:
             leftovers = list(self._running.values())
             self._running.clear()
         for running in leftovers:
-            for pipe in (running.popen.stdout, running.popen.stderr):
-                if pipe is not None:
-                    pipe.close()
+            self._close_pipes(running)
             if running.pidfd is not None:
                 os.close(running.pidfd)
         if self._selector is not None:

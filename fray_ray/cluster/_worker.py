@@ -31,6 +31,7 @@ from fray_ray.cluster._config import WorkerSpec
 from fray_ray.cluster._logs import LogStore
 from fray_ray.cluster._paths import path_inside
 from fray_ray.cluster._process import ProcessSpec, ProcessSupervisor
+from fray_ray.cluster._template import ForkCandidate
 from fray_ray.iris.job_info import TOKEN_ENV
 from fray_ray.iris.transport import free_port
 from fray_ray.iris.types import ResourceSpec
@@ -258,12 +259,17 @@ class LocalWorker:
         cleanup = functools.partial(self._attempt_done, list(ports.values()), workdir, launch.uid if cgroup else None)
         output = _AttemptOutput(launch, ports, self._logs, self._listener, cleanup, cgroup.exit_report if cgroup else None)
         argv = launch.argv
-        if launch.setup_scripts and self._contract.run_setup_scripts:
+        runs_setup = bool(launch.setup_scripts) and self._contract.run_setup_scripts
+        if runs_setup:
             argv = ("bash", "-c", SETUP_RUNNER, "iris-setup", str(len(launch.setup_scripts)), *launch.setup_scripts, *argv)
+        # A task that holds a device never forks from a shared template; nor one with setup.
+        fork = None
+        if not (runs_setup or launch.uses_gpu or launch.uses_tpu or launch.gpu_indices):
+            fork = ForkCandidate(argv, os.path.join(cgroup.path, "cgroup.procs") if cgroup is not None else None)
         if cgroup is not None:
             argv = cgroup.wrap(argv)
         try:
-            self._supervisor.spawn(launch.uid, ProcessSpec(argv, env, workdir), output)
+            self._supervisor.spawn(launch.uid, ProcessSpec(argv, env, workdir, fork), output)
         except RuntimeError:  # the cluster is stopping
             cleanup()
 
@@ -304,10 +310,7 @@ class LocalWorker:
     def task_environment(self, launch: AttemptLaunch, workdir: str, ports: Mapping[str, int]) -> dict[str, str]:
         """The environment of one attempt: inherited, then device, then job, then the contract."""
         contract = self._contract
-        if contract.inherit_env:
-            env = {k: v for k, v in os.environ.items() if not k.startswith("IRIS_") and k != TOKEN_ENV}
-        else:
-            env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER") if k in os.environ}
+        env = inherited_environment(contract.inherit_env)
         if self.spec.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in launch.gpu_indices)
         if launch.uses_tpu or launch.uses_gpu:
@@ -340,6 +343,14 @@ class LocalWorker:
             env[TOKEN_ENV] = contract.token
             env[IRIS_TASK_TOKEN_ENV] = contract.token
         return env
+
+
+def inherited_environment(inherit_env: bool) -> dict[str, str]:
+    """What every task's environment starts from (and the worker template's): this process's
+    environment without Iris's task variables, or a minimal one."""
+    if inherit_env:
+        return {k: v for k, v in os.environ.items() if not k.startswith("IRIS_") and k != TOKEN_ENV}
+    return {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER") if k in os.environ}
 
 
 def bind_host(advertised: str) -> str:

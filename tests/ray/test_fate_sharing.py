@@ -23,8 +23,12 @@ DRIVER = textwrap.dedent(
     def pid():
         return os.getpid()
 
+    @ray.remote
+    def parent():
+        return os.getppid()  # the worker template when workers fork from it, else the driver
+
     holder = Holder.remote()
-    print(ray.get(holder.pid.remote()), ray.get(pid.remote()), flush=True)
+    print(ray.get(holder.pid.remote()), ray.get(pid.remote()), ray.get(parent.remote()), flush=True)
     time.sleep(600)  # killed by the test long before
     """
 )
@@ -43,12 +47,13 @@ def test_killing_the_driver_ends_its_workers_and_actors(tmp_path) -> None:
     env = {**__import__("os").environ, "TMPDIR": str(tmp_path)}
     driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True, env=env)
     try:
-        actor_pid, task_pid = (int(p) for p in driver.stdout.readline().split())
+        actor_pid, task_pid, parent_pid = (int(p) for p in driver.stdout.readline().split())
         assert _alive(actor_pid) and _alive(task_pid)
+        assert parent_pid != driver.pid  # forked from the worker template, which must die too
     finally:
         driver.send_signal(signal.SIGKILL)
         driver.wait(30)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (_alive(actor_pid) or _alive(task_pid)):
+    while time.monotonic() < deadline and (_alive(actor_pid) or _alive(task_pid) or _alive(parent_pid)):
         time.sleep(0.05)
-    assert not _alive(actor_pid) and not _alive(task_pid)
+    assert not _alive(actor_pid) and not _alive(task_pid) and not _alive(parent_pid)
