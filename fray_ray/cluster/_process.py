@@ -25,25 +25,22 @@ leader is reaped. Should the template die or misbehave, launches spawn as before
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import enum
 import functools
 import logging
 import os
 import select
 import selectors
-import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from fray_ray.cluster._parent_death import die_with_parent, pdeathsig_prefix, prctl
 from fray_ray.cluster._template import (
     ForkCandidate,
     ForkFailed,
@@ -56,44 +53,7 @@ from fray_ray.cluster._template import (
 
 logger = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 _READ_CHUNK = 65536
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    # Try the usual name first: find_library() runs ldconfig, which costs ~100 ms at import.
-    for name in ("libc.so.6", None):
-        try:
-            libc = ctypes.CDLL(name or ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            return libc.prctl
-        except (OSError, AttributeError):
-            continue
-    return None
-
-
-_prctl = _load_prctl()
-
-
-def _die_with_parent() -> None:
-    """Runs in the child between fork and exec: die when the forking thread dies."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-@functools.lru_cache(maxsize=1)
-def pdeathsig_prefix() -> tuple[str, ...]:
-    """`setpriv --pdeathsig KILL --` if that works on this machine, else ()."""
-    setpriv = shutil.which("setpriv")
-    if setpriv is None or not sys.platform.startswith("linux"):
-        return ()
-    prefix = (setpriv, "--pdeathsig", "KILL", "--")
-    try:
-        probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    return prefix if probe.returncode == 0 else ()
 
 
 class ProcessListener(Protocol):
@@ -334,7 +294,7 @@ class ProcessSupervisor:
             return
         template = WorkerTemplate(settings)
         prefix = pdeathsig_prefix() if self._use_setpriv else ()
-        preexec = _die_with_parent if not prefix and _prctl is not None else None
+        preexec = die_with_parent if not prefix and prctl is not None else None
         try:
             template.start(self._guard.environment if self._guard is not None else {}, prefix, preexec)
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
@@ -423,7 +383,7 @@ class ProcessSupervisor:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if not prefix and _prctl is not None else None,
+                preexec_fn=die_with_parent if not prefix and prctl is not None else None,
                 close_fds=True,
             )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
