@@ -191,6 +191,8 @@ class ClusterConfig:
       `host`. A single worker is this machine itself (127.0.0.1), as Ray's one-node cluster.
     - `run_setup_scripts`: run each job's setup scripts before its command, as Iris's
       container runtime does (False: skip them, as Iris's local process runtime does).
+    - `dashboard`: serve the web dashboard at the controller's address (`/`), behind the same
+      token (a login form, or the token link `EmbeddedCluster.dashboard_url`).
     """
 
     workers: tuple[WorkerSpec, ...] = ()
@@ -209,6 +211,7 @@ class ClusterConfig:
     max_finished_jobs: int = 10_000
     distinct_hosts: bool = True
     run_setup_scripts: bool = True
+    dashboard: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "workers", tuple(self.workers))
