@@ -57,7 +57,7 @@ class RayContext(Mapping[str, Any]):
 
     def __init__(self, address_info: Mapping[str, Any]) -> None:
         self.address_info = dict(address_info)
-        self.dashboard_url = ""
+        self.dashboard_url = str(self.address_info.get("webui_url") or "")
         self.python_version = platform.python_version()
         self.ray_version = __version__
         self.ray_commit = "fray_ray"
@@ -210,6 +210,9 @@ def init(
             node_ip_address=kwargs.get("_node_ip_address"),
             temp_dir=kwargs.get("_temp_dir"),  # where init(address="auto") looks for the address file
             token=token,
+            include_dashboard=kwargs.get("include_dashboard"),
+            dashboard_host=kwargs.get("dashboard_host"),
+            dashboard_port=kwargs.get("dashboard_port"),
         )
         runtime_state.install(runtime)
         _context = RayContext(runtime.address_info)

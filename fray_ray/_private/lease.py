@@ -83,8 +83,14 @@ class SessionLease:
     `launch()` and `release()` block on the controller: the launcher runs them on its thread.
     """
 
-    def __init__(self, client: Client, mode: FateMode, *, session_name: str, session_address: str, token: str) -> None:
+    def __init__(
+        self, client: Client, mode: FateMode, *, session_name: str, session_address: str, token: str,
+        session_job: bool = False,
+    ) -> None:
+        """`session_job`: on an owned cluster too, launch the lease job (as the session's own
+        job, for its dashboard feed); the session's other jobs stay root jobs there."""
         self.mode = mode
+        self._launches = mode is FateMode.LEASE or (session_job and mode is FateMode.OWNED_CLUSTER)
         self._client = client
         self._session_name = session_name
         self._session_address = session_address
@@ -120,14 +126,14 @@ class SessionLease:
     def covers_children(self) -> bool:
         """True when ending the lease job ends every job of the session (one terminate)."""
         with self._lock:
-            return self._state is LeaseState.LAUNCHED
+            return self._state is LeaseState.LAUNCHED and self.mode is FateMode.LEASE
 
     # ---- the lease job -------------------------------------------------------------------
 
     def launch(self) -> None:
         """Launch the lease job (in `FateMode.LEASE`); returns once the controller accepted it.
         If it refuses, warn and leave the session's jobs at the root."""
-        if self.mode is not FateMode.LEASE:
+        if not self._launches:
             return
         try:
             job = self._client.submit(self._request(), adopt_existing=False, parent_job=None)
@@ -165,7 +171,7 @@ class SessionLease:
         """The lease holder introduced itself (authenticated by the session service): keep its
         connection open (the session service owns it) unless this session holds no lease."""
         with self._lock:
-            accepted = self.mode is FateMode.LEASE and self._state is LeaseState.LAUNCHED
+            accepted = self._state is LeaseState.LAUNCHED  # only a session that launched one has a holder
             if accepted:
                 self._holder = connection
             return accepted
@@ -175,7 +181,7 @@ class SessionLease:
         driver, or lost it), why, for the errors of the jobs Iris cancelled with it; else None.
         Blocks for a controller query or two."""
         with self._lock:
-            job = self._job if self._state is LeaseState.LAUNCHED else None
+            job = self._job if self._state is LeaseState.LAUNCHED and self.mode is FateMode.LEASE else None
         if job is None:
             return None
         try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -53,6 +54,20 @@ class ObjectEntry:
     callbacks: list[DoneCallback] = field(default_factory=list)
     #: task that produces this object (for cancel and lineage); None for puts
     producer: bytes | None = None
+
+
+#: A task with several results is as far along as its least finished one (a failure shows).
+_SUMMARY_RANK = {ObjectState.FREED: 0, ObjectState.READY: 1, ObjectState.PENDING: 2, ObjectState.FAILED: 3}
+
+
+@dataclass(frozen=True)
+class ObjectSummary:
+    """What the table holds now: tasks (and actor calls) whose results it still tracks, by the
+    state of those results, and the values held (count, bytes)."""
+
+    results: dict[str, int]
+    held: int
+    held_bytes: int
 
 
 class ObjectTable:
@@ -333,6 +348,19 @@ class ObjectTable:
     def __len__(self) -> int:
         with self._lock:
             return len(self._entries)
+
+    def summary(self) -> ObjectSummary:
+        """Counts for the session's dashboard: results by state, and the values held."""
+        by_task: dict[bytes, ObjectState] = {}
+        with self._lock:
+            for entry in self._entries.values():
+                if entry.producer is not None:
+                    seen = by_task.get(entry.producer)
+                    if seen is None or _SUMMARY_RANK[entry.state] > _SUMMARY_RANK[seen]:
+                        by_task[entry.producer] = entry.state
+            held = [e.value for e in self._entries.values() if e.value is not None and e.state is ObjectState.READY]
+            held_bytes = sum(value.size for value in held)
+        return ObjectSummary(dict(Counter(state.value for state in by_task.values())), len(held), held_bytes)
 
     def pending_ids(self) -> list[bytes]:
         with self._lock:
