@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fray_ray._private.lease import FateMode
+from fray_ray._private.serialization import deserialize
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,8 @@ READ_TIMEOUT_S = 5.0
 MAX_CONNECTIONS = 16
 #: How long the registering thread waits for the session's job to exist and be placed.
 REGISTER_TIMEOUT_S = 120.0
+MAX_FAILURES = 20
+MAX_ERROR_CHARS = 2000
 
 Section = dict[str, Any]
 
@@ -247,17 +250,34 @@ def session_sections(driver: Any) -> Callable[[], list[Section]]:
             ]
             for record in records
         ]
-        summary = driver.objects.summary()
+        summary = driver.objects.summary(failures=MAX_FAILURES)
         task_rows = [[state.upper(), count] for state, count in sorted(summary.results.items())]
+        failure_rows = [[producer.hex()[:16], _error_text(driver, object_id)] for producer, object_id in summary.failed]
         return [
             {"title": "Actors", "columns": ["actor id", "class", "name", "state", "pid", "restarts"], "rows": actor_rows},
             {"title": "Tasks and actor calls with tracked results, by state", "columns": ["state", "count"],
              "rows": task_rows},
             {"title": "Objects held by the driver", "columns": ["objects", "bytes", "store limit"],
              "rows": [[summary.held, summary.held_bytes, driver.objects.store.config.limit]]},
+            {"title": f"Failed tasks and actor calls (the last {MAX_FAILURES} still referenced)",
+             "columns": ["task id", "error"], "rows": failure_rows},
         ]
 
     return sections
+
+
+def _error_text(driver: Any, object_id: bytes) -> str:
+    """What a failed result says: the exception's own line, then where it was raised."""
+    value = driver.objects.value(object_id)
+    if value is None:
+        return "(freed)"
+    try:
+        error = deserialize(value)
+    except Exception as exc:  # noqa: BLE001 - the failure is the stored one; this is only its text
+        return f"(unreadable error: {type(exc).__name__})"
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    text = "\n".join([lines[-1], *lines[:-1]]) if lines else type(error).__name__
+    return text[:MAX_ERROR_CHARS]
 
 
 def start_session_feed(driver: Any, settings: DashboardSettings) -> DashboardFeed | None:

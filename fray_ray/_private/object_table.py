@@ -68,6 +68,7 @@ class ObjectSummary:
     results: dict[str, int]
     held: int
     held_bytes: int
+    failed: tuple[tuple[bytes, bytes], ...] = ()  # (producer id, object id), oldest first
 
 
 class ObjectTable:
@@ -349,8 +350,9 @@ class ObjectTable:
         with self._lock:
             return len(self._entries)
 
-    def summary(self) -> ObjectSummary:
-        """Counts for the session's dashboard: results by state, and the values held."""
+    def summary(self, failures: int = 0) -> ObjectSummary:
+        """Counts for the session's dashboard: results by state, the values held, and the ids
+        of the last `failures` failed results (with the task or call that produced each)."""
         by_task: dict[bytes, ObjectState] = {}
         with self._lock:
             for entry in self._entries.values():
@@ -360,7 +362,12 @@ class ObjectTable:
                         by_task[entry.producer] = entry.state
             held = [e.value for e in self._entries.values() if e.value is not None and e.state is ObjectState.READY]
             held_bytes = sum(value.size for value in held)
-        return ObjectSummary(dict(Counter(state.value for state in by_task.values())), len(held), held_bytes)
+            failed = [(e.producer, oid) for oid, e in self._entries.items()
+                      if e.producer is not None and e.state is ObjectState.FAILED]
+        return ObjectSummary(
+            dict(Counter(state.value for state in by_task.values())), len(held), held_bytes,
+            tuple(failed[-failures:]) if failures else (),
+        )
 
     def pending_ids(self) -> list[bytes]:
         with self._lock:
