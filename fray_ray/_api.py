@@ -141,6 +141,12 @@ def init(
     init uses FRAY_RAY_TOKEN, else IRIS_AUTH_TOKEN, else the token `fray-ray start` recorded for
     that address. A controller that refuses the token raises ConnectionError saying so.
 
+    Ray's dashboard options: the controller serves a dashboard at its address (README,
+    "Dashboard"). `include_dashboard=True` prints its token link for the cluster init starts
+    and shows this session there too (it launches a small session job to register under);
+    False serves none; `dashboard_host`/`dashboard_port` set where that cluster's controller,
+    and so its dashboard, listens (a running cluster's stays where it is: a warning says so).
+
     A running cluster's size is its workers': with an address (or inside a task) num_cpus,
     num_gpus and resources raise ValueError, as Ray's do for an existing cluster, and so they
     do beside a `cluster_config` that lists hosts.

@@ -18,6 +18,10 @@ How the work of a session ends when its driver does (fate sharing), by where the
   holder it is released (one frame on its connection), so the lease job succeeds too; only a
   lease job that does not end within `RELEASE_WAIT_S` is terminated.
 
+On an owned cluster the lease job is launched too when the session asks for a job of its own
+(`session_job`, from `init(include_dashboard=True)`: its dashboard feed registers under it);
+there it holds nothing, the session's other jobs stay root jobs, and it is released the same way.
+
 Detached actors are root jobs in every mode: they outlive the driver until `ray.kill` or the
 cluster stops. Independently of all this, an executor or actor host exits at once (status 1,
 ending a running task) when its own session connection drops (`worker.py`, `actor_host.py`), so
