@@ -282,12 +282,13 @@ def _error_text(driver: Any, object_id: bytes) -> str:
 
 def start_session_feed(driver: Any, settings: DashboardSettings) -> DashboardFeed | None:
     """Start the feed of a driver on a cluster (not in local mode), registered for the driver's
-    own job or its session's lease job; None when the session has no job of its own, its
-    client cannot register endpoints, or the feed cannot bind (the session runs on without it)."""
+    own job or its session's lease job; None when the session has no job of its own or the
+    feed cannot bind (the session runs on without it). A client that is not in process is an
+    Iris one, whose `register_job_endpoint` registers the feed (a failure is logged, not raised)."""
     client = driver.client
     lease = driver.launcher.lease
     has_job = lease.mode in (FateMode.LEASE, FateMode.DRIVER_JOB) or settings.session_job
-    if client.in_process or not has_job or not callable(getattr(client, "register_job_endpoint", None)):
+    if client.in_process or not has_job:
         return None
 
     def session_job() -> str | None:
@@ -303,7 +304,7 @@ def start_session_feed(driver: Any, settings: DashboardSettings) -> DashboardFee
         register=lambda job_id, address: client.register_job_endpoint(
             FEED_ENDPOINT, address, job_id=job_id, timeout=REGISTER_TIMEOUT_S
         ),
-        unregister=client.unregister_endpoint,
+        unregister=lambda endpoint_id: client.unregister_endpoint(endpoint_id),
     )
     try:
         return feed.start()

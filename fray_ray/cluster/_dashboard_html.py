@@ -15,7 +15,6 @@ from urllib.parse import quote
 
 from fray_ray.cluster._dashboard_sessions import SessionPanel
 
-PANELS = ("cluster", "jobs", "job", "endpoints")
 _KINDS = ("CPU", "GPU", "TPU", "memory", "disk")
 _BYTE_KINDS = frozenset({"memory", "disk"})
 _BAD_STATES = frozenset({"failed", "killed", "worker_failed", "unschedulable", "cosched_failed", "preempted"})
