@@ -27,8 +27,16 @@ from importlib import resources
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
-from fray_ray.cluster import _dashboard_html as html
 from fray_ray.cluster._dashboard_auth import DashboardAuth
+from fray_ray.cluster._dashboard_html import (
+    cluster_panel,
+    endpoints_panel,
+    job_panel,
+    jobs_panel,
+    login_page,
+    sessions_panel,
+)
+from fray_ray.cluster._dashboard_html import page as dashboard_page
 from fray_ray.cluster._dashboard_sessions import fetch_panels
 from fray_ray.cluster._dashboard_view import cluster_view, job_view, session_feeds
 from fray_ray.cluster._request_names import job_id_arg
@@ -135,11 +143,11 @@ class DashboardApp:
             if self._auth.token_matches(offered[0]):
                 await self._redirect(send, "/", cookie=self._auth.session_cookie(scope))
             else:
-                page = html.login_page(address=address, problem="That token link is not this cluster's token.")
-                await self._send(send, 401, page.encode(), b"text/html; charset=utf-8", close=True)
+                form = login_page(address=address, problem="That token link is not this cluster's token.")
+                await self._send(send, 401, form.encode(), b"text/html; charset=utf-8", close=True)
             return
         if not self._auth.allows(scope):
-            await self._send(send, 401, html.login_page(address=address).encode(), b"text/html; charset=utf-8")
+            await self._send(send, 401, login_page(address=address).encode(), b"text/html; charset=utf-8")
             return
         try:
             job_id = self._job_arg(query)
@@ -147,8 +155,8 @@ class DashboardApp:
             job_id = ""
         panels, sessions = await asyncio.gather(self._panels(job_id), self._sessions())
         panels["sessions"] = sessions["html"]
-        page = html.page(panels, address=address, job_id=job_id, with_logout=self._auth.enabled)
-        await self._send(send, 200, page.encode(), b"text/html; charset=utf-8")
+        document = dashboard_page(panels, address=address, job_id=job_id, with_logout=self._auth.enabled)
+        await self._send(send, 200, document.encode(), b"text/html; charset=utf-8")
 
     async def _login(self, scope: dict, receive: Any, send: Any) -> None:
         if scope.get("method") != "POST":
@@ -175,8 +183,8 @@ class DashboardApp:
         if offered and self._auth.token_matches(offered):
             await self._redirect(send, "/", cookie=self._auth.session_cookie(scope))
             return
-        page = html.login_page(address=_address(scope), problem="Wrong token.")
-        await self._send(send, 401, page.encode(), b"text/html; charset=utf-8", close=True)
+        form = login_page(address=_address(scope), problem="Wrong token.")
+        await self._send(send, 401, form.encode(), b"text/html; charset=utf-8", close=True)
 
     async def _api(self, route: str, job_id: str, query: dict[str, list[str]]) -> dict[str, Any] | None:
         if route == "panels":
@@ -202,16 +210,16 @@ class DashboardApp:
 
         view, job = self._source.read(render)
         return {
-            "cluster": html.cluster_panel(view),
-            "jobs": html.jobs_panel(view),
-            "job": html.job_panel(job, job_id),
-            "endpoints": html.endpoints_panel(view),
+            "cluster": cluster_panel(view),
+            "jobs": jobs_panel(view),
+            "job": job_panel(job, job_id),
+            "endpoints": endpoints_panel(view),
         }
 
     async def _sessions(self) -> dict[str, str]:
         feeds = self._source.read(session_feeds)
         panels = await asyncio.to_thread(fetch_panels, feeds, self._token)
-        return {"html": html.sessions_panel(panels)}
+        return {"html": sessions_panel(panels)}
 
     def _logs(self, job_id: str, cursor: int) -> dict[str, Any]:
         if not job_id:
