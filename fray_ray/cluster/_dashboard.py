@@ -23,7 +23,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from importlib import resources
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
@@ -50,6 +50,7 @@ LOGIN_MAX_BYTES = 1024
 LOG_PAGE_LINES = 1000
 API_PREFIX = "/dashboard/api/"
 STATIC_PREFIX = "/dashboard/static/"
+STATIC_DIR = Path(__file__).with_name("dashboard_static")
 STATIC_FILES = {"dashboard.css": "text/css; charset=utf-8", "dashboard.js": "text/javascript; charset=utf-8"}
 _SECURITY_HEADERS = [
     (b"cache-control", b"no-store"),
@@ -88,8 +89,7 @@ class DashboardApp:
         self._source = source
         self._token = token
         self._auth = DashboardAuth(token)
-        self._static = {name: resources.files(__package__).joinpath("dashboard_static", name).read_bytes()
-                        for name in STATIC_FILES}
+        self._static = {name: (STATIC_DIR / name).read_bytes() for name in STATIC_FILES}
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":

@@ -10,10 +10,7 @@ not answer, or answers something else, becomes a `SessionPanel` that says so.
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +79,9 @@ def parse_feed(data: Any) -> tuple[str, tuple[Section, ...]]:
 
 def fetch_panel(feed: dict[str, str], token: str | None, timeout: float = FETCH_TIMEOUT_S) -> SessionPanel:
     """Fetch and check one feed; never raises (a failure is the panel's `problem`)."""
+    import urllib.error  # here: the cluster starts without loading urllib's client
+    import urllib.request
+
     job, address = feed["job"], feed["address"].rstrip("/")
     if not address.startswith(("http://", "https://")):
         address = "http://" + address
@@ -107,6 +107,8 @@ def fetch_panel(feed: dict[str, str], token: str | None, timeout: float = FETCH_
 def fetch_panels(feeds: Sequence[dict[str, str]], token: str | None) -> list[SessionPanel]:
     """The first `MAX_FEEDS` feeds, all at once: returns within about one `FETCH_TIMEOUT_S`
     (for each batch of `FETCH_THREADS`) whatever the feeds do."""
+    import concurrent.futures
+
     feeds = list(feeds)[:MAX_FEEDS]
     if not feeds:
         return []
