@@ -57,7 +57,7 @@ class RayContext(Mapping[str, Any]):
 
     def __init__(self, address_info: Mapping[str, Any]) -> None:
         self.address_info = dict(address_info)
-        self.dashboard_url = ""
+        self.dashboard_url = str(self.address_info.get("webui_url") or "")
         self.python_version = platform.python_version()
         self.ray_version = __version__
         self.ray_commit = "fray_ray"
@@ -141,6 +141,12 @@ def init(
     init uses FRAY_RAY_TOKEN, else IRIS_AUTH_TOKEN, else the token `fray-ray start` recorded for
     that address. A controller that refuses the token raises ConnectionError saying so.
 
+    Ray's dashboard options: the controller serves a dashboard at its address (README,
+    "Dashboard"). `include_dashboard=True` prints its token link for the cluster init starts
+    and shows this session there too (it launches a small session job to register under);
+    False serves none; `dashboard_host`/`dashboard_port` set where that cluster's controller,
+    and so its dashboard, listens (a running cluster's stays where it is: a warning says so).
+
     A running cluster's size is its workers': with an address (or inside a task) num_cpus,
     num_gpus and resources raise ValueError, as Ray's do for an existing cluster, and so they
     do beside a `cluster_config` that lists hosts.
@@ -210,6 +216,9 @@ def init(
             node_ip_address=kwargs.get("_node_ip_address"),
             temp_dir=kwargs.get("_temp_dir"),  # where init(address="auto") looks for the address file
             token=token,
+            include_dashboard=kwargs.get("include_dashboard"),
+            dashboard_host=kwargs.get("dashboard_host"),
+            dashboard_port=kwargs.get("dashboard_port"),
         )
         runtime_state.install(runtime)
         _context = RayContext(runtime.address_info)

@@ -143,6 +143,8 @@ def start_background(cluster_args: Sequence[str], *, temp_dir: str | None, as_js
     print(f"fray_ray cluster started in the background (pid {process.pid})")
     print(f"address: {address}")
     print(f"token: {token}" if token else "token: none (auth disabled)")
+    if info.get("dashboard"):
+        print(f"dashboard: {info['dashboard']}")
     for worker in info.get("workers", []):
         print(f"worker: {worker}")
     print(f"log: {log_path}")

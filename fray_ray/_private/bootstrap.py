@@ -15,9 +15,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from fray_ray._private.dashboard_feed import DashboardSettings
 from fray_ray._private.driver import DriverRuntime
 from fray_ray._private.object_store import SYSTEM_CONFIG_KEYS, ObjectStoreConfig
 from fray_ray._private.output_folding import FoldSettings
@@ -103,10 +105,14 @@ def start_driver(
     node_ip_address: str | None = None,
     temp_dir: str | None = None,
     token: str | None = None,
+    include_dashboard: bool | None = None,
+    dashboard_host: str | None = None,
+    dashboard_port: int | None = None,
 ) -> DriverRuntime:
     from fray_ray._private.runtime_env import parse_runtime_env
 
     _check_token(token)
+    _check_dashboard(include_dashboard, dashboard_host, dashboard_port)
     output_folding = FoldSettings.from_environment()  # malformed RAY_DEDUP_LOGS_* fail before anything starts
 
     job_env = parse_runtime_env(runtime_env)  # a bad runtime_env fails before anything starts
@@ -120,6 +126,9 @@ def start_driver(
     _check_sizes(num_cpus, num_gpus, resources)
     if local_mode and token is not None:
         raise ValueError(_TOKEN_NEEDS_ADDRESS + "; local_mode runs everything in this process")
+    if local_mode and (include_dashboard or dashboard_host is not None or dashboard_port is not None):
+        logger.warning("local_mode runs no cluster, so there is no dashboard: include_dashboard, dashboard_host and "
+                       "dashboard_port are ignored")
     if local_mode:
         from fray_ray._private.nodes import resource_attributes
         from fray_ray.fray import this_machine
@@ -157,24 +166,43 @@ def start_driver(
             + ("; inside an Iris task init() uses the task's own controller and token" if address == "task"
                else "; without one init() starts an embedded cluster with a token of its own")
         )
+    if address is not None and (dashboard_host is not None or dashboard_port is not None):
+        logger.warning("dashboard_host and dashboard_port apply to a cluster init() starts; the dashboard of the "
+                       "cluster at %s is served at its controller's address", address)
+    cluster_token: str | None = None
     if address is None:
-        cluster = _start_embedded_cluster(num_cpus, num_gpus, resources, cluster_config)
+        cluster = _start_embedded_cluster(
+            num_cpus, num_gpus, resources, cluster_config,
+            dashboard=include_dashboard is not False, dashboard_host=dashboard_host, dashboard_port=dashboard_port,
+        )
         owned.append(cluster)
         client = FrayIrisClient(cluster.address, token=cluster.token)
         workers = cluster.config.effective_workers()
         host_id = workers[0].worker_id if len(workers) == 1 else None  # one host is this machine
         address = cluster.address
+        cluster_token = cluster.token
+        if include_dashboard and cluster.dashboard_url:
+            # Asked for: say where it is, as Ray does. The link carries the token: it logs in.
+            print(f"fray_ray: the dashboard is at {cluster.dashboard_url}", file=sys.stderr, flush=True)
     elif address == "task":
         _existing_cluster_sizes(num_cpus, num_gpus, resources)
         client = FrayIrisClient.from_job_info(get_job_info())
         host_id = get_job_info().worker_id
         address = client_address(client)
+        cluster_token = get_job_info().token
     else:
         _existing_cluster_sizes(num_cpus, num_gpus, resources)
         if token is None:
             token = os.environ.get("FRAY_RAY_TOKEN") or os.environ.get("IRIS_AUTH_TOKEN") or _known_token(address, temp_dir)
         client = _connect(address, token)
         _warn_if_unreachable(client_address(client), advertise)
+        cluster_token = token
+    dashboard = None
+    if include_dashboard is not False:
+        dashboard = DashboardSettings(cluster_token, bind, advertise, session_job=bool(include_dashboard))
+    address_info = _address_info(address, session_name, advertise)
+    if include_dashboard is not False:
+        address_info["webui_url"] = _host_port(address)
     runtime = DriverRuntime(
         client,
         host_id=host_id,
@@ -185,10 +213,11 @@ def start_driver(
         advertise_host=advertise,
         node_ip=advertise,
         owned=owned,
-        address_info=_address_info(address, session_name, advertise),
+        address_info=address_info,
         object_store=object_store,
         runtime_env=job_env,
         output_folding=output_folding,
+        dashboard=dashboard,
     )
     try:
         return runtime.start()
@@ -198,6 +227,24 @@ def start_driver(
 
 
 _TOKEN_NEEDS_ADDRESS = "token= is the bearer token of a running cluster's controller, so it needs a cluster address"
+
+
+def _check_dashboard(include: object, host: object, port: object) -> None:
+    """Ray's dashboard options, checked before anything starts."""
+    if include is not None and not isinstance(include, bool):
+        raise TypeError(f"include_dashboard must be True, False or None, got {include!r}")
+    if host is not None and (not isinstance(host, str) or not host):
+        raise TypeError(f"dashboard_host must be an address such as '127.0.0.1' or '0.0.0.0', got {host!r}")
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535):
+        raise ValueError(f"dashboard_port must be a port number in 0..65535, got {port!r}")
+
+
+def _host_port(address: str) -> str:
+    """`host:port` of a controller URL: what Ray's `webui_url` and `dashboard_url` look like."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(address if "://" in address else f"http://{address}")
+    return parts.netloc
 
 
 def _check_token(token: object) -> None:
@@ -272,8 +319,17 @@ def _resolve_address(address: str | None, temp_dir: str | None = None) -> str | 
 
 
 def _start_embedded_cluster(
-    num_cpus: float | None, num_gpus: float | None, resources: Mapping[str, float] | None, cluster_config: Any
+    num_cpus: float | None,
+    num_gpus: float | None,
+    resources: Mapping[str, float] | None,
+    cluster_config: Any,
+    *,
+    dashboard: bool = True,
+    dashboard_host: str | None = None,
+    dashboard_port: int | None = None,
 ) -> Any:
+    """Start the embedded cluster. Its dashboard is served at the controller's address, so
+    `dashboard_host`/`dashboard_port` (Ray's names) choose where the controller listens."""
     import json
 
     from fray_ray.cluster import ClusterConfig, EmbeddedCluster, config_from_mapping, load_config_file
@@ -296,6 +352,8 @@ def _start_embedded_cluster(
         )
     if not config.workers:  # one host, this machine, sized by init's arguments
         config = dataclasses.replace(config, workers=(_sized_host(num_cpus, num_gpus, resources),))
+    listen = {"host": dashboard_host, "port": dashboard_port}
+    config = dataclasses.replace(config, dashboard=dashboard, **{k: v for k, v in listen.items() if v is not None})
     cluster = EmbeddedCluster(config)
     cluster.start()
     return cluster

@@ -23,6 +23,7 @@ from fray_ray._private import ids as ids_module
 from fray_ray._private.actors import ActorManager
 from fray_ray._private.cluster_ledger import ClusterLedger
 from fray_ray._private.cluster_view import ClusterView
+from fray_ray._private.dashboard_feed import DashboardFeed, DashboardSettings, start_session_feed
 from fray_ray._private.gangs import GangScheduler, slice_shape
 from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.launcher import WorkerLauncher
@@ -81,10 +82,12 @@ class DriverRuntime:
         runtime_env: RuntimeEnv | None = None,
         advertise_host: str | None = None,
         output_folding: FoldSettings | None = None,
+        dashboard: DashboardSettings | None = None,
     ) -> None:
         """`host` is what the session service binds, `advertise_host` (default `host`) the
         address workers connect to; `host_id` the cluster host this driver runs on, if any
-        (its node is then the driver's node and the head)."""
+        (its node is then the driver's node and the head); `dashboard`, how the session shows
+        on the cluster's dashboard (None: not at all)."""
         self.state = DriverState.CREATED
         self.started_at = time.time()  # wall clock, for the state API's job row
         self.runtime_env = runtime_env or RuntimeEnv()  # the job's: every task and actor inherits it
@@ -112,8 +115,11 @@ class DriverRuntime:
         # Workers' lines, with repeats folded as Ray folds them.
         self.worker_output = OutputFolder(output_folding or FoldSettings(), print_line, self.timers.call_later)
         self.session = SessionService(self, host=host, token=self._token, advertise_host=advertise_host)
+        self._dashboard = dashboard
+        self.dashboard_feed: DashboardFeed | None = None  # serving from start() to shutdown()
         self.launcher = WorkerLauncher(
-            client, self.session.address, self._token, job_prefix=session_name, owns_cluster=bool(self._owned)
+            client, self.session.address, self._token, job_prefix=session_name, owns_cluster=bool(self._owned),
+            session_job=dashboard is not None and dashboard.session_job,
         )
         self.streams = StreamTable(self.objects)
         self.task_events = TaskEvents()  # every task attempt and actor call, for the state API and timeline
@@ -160,6 +166,8 @@ class DriverRuntime:
         self.session.start()
         self.view.start()  # the cluster's workers are read meanwhile: init does not wait for them
         self.launcher.start()  # the lease job, ahead of every job of the session
+        if self._dashboard is not None:
+            self.dashboard_feed = start_session_feed(self, self._dashboard)
         self.state = DriverState.RUNNING
         self._flush_timer = self.timers.call_later(REFERENCE_FLUSH_S, self._flush_references)
         if self._warm_executors:
@@ -178,6 +186,8 @@ class DriverRuntime:
             return
         self.state = DriverState.STOPPED
 
+        if self.dashboard_feed is not None:
+            self.dashboard_feed.close()
         jobs = self.scheduler.close() + self.actors.close() + self.gangs.close()
         self.view.stop()
         self.objects.fail_all_pending(lambda _: serialize_error(RaySystemError("The session was shut down.")))

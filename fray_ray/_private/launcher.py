@@ -90,8 +90,11 @@ class WorkerLauncher:
     """Launches executors and actor hosts for one session."""
 
     def __init__(
-        self, client: Client, session_address: str, token: str, *, job_prefix: str, owns_cluster: bool = False
+        self, client: Client, session_address: str, token: str, *, job_prefix: str, owns_cluster: bool = False,
+        session_job: bool = False,
     ) -> None:
+        """`session_job`: launch the session's lease job even on an owned cluster, where fate
+        sharing does not need it, so the session has a job of its own (for its dashboard feed)."""
         self._client = client
         self._session_address = session_address
         self._token = token
@@ -100,7 +103,7 @@ class WorkerLauncher:
         #: where the session's jobs go in Iris's job tree, so they end with it
         self.lease = SessionLease(
             client, fate_mode(client, in_process=self.in_process, owns_cluster=owns_cluster),
-            session_name=job_prefix, session_address=session_address, token=token,
+            session_name=job_prefix, session_address=session_address, token=token, session_job=session_job,
         )
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="launcher")
         # Shipped as the job's workspace unless a runtime env names a working_dir.

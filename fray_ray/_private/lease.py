@@ -18,6 +18,10 @@ How the work of a session ends when its driver does (fate sharing), by where the
   holder it is released (one frame on its connection), so the lease job succeeds too; only a
   lease job that does not end within `RELEASE_WAIT_S` is terminated.
 
+On an owned cluster the lease job is launched too when the session asks for a job of its own
+(`session_job`, from `init(include_dashboard=True)`: its dashboard feed registers under it);
+there it holds nothing, the session's other jobs stay root jobs, and it is released the same way.
+
 Detached actors are root jobs in every mode: they outlive the driver until `ray.kill` or the
 cluster stops. Independently of all this, an executor or actor host exits at once (status 1,
 ending a running task) when its own session connection drops (`worker.py`, `actor_host.py`), so
@@ -83,8 +87,14 @@ class SessionLease:
     `launch()` and `release()` block on the controller: the launcher runs them on its thread.
     """
 
-    def __init__(self, client: Client, mode: FateMode, *, session_name: str, session_address: str, token: str) -> None:
+    def __init__(
+        self, client: Client, mode: FateMode, *, session_name: str, session_address: str, token: str,
+        session_job: bool = False,
+    ) -> None:
+        """`session_job`: on an owned cluster too, launch the lease job (as the session's own
+        job, for its dashboard feed); the session's other jobs stay root jobs there."""
         self.mode = mode
+        self._launches = mode is FateMode.LEASE or (session_job and mode is FateMode.OWNED_CLUSTER)
         self._client = client
         self._session_name = session_name
         self._session_address = session_address
@@ -120,14 +130,14 @@ class SessionLease:
     def covers_children(self) -> bool:
         """True when ending the lease job ends every job of the session (one terminate)."""
         with self._lock:
-            return self._state is LeaseState.LAUNCHED
+            return self._state is LeaseState.LAUNCHED and self.mode is FateMode.LEASE
 
     # ---- the lease job -------------------------------------------------------------------
 
     def launch(self) -> None:
         """Launch the lease job (in `FateMode.LEASE`); returns once the controller accepted it.
         If it refuses, warn and leave the session's jobs at the root."""
-        if self.mode is not FateMode.LEASE:
+        if not self._launches:
             return
         try:
             job = self._client.submit(self._request(), adopt_existing=False, parent_job=None)
@@ -165,7 +175,7 @@ class SessionLease:
         """The lease holder introduced itself (authenticated by the session service): keep its
         connection open (the session service owns it) unless this session holds no lease."""
         with self._lock:
-            accepted = self.mode is FateMode.LEASE and self._state is LeaseState.LAUNCHED
+            accepted = self._state is LeaseState.LAUNCHED  # only a session that launched one has a holder
             if accepted:
                 self._holder = connection
             return accepted
@@ -175,7 +185,7 @@ class SessionLease:
         driver, or lost it), why, for the errors of the jobs Iris cancelled with it; else None.
         Blocks for a controller query or two."""
         with self._lock:
-            job = self._job if self._state is LeaseState.LAUNCHED else None
+            job = self._job if self._state is LeaseState.LAUNCHED and self.mode is FateMode.LEASE else None
         if job is None:
             return None
         try:

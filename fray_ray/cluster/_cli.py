@@ -1,6 +1,6 @@
 """`python -m fray_ray.cluster`: run an embedded cluster in the foreground until SIGINT/SIGTERM.
 
-It prints the controller address and token, then waits. Worker layout comes from flags
+It prints the controller address, token and dashboard link, then waits. Worker layout comes from flags
 (`--cpu-workers 2 --tpu v5p-16:tpu-a --gpu H100:8:2`) or a JSON/TOML file (`--config`).
 """
 
@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulated GPU hosts, e.g. H100:8:2:gpu-a (repeatable)",
     )
     parser.add_argument("--no-auth", action="store_true", help="accept RPCs without a bearer token")
+    parser.add_argument("--no-dashboard", action="store_true", help="serve no web dashboard at the controller's address")
     parser.add_argument("--token", help="bearer token to require (default: a random one)")
     parser.add_argument("--task-python", help="IRIS_PYTHON for tasks (default: this interpreter)")
     parser.add_argument(
@@ -111,6 +112,8 @@ def config_from_args(args: argparse.Namespace) -> ClusterConfig:
     }
     if args.no_auth:
         overrides["auth"] = False
+    if args.no_dashboard:
+        overrides["dashboard"] = False
     if args.config:
         base = load_config_file(args.config)
         workers = list(base.workers) + _flag_workers(args, have_file_workers=bool(base.workers))
@@ -152,7 +155,12 @@ def main(
         if args.json:
             print(
                 json.dumps(
-                    {"address": cluster.address, "token": cluster.token, "workers": [w.worker_id for w in workers]}
+                    {
+                        "address": cluster.address,
+                        "token": cluster.token,
+                        "dashboard": cluster.dashboard_url,
+                        "workers": [w.worker_id for w in workers],
+                    }
                 ),
                 flush=True,
             )
@@ -160,6 +168,8 @@ def main(
             print(f"fray_ray cluster ready at {cluster.address} (started in {cluster.started_in_s * 1000:.0f} ms)")
             print(f"address: {cluster.address}")
             print(f"token: {cluster.token}" if cluster.token else "token: none (auth disabled)")
+            if cluster.dashboard_url:
+                print(f"dashboard: {cluster.dashboard_url}")
             for spec in workers:
                 print(f"worker: {spec.worker_id} ({_describe(spec)})")
             # The iris command-line tool takes the bearer token from MARIN_CLUSTER_TOKEN.

@@ -212,6 +212,8 @@ class ClusterConfig:
       too (for code that is not fork-safe).
     - `worker_template_preload`: modules the template imports (those that fail are skipped);
       it forks once the first is in and imports the others while idle.
+    - `dashboard`: serve the web dashboard at the controller's address (`/`), behind the same
+      token (a login form, or the token link `EmbeddedCluster.dashboard_url`).
     """
 
     workers: tuple[WorkerSpec, ...] = ()
@@ -232,6 +234,7 @@ class ClusterConfig:
     run_setup_scripts: bool = True
     worker_template: bool = True
     worker_template_preload: tuple[str, ...] = DEFAULT_TEMPLATE_PRELOAD
+    dashboard: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "workers", tuple(self.workers))

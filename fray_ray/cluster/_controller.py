@@ -200,6 +200,11 @@ class EmbeddedController:
             except Exception:  # noqa: BLE001
                 logger.exception("applying %r failed", effect)
 
+    def read(self, view: Callable[[ClusterState], T]) -> T:
+        """`view(state)` under the lock, for a consistent read (the dashboard's); `view` only reads."""
+        with self._lock:
+            return view(self._state)
+
     def _mutate(self, change: Callable[[ClusterState], tuple[T, list[Effect]]]) -> T:
         """Run `change(state)` under the lock; apply the effects it returns after releasing it."""
         with self._lock:

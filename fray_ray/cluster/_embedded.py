@@ -25,6 +25,7 @@ import weakref
 from fray_ray.cluster._cgroups import MemoryCgroups
 from fray_ray.cluster._config import ClusterConfig, WorkerSpec, simulated_host
 from fray_ray.cluster._controller import EmbeddedController, WorkerStatus
+from fray_ray.cluster._dashboard import DashboardApp
 from fray_ray.cluster._guard import ProcessGuard
 from fray_ray.cluster._http import build_app
 from fray_ray.cluster._logs import LogStore
@@ -125,6 +126,7 @@ class EmbeddedCluster:
                     token=self._token,
                     read_max_bytes=config.read_max_bytes,
                     log_service=LogService(self._controller),
+                    dashboard=DashboardApp(self._controller, token=self._token) if config.dashboard else None,
                 )
                 self._server = RpcServer(app, host=config.host, port=config.port, name="fray-ray-controller").start()
                 self._controller.start(self._advertised_url())
@@ -215,6 +217,14 @@ class EmbeddedCluster:
         if self._server is None:
             raise RuntimeError("cluster is not running")
         return self._server.port
+
+    @property
+    def dashboard_url(self) -> str | None:
+        """The dashboard's token link: opening it logs a browser in (None without a dashboard).
+        It carries the token: show it only to whoever may use the cluster."""
+        if not self.config.dashboard:
+            return None
+        return f"{self.address}/?token={self._token}" if self._token else f"{self.address}/"
 
     @property
     def token(self) -> str | None:

@@ -25,6 +25,7 @@ from google.protobuf.descriptor import FileDescriptor
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 
+from fray_ray.cluster._dashboard import with_dashboard
 from fray_ray.iris.rpc import controller_pb2, finelog_logging_pb2
 from fray_ray.iris.rpc.controller_connect import ControllerServiceASGIApplication, EndpointServiceASGIApplication
 from fray_ray.iris.rpc.finelog_logging_connect import LogServiceASGIApplication
@@ -193,8 +194,11 @@ def build_app(
     token: str | None,
     read_max_bytes: int,
     log_service: object | None = None,
+    dashboard: ASGIApp | None = None,
 ) -> ASGIApp:
-    """The whole controller app: routes, guard, and (with a token) bearer auth in front."""
+    """The whole controller app: routes, guard, and (with a token) bearer auth in front; the
+    `dashboard` app, if given, answers its own paths (`/`, `/login`, `/dashboard/...`) and
+    checks its own credentials (a session cookie or the bearer token)."""
     # compressions=() leaves only identity: controller responses are small and travel
     # uncompressed on loopback. Log pages can be large, so the log service compresses.
     routes: dict[str, ASGIApp] = {
@@ -223,4 +227,6 @@ def build_app(
         app = alias_paths(app, {alias: LOG_SERVICE_PATH for alias in LOG_SERVICE_ALIASES})
     if token:
         app = BearerAuth(app, token)
+    if dashboard is not None:
+        app = with_dashboard(dashboard, app)
     return app

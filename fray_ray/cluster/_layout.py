@@ -36,6 +36,7 @@ _CLUSTER_KEYS = {
     "max_finished_jobs",
     "distinct_hosts",
     "run_setup_scripts",
+    "dashboard",
     "workers",
 }
 _HOST_KEYS = {"cpu", "memory", "disk", "attributes"}

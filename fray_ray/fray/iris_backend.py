@@ -65,6 +65,7 @@ from fray_ray.fray._iris_jobs import (
     translate_iris_error,
 )
 from fray_ray.fray._iris_registry import ambient_client, forget_client, register_open_client, task_client
+from fray_ray.fray._job_endpoints import register_for_job
 from fray_ray.fray._single_actor import create_single_actor
 from fray_ray.fray._submit_wrappers import NSYS_DIR_ENV, NSYS_TASKS_ENV, nsys_tasks, wrap_multiprocess, wrap_nsys
 from fray_ray.fray._workspaces import WorkspaceBundles
@@ -567,6 +568,18 @@ class FrayIrisClient:
         with self._lock:
             self._hosted.append(hosted)
         return hosted
+
+    def register_job_endpoint(self, name: str, address: str, *, job_id: str, timeout: float = 60.0) -> str:
+        """Register `<job_id>/<name>` → `address` under that job's first task (a job this
+        process owns, or the task it runs in); returns the endpoint id. Blocks until the task
+        is placed (at most `timeout`: TimeoutError); Iris errors become Fray errors."""
+        return self._call_controller(
+            "register an endpoint", lambda c: register_for_job(c, job_id, name, address, timeout=timeout)
+        )
+
+    def unregister_endpoint(self, endpoint_id: str) -> None:
+        """Remove an endpoint `register_job_endpoint` registered (one controller call)."""
+        self._call_controller("unregister an endpoint", lambda c: c.unregister_endpoint(endpoint_id))
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
