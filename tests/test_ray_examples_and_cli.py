@@ -150,4 +150,4 @@ def test_commands_without_an_address_say_so() -> None:
 @pytest.mark.parametrize("address", ["127.0.0.1:1"])
 def test_commands_against_nothing_listening_fail_clearly(address: str) -> None:
     result = run("-m", "fray_ray", "status", "--address", address)
-    assert result.returncode == 1 and "no controller answers" in result.stdout
+    assert result.returncode == 1 and "no controller answers" in result.stderr

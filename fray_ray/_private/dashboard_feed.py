@@ -2,7 +2,8 @@
 
 The controller knows nothing of Ray. A driver that wants its session shown serves
 `GET /dashboard.json` (bearer token: the cluster's) answering
-`{"title": str, "sections": [{"title": str, "columns": [str], "rows": [[scalar]]}]}`, and
+`{"title": str, "sections": [{"title": str, "columns": [str], "rows": [[scalar]]}]}` (and, here,
+`GET /metrics`: its application metrics as Prometheus text), and
 registers that address as the Iris endpoint `<its job>/fray-ray-dashboard` (the contract is in
 ARCHITECTURE.md). Its job is the session's: the driver's own job when it runs inside an Iris
 task, else the session's lease job; an endpoint must belong to a live task, so it is registered
@@ -24,17 +25,23 @@ import logging
 import os
 import socket
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fray_ray._private import state_source
 from fray_ray._private.lease import FateMode
-from fray_ray._private.serialization import deserialize
+from fray_ray._private.metrics import MetricKind, MetricSpec, process_registry, prometheus_text
+from fray_ray._private.task_events import TaskStatus, describe
 
 logger = logging.getLogger(__name__)
 
 FEED_ENDPOINT = "fray-ray-dashboard"
 FEED_PATH = "/dashboard.json"
+#: The session's application metrics (`ray.util.metrics`) in Prometheus's text format.
+METRICS_PATH = "/metrics"
+PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 READ_TIMEOUT_S = 5.0
 MAX_CONNECTIONS = 16
 #: How long the registering thread waits for the session's job to exist and be placed.
@@ -72,8 +79,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if not hmac.compare_digest(self.headers.get("authorization", "").encode(), feed.expected_authorization):
             self._answer(401, {"error": "missing or invalid bearer token"})
             return
-        if self.path.split("?", 1)[0] != FEED_PATH:
-            self._answer(404, {"error": f"only {FEED_PATH} is served here"})
+        path = self.path.split("?", 1)[0]
+        if path == METRICS_PATH:
+            self._send(200, prometheus_text(process_registry()).encode(), PROMETHEUS_TYPE)
+            return
+        if path != FEED_PATH:
+            self._answer(404, {"error": f"only {FEED_PATH} and {METRICS_PATH} are served here"})
             return
         try:
             document = {"title": feed.title, "sections": feed.sections()}
@@ -92,9 +103,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _answer(self, status: int, value: dict[str, Any]) -> None:
         self._send(status, json.dumps(value).encode())
 
-    def _send(self, status: int, body: bytes) -> None:
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
         self.send_response(status)
-        self.send_header("content-type", "application/json")
+        self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(body)))
         self.send_header("cache-control", "no-store")
         self.end_headers()
@@ -232,52 +243,45 @@ class DashboardFeed:
 
 
 def session_sections(driver: Any) -> Callable[[], list[Section]]:
-    """The driver's own sections: its actors, its tasks by the state of their results, and the
-    objects it holds."""
+    """The driver's own sections, from the rows of its state API (`state_source`): its actors,
+    its tasks by state, the last failures, the objects it holds, and its application metrics."""
 
     def sections() -> list[Section]:
-        actors = driver.actors
-        with actors._lock:  # a consistent copy; the actor manager has no listing of its own yet
-            records = list(actors._actors.values())
         actor_rows = [
-            [
-                record.spec.actor_id.hex()[:16],
-                record.spec.qualified_name or record.spec.class_name,
-                record.spec.name or "",
-                record.state.name,
-                record.pid,
-                record.restarts,
-            ]
-            for record in records
+            [row["actor_id"][:16], row["class_name"], row["name"], row["state"], row["pid"] or "", row["num_restarts"]]
+            for row in state_source.actor_rows(driver)
         ]
-        summary = driver.objects.summary(failures=MAX_FAILURES)
-        task_rows = [[state.upper(), count] for state, count in sorted(summary.results.items())]
-        failure_rows = [[producer.hex()[:16], _error_text(driver, object_id)] for producer, object_id in summary.failed]
+        events = driver.task_events.snapshot()
+        by_state = Counter(str(event.state) for event in events)
+        failed = [event for event in events if event.state is TaskStatus.FAILED][-MAX_FAILURES:]
+        failure_rows = [
+            [event.task_id.hex()[:16], event.name, _error_text(describe(event)["error_message"])] for event in failed
+        ]
+        summary = driver.objects.summary()
         return [
             {"title": "Actors", "columns": ["actor id", "class", "name", "state", "pid", "restarts"], "rows": actor_rows},
-            {"title": "Tasks and actor calls with tracked results, by state", "columns": ["state", "count"],
-             "rows": task_rows},
+            {"title": "Tasks and actor calls by state", "columns": ["state", "count"],
+             "rows": [[state, count] for state, count in sorted(by_state.items())]},
+            {"title": f"Failed tasks and actor calls (the last {MAX_FAILURES})",
+             "columns": ["task id", "name", "error"], "rows": failure_rows},
             {"title": "Objects held by the driver", "columns": ["objects", "bytes", "store limit"],
              "rows": [[summary.held, summary.held_bytes, driver.objects.store.config.limit]]},
-            {"title": f"Failed tasks and actor calls (the last {MAX_FAILURES} still referenced)",
-             "columns": ["task id", "error"], "rows": failure_rows},
+            {"title": "Metrics (ray.util.metrics)", "columns": ["name", "kind", "tags", "value"],
+             "rows": [_metric_row(*sample) for sample in process_registry().samples()]},
         ]
 
     return sections
 
 
-def _error_text(driver: Any, object_id: bytes) -> str:
-    """What a failed result says: the exception's own line, then where it was raised."""
-    value = driver.objects.value(object_id)
-    if value is None:
-        return "(freed)"
-    try:
-        error = deserialize(value)
-    except Exception as exc:  # noqa: BLE001 - the failure is the stored one; this is only its text
-        return f"(unreadable error: {type(exc).__name__})"
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    text = "\n".join([lines[-1], *lines[:-1]]) if lines else type(error).__name__
-    return text[:MAX_ERROR_CHARS]
+def _error_text(message: str | None) -> str:
+    """What a failure says: the exception's own line first, then where it was raised."""
+    lines = [line for line in (message or "").splitlines() if line.strip()]
+    return "\n".join([lines[-1], *lines[:-1]])[:MAX_ERROR_CHARS] if lines else "(no message)"
+
+
+def _metric_row(spec: MetricSpec, tags: tuple[tuple[str, str], ...], value: Any) -> list[Any]:
+    shown = f"count={value[2]} sum={value[1]:g}" if spec.kind is MetricKind.HISTOGRAM else value
+    return [spec.name, spec.kind.value, ", ".join(f"{k}={v}" for k, v in tags), shown]
 
 
 def start_session_feed(driver: Any, settings: DashboardSettings) -> DashboardFeed | None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -67,19 +66,12 @@ class ObjectSummary:
     contained: tuple[bytes, ...]
 
 
-#: A task with several results is as far along as its least finished one (a failure shows).
-_SUMMARY_RANK = {ObjectState.FREED: 0, ObjectState.READY: 1, ObjectState.PENDING: 2, ObjectState.FAILED: 3}
-
-
 @dataclass(frozen=True)
 class TableSummary:
-    """What the table holds now: tasks (and actor calls) whose results it still tracks, by the
-    state of those results, and the values held (count, bytes)."""
+    """The values the table holds now (count, bytes)."""
 
-    results: dict[str, int]
     held: int
     held_bytes: int
-    failed: tuple[tuple[bytes, bytes], ...] = ()  # (producer id, object id), oldest first
 
 
 class ObjectTable:
@@ -370,24 +362,11 @@ class ObjectTable:
                 for oid, e in self._entries.items()
             ]
 
-    def summary(self, failures: int = 0) -> TableSummary:
-        """Counts for the session's dashboard: results by state, the values held, and the ids
-        of the last `failures` failed results (with the task or call that produced each)."""
-        by_task: dict[bytes, ObjectState] = {}
+    def summary(self) -> TableSummary:
+        """The values held now (ready ones), for the session's dashboard."""
         with self._lock:
-            for entry in self._entries.values():
-                if entry.producer is not None:
-                    seen = by_task.get(entry.producer)
-                    if seen is None or _SUMMARY_RANK[entry.state] > _SUMMARY_RANK[seen]:
-                        by_task[entry.producer] = entry.state
-            held = [e.value for e in self._entries.values() if e.value is not None and e.state is ObjectState.READY]
-            held_bytes = sum(value.size for value in held)
-            failed = [(e.producer, oid) for oid, e in self._entries.items()
-                      if e.producer is not None and e.state is ObjectState.FAILED]
-        return TableSummary(
-            dict(Counter(state.value for state in by_task.values())), len(held), held_bytes,
-            tuple(failed[-failures:]) if failures else (),
-        )
+            held = [e.value.size for e in self._entries.values() if e.value is not None and e.state is ObjectState.READY]
+        return TableSummary(len(held), sum(held))
 
     def pending_ids(self) -> list[bytes]:
         with self._lock:

@@ -10,6 +10,8 @@ Routes (all GET unless said):
 - `/dashboard/api/panels?job=`, `/dashboard/api/sessions`, `/dashboard/api/logs?job=&cursor=`
   and `/dashboard/api/state?job=`: the panels as HTML fragments, the Ray sessions panel, new
   log lines of a job, and the raw view as JSON;
+- `/metrics`: every Ray session's application metrics as one Prometheus text exposition, each
+  sample labelled with its session (a scrape target: send the token as a bearer header);
 - `/dashboard/static/<file>`: the page's stylesheet and script (public: no secrets in them).
 
 Every route but the static files and the login itself checks the session cookie (or a bearer
@@ -37,6 +39,7 @@ from fray_ray.cluster._dashboard_html import (
     sessions_panel,
 )
 from fray_ray.cluster._dashboard_html import page as dashboard_page
+from fray_ray.cluster._dashboard_metrics import METRICS_PATH, PROMETHEUS_TYPE, session_metrics
 from fray_ray.cluster._dashboard_sessions import fetch_panels
 from fray_ray.cluster._dashboard_view import cluster_view, job_view, session_feeds
 from fray_ray.cluster._request_names import job_id_arg
@@ -75,7 +78,7 @@ class DashboardSource(Protocol):
 
 def is_dashboard_path(path: str) -> bool:
     """Whether a request path belongs to the dashboard (the rest are RPCs and `/health`)."""
-    return path in ("/", "/login", "/logout") or path.startswith("/dashboard/")
+    return path in ("/", "/login", "/logout", METRICS_PATH) or path.startswith("/dashboard/")
 
 
 def _now_ms() -> int:
@@ -114,6 +117,11 @@ class DashboardApp:
         if not self._auth.allows(scope):
             await self._send(send, 401, b'{"error": "log in first: open / with the cluster token"}\n',
                              b"application/json", close=True)
+            return
+        if path == METRICS_PATH and method == "GET":
+            feeds = self._source.read(session_feeds)
+            text = await asyncio.to_thread(session_metrics, feeds, self._token)
+            await self._send(send, 200, text.encode(), PROMETHEUS_TYPE.encode())
             return
         if method != "GET" or not path.startswith(API_PREFIX):
             await self._send(send, 404, b'{"error": "no such dashboard route"}\n', b"application/json")

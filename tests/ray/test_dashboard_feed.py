@@ -125,16 +125,32 @@ def test_init_with_include_dashboard_shows_the_session_and_shutdown_removes_it(c
     def explode() -> None:
         raise ValueError("boom for the dashboard")
 
+    @fray_ray.remote
+    def count_rows(n: int) -> int:
+        from fray_ray.util.metrics import Counter as MetricCounter
+
+        MetricCounter("dashboard_rows", tag_keys=("stage",)).inc(n, tags={"stage": "load"})
+        return n
+
     counter = Counter.remote()
     assert fray_ray.get(counter.add.remote()) == 1
+    assert fray_ray.get(count_rows.remote(3)) == 3
     failed = explode.remote()
     with pytest.raises(ValueError):
         fray_ray.get(failed)
     html = wait_for(lambda: (text := _sessions_html(cluster.address, cluster.token)) and "ALIVE" in text and text,
                     what="the session's feed on the dashboard")
     assert "Counter" in html and "ValueError: boom for the dashboard" in html
-    feed = runtime_state.current().dashboard_feed
     lease_job = runtime_state.current().launcher.lease.job_id
+    # The task's metric, in the session's section and at the controller's /metrics (one scrape
+    # target for every session, each sample labelled with its session), behind the token.
+    sample = f'ray_dashboard_rows{{session="{lease_job}",stage="load"}} 3.0'
+    scraped = wait_for(lambda: (answer := get(cluster.address, "/metrics", token=cluster.token))[0] == 200
+                       and sample in answer[1].decode() and answer[1].decode(), what="the metric at /metrics")
+    assert "# TYPE ray_dashboard_rows counter" in scraped and "fray_ray_dashboard_unreachable_sessions 0" in scraped
+    assert get(cluster.address, "/metrics")[0] == 401
+    assert "dashboard_rows" in _sessions_html(cluster.address, cluster.token)
+    feed = runtime_state.current().dashboard_feed
     with cluster.client() as client:
         endpoints = client.list_endpoints(f"{lease_job}/{FEED_ENDPOINT}", exact=True)
         assert [e.address for e in endpoints] == [feed.address]
