@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import enum
 import threading
 import time
@@ -29,6 +30,9 @@ class ActorRecord:
     group: Any = None  # the Fray ActorGroup
     queued: list[ActorCallSpec] = field(default_factory=list)
     in_flight: dict[bytes, ActorCallSpec] = field(default_factory=dict)
+    #: in-flight calls sent beyond `max_concurrency`, oldest first: as calls end, these start
+    #: (as far as the driver can tell), one per ended call
+    waiting: collections.deque[bytes] = field(default_factory=collections.deque)
     restarts: int = 0
     death: SerializedValue | None = None
     pid: int | None = None

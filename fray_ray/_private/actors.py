@@ -10,6 +10,7 @@ calling another driver's named actors, is in `named_actors`.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import logging
@@ -215,6 +216,7 @@ class ActorManager(NamedActors):
                 queued, record.queued = record.queued, []
                 for call in queued:
                     record.in_flight[call.call_id] = call
+                record.waiting = collections.deque(itertools.islice(record.in_flight, record.spec.max_concurrency, None))
             connection.add_close_callback(self._host_disconnected)
             creation = self._events.live(actor_creation_task_id(actor_id))
             if creation is not None:
@@ -322,6 +324,8 @@ class ActorManager(NamedActors):
                     record.in_flight[call.call_id] = call  # a restarting host runs it after __init__
                     connection = record.connection
                     runs_now = len(record.in_flight) <= record.spec.max_concurrency
+                    if not runs_now:
+                        record.waiting.append(call.call_id)
                 else:
                     record.queued.append(call)
                     return
@@ -344,8 +348,12 @@ class ActorManager(NamedActors):
             record = self._by_connection.get(connection)
             call = record.in_flight.pop(call_id, None) if record is not None else None
             retire = record is not None and record.out_of_scope and not record.in_flight and not record.queued
-            # The calls after it may run now (as far as the driver can tell).
-            now_running = list(itertools.islice(record.in_flight, record.spec.max_concurrency)) if record else []
+            # A call that ended makes room for the oldest one waiting (as far as the driver can tell).
+            now_running = []
+            while record is not None and record.waiting and not now_running:
+                waiting_id = record.waiting.popleft()
+                if waiting_id in record.in_flight:
+                    now_running.append(waiting_id)
             if call_id in self._cancelled:
                 self._cancelled.discard(call_id)
                 call = None  # already completed as cancelled
