@@ -3,6 +3,7 @@ otherwise the method its class defines (as Ray's actors do)."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -36,9 +37,16 @@ def actor_method(instance: Any, name: str) -> Callable[..., Any]:
     if built_in is not None:
         return built_in
     cls = type(instance)
-    member = inspect.getattr_static(cls, name, _MISSING)
+    member = _class_member(cls, name)
     if member is not _MISSING and hasattr(member, "__get__"):
         bound: Callable[..., Any] = member.__get__(instance, cls)
         return bound
     found: Callable[..., Any] = getattr(instance, name)
     return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _class_member(cls: type, name: str) -> Any:
+    """`name` as the class defines it (looked up once per class and name: Ray, too, takes an
+    actor's methods from its class when the actor is created)."""
+    return inspect.getattr_static(cls, name, _MISSING)

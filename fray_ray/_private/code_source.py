@@ -47,7 +47,8 @@ def _code_reduce(code: types.CodeType) -> tuple[Any, ...]:
 
 
 class _SourcePickler(cloudpickle.Pickler):
-    dispatch_table = ChainMap({types.CodeType: _code_reduce}, cloudpickle.Pickler.dispatch_table)
+    # One level of maps (cloudpickle's own are a ChainMap too): every object pickled looks here.
+    dispatch_table = ChainMap({types.CodeType: _code_reduce}, *cloudpickle.Pickler.dispatch_table.maps)
 
 
 def _span(code: types.CodeType) -> tuple[int, tuple[str, ...] | None]:
