@@ -69,7 +69,7 @@ class _Clusters:
         defaults: dict[str, Any] = {"namespace": TEST_NAMESPACE}
         if selected_backend() == "ray":
             # Ray's dashboard (installed with ray[default]) adds seconds to every init; only the
-            # state API's module needs it, and asks for it (SHARED_CLUSTER).
+            # state API's module needs it, and asks for Ray's default (SHARED_CLUSTER).
             defaults["include_dashboard"] = False
         self.context = ray.init(**{**defaults, **kwargs})
         self.owner, self.kwargs = owner, dict(kwargs)

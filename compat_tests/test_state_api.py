@@ -20,7 +20,7 @@ from compat_tests.helpers import SignalActor, wait_for_condition
 
 state = LazyModule("util.state")
 
-SHARED_CLUSTER = {**DEFAULT_SHARED_CLUSTER, "include_dashboard": True}
+SHARED_CLUSTER = {**DEFAULT_SHARED_CLUSTER, "include_dashboard": None}  # Ray: its dashboard when installed
 
 
 @ray.remote
