@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
+import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,16 +19,9 @@ from fray_ray._private.task_events import TaskEvent, TaskEvents, TaskStatus, Tas
 from fray_ray.util import state
 from fray_ray.util.state import RayStateApiException
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
+from waiting import wait_for  # noqa: E402
 
 
 @fray_ray.remote(num_cpus=0)
@@ -103,7 +97,7 @@ def busy_session() -> Iterator[dict[str, Any]]:
     dead = Counter.remote()
     assert fray_ray.get(dead.incr.remote()) == 1
     fray_ray.kill(dead)
-    wait_until(lambda: state.list_tasks(filters=[("name", "=", "hold"), ("state", "=", "RUNNING")]))
+    wait_for(lambda: state.list_tasks(filters=[("name", "=", "hold"), ("state", "=", "RUNNING")]))
     session = {
         "gate": gate, "done": done, "failed": failed, "running": running, "argument": argument, "held": held,
         "outer": outer, "inner_id": inner_id, "live": live, "dead": dead,
@@ -191,7 +185,7 @@ def test_objects_keep_size_owner_and_reference_kind(busy_session: dict[str, Any]
         return {o.object_id: o for o in state.list_objects(limit=10_000)}
 
     held_id, argument_id = busy_session["held"].hex(), busy_session["argument"].hex()
-    found = wait_until(lambda: (r := rows()).get(busy_session["inner_id"]) is not None
+    found = wait_for(lambda: (r := rows()).get(busy_session["inner_id"]) is not None
                        and r[busy_session["inner_id"]].reference_type == "CAPTURED_IN_OBJECT" and r)
     assert found[held_id].reference_type == "LOCAL_REFERENCE"
     assert found[held_id].object_size >= 100_000 and found[held_id].task_status == "NIL"
@@ -235,7 +229,7 @@ def test_nodes_jobs_and_placement_groups(busy_session: dict[str, Any]) -> None:
     (row,) = state.list_placement_groups(filters=[("placement_group_id", "=", group.id.hex())], detail=True)
     assert row.state == "CREATED" and row.bundles[0]["unit_resources"] == {"CPU": 0.1}
     fray_ray.util.remove_placement_group(group)
-    wait_until(lambda: state.list_placement_groups(filters=[("state", "=", "REMOVED")]))
+    wait_for(lambda: state.list_placement_groups(filters=[("state", "=", "REMOVED")]))
 
 
 def test_state_api_is_for_the_driver(busy_session: dict[str, Any]) -> None:
