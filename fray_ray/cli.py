@@ -7,6 +7,9 @@
     fray-ray status [--json]                nodes, resources used/free, pending demand
     fray-ray submit script.py               ship this directory, run the script from it as a job
     fray-ray jobs [--json]                  list jobs (full ids)
+    fray-ray list actors|tasks|objects|nodes|jobs|placement-groups [--filter k=v] [--json]
+                                            Ray's state of every session, as `ray list`
+    fray-ray summary tasks|actors [--json]  counts by function (class) and state, as `ray summary`
     fray-ray logs [-f] JOB                  show (or follow) a job's output
     fray-ray stop JOB                       terminate a job (and its children)
 
@@ -252,6 +255,63 @@ def _cmd_status(options: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_list(options: argparse.Namespace) -> int:
+    import json
+
+    from fray_ray._cli import state_list
+
+    kind = state_list.KINDS[options.kind]
+    try:
+        filters = state_list.parse_filters(options.kind, options.filter or [])
+    except state_list.UsageError as exc:
+        print(f"fray-ray list: {exc}", file=sys.stderr)
+        return 2
+    if options.limit < 0:
+        print(f"fray-ray list: --limit must be 0 or more, got {options.limit}", file=sys.stderr)
+        return 2
+    with _controller(options) as controller:
+        rows = _state_rows(options, controller, kind)
+    shown, matched = state_list.select(rows, kind, filters, options.limit)
+    if matched > len(shown):
+        print(f"fray-ray list: showing {len(shown)} of {matched} {options.kind}; raise --limit to see more",
+              file=sys.stderr)
+    if options.json:
+        print(json.dumps(shown, indent=2, default=str))
+    elif shown:
+        print(state_list.render_rows(kind, shown))
+    else:
+        print(f"no {options.kind}" + (" match the filters" if filters else ""))
+    return 0
+
+
+def _state_rows(options: argparse.Namespace, controller, kind) -> list[dict]:  # noqa: ANN001 - lazily imported types
+    """Rows of `kind`: from the controller (nodes, jobs) or every session's feed (the rest),
+    saying on stderr which sessions did not answer."""
+    from fray_ray._cli import state_list
+
+    if kind.feed_kind is None:
+        return state_list.node_rows(controller) if kind.key == "node_id" else state_list.job_rows(controller)
+    gathered = state_list.gather(controller, kind.feed_kind, _token(options), timeout=options.timeout)
+    for problem in gathered.problems:
+        print(f"fray-ray {options.command}: {problem}", file=sys.stderr)
+    if not gathered.sessions:
+        print(f"fray-ray {options.command}: no Ray session serves its state on this cluster (a session shows while "
+              "its driver runs; see fray-ray list --help)", file=sys.stderr)
+    return gathered.rows
+
+
+def _cmd_summary(options: argparse.Namespace) -> int:
+    import json
+
+    from fray_ray._cli import state_list
+
+    with _controller(options) as controller:
+        rows = _state_rows(options, controller, state_list.KINDS[options.what])
+    summary = state_list.summary_of(options.what, rows)
+    print(json.dumps(summary, indent=2) if options.json else state_list.render_summary(options.what, summary))
+    return 0
+
+
 #: A submitted driver runs this: the worker's own Python, from the unpacked bundle.
 SUBMIT_COMMAND = 'cd "$IRIS_WORKDIR" && exec "$IRIS_PYTHON" -u -m fray_ray run "$@"'
 
@@ -372,6 +432,30 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument("--cluster", action="store_true", help="stop the recorded cluster instead, as fray-ray down")
     stop.add_argument("--temp-dir", help="with --cluster: directory of the address file")
 
+    from fray_ray._cli.state_list import DEFAULT_LIMIT, FETCH_TIMEOUT_S, KINDS, SESSIONS_NOTE
+
+    listing = with_address(commands.add_parser(
+        "list", help="Ray's state of every session: actors, tasks, objects, nodes, jobs, placement groups",
+        description="List Ray's state as `ray list` does, full ids whatever the terminal's width. " + SESSIONS_NOTE,
+    ))
+    listing.add_argument("kind", choices=list(KINDS))
+    listing.add_argument("--filter", action="append", metavar="KEY=VALUE",
+                         help="keep rows whose column KEY equals VALUE (KEY!=VALUE: differs); strings compare "
+                              "case-insensitively; repeatable, all must hold; e.g. --filter state=ALIVE")
+    listing.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help=f"at most this many rows (default {DEFAULT_LIMIT})")
+    listing.add_argument("--json", action="store_true", help="print the rows as a JSON list, every column")
+    listing.add_argument("--timeout", type=float, default=FETCH_TIMEOUT_S,
+                         help=f"seconds to wait for each session (default {FETCH_TIMEOUT_S:g})")
+
+    summary = with_address(commands.add_parser(
+        "summary", help="tasks by function and state, or actors by class and state, over every session",
+        description="Summarize as `ray summary` does. " + SESSIONS_NOTE,
+    ))
+    summary.add_argument("what", choices=["tasks", "actors"])
+    summary.add_argument("--json", action="store_true", help="print the summary as JSON (Ray's shape)")
+    summary.add_argument("--timeout", type=float, default=FETCH_TIMEOUT_S,
+                         help=f"seconds to wait for each session (default {FETCH_TIMEOUT_S:g})")
+
     status = with_address(commands.add_parser("status", help="nodes, resources used and free, pending demand"))
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     return parser
@@ -383,7 +467,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _cmd_start(argparse.Namespace(), argv[1:])
     options = build_parser().parse_args(argv)
     handlers = {"run": _cmd_run, "submit": _cmd_submit, "jobs": _cmd_jobs, "logs": _cmd_logs, "stop": _cmd_stop,
-                "status": _cmd_status, "down": _cmd_down}
+                "status": _cmd_status, "down": _cmd_down, "list": _cmd_list, "summary": _cmd_summary}
     from fray_ray.iris.errors import IrisError
 
     try:

@@ -1,7 +1,8 @@
 """The `fray-ray` cluster commands against a cluster `fray-ray start` runs in the background:
 start/down and the second-start refusal, status (text and --json) with usage and pending
 demand, jobs (--json, full ids when piped) after a Ray session, logs -f (to the end, and
-Ctrl-C). Every cluster is recorded in a private directory of the test's own and stopped with
+Ctrl-C), list/summary of a live session (Ray's state through its dashboard feed, nodes and jobs
+from the controller). Every cluster is recorded in a private directory of the test's own and stopped with
 `fray-ray down` (killed if that fails) even when a test fails."""
 
 from __future__ import annotations
@@ -41,6 +42,37 @@ PROGRAM = """
 
     counter = Counter.remote()
     print("results", ray.get([add.remote(i) for i in range(4)]), ray.get(counter.value.remote()), flush=True)
+"""
+
+
+LIVE_SESSION = """
+    import sys
+    import ray
+    ray.init(address="auto")
+
+    @ray.remote
+    class Keeper:
+        def ping(self):
+            return "pong"
+
+    @ray.remote
+    def square(x):
+        return x * x
+
+    @ray.remote(max_retries=0)
+    def explode():
+        raise ValueError("listed failure")
+
+    keeper = Keeper.remote()
+    assert ray.get(keeper.ping.remote()) == "pong"
+    assert ray.get(square.remote(3)) == 9
+    try:
+        ray.get(explode.remote())
+    except ValueError:
+        pass
+    held = ray.put(b"x" * 1000)
+    print("READY", keeper._actor_id.hex(), held.hex(), flush=True)
+    sys.stdin.readline()  # alive (actor, held object) until the test closes stdin
 """
 
 
@@ -175,6 +207,104 @@ def test_logs_follow_ends_cleanly_on_ctrl_c(env: dict[str, str], cluster: dict) 
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+@pytest.fixture()
+def live_session(env: dict[str, str], cluster: dict, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A driver on the cluster with a live actor, a finished and a failed task and a held
+    object, kept running until the test ends; yields its actor's and object's ids."""
+    script = tmp_path / "live_session.py"
+    script.write_text(textwrap.dedent(LIVE_SESSION))
+    process = subprocess.Popen([sys.executable, "-m", "fray_ray", "run", "--address", "auto", str(script)], env=env,
+                               cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        assert process.stdout is not None and process.stdin is not None
+        line = process.stdout.readline()
+        assert line.startswith("READY "), (line, process.stderr.read() if process.poll() is not None else "")
+        _, actor_id, object_id = line.split()
+        yield {"actor_id": actor_id, "object_id": object_id}
+        process.stdin.close()
+        assert process.wait(timeout=DEADLINE) == 0, process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_list_and_summary_show_a_live_session(env: dict[str, str], cluster: dict, live_session: dict[str, str]) -> None:
+    import time
+
+    actor_id = live_session["actor_id"]
+    deadline = time.monotonic() + DEADLINE
+    while True:  # the session's feed registers in the background once its job is placed
+        listed = fray_ray(env, "list", "actors", "--json")
+        assert listed.returncode == 0, listed.stderr
+        actors = json.loads(listed.stdout)
+        if any(actor["actor_id"] == actor_id for actor in actors):
+            break
+        assert time.monotonic() < deadline, (listed.stdout, listed.stderr)
+        time.sleep(0.5)
+    [actor] = [actor for actor in actors if actor["actor_id"] == actor_id]
+    assert actor["state"] == "ALIVE" and actor["class_name"] == "Keeper" and actor["session"]
+    alive = json.loads(fray_ray(env, "list", "actors", "--json", "--filter", "state=alive").stdout)
+    assert actor_id in [a["actor_id"] for a in alive]
+    assert json.loads(fray_ray(env, "list", "actors", "--json", "--filter", "state!=ALIVE").stdout) == []
+
+    text = fray_ray(env, "list", "actors")  # piped, COLUMNS=40: the whole id still
+    assert text.returncode == 0, text.stderr
+    header, *lines = text.stdout.splitlines()
+    assert header.split()[:4] == ["SESSION", "ACTOR_ID", "CLASS_NAME", "STATE"]
+    assert any(line.split()[1:4] == [actor_id, "Keeper", "ALIVE"] for line in lines), text.stdout
+
+    failed = fray_ray(env, "list", "tasks", "--filter", "state=FAILED", "--json")
+    assert failed.returncode == 0, failed.stderr
+    [task] = json.loads(failed.stdout)
+    assert task["func_or_class_name"].endswith("explode") and task["error_type"]
+    assert "listed failure" in task["error_message"]
+    failed_text = fray_ray(env, "list", "tasks", "--filter", "state=FAILED")
+    assert task["task_id"] in failed_text.stdout.split(), failed_text.stdout
+    finished = json.loads(fray_ray(env, "list", "tasks", "--json", "--filter", "state=FINISHED").stdout)
+    assert any(t["func_or_class_name"].endswith("square") for t in finished), finished
+    one = json.loads(fray_ray(env, "list", "tasks", "--json", "--limit", "1").stdout)
+    assert len(one) == 1
+
+    objects = fray_ray(env, "list", "objects", "--json")
+    assert objects.returncode == 0, objects.stderr
+    [held] = [o for o in json.loads(objects.stdout) if o["object_id"] == live_session["object_id"]]
+    assert held["object_size"] >= 1000 and held["reference_type"] == "LOCAL_REFERENCE"
+    assert live_session["object_id"] in fray_ray(env, "list", "objects").stdout.split()
+
+    summary = fray_ray(env, "summary", "tasks", "--json")
+    assert summary.returncode == 0, summary.stderr
+    by_name = {name.rpartition(".")[2]: entry for name, entry in json.loads(summary.stdout)["cluster"]["summary"].items()}
+    assert by_name["explode"]["state_counts"] == {"FAILED": 1}
+    assert by_name["square"]["state_counts"] == {"FINISHED": 1}
+    summary_text = fray_ray(env, "summary", "tasks").stdout
+    assert "total_tasks: 2" in summary_text and "FAILED: 1" in summary_text, summary_text
+    actors_summary = json.loads(fray_ray(env, "summary", "actors", "--json").stdout)["cluster"]["summary"]
+    assert actors_summary["Keeper"]["state_counts"] == {"ALIVE": 1}
+
+    nodes = json.loads(fray_ray(env, "list", "nodes", "--json").stdout)
+    [node] = nodes
+    assert node["node_name"] == "cpu-0" and node["state"] == "ALIVE" and node["resources_total"]["CPU"] == 2.0
+    assert node["node_id"] == actor["node_id"]  # the id the session gives its actor's node
+    assert node["node_id"] in fray_ray(env, "list", "nodes").stdout.split()
+    jobs = json.loads(fray_ray(env, "list", "jobs", "--json", "--filter", "state=running").stdout)
+    assert any("/session-" in job["job_id"] for job in jobs) and {job["state"] for job in jobs} == {"running"}
+    jobs_text = fray_ray(env, "list", "jobs").stdout.split()
+    assert all(job["job_id"] in jobs_text for job in jobs)
+
+
+def test_list_refuses_a_bad_filter_and_a_wrong_token(env: dict[str, str], cluster: dict) -> None:
+    for bad, says in ((["--filter", "state"], "write key=value"), (["--filter", "colour=red"], "filterable columns")):
+        answer = fray_ray(env, "list", "actors", *bad)
+        assert answer.returncode == 2 and "Traceback" not in answer.stderr
+        assert says in answer.stderr, answer.stderr
+    assert fray_ray(env, "list", "volcanoes").returncode == 2
+    refused = fray_ray(env, "list", "actors", "--token", "wrong-token")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "fray-ray list:" in refused.stderr and refused.stdout == ""
 
 
 def test_down_stops_the_cluster_and_its_tasks(env: dict[str, str], cluster: dict) -> None:

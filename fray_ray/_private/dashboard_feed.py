@@ -3,7 +3,8 @@
 The controller knows nothing of Ray. A driver that wants its session shown serves
 `GET /dashboard.json` (bearer token: the cluster's) answering
 `{"title": str, "sections": [{"title": str, "columns": [str], "rows": [[scalar]]}]}` (and, here,
-`GET /metrics`: its application metrics as Prometheus text), and
+`GET /metrics`: its application metrics as Prometheus text, and `GET /state/<kind>`: its rows of
+Ray's state API for `fray-ray list`, see `state_feed`), and
 registers that address as the Iris endpoint `<its job>/fray-ray-dashboard` (the contract is in
 ARCHITECTURE.md). Its job is the session's: the driver's own job when it runs inside an Iris
 task, else the session's lease job; an endpoint must belong to a live task, so it is registered
@@ -33,6 +34,7 @@ from typing import Any
 from fray_ray._private import state_source
 from fray_ray._private.lease import FateMode
 from fray_ray._private.metrics import MetricKind, MetricSpec, process_registry, prometheus_text
+from fray_ray._private.state_feed import STATE_KINDS, StateReader, state_kind, state_reader
 from fray_ray._private.task_events import TaskStatus, describe
 
 logger = logging.getLogger(__name__)
@@ -83,8 +85,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path == METRICS_PATH:
             self._send(200, prometheus_text(process_registry()).encode(), PROMETHEUS_TYPE)
             return
+        kind = state_kind(path)
+        if kind is not None:
+            self._answer_state(kind)
+            return
         if path != FEED_PATH:
-            self._answer(404, {"error": f"only {FEED_PATH} and {METRICS_PATH} are served here"})
+            self._answer(404, {"error": f"only {FEED_PATH}, {METRICS_PATH} and /state/<kind> are served here"})
             return
         try:
             document = {"title": feed.title, "sections": feed.sections()}
@@ -92,6 +98,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except Exception as exc:  # noqa: BLE001 - a broken section source must not end the server
             logger.debug("dashboard sections failed", exc_info=True)
             self._answer(500, {"error": f"sections failed: {type(exc).__name__}: {exc}"})
+            return
+        self._send(200, body)
+
+    def _answer_state(self, kind: str) -> None:
+        feed = self.server.feed
+        try:
+            rows = feed.state(kind) if feed.state is not None else None
+            if rows is None:
+                self._answer(404, {"error": f"no state kind {kind[:64]!r} here; kinds: {', '.join(STATE_KINDS)}"})
+                return
+            body = json.dumps({"session": feed.session, "rows": rows}, default=str).encode()
+        except Exception as exc:  # noqa: BLE001 - a failing read must not end the server
+            logger.debug("state rows failed", exc_info=True)
+            self._answer(500, {"error": f"state rows failed: {type(exc).__name__}: {exc}"})
             return
         self._send(200, body)
 
@@ -147,7 +167,8 @@ class DashboardFeed:
 
     `job_id` returns the session's job once known (None until then); `register(job_id, address)`
     registers the endpoint and returns its id, `unregister(endpoint_id)` removes it (the Fray
-    client's `register_job_endpoint` and `unregister_endpoint`).
+    client's `register_job_endpoint` and `unregister_endpoint`). `state(kind)` gives the rows
+    `GET /state/<kind>` answers (None: no such kind), labelled with `session`.
     """
 
     def __init__(
@@ -161,8 +182,12 @@ class DashboardFeed:
         job_id: Callable[[], str | None],
         register: Callable[[str, str], str],
         unregister: Callable[[str], None],
+        state: StateReader | None = None,
+        session: str = "",
     ) -> None:
         self.sections = sections
+        self.state = state
+        self.session = session
         self.title = title
         self.expected_authorization = f"Bearer {token}".encode() if token else b""
         self._host = host
@@ -309,6 +334,8 @@ def start_session_feed(driver: Any, settings: DashboardSettings) -> DashboardFee
             FEED_ENDPOINT, address, job_id=job_id, timeout=REGISTER_TIMEOUT_S
         ),
         unregister=lambda endpoint_id: client.unregister_endpoint(endpoint_id),
+        state=state_reader(driver),
+        session=driver.session_name,
     )
     try:
         return feed.start()

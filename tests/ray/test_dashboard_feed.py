@@ -73,6 +73,57 @@ def test_the_feed_serves_its_sections_only_with_the_token() -> None:
     assert registered[-1] == ("unregistered", "endpoint-1")
 
 
+def test_the_feed_serves_state_rows_by_kind_only_with_the_token() -> None:
+    asked: list[str] = []
+
+    def state(kind: str) -> list[dict[str, Any]] | None:
+        asked.append(kind)
+        if kind == "broken":
+            raise RuntimeError("rows unreadable")
+        return [{"actor_id": "ab" * 16, "state": "ALIVE"}] if kind == "actors" else None
+
+    feed = DashboardFeed(
+        lambda: [], title="a session", token="secret", host="127.0.0.1", advertise_host="127.0.0.1",
+        job_id=lambda: None, register=lambda job_id, address: "endpoint-1", unregister=lambda endpoint_id: None,
+        state=state, session="session-1234abcd",
+    ).start()
+    try:
+        assert get(feed.address, "/state/actors")[0] == 401
+        assert get(feed.address, "/state/actors", token="wrong")[0] == 401
+        assert asked == []  # refused before anything is read
+        assert get(feed.address, "/state/actors", method="POST", token="secret")[0] == 405
+        status, body = get(feed.address, "/state/actors", token="secret")
+        assert status == 200
+        assert json.loads(body) == {"session": "session-1234abcd", "rows": [{"actor_id": "ab" * 16, "state": "ALIVE"}]}
+        status, body = get(feed.address, "/state/volcanoes", token="secret")
+        assert status == 404 and b"tasks, actors, objects, placement_groups" in body
+        status, body = get(feed.address, "/state/broken", token="secret")
+        assert status == 500 and b"rows unreadable" in body
+        assert get(feed.address, "/state/actors", token="secret")[0] == 200  # still serving
+    finally:
+        feed.close()
+
+
+def test_a_feed_without_a_state_reader_answers_404() -> None:
+    feed = _feed(lambda: [], []).start()
+    try:
+        assert get(feed.address, "/state/actors", token="secret")[0] == 404
+    finally:
+        feed.close()
+
+
+def test_the_state_reader_reads_the_drivers_rows_by_kind() -> None:
+    from fray_ray._private.state_feed import STATE_KINDS, state_kind, state_reader
+
+    class Driver:
+        pass
+
+    read = state_reader(Driver())
+    assert read("nodes") is None and read("../actors") is None  # only the four session kinds
+    assert set(STATE_KINDS) == {"tasks", "actors", "objects", "placement_groups"}
+    assert state_kind("/state/tasks") == "tasks" and state_kind("/dashboard.json") is None
+
+
 def test_a_failing_section_source_is_an_error_answer_not_a_dead_server() -> None:
     calls = []
 
@@ -151,6 +202,16 @@ def test_init_with_include_dashboard_shows_the_session_and_shutdown_removes_it(c
     assert get(cluster.address, "/metrics")[0] == 401
     assert "dashboard_rows" in _sessions_html(cluster.address, cluster.token)
     feed = runtime_state.current().dashboard_feed
+    # The same session's state rows, as `fray-ray list` reads them.
+    status, body = get(feed.address, "/state/tasks", token=cluster.token)
+    assert status == 200
+    state = json.loads(body)
+    assert state["session"] == runtime_state.current().session_name
+    [failed_row] = [row for row in state["rows"] if row["state"] == "FAILED"]
+    assert failed_row["func_or_class_name"].endswith("explode") and "boom for the dashboard" in failed_row["error_message"]
+    status, body = get(feed.address, "/state/actors", token=cluster.token)
+    assert status == 200 and [row["state"] for row in json.loads(body)["rows"]] == ["ALIVE"]
+    assert get(feed.address, "/state/tasks")[0] == 401
     with cluster.client() as client:
         endpoints = client.list_endpoints(f"{lease_job}/{FEED_ENDPOINT}", exact=True)
         assert [e.address for e in endpoints] == [feed.address]

@@ -87,7 +87,9 @@ def _as_bool(value: Any) -> Any:
     return value
 
 
-def _matches(row: dict[str, Any], column: str, predicate: str, value: Any) -> bool:
+def row_matches(row: dict[str, Any], column: str, predicate: str, value: Any) -> bool:
+    """Whether `row[column] <predicate> value` holds, by Ray's rules (strings compare
+    case-insensitively; a string value is read as the column's bool or int)."""
     actual = row.get(column)
     if isinstance(actual, str) and isinstance(value, str):
         equal = actual.lower() == value.lower()
@@ -112,7 +114,7 @@ def _select(
             raise RayStateApiException(
                 f"The given filter column {column.lower()} is not supported. Supported filter columns: {filterable}"
             )
-    chosen = [r for r in rows if all(_matches(r, c.lower(), p, v) for c, p, v in filters)]
+    chosen = [r for r in rows if all(row_matches(r, c.lower(), p, v) for c, p, v in filters)]
     chosen.sort(key=lambda r: r.get(key) or "")
     columns = schema.list_columns(detail=detail)
     return [schema(**{c: row.get(c) for c in columns}) for row in chosen[:limit]]
@@ -213,9 +215,14 @@ def summarize_tasks(address: str | None = None, timeout: int = DEFAULT_RPC_TIMEO
     """Task counts by name and state: `{"cluster": {"summary": {name: {"func_or_class_name",
     "type", "state_counts"}}, "total_tasks", "total_actor_tasks", "total_actor_scheduled",
     "summary_by": "func_name"}}`, as Ray returns."""
+    return summarize_task_rows(state_source.task_rows(_driver()))
+
+
+def summarize_task_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """`summarize_tasks`'s answer for these task rows (of one session or several)."""
     summary: dict[str, dict[str, Any]] = {}
     totals = {"NORMAL_TASK": 0, "ACTOR_TASK": 0, "ACTOR_CREATION_TASK": 0}
-    for row in state_source.task_rows(_driver()):
+    for row in rows:
         key = row["name"] or row["func_or_class_name"]
         entry = summary.setdefault(key, {"func_or_class_name": key, "type": row["type"], "state_counts": {}})
         entry["state_counts"][row["state"]] = entry["state_counts"].get(row["state"], 0) + 1
@@ -233,8 +240,12 @@ def summarize_actors(address: str | None = None, timeout: int = DEFAULT_RPC_TIME
                      raise_on_missing_output: bool = True, _explain: bool = False) -> dict[str, Any]:
     """Actor counts by class and state: `{"cluster": {"summary": {class: {"class_name",
     "state_counts"}}, "total_actors", "summary_by": "class"}}`, as Ray returns."""
+    return summarize_actor_rows(state_source.actor_rows(_driver()))
+
+
+def summarize_actor_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """`summarize_actors`'s answer for these actor rows (of one session or several)."""
     summary: dict[str, dict[str, Any]] = {}
-    rows = state_source.actor_rows(_driver())
     for row in rows:
         entry = summary.setdefault(row["class_name"], {"class_name": row["class_name"], "state_counts": {}})
         entry["state_counts"][row["state"]] = entry["state_counts"].get(row["state"], 0) + 1
