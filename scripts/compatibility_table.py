@@ -57,6 +57,8 @@ AREAS: dict[str, str] = {
     "cluster_utils": "`ray.cluster_utils.Cluster`: many nodes on one machine",
     "functions_and_actors": "Functions and actors: recursion, class attributes, exits, restarts, closures",
     "errors_and_context": "Errors, cancel and context: unpicklable errors, cancelled calls, tracebacks",
+    "state_api": "State API (`ray.util.state`) and `ray.timeline()`",
+    "metrics": "Application metrics (`ray.util.metrics`)",
 }
 # Differences no test can show (where files go, what is enforced), written by hand and
 # appended to the generated table.
@@ -216,12 +218,19 @@ def render(ray_run: Run | None, fray_run: Run | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ray", metavar="JSON", help="report of the run with --backend=ray")
+    parser.add_argument("--ray-extra", metavar="JSON", action="append", default=[],
+                        help="report of a run of some modules with --backend=ray on another Ray install "
+                             "(ray[default] for the state API); its results stand for those tests")
     parser.add_argument("--fray-ray", metavar="JSON",
                         help="report of the run with --backend=fray_ray")
     parser.add_argument("-o", "--output", metavar="MD", default="COMPATIBILITY.md",
                         help="where to write the table (default: COMPATIBILITY.md; '-' = stdout)")
     args = parser.parse_args(argv)
     ray_run = _load(args.ray, "ray")
+    for extra_path in args.ray_extra:
+        extra = _load(extra_path, "ray")
+        if ray_run is not None and extra is not None:
+            ray_run.tests.update(extra.tests)
     fray_run = _load(args.fray_ray, "fray_ray")
     if ray_run is None and fray_run is None:
         parser.error("give at least one existing report (--ray and/or --fray-ray)")
