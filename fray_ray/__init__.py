@@ -55,6 +55,7 @@ def __getattr__(name: str) -> object:
         return PlacementGroupID
     raise AttributeError(f"module 'fray_ray' has no attribute {name!r}")
 
+
 __all__ = [
     "ActorClassID",
     "ActorID",

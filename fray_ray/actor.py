@@ -58,6 +58,7 @@ S = TypeVar("S", contravariant=True)
 F = TypeVar("F", covariant=True)
 V = TypeVar("V")
 
+
 class ActorClassInheritanceException(TypeError):
     """Raised when a class tries to inherit from an actor class."""
 

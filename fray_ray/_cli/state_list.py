@@ -29,6 +29,7 @@ FETCH_TIMEOUT_S = 5.0
 MAX_STATE_BYTES = 64 << 20
 FETCH_THREADS = 8
 
+
 @dataclass(frozen=True)
 class Kind:
     """What one `fray-ray list <kind>` lists: where its rows come from and how they are keyed."""
@@ -45,6 +46,7 @@ class Kind:
 
         return getattr(common, self.schema_name) if self.schema_name else None
 
+
 _JOB_COLUMNS = ("job_id", "parent_job_id", "state", "task_count", "completed_count", "failure_count",
                 "preemption_count", "exit_code", "error", "pending_reason")
 
@@ -57,10 +59,13 @@ KINDS: dict[str, Kind] = {
     "jobs": Kind(None, "job_id", None, _JOB_COLUMNS),
 }
 
+
 class UsageError(ValueError):
     """A bad option (a malformed filter, an unknown column): exit status 2."""
 
+
 Filter = tuple[str, str, str]
+
 
 def parse_filters(kind_name: str, expressions: Sequence[str]) -> list[Filter]:
     """`key=value` / `key!=value` strings as (column, predicate, value); UsageError for
@@ -84,12 +89,14 @@ def parse_filters(kind_name: str, expressions: Sequence[str]) -> list[Filter]:
         filters.append((key, predicate, value.strip()))
     return filters
 
+
 def filterable(kind: Kind) -> set[str]:
     if kind.schema is not None:
         columns = kind.schema.filterable_columns()
     else:
         columns = set(kind.columns)
     return columns | ({"session"} if kind.feed_kind is not None else set())
+
 
 def table_columns(kind: Kind) -> list[str]:
     """The columns the text table shows: Ray's default ones (`--json` has every column)."""
@@ -98,10 +105,12 @@ def table_columns(kind: Kind) -> list[str]:
 
 # ---- reading rows ------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class SessionFeed:
     job: str
     address: str
+
 
 @dataclass(frozen=True)
 class Gathered:
@@ -111,6 +120,7 @@ class Gathered:
     problems: list[str]
     sessions: int
 
+
 def session_feeds(controller: ControllerClient) -> list[SessionFeed]:
     """Every Ray session's feed the controller knows (endpoints `<job>/fray-ray-dashboard`)."""
     return [
@@ -118,6 +128,7 @@ def session_feeds(controller: ControllerClient) -> list[SessionFeed]:
         for endpoint in controller.list_endpoints("", exact=False)
         if endpoint.name.endswith(FEED_SUFFIX)
     ]
+
 
 def _fetch(feed: SessionFeed, feed_kind: str, token: str | None, timeout: float) -> list[dict[str, Any]]:
     from fray_ray.cluster._dashboard_sessions import http_get
@@ -129,6 +140,7 @@ def _fetch(feed: SessionFeed, feed_kind: str, token: str | None, timeout: float)
     session = str(answer.get("session") or feed.job)
     return [{"session": session, **row} for row in answer["rows"] if isinstance(row, dict)]
 
+
 def _problem(feed: SessionFeed, exc: BaseException) -> str:
     import urllib.error
 
@@ -139,6 +151,7 @@ def _problem(feed: SessionFeed, exc: BaseException) -> str:
     else:
         why = f"{type(exc).__name__}: {exc}"
     return f"the session of {feed.job} at {feed.address} did not answer: {why}"
+
 
 def gather(controller: ControllerClient, feed_kind: str, token: str | None,
            timeout: float = FETCH_TIMEOUT_S) -> Gathered:
@@ -157,6 +170,7 @@ def gather(controller: ControllerClient, feed_kind: str, token: str | None,
             except Exception as exc:  # noqa: BLE001 - one session's failure is reported, not fatal
                 problems.append(_problem(feed, exc))
     return Gathered(rows, problems, len(feeds))
+
 
 def node_rows(controller: ControllerClient) -> list[dict[str, Any]]:
     """The controller's workers as Ray's node records (the node id is the one sessions use for
@@ -181,11 +195,13 @@ def node_rows(controller: ControllerClient) -> list[dict[str, Any]]:
         for node in read_status(controller).nodes
     ]
 
+
 def job_rows(controller: ControllerClient) -> list[dict[str, Any]]:
     """The controller's jobs as `fray-ray jobs --json` shows them."""
     from fray_ray._cli.jobs import job_record
 
     return [job_record(job) for job in controller.list_jobs("")]
+
 
 def select(rows: list[dict[str, Any]], kind: Kind, filters: list[Filter], limit: int) -> tuple[list[dict[str, Any]], int]:
     """(the first `limit` matching rows sorted by session and id, how many matched)."""
@@ -197,6 +213,7 @@ def select(rows: list[dict[str, Any]], kind: Kind, filters: list[Filter], limit:
 
 # ---- text --------------------------------------------------------------------------------------
 
+
 def cell(value: Any) -> str:
     """One table cell: whole, on one line (a multi-line text keeps its first line)."""
     if value is None:
@@ -206,24 +223,29 @@ def cell(value: Any) -> str:
     text = str(value).strip()
     return text.splitlines()[0] if text else ""
 
+
 def render_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """Columns padded to their widest cell, upper-case headers as Ray's, no cell ever cut."""
     table = [[column.upper() for column in columns], *[list(row) for row in rows]]
     widths = [max(len(row[index]) for row in table) for index in range(len(columns))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table)
 
+
 def render_rows(kind: Kind, rows: list[dict[str, Any]]) -> str:
     columns = table_columns(kind)
     return render_table(columns, [[cell(row.get(column)) for column in columns] for row in rows])
 
+
 def _counts(state_counts: dict[str, int]) -> str:
     return ", ".join(f"{state}: {count}" for state, count in sorted(state_counts.items()))
+
 
 def summary_of(what: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Ray's `summarize_tasks`/`summarize_actors` answer over every session's rows."""
     from fray_ray.util.state.api import summarize_actor_rows, summarize_task_rows
 
     return summarize_task_rows(rows) if what == "tasks" else summarize_actor_rows(rows)
+
 
 def render_summary(what: str, summary: dict[str, Any]) -> str:
     """Stats, then one line per function (or class) with its counts by state, as `ray summary`."""
@@ -242,6 +264,7 @@ def render_summary(what: str, summary: dict[str, Any]) -> str:
     lines.append("-" * 36)
     lines.append(render_table(columns, body) if body else f"(no {what})")
     return "\n".join(lines)
+
 
 SESSIONS_NOTE = (
     "Tasks, actors, objects and placement groups are read from each Ray session on the cluster "

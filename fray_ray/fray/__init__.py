@@ -100,6 +100,7 @@ def __getattr__(name: str) -> object:
         return getattr(iris_backend, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "JobSummary",
     "ANY_REGION",
