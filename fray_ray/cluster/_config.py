@@ -208,9 +208,8 @@ class ClusterConfig:
     - `worker_template`: fork task processes that run the task Python on a script (executors,
       actor hosts, callable jobs) from a warm template process that has imported
       `worker_template_preload`, instead of starting an interpreter each time; device-shaped
-      tasks and other commands always start fresh. Off by default for now (a fork request
-      blocks the process supervisor until the template answers); `FRAY_RAY_WORKER_TEMPLATE=1`
-      turns it on and `=0` off, whatever this says.
+      tasks and other commands always start fresh. `FRAY_RAY_WORKER_TEMPLATE=0` turns it off
+      too (for code that is not fork-safe).
     - `worker_template_preload`: modules the template imports (those that fail are skipped);
       it forks once the first is in and imports the others while idle.
     - `dashboard`: serve the web dashboard at the controller's address (`/`), behind the same
@@ -233,7 +232,7 @@ class ClusterConfig:
     max_finished_jobs: int = 10_000
     distinct_hosts: bool = True
     run_setup_scripts: bool = True
-    worker_template: bool = False
+    worker_template: bool = True
     worker_template_preload: tuple[str, ...] = DEFAULT_TEMPLATE_PRELOAD
     dashboard: bool = True
 

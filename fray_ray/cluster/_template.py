@@ -7,10 +7,8 @@ callable command `bash -c "exec $IRIS_PYTHON -u $IRIS_WORKDIR/_callable_runner.p
 variables an interpreter or a preloaded library reads when it starts equal to the template's.
 Every other launch (another Python, setup scripts, binaries, device-shaped tasks, a launch
 that sets `OMP_NUM_THREADS` differently...) spawns as before. So does every launch once the
-template has died or misbehaved. The template is off unless `FRAY_RAY_WORKER_TEMPLATE=1` or
-`ClusterConfig(worker_template=True)` turns it on (`FRAY_RAY_WORKER_TEMPLATE=0` always turns it
-off): while a fork request waits for the template's answer the supervisor thread serves nothing
-else, and on a heavily loaded machine that stalled launches long enough to fail tests.
+template has died or misbehaved. `FRAY_RAY_WORKER_TEMPLATE=0` or
+`ClusterConfig(worker_template=False)` turns the template off.
 
 All methods run on the supervisor thread.
 """
@@ -42,9 +40,8 @@ _UNSAFE_VALUE = re.compile(r"[\s*?\[\]]")
 
 
 def template_enabled(configured: bool) -> bool:
-    """The environment switch when it is set (`1` on, `0` off), else the cluster's setting."""
-    value = os.environ.get(ENV_SWITCH, "").strip().lower()
-    return configured if not value else value not in _OFF
+    """The cluster's setting, unless the environment switch turns the template off."""
+    return configured and os.environ.get(ENV_SWITCH, "1").strip().lower() not in _OFF
 
 
 def startup_variable(name: str) -> bool:

@@ -38,13 +38,6 @@ PROBE = textwrap.dedent(
 )
 
 
-@pytest.fixture(autouse=True)
-def template_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The template is off by default; every cluster these tests make has it on (the switch
-    test turns it off again)."""
-    monkeypatch.setenv("FRAY_RAY_WORKER_TEMPLATE", "1")
-
-
 def settings(tmp_path: Path, preload: tuple[str, ...] = ("json",), env: dict[str, str] | None = None) -> TemplateSettings:
     return TemplateSettings(python=sys.executable, preload=preload, environment=env or dict(os.environ), cwd=str(tmp_path))
 
@@ -249,8 +242,6 @@ def test_the_switch_turns_the_template_off(make_cluster, monkeypatch, switch: st
     on.stop()
     if switch == "environment":
         monkeypatch.setenv("FRAY_RAY_WORKER_TEMPLATE", "0")
-    else:
-        monkeypatch.delenv("FRAY_RAY_WORKER_TEMPLATE")  # the cluster's own setting decides
     off = make_cluster(worker_template=False) if switch == "config" else make_cluster()
     status, _, lines = _run_job(off, _report_parent)
     # The Iris callable command runs `bash -c "exec python ..."`: bash execs the interpreter,

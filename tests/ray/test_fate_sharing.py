@@ -44,7 +44,7 @@ def _alive(pid: int) -> bool:
 
 def test_killing_the_driver_ends_its_workers_and_actors(tmp_path) -> None:
     # The killed driver cannot remove its cluster's temp dir: keep it inside tmp_path.
-    env = {**__import__("os").environ, "TMPDIR": str(tmp_path), "FRAY_RAY_WORKER_TEMPLATE": "1"}
+    env = {**__import__("os").environ, "TMPDIR": str(tmp_path)}
     driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True, env=env)
     try:
         actor_pid, task_pid, parent_pid = (int(p) for p in driver.stdout.readline().split())

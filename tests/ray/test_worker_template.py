@@ -50,9 +50,7 @@ def driver_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_shutdown: 
     yield home
 
 
-def test_tasks_and_actors_run_in_workers_forked_from_the_template(driver_dir: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FRAY_RAY_WORKER_TEMPLATE", "1")  # off by default
+def test_tasks_and_actors_run_in_workers_forked_from_the_template(driver_dir: Path) -> None:
     fray_ray.init(num_cpus=2, runtime_env={"env_vars": {"TEMPLATE_VAR": "from-runtime-env"}})
     task = fray_ray.get(fray_ray.remote(where_am_i).remote(), timeout=120)
 
@@ -88,7 +86,7 @@ def test_tasks_and_actors_run_in_workers_forked_from_the_template(driver_dir: Pa
 
 
 def test_with_the_switch_off_workers_are_fresh_interpreters(driver_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FRAY_RAY_WORKER_TEMPLATE", "0")  # as by default, said explicitly
+    monkeypatch.setenv("FRAY_RAY_WORKER_TEMPLATE", "0")
     fray_ray.init(num_cpus=2)
     seen = fray_ray.get(fray_ray.remote(where_am_i).remote(), timeout=120)
     assert seen["ppid"] == os.getpid() and "_template_main.py" not in seen["parent"]
