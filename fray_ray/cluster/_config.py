@@ -211,7 +211,7 @@ class ClusterConfig:
       tasks and other commands always start fresh. `FRAY_RAY_WORKER_TEMPLATE=0` turns it off
       too (for code that is not fork-safe).
     - `worker_template_preload`: modules the template imports (those that fail are skipped);
-      it forks once the first is in and imports the others while idle.
+      all are imported before the template serves its first fork.
     - `dashboard`: serve the web dashboard at the controller's address (`/`), behind the same
       token (a login form, or the token link `EmbeddedCluster.dashboard_url`).
     """

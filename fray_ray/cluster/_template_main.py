@@ -4,10 +4,8 @@ Run by `_template.WorkerTemplate` as `python -c BOOT _template_main.py CONTROL_F
 with the standard library only at the top, so it starts in any Python 3. It imports the
 preload modules, checks it is still single-threaded and has loaded no device library (a
 CUDA/TPU runtime must never be inherited through fork), says `ready`, and then serves its
-control socket (an inherited AF_UNIX SOCK_SEQPACKET end; there is no listening port). It says
-`ready` once the first preload module is in, and imports the others one at a time while no
-request waits (a fork asked for meanwhile waits for at most one import); a device library
-showing up then makes it refuse and exit, as it would have before `ready`:
+control socket (an inherited AF_UNIX SOCK_SEQPACKET end; there is no listening port). All
+preload modules are in before `ready`, so no fork request ever waits behind an import:
 
 - `fork` (JSON, with the child's stdout and stderr pipe ends attached by SCM_RIGHTS): fork a
   child that becomes the task as a fresh `python [-u] script.py args...` would be (see
@@ -337,12 +335,14 @@ def main(argv: list[str]) -> int:
     base_path = [p for p in sys.path if p and os.path.abspath(p) not in own_path]
     sys.path[:] = [p for p in sys.path if p]  # not the working directory `-c` put first
     skipped: dict[str, str] = {}
-    refusal = _preload(preload[:1], skipped)
+    # Everything is imported before `ready`: an import between forks would keep a fork request
+    # (and the supervisor thread that waits for its answer) waiting behind it.
+    refusal = _preload(preload, skipped)
     if refusal:
         control.send(json.dumps({"op": "refused", "reason": refusal}).encode())
         return 1
-    template = _Template(control, base_path, preload[1:])
-    template.send({"op": "ready", "pid": os.getpid(), "preloaded": preload[:1], "skipped": skipped})
+    template = _Template(control, base_path, [])
+    template.send({"op": "ready", "pid": os.getpid(), "preloaded": preload, "skipped": skipped})
     try:
         template.serve()
     finally:
