@@ -29,10 +29,9 @@ ATTR_GPU_VARIANT = "gpu-variant"
 ATTR_GPU_COUNT = "gpu-count"
 
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-#: What the worker template imports: fray_ray's executor entry point (with cloudpickle and
-#: msgpack; the template forks once it is in), then while idle the actor host and the actor
-#: server stack, and numpy (skipped where it is not installed). Names only: the cluster never
-#: imports them itself.
+#: What the worker template imports before it serves its first fork: fray_ray's executor
+#: entry point (with cloudpickle and msgpack), the actor host and the actor server stack, and
+#: numpy (skipped where it is not installed). Names only: the cluster never imports them itself.
 DEFAULT_TEMPLATE_PRELOAD = (
     "fray_ray._private.worker_start",
     "cloudpickle",
