@@ -292,9 +292,15 @@ def main():
         fail("the session service of %s at %s refused this lease holder" % (session, address))
     print("holding the lease of %s at %s" % (session, address), flush=True)
     sock.settimeout(None)
+    released = False
     try:
-        released = bool(sock.recv(65536))  # the driver sends one frame, at a clean shutdown
-    except OSError:
+        while not released:  # whole frames; only the `released` notification ends the wait
+            header_size, buffers = struct.unpack("<II", read_exactly(sock, 8))
+            header = read_exactly(sock, header_size)
+            for _ in range(buffers):
+                read_exactly(sock, struct.unpack("<Q", read_exactly(sock, 8))[0])
+            released = b"\\xa8released" in header
+    except (OSError, ConnectionError, struct.error):
         released = False
     if released:
         print("released by the driver of %s: the session ended" % session, flush=True)
