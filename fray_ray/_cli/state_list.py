@@ -131,9 +131,9 @@ def session_feeds(controller: ControllerClient) -> list[SessionFeed]:
 
 
 def _fetch(feed: SessionFeed, feed_kind: str, token: str | None, timeout: float) -> list[dict[str, Any]]:
-    from fray_ray.cluster._dashboard_sessions import http_get
+    from fray_ray.iris.endpoint_http import endpoint_url, http_get
 
-    answer = json.loads(http_get(f"{feed.address.rstrip('/')}/state/{feed_kind}", token, timeout=timeout,
+    answer = json.loads(http_get(f"{endpoint_url(feed.address)}/state/{feed_kind}", token, timeout=timeout,
                                  limit=MAX_STATE_BYTES))
     if not isinstance(answer, dict) or not isinstance(answer.get("rows"), list):
         raise ValueError("the answer is not {\"session\": ..., \"rows\": [...]}")

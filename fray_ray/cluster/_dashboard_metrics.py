@@ -13,7 +13,8 @@ import concurrent.futures
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from fray_ray.cluster._dashboard_sessions import FETCH_THREADS, MAX_FEEDS, feed_url, http_get
+from fray_ray.cluster._dashboard_sessions import FETCH_THREADS, FETCH_TIMEOUT_S, MAX_FEED_BYTES, MAX_FEEDS
+from fray_ray.iris.endpoint_http import endpoint_url, http_get
 
 __all__ = ["METRICS_PATH", "PROMETHEUS_TYPE", "merge_exposition", "session_metrics"]
 
@@ -72,7 +73,8 @@ def session_metrics(feeds: Sequence[dict[str, str]], token: str | None) -> str:
 
     def fetch(feed: dict[str, str]) -> tuple[str, str] | None:
         try:
-            body = http_get(feed_url(feed["address"]) + METRICS_PATH, token, accept="text/plain")
+            body = http_get(endpoint_url(feed["address"]) + METRICS_PATH, token, timeout=FETCH_TIMEOUT_S,
+                            limit=MAX_FEED_BYTES, accept="text/plain")
             return feed["job"], body.decode("utf-8")
         except (OSError, ValueError):  # unreachable, refused, too large or not text: left out
             return None

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fray_ray.iris.endpoint_http import endpoint_url, http_get
+
 FEED_PATH = "/dashboard.json"
 FETCH_TIMEOUT_S = 2.0
 MAX_FEED_BYTES = 1 << 20
@@ -77,41 +79,19 @@ def parse_feed(data: Any) -> tuple[str, tuple[Section, ...]]:
     return title, tuple(parsed)
 
 
-def feed_url(address: str) -> str:
-    """A feed's base URL from its registered address."""
-    address = address.rstrip("/")
-    return address if address.startswith(("http://", "https://")) else "http://" + address
-
-
-def http_get(url: str, token: str | None, *, timeout: float = FETCH_TIMEOUT_S, limit: int = MAX_FEED_BYTES,
-             accept: str = "application/json") -> bytes:
-    """The body of `GET url` (bearer `token`); FeedError if it is longer than `limit`, and
-    urllib's errors (HTTPError, URLError, OSError) as they come."""
-    import urllib.request  # here: the cluster starts without loading urllib's client
-
-    request = urllib.request.Request(url, headers={"accept": accept})
-    if token:
-        request.add_header("authorization", f"Bearer {token}")
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - http(s) only (feed_url)
-        body: bytes = response.read(limit + 1)
-    if len(body) > limit:
-        raise FeedError(f"the answer is larger than {limit} bytes")
-    return body
-
-
 def fetch_panel(feed: dict[str, str], token: str | None, timeout: float = FETCH_TIMEOUT_S) -> SessionPanel:
     """Fetch and check one feed; never raises (a failure is the panel's `problem`)."""
     import urllib.error
 
-    job, address = feed["job"], feed_url(feed["address"])
+    job, address = feed["job"], endpoint_url(feed["address"])
     try:
-        title, sections = parse_feed(json.loads(http_get(address + FEED_PATH, token, timeout=timeout)))
+        title, sections = parse_feed(json.loads(http_get(address + FEED_PATH, token, timeout=timeout, limit=MAX_FEED_BYTES)))
     except urllib.error.HTTPError as exc:
         return SessionPanel(job, address, job, problem=f"unreachable: HTTP {exc.code} from {address}{FEED_PATH}")
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         return SessionPanel(job, address, job, problem=f"unreachable: {reason}")
-    except (ValueError, UnicodeDecodeError) as exc:  # FeedError and bad JSON
+    except (ValueError, UnicodeDecodeError) as exc:  # FeedError, ResponseTooLarge and bad JSON
         return SessionPanel(job, address, job, problem=f"unreadable feed: {exc}")
     return SessionPanel(job, address, title or job, sections)
 
