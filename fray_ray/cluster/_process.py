@@ -20,7 +20,10 @@ The child's pipes are made here and handed over; the template is its parent, rep
 status, and reaps it only when told to, so the guarantees above hold for forked children too:
 each is a session of its own, dies with the template (which dies with this thread), joins
 the cluster's cgroup by birth, is reported to the guard, and has its group killed before its
-leader is reaped. Should the template die or misbehave, launches spawn as before.
+leader is reaped. A fork is asked for and answered asynchronously on the same selector, so a
+busy template delays only the launches it forks. Should the template die or misbehave,
+launches spawn as before; should it leave a fork unanswered too long, that launch spawns and
+the template forks no more, but the children it runs are left alone.
 """
 
 from __future__ import annotations
@@ -42,8 +45,10 @@ from typing import Protocol
 
 from fray_ray.cluster._parent_death import die_with_parent, pdeathsig_prefix, prctl
 from fray_ray.cluster._template import (
+    ChildExit,
     ForkCandidate,
     ForkFailed,
+    ForkReply,
     TemplateDown,
     TemplateSettings,
     TemplateState,
@@ -119,6 +124,18 @@ class _Running:
         self.returncode: int | None = None  # a forked child's, as the template reported it
 
 
+@dataclass
+class _PendingFork:
+    """A launch sent to the template, waiting for its reply (our ends of its pipes held)."""
+
+    key: int
+    spec: ProcessSpec
+    listener: ProcessListener
+    stdout_fd: int
+    stderr_fd: int
+    deadline: float
+
+
 class SupervisorState(enum.Enum):
     NEW = "new"  # constructed; nothing started
     RUNNING = "running"  # the thread runs and accepts spawns
@@ -142,7 +159,7 @@ class ProcessSupervisor:
         self._guard = guard
         self._use_setpriv = use_setpriv
         self._max_line_bytes = max_line_bytes
-        self._lock = threading.Lock()  # guards _state, _queue, _starting, _running, _cancelled
+        self._lock = threading.Lock()  # guards _state, _queue, _starting, _forking, _running, _cancelled
         self._state = SupervisorState.NEW
         self._queue: deque[tuple[int, ProcessSpec, ProcessListener]] = deque()
         self._exited: deque[int] = deque()  # keys whose waiter thread saw an exit (no pidfd support)
@@ -156,6 +173,7 @@ class ProcessSupervisor:
         self._use_pidfd = use_pidfd and hasattr(os, "pidfd_open")
         self._template_settings = template if self._use_pidfd else None
         self._template: WorkerTemplate | None = None
+        self._forking: dict[int, _PendingFork] = {}  # fork request id -> launch awaiting the template
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -213,7 +231,8 @@ class ProcessSupervisor:
             if running is not None:
                 self._kill_group(running)
                 return
-            if key == self._starting or any(queued[0] == key for queued in self._queue):
+            if (key == self._starting or any(queued[0] == key for queued in self._queue)
+                    or any(pending.key == key for pending in self._forking.values())):
                 self._cancelled.add(key)
         self._wake()
 
@@ -285,8 +304,11 @@ class ProcessSupervisor:
     def _select_timeout(self) -> float | None:
         if self._state != SupervisorState.RUNNING:
             return 0.05
-        deadline = self._template.ready_deadline() if self._template is not None else None
-        return None if deadline is None else max(0.0, deadline - time.monotonic())
+        deadlines = [pending.deadline for pending in self._forking.values()]
+        ready = self._template.ready_deadline() if self._template is not None else None
+        if ready is not None:
+            deadlines.append(ready)
+        return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
 
     def _start_template(self) -> None:
         settings = self._template_settings
@@ -316,6 +338,7 @@ class ProcessSupervisor:
                 self._selector.unregister(fd)
             except (KeyError, ValueError):
                 pass
+        self._respawn_pending_forks()
         with self._lock:
             orphans = [r for r in self._running.values() if r.popen is None]
             for running in orphans:
@@ -324,17 +347,67 @@ class ProcessSupervisor:
             if running.pidfd is not None and self._state == SupervisorState.RUNNING:
                 self._selector.register(running.pidfd, selectors.EVENT_READ, lambda r=running: self._on_exit(r))
 
+    def _respawn_pending_forks(self) -> None:
+        """Launches the template will not answer go back to the front of the queue to spawn (a
+        child it forked without answering dies with it, or is killed when the answer comes)."""
+        with self._lock:
+            pending, self._forking = list(self._forking.values()), {}
+            for launch in reversed(pending):
+                self._queue.appendleft((launch.key, launch.spec, launch.listener))
+        for launch in pending:
+            os.close(launch.stdout_fd)
+            os.close(launch.stderr_fd)
+
     def _template_events(self) -> None:
         template = self._template
         if template is None:
             return
         template.check_deadline()
-        for pid, returncode in template.take_exits():
+        now = time.monotonic()
+        if any(pending.deadline < now for pending in self._forking.values()):
+            template.drain(f"the worker template did not answer a fork within {template.settings.reply_timeout_s:.0f} s")
+            self._respawn_pending_forks()
+        for event in template.take_events():
+            if isinstance(event, ForkReply):
+                self._fork_answered(template, event)
+            else:
+                self._forked_child_exited(template, event)
+
+    def _fork_answered(self, template: WorkerTemplate, reply: ForkReply) -> None:
+        with self._lock:
+            launch = self._forking.pop(reply.request_id, None)
+        if launch is None:  # given up on: that launch spawned instead, so this child must go
+            if reply.pid is not None:
+                try:
+                    os.killpg(reply.pid, signal.SIGKILL)  # unreaped (the template reaps on `reap`)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            return
+        if reply.pid is None:
+            os.close(launch.stdout_fd)
+            os.close(launch.stderr_fd)
             with self._lock:
-                running = next((r for r in self._running.values() if r.pid == pid and r.popen is None), None)
-            if running is not None:
-                running.returncode = returncode
-                self._on_exit(running)
+                self._cancelled.discard(launch.key)
+            launch.listener.process_exited(127, f"cannot start {launch.spec.argv[0]!r}: {reply.error}")
+            return
+        if self._guard is not None:
+            self._guard.group_started(reply.pid)
+        running = _Running(launch.key, reply.pid, None, launch.listener)
+        self._watch_output(running, launch.stdout_fd, launch.stderr_fd)
+        try:
+            running.pidfd = os.pidfd_open(reply.pid)  # watched only should the template die
+        except OSError:
+            pass
+        self._register(running)
+
+    def _forked_child_exited(self, template: WorkerTemplate, child: ChildExit) -> None:
+        with self._lock:
+            running = next((r for r in self._running.values() if r.pid == child.pid and r.popen is None), None)
+        if running is None:  # a child whose launch was given up on
+            template.reap(child.pid)
+            return
+        running.returncode = child.returncode
+        self._on_exit(running)
 
     def _waits_for_template(self, spec: ProcessSpec) -> bool:
         """The next launch may fork, but the template is still importing: hold the queue."""
@@ -419,7 +492,8 @@ class ProcessSupervisor:
             self._selector.register(fd, selectors.EVENT_READ, lambda r=running, s=stream: self._on_readable(r, s))
 
     def _start_forked(self, key: int, spec: ProcessSpec, env: dict[str, str], listener: ProcessListener) -> bool:
-        """Fork `spec` from the template if it may; False when it must spawn instead."""
+        """Ask the template to fork `spec` if it may (the child registers when the answer
+        comes); False when it must spawn instead."""
         template = self._template
         if spec.fork is None or template is None or template.state != TemplateState.READY:
             return False
@@ -429,7 +503,7 @@ class ProcessSupervisor:
         stdout_r, stdout_w = os.pipe()
         stderr_r, stderr_w = os.pipe()
         try:
-            pid = template.fork(request, env, spec.cwd, stdout_w, stderr_w)
+            request_id = template.request_fork(request, env, spec.cwd, stdout_w, stderr_w)
         except (TemplateDown, ForkFailed) as exc:
             for fd in (stdout_r, stderr_r):
                 os.close(fd)
@@ -441,17 +515,12 @@ class ProcessSupervisor:
             listener.process_exited(127, f"cannot start {spec.argv[0]!r}: {exc}")
             return True
         finally:
-            os.close(stdout_w)
+            os.close(stdout_w)  # the template holds its own copies now
             os.close(stderr_w)
-        if self._guard is not None:
-            self._guard.group_started(pid)
-        running = _Running(key, pid, None, listener)
-        self._watch_output(running, stdout_r, stderr_r)
-        try:
-            running.pidfd = os.pidfd_open(pid)  # watched only should the template die
-        except OSError:
-            pass
-        self._register(running)
+        deadline = time.monotonic() + template.settings.reply_timeout_s
+        with self._lock:
+            self._forking[request_id] = _PendingFork(key, spec, listener, stdout_r, stderr_r, deadline)
+            self._starting = None
         return True
 
     def _register(self, running: _Running) -> None:

@@ -70,7 +70,9 @@ class TemplateSettings:
     environment: Mapping[str, str]
     cwd: str
     ready_timeout_s: float = 60.0
-    reply_timeout_s: float = 15.0
+    #: A fork unanswered this long spawns instead, and the template forks no more (its
+    #: children run on): slow is not dead, but launches must not wait on it for ever.
+    reply_timeout_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ def fork_request(candidate: ForkCandidate, settings: TemplateSettings, env: Mapp
 class TemplateState(enum.Enum):
     STARTING = "starting"  # importing its preload list
     READY = "ready"  # forks on request
+    DRAINING = "draining"  # too slow to answer a fork: forks no more, still reports its children
     DOWN = "down"  # refused, died, misbehaved or stopped: launches spawn
 
 
@@ -144,8 +147,27 @@ class ForkFailed(Exception):
     """The template is fine but could not fork this one (fork(2) failed)."""
 
 
+@dataclass(frozen=True)
+class ForkReply:
+    """The template's answer to fork request `request_id`: the child's pid, or why not."""
+
+    request_id: int
+    pid: int | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ChildExit:
+    """A forked child exited (the template reaps it once told to)."""
+
+    pid: int
+    returncode: int
+
+
 class WorkerTemplate:
-    """One running template process and its control socket."""
+    """One running template process and its control socket. Forks are asynchronous: a request
+    is sent and its `ForkReply` arrives later among `take_events()`, so a busy template never
+    holds up the supervisor thread."""
 
     def __init__(self, settings: TemplateSettings) -> None:
         self.settings = settings
@@ -154,7 +176,7 @@ class WorkerTemplate:
         self._control: socket.socket | None = None
         self._pidfd: int | None = None
         self._next_id = 0
-        self._exits: list[tuple[int, int]] = []  # (pid, returncode) not yet taken
+        self._events: list[ForkReply | ChildExit] = []  # in arrival order, not yet taken
         self._started_at = time.monotonic()
         self.pid: int | None = None
         #: Called before the template's descriptors close (the supervisor unregisters them).
@@ -208,14 +230,20 @@ class WorkerTemplate:
         if deadline is not None and time.monotonic() > deadline:
             self._down(f"the worker template was not ready within {self.settings.ready_timeout_s:.0f} s")
 
-    def take_exits(self) -> list[tuple[int, int]]:
-        exits, self._exits = self._exits, []
-        return exits
+    def take_events(self) -> list[ForkReply | ChildExit]:
+        events, self._events = self._events, []
+        return events
+
+    def drain(self, reason: str) -> None:
+        """Fork no more, but keep serving (and reporting) the children it has: they run on."""
+        if self.state == TemplateState.READY:
+            self.state = TemplateState.DRAINING
+            logger.warning("%s; new task processes start without the worker template", reason)
 
     def _on_control(self) -> None:
         while self.state != TemplateState.DOWN:
             try:
-                message = self._receive(block=False)
+                message = self._receive()
             except BlockingIOError:
                 return
             except TemplateDown as exc:
@@ -233,17 +261,14 @@ class WorkerTemplate:
         for line in data.decode("utf-8", "replace").splitlines():
             logger.warning("worker template: %s", line)
 
-    def _receive(self, *, block: bool, timeout: float | None = None) -> dict:
+    def _receive(self) -> dict:
+        """The next message; BlockingIOError when none is waiting."""
         assert self._control is not None
-        self._control.settimeout(timeout if block else 0.0)
+        self._control.settimeout(0.0)
         try:
             data = self._control.recv(_MAX_MESSAGE)
-        except TimeoutError as exc:
-            if block:
-                raise TemplateDown("the worker template did not answer") from exc
+        except (BlockingIOError, TimeoutError) as exc:
             raise BlockingIOError from exc
-        except BlockingIOError:
-            raise
         except OSError as exc:
             raise TemplateDown(f"the worker template's socket failed: {exc}") from exc
         if not data:
@@ -263,7 +288,11 @@ class WorkerTemplate:
             logger.debug("worker template %s ready in %.2f s (preloaded %s, skipped %s)", self.pid,
                          time.monotonic() - self._started_at, message.get("preloaded"), message.get("skipped"))
         elif op == "exited":
-            self._exits.append((int(message["pid"]), int(message["returncode"])))
+            self._events.append(ChildExit(int(message["pid"]), int(message["returncode"])))
+        elif op == "forked":
+            self._events.append(ForkReply(int(message["id"]), int(message["pid"])))
+        elif op == "fork_failed":
+            self._events.append(ForkReply(int(message["id"]), None, str(message.get("error"))))
         elif op == "refused":
             self._down(f"the worker template refused to serve: {message.get('reason')}")
         else:
@@ -271,9 +300,10 @@ class WorkerTemplate:
 
     # ---- requests ---------------------------------------------------------------------------------
 
-    def fork(self, request: ForkRequest, env: Mapping[str, str], cwd: str, stdout_fd: int, stderr_fd: int) -> int:
-        """Fork a child for `request` and return its pid. Raises ForkFailed, or TemplateDown
-        (then the template is stopped and this launch should spawn)."""
+    def request_fork(self, request: ForkRequest, env: Mapping[str, str], cwd: str, stdout_fd: int, stderr_fd: int) -> int:
+        """Ask for a child running `request` and return the request's id; its `ForkReply` comes
+        later. Raises ForkFailed (this request cannot be sent), or TemplateDown (the template
+        is stopped now and this launch should spawn)."""
         if self.state != TemplateState.READY or self._control is None:
             raise TemplateDown("the worker template is not ready")
         self._next_id += 1
@@ -288,24 +318,11 @@ class WorkerTemplate:
                 raise ForkFailed("the launch is too large for the worker template") from exc
             self._down(f"cannot reach the worker template: {exc}")
             raise TemplateDown(str(exc)) from exc
-        deadline = time.monotonic() + self.settings.reply_timeout_s
-        while True:
-            try:
-                message = self._receive(block=True, timeout=max(0.001, deadline - time.monotonic()))
-                if message.get("op") in ("forked", "fork_failed") and message.get("id") == self._next_id:
-                    if message["op"] == "fork_failed":
-                        raise ForkFailed(str(message.get("error")))
-                    return int(message["pid"])
-                self._handle(message)
-            except TemplateDown as exc:
-                self._down(str(exc))
-                raise
-            if self.state == TemplateState.DOWN:
-                raise TemplateDown("the worker template went down")
+        return self._next_id
 
     def reap(self, pid: int) -> None:
         """The supervisor has let go of `pid`: the template may reap it."""
-        if self.state != TemplateState.READY or self._control is None:
+        if self.state not in (TemplateState.READY, TemplateState.DRAINING) or self._control is None:
             return
         try:
             self._control.settimeout(self.settings.reply_timeout_s)

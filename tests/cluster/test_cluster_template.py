@@ -4,6 +4,7 @@ the template cannot serve."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -126,6 +127,49 @@ def test_launches_spawn_once_the_template_is_killed(templated: ProcessSupervisor
     after = launch(templated, 2, script_spec(tmp_path / "b", PROBE, "0"))
     assert after.done.wait(60) and after.exits == [(0, "")]
     assert stdout_json(after)["ppid"] == os.getpid()
+
+
+def test_a_stalled_template_holds_up_no_launch_and_keeps_its_children(tmp_path: Path) -> None:
+    sleeper = "import time\nprint('up', flush=True)\ntime.sleep(60)\n"
+    with ProcessSupervisor(template=dataclasses.replace(settings(tmp_path), reply_timeout_s=2.0)) as supervisor:
+        template = wait_for(lambda: supervisor.template_pid, what="the template to be ready")
+        forked = launch(supervisor, 1, script_spec(tmp_path / "a", sleeper))
+        wait_for(lambda: forked.lines, timeout=60)
+        os.kill(template, signal.SIGSTOP)
+        try:
+            waiting = launch(supervisor, 2, script_spec(tmp_path / "b", sleeper))
+            # A launch that may not fork starts while the fork request above goes unanswered.
+            spawned = launch(supervisor, 3, script_spec(tmp_path / "c", PROBE, "0", fork=False))
+            assert spawned.done.wait(60) and spawned.exits == [(0, "")] and not waiting.started
+            # Unanswered past its deadline, the waiting launch spawns; the template forks no more,
+            # and the child it runs is left alone.
+            wait_for(lambda: waiting.lines, timeout=60)
+            assert supervisor.template_pid is None and pid_alive(forked.started[0]) and not forked.done.is_set()
+        finally:
+            os.kill(template, signal.SIGCONT)
+        # The template answers the stale fork before it reports this kill: the late child is
+        # killed on arrival, so the template is left with no child at all.
+        supervisor.kill(1)
+        assert forked.done.wait(60) and forked.exits == [(-signal.SIGKILL, "")]
+        wait_for(lambda: children_of(template) == [], what="the late fork's child to be killed")
+        assert len(waiting.started) == 1 and waiting.started[0] not in children_of(template)
+        supervisor.kill(2)
+        assert waiting.done.wait(60) and waiting.exits == [(-signal.SIGKILL, "")]
+
+
+def children_of(pid: int) -> list[int]:
+    """Live (not zombie) children of `pid`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry))
+    return found
 
 
 def test_stop_leaves_no_template_and_no_forked_task(tmp_path: Path) -> None:
