@@ -22,3 +22,12 @@ def wait_for(predicate: Callable[[], T], timeout: float = DEFAULT_TIMEOUT, inter
         time.sleep(interval)
         last = predicate()
     return last
+
+
+def pid_alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie (a process may vanish while it is read)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

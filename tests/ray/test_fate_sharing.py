@@ -6,7 +6,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
+
+from waiting import pid_alive, wait_for  # noqa: E402
 
 DRIVER = textwrap.dedent(
     """
@@ -34,13 +38,6 @@ DRIVER = textwrap.dedent(
 )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return "State:\tZ" not in f.read()
-    except FileNotFoundError:
-        return False
-
 
 def test_killing_the_driver_ends_its_workers_and_actors(tmp_path) -> None:
     # The killed driver cannot remove its cluster's temp dir: keep it inside tmp_path.
@@ -48,12 +45,10 @@ def test_killing_the_driver_ends_its_workers_and_actors(tmp_path) -> None:
     driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True, env=env)
     try:
         actor_pid, task_pid, parent_pid = (int(p) for p in driver.stdout.readline().split())
-        assert _alive(actor_pid) and _alive(task_pid)
+        assert pid_alive(actor_pid) and pid_alive(task_pid)
         assert parent_pid != driver.pid  # forked from the worker template, which must die too
     finally:
         driver.send_signal(signal.SIGKILL)
         driver.wait(30)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (_alive(actor_pid) or _alive(task_pid) or _alive(parent_pid)):
-        time.sleep(0.05)
-    assert not _alive(actor_pid) and not _alive(task_pid) and not _alive(parent_pid)
+    wait_for(lambda: not (pid_alive(actor_pid) or pid_alive(task_pid) or pid_alive(parent_pid)),
+             what="the killed driver's workers to end")

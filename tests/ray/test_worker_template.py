@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +12,10 @@ import cloudpickle
 import pytest
 
 import fray_ray
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
+
+from waiting import pid_alive, wait_for  # noqa: E402
 
 # This module's functions travel by value: the workers' bundle is a temp dir, not this checkout.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -25,13 +28,6 @@ def _cmdline(pid: int) -> str:
     except OSError:
         return ""
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return "State:\tZ" not in f.read()
-    except FileNotFoundError:
-        return False
 
 
 def where_am_i() -> dict[str, object]:
@@ -73,16 +69,10 @@ def test_tasks_and_actors_run_in_workers_forked_from_the_template(driver_dir: Pa
     fray_ray.kill(actor)
     with pytest.raises(fray_ray.exceptions.RayActorError):
         fray_ray.get(actor.where.remote(), timeout=120)
-    deadline = time.monotonic() + 60
-    while _alive(hosted["pid"]) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(hosted["pid"])
+    wait_for(lambda: not pid_alive(hosted["pid"]), what="the killed actor's process to end")
     template = task["ppid"]
     fray_ray.shutdown()
-    deadline = time.monotonic() + 60
-    while (_alive(template) or _alive(task["pid"])) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(template) and not _alive(task["pid"])
+    wait_for(lambda: not pid_alive(template) and not pid_alive(task["pid"]), what="the template and its workers to end")
 
 
 def test_with_the_switch_off_workers_are_fresh_interpreters(driver_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
