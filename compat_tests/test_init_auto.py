@@ -54,14 +54,15 @@ def _session_members(session_id: int) -> list[int]:
 
 
 def _stop_session(leader: subprocess.Popen, first: int) -> None:
-    """`first` to the leader's whole session, SIGKILL to what is left after 30 s; reaps it."""
-    for sig in (first, signal.SIGKILL):
+    """`first` to the leader's whole session, SIGKILL to what is left after 10 s (some of Ray's
+    processes outlive SIGTERM for much longer); reaps it."""
+    for sig, grace in ((first, 10), (signal.SIGKILL, 30)):
         for pid in _session_members(leader.pid):
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + grace
         while _session_members(leader.pid) and time.monotonic() < deadline:
             leader.poll()
             time.sleep(0.1)

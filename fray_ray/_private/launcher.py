@@ -389,13 +389,18 @@ class WorkerLauncher:
         Executors and actors that were told to exit end by themselves (status 0: their jobs
         succeed, as Ray reports a finished session's workers): while `exiting()` says some are
         still going, wait for them (at most `EXIT_WAIT_S`), then terminate whatever still runs,
-        and release the lease last, so it ends as succeeded too."""
+        and release the lease last, so it ends as succeeded too. In local mode the workers are
+        threads of this process: they are stopped at once."""
         self.startup.stop()
         self._submit(lambda: self._end_jobs(jobs, exiting), lambda _result, _error: None)
         self._submit(self.lease.release, lambda _result, _error: None)
         self._pool.shutdown(wait=wait)
 
     def _end_jobs(self, jobs: list[Any], exiting: Callable[[], bool]) -> None:
+        if self.in_process:  # threads, which do not exit: nothing to wait for, no job state to keep
+            for job in jobs:
+                _stop_job(job)
+            return
         handles = [getattr(job, "job", job) for job in jobs]  # an actor group's job
         deadline = time.monotonic() + EXIT_WAIT_S
         delay = 0.01
