@@ -296,8 +296,10 @@ def test_cancel__async_actor_task(ray_start_regular_shared):
             self.saw_cancelled_error = False
 
         async def hang(self, rec):
-            await rec.record.remote("hanging")
             try:
+                # Inside the try: the recorder may see "hanging" before this await returns, so
+                # the cancellation can land here as well as in the sleep.
+                await rec.record.remote("hanging")
                 await asyncio.sleep(60)
             except asyncio.CancelledError:
                 self.saw_cancelled_error = True  # no await here: it could be cancelled too
