@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 
 OBJECT_ID_SIZE = 28
@@ -11,8 +12,25 @@ NODE_ID_SIZE = 28
 JOB_ID_HEX = "01000000"
 
 
+_PREFIX_SIZE = TASK_ID_SIZE - 8
+_prefix = os.urandom(_PREFIX_SIZE)
+_counter = itertools.count(1)
+
+
+def _new_prefix() -> None:
+    """A forked child must not repeat its parent's ids: it draws a prefix of its own."""
+    global _prefix, _counter
+    _prefix = os.urandom(_PREFIX_SIZE)
+    _counter = itertools.count(1)
+
+
+os.register_at_fork(after_in_child=_new_prefix)
+
+
 def new_task_id() -> bytes:
-    return os.urandom(TASK_ID_SIZE)
+    """A random 16-byte prefix per process and a counter: unique without a system call each
+    (ids name work; they are never secrets)."""
+    return _prefix + next(_counter).to_bytes(8, "little")
 
 
 def object_id_for(task_id: bytes, index: int) -> bytes:

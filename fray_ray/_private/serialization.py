@@ -72,8 +72,29 @@ class SerializedValue:
         return cls(bytes(payload), own, tuple(contained), bool(is_error)), offset + count
 
 
+#: Values the standard pickler writes exactly as cloudpickle would, holding no ref and no code.
+_SCALARS = frozenset({int, float, str, bytes, bool, type(None)})
+
+
+def _is_plain(value: Any, depth: int = 0) -> bool:
+    """True for scalars, and small tuples, lists and str-keyed dicts of them (two levels deep):
+    the common shape of call arguments, which needs neither cloudpickle nor a ref scan."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return True
+    if depth >= 2:
+        return False
+    if kind is tuple or kind is list:
+        return len(value) <= 16 and all(_is_plain(item, depth + 1) for item in value)
+    if kind is dict:
+        return len(value) <= 16 and all(type(k) is str and _is_plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
 def serialize(value: Any) -> SerializedValue:
     """Pickle `value` (cloudpickle, protocol 5); buffers may alias `value`'s memory."""
+    if _is_plain(value):
+        return SerializedValue(pickle.dumps(value, protocol=5))
     buffers: list[pickle.PickleBuffer] = []
     with collecting_refs() as refs:
         payload = code_source.dumps(value, protocol=5, buffer_callback=buffers.append)
