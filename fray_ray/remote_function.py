@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar, cast
 
 from fray_ray._private import ids, runtime_state
+from fray_ray._private.argument_checks import ArgumentCheck
 from fray_ray._private.code_size import check_code_size
 from fray_ray._private.function_names import qualified_name
 from fray_ray._private.object_ref import ObjectRef
@@ -62,9 +63,9 @@ class RemoteFunction(Generic[P, R]):
         self._display_name = getattr(function, "__name__", "task")
         self._qualified_name = qualified_name(function)  # get_task_function_name()
         try:
-            self._signature: inspect.Signature | None = inspect.signature(function)
+            self._arguments: ArgumentCheck | None = ArgumentCheck(inspect.signature(function))
         except (TypeError, ValueError):
-            self._signature = None
+            self._arguments = None
         self._code: CodeBlob | None = None
         self.__doc__ = getattr(function, "__doc__", None)
         self.__name__ = self._display_name
@@ -164,8 +165,8 @@ class RemoteFunction(Generic[P, R]):
         """Submit one call; `given` are the keywords (checked for C integers here, as in Ray),
         `typed` parses them (on first use, so that their cross-checks also fail at submit)."""
         check_c_integers(given)
-        if self._signature is not None:
-            self._signature.bind(*args, **kwargs)  # TypeError here, at submit time, as in Ray
+        if self._arguments is not None:
+            self._arguments.check(args, kwargs)  # TypeError here, at submit time, as in Ray
         options = typed()
         runtime = runtime_state.current()
         arguments = pack_arguments(args, kwargs, self._function_name)
