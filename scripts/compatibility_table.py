@@ -78,6 +78,10 @@ class Run:
     duration_s: float | None
     tests: dict[str, dict[str, Any]]  # nodeid -> record
     collection_errors: list[dict[str, Any]] = field(default_factory=list)
+    # A report merged from compat_tests/ray_verified.json (scripts/ray_verified.py): when the
+    # results it holds were run, and the modules run afresh for it.
+    verified_between: list[str] | None = None
+    rerun_modules: list[str] = field(default_factory=list)
 
     @classmethod
     def load(cls, path: Path) -> Run:
@@ -92,6 +96,8 @@ class Run:
             duration_s=data.get("duration_s"),
             tests=tests,
             collection_errors=data.get("collection_errors", []),
+            verified_between=data.get("verified_between"),
+            rerun_modules=data.get("rerun_modules", []),
         )
 
     def describe(self) -> str:
@@ -100,6 +106,11 @@ class Run:
             parts.append(self.version)
         if self.started:
             parts.append(f"run {self.started}")
+        if self.verified_between:
+            first, last = self.verified_between
+            span = first if first == last else f"{first} to {last}"
+            parts.append(f"recorded in `compat_tests/ray_verified.json` (run {span}; "
+                         f"{len(self.rerun_modules)} modules re-run for this report)")
         if self.duration_s is not None:
             parts.append(f"{self.duration_s:.0f} s")
         return ", ".join(parts)
