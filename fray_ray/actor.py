@@ -18,28 +18,24 @@ import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, NoReturn, ParamSpec, Protocol, TypeAlias, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, NoReturn, ParamSpec, Protocol, TypeVar, cast, overload
 
+from fray_ray._actor_handle import ActorHandle, ActorMethod, ActorProxy
 from fray_ray._private import actor_handles, ids, runtime_state
 from fray_ray._private.code_size import check_code_size
 from fray_ray._private.function_names import qualified_name
-from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options import (
     UNSET,
     ActorOptions,
-    MethodOptions,
-    check_method_call_keys,
     split_method_args,
     validate_actor_options,
-    validate_method_options,
 )
-from fray_ray._private.options.quantities import check_c_integers, method_call_integer, method_num_returns
+from fray_ray._private.options.quantities import check_c_integers
 from fray_ray._private.placement_capture import effective_strategy
 from fray_ray._private.runtime_env import effective_runtime_env
-from fray_ray._private.serialization import note_contained_ref
 from fray_ray._private.task_context import current_task
-from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, CodeBlob, ResourceShape
-from fray_ray.remote_function import pack_arguments, return_ids_for
+from fray_ray._private.task_spec import ActorCreationSpec, CodeBlob, ResourceShape
+from fray_ray.remote_function import pack_arguments
 
 __all__ = [
     "ActorClass",
@@ -398,228 +394,6 @@ class _ActorOptions(Generic[T]):
     def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
         """Ray builds a DAG node here; fray_ray has no DAGs (raises NotImplementedError)."""
         self._actor_class.bind(*args, **kwargs)
-
-
-#: Methods every actor has, as in Ray: `__ray_ready__` (True once the actor is up),
-#: `__ray_call__(fn, *args)` (runs `fn(instance, *args)` in the actor) and `__ray_terminate__`.
-_BUILT_IN_METHODS = frozenset({"__ray_ready__", "__ray_call__", "__ray_terminate__"})
-
-
-class ActorHandle(Generic[T]):
-    """A reference to an actor of class `T`; `handle.method.remote(...)` calls it. Picklable.
-
-    A non-detached actor lives while a handle to it exists anywhere (here, in a task, inside a
-    stored value); when the last one goes, the actor ends after its pending calls. A type
-    checker sees a method read from a bare `ActorHandle[T]` as `ActorMethod[Any]`; through
-    `ActorProxy[T]` (what `.remote()` returns) methods decorated with `@method` are typed.
-
-    Args:
-        actor_id: the actor's id.
-        class_name: the actor's class name, for messages.
-        methods: what calls need to know about each method (signature, options).
-        is_async: whether the actor runs its calls on an event loop.
-    """
-
-    def __init__(
-        self,
-        actor_id: bytes,
-        class_name: str,
-        methods: Mapping[str, Mapping[str, Any]],
-        is_async: bool = False,
-        *,
-        _register: bool = True,
-    ) -> None:
-        self._actor_id = actor_id
-        self._class_name = class_name
-        self._methods = methods
-        self._is_async = is_async
-        self._counter = None  # the reference counter this handle is counted in
-        if _register:
-            runtime = runtime_state.current_or_none()
-            if runtime is not None:
-                runtime.references.add(actor_id)
-                self._counter = runtime.references
-
-    def __del__(self) -> None:
-        counter = self.__dict__.get("_counter")
-        if counter is not None:
-            counter.release_later(self._actor_id)
-
-    def __getattr__(self, name: str) -> ActorMethod[Any]:
-        methods = self.__dict__.get("_methods") or {}
-        if name in methods:
-            return ActorMethod(self, name, methods[name])
-        if name in _BUILT_IN_METHODS:
-            return ActorMethod(self, name, {"options": {}, "signature": None})
-        raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
-
-    def __dir__(self) -> list[str]:
-        return sorted(self._methods)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        note_contained_ref(self._actor_id)
-        return (ActorHandle, (self._actor_id, self._class_name, self._methods, self._is_async))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
-
-    def __hash__(self) -> int:
-        return hash(self._actor_id)
-
-    def __repr__(self) -> str:
-        return f"Actor({self._class_name}, {self._actor_id.hex()})"
-
-    @property
-    def _ray_actor_id(self) -> Any:
-        return _ActorID(self._actor_id)
-
-
-class _ActorID:
-    def __init__(self, binary: bytes) -> None:
-        self._binary = binary
-
-    def hex(self) -> str:
-        return self._binary.hex()
-
-    def binary(self) -> bytes:
-        return self._binary
-
-
-class ActorMethod(Generic[R]):
-    """One method of an actor, read from its handle; call it with `.remote(...)`.
-
-    `ActorMethod[R]` is a method returning `R`, so `.remote()` gives an `ObjectRef[R]`.
-
-    Args:
-        handle: the actor's handle.
-        name: the method's name.
-        info: what calls need to know about the method (signature, options).
-        options: options set by `.options()` for calls through this object.
-    """
-
-    def __init__(self, handle: ActorHandle[Any], name: str, info: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> None:
-        self._handle = handle
-        self._name = name
-        self._info = info
-        self._options = dict(options or {})
-
-    if not TYPE_CHECKING:  # hidden from type checkers, so they report the call (it always raises)
-
-        def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
-            raise TypeError(
-                f"Actor methods cannot be called directly. Instead of running 'object.{self._name}()', try "
-                f"'object.{self._name}.remote()'."
-            )
-
-    def options(self, **options: Any) -> ActorMethod[R]:
-        """Override some options for calls through the returned method object.
-
-        Args:
-            **options: `num_returns`, `name`, `concurrency_group`, `max_task_retries`,
-                `retry_exceptions`, `enable_task_events`, `_generator_backpressure_num_objects`,
-                `_num_objects_per_yield` or `tensor_transport`.
-
-        Returns:
-            This method with the options merged over its own.
-
-        Raises:
-            TypeError: an option is unknown.
-            ValueError: `num_returns` is negative (the other values are checked at `.remote()`).
-        """
-        check_method_call_keys(options)
-        count = options.get("num_returns")
-        if isinstance(count, int) and count < 0:  # Ray checks this one here; the rest at .remote()
-            raise ValueError(f"num_returns must be >= 0, but got {count}.")
-        return ActorMethod(self._handle, self._name, self._info, {**self._options, **options})
-
-    def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[R]:
-        """Queue a call on the actor and return at once; calls from one caller run in order.
-
-        Args:
-            *args: the method's arguments; an ObjectRef stands for its value.
-            **kwargs: keyword arguments, likewise.
-
-        Returns:
-            A ref to the result. With `num_returns=n` (n > 1) a list of refs, with
-            `num_returns=0` None, and for a generator method an ObjectRefGenerator; the type
-            says `ObjectRef[R]`, as Ray's does, so annotate those results yourself.
-
-        Raises:
-            TypeError: the arguments do not fit the method's signature, cannot be pickled, or
-                an option value has the wrong type (options are checked here, as in Ray).
-            ValueError: an option has a bad value (e.g. a negative `num_returns`).
-            OverflowError: an integer option does not fit a C long.
-            AssertionError: `retry_exceptions` is neither a bool nor a list of exception types.
-        """
-        signature = self._info.get("signature")
-        if signature is not None:
-            signature.bind(*args, **kwargs)
-        options = self._call_options()
-        num_returns = cast("int | str", options.num_returns)  # parsing resolves it (never UNSET)
-        call_id = ids.new_task_id()
-        return_ids, count = return_ids_for(call_id, num_returns)
-        spec = ActorCallSpec(
-            actor_id=self._handle._actor_id,
-            call_id=call_id,
-            method=self._name,
-            arguments=pack_arguments(args, kwargs, f"{self._handle._class_name}.{self._name}"),
-            return_ids=return_ids,
-            num_returns=num_returns if isinstance(num_returns, str) else count,
-            concurrency_group=options.concurrency_group,
-            max_task_retries=None if options.max_task_retries is UNSET else options.max_task_retries,
-            retry_exceptions=options.retry_exceptions,
-        )
-        refs: Any = runtime_state.current().submit_actor_call(spec)
-        if isinstance(num_returns, str) or count == 1:
-            return refs[0]  # type: ignore[no-any-return]
-        return refs if count else None  # type: ignore[return-value]
-
-    def _call_options(self) -> MethodOptions:
-        """The method's `@method` keywords with this call's `.options()` on top, checked and
-        converted as Ray does at `.remote()` (integers as C integers: 2.0 is 2, NaN raises)."""
-        # Each value's type is part of the key: 1 and True are equal, but only True is a valid
-        # retry_exceptions.
-        given = tuple((key, type(value), value) for key, value in {**self._info.get("options", {}), **self._options}.items())
-        is_generator = bool(self._info.get("is_generator"))
-        try:
-            hash(given)
-        except TypeError:  # e.g. retry_exceptions given as a list
-            return _method_call_options(given, is_generator)
-        return _cached_method_call_options(given, is_generator)
-
-    def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
-        """Ray builds a DAG node here; fray_ray has no DAGs.
-
-        Raises:
-            NotImplementedError: always; call `.remote()` instead.
-        """
-        raise NotImplementedError("fray_ray does not support Ray DAGs (.bind()); call .remote() instead")
-
-
-def _method_call_options(given: tuple[tuple[str, type, Any], ...], is_generator: bool) -> MethodOptions:
-    """Parse one call's method keywords (key, type, value), converting them as Ray does at `.remote()`."""
-    options = {key: value for key, _, value in given}
-    if options.get("num_returns") is not None:
-        options["num_returns"] = method_num_returns(options["num_returns"])
-    if options.get("max_task_retries") is not None:
-        options["max_task_retries"] = method_call_integer("max_task_retries", options["max_task_retries"])
-    if options.get("retry_exceptions") is not None:
-        validate_method_options({"retry_exceptions": options["retry_exceptions"]}, in_options=True)
-    return MethodOptions.from_checked(options, is_generator=is_generator)
-
-
-# Most calls repeat a few keyword sets (usually none), so their parsed values are kept.
-_cached_method_call_options = functools.lru_cache(maxsize=1024)(_method_call_options)
-
-
-ActorProxy: TypeAlias = ActorHandle[T] | type[T]
-"""What `ActorClass[T].remote()` returns, for type checkers: a handle, seen also as the class.
-
-Reading `handle.m` through the class side gives a method decorated with `@method` its
-`ActorMethod[R]` type (see `TypedMethod`), as Ray's `ActorProxy` does. An undecorated method
-reads as the plain function, so a checker rejects `.remote` on it: decorate methods you want
-checked, or annotate the handle as `ActorHandle[T]` to see every method as `ActorMethod[Any]`.
-"""
 
 
 def exit_actor() -> NoReturn:

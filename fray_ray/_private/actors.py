@@ -4,8 +4,9 @@ Each actor is a Fray actor group of one (an Iris job) hosting a RayActorHost, wh
 back to this session. Calls are sent on that connection in submission order, so each caller's
 calls run in order; calls made before the actor is up wait in its queue. When the host goes
 away the actor restarts (if `max_restarts` allows: Iris reruns the job) or dies; what its calls
-become then follows Ray's rules, written down in `actor_restarts`. Looking names up, and
-calling another driver's named actors, is in `named_actors`.
+become then follows Ray's rules, written down in `actor_restarts`. Sending calls, their
+results and cancelling them is in `actor_calls`; looking names up, and calling another
+driver's named actors, in `named_actors`.
 """
 
 from __future__ import annotations
@@ -16,27 +17,26 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
 from fray_ray._private import actor_restarts as restarts
 from fray_ray._private import messages
+from fray_ray._private.actor_calls import ActorCalls
 from fray_ray._private.actor_records import ActorRecord, ActorState
 from fray_ray._private.actor_reservations import ActorReservations
-from fray_ray._private.actor_restarts import CallFate, died_error, unknown_actor_error
-from fray_ray._private.cancelled_calls import cancelled_call_error
+from fray_ray._private.actor_restarts import CallFate, died_error
 from fray_ray._private.cluster_ledger import ClusterLedger
-from fray_ray._private.messages import CallArguments, CallMethod, CancelCall, CreateInstance, Die, InstanceOptions
+from fray_ray._private.messages import CallArguments, CreateInstance, Die, InstanceOptions
 from fray_ray._private.named_actors import NamedActors
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
-from fray_ray._private.retry_policy import retries_user_exception
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize_error
 from fray_ray._private.streams import StreamTable
-from fray_ray._private.task_events import TaskEvents, TaskStatus, actor_creation_task_id, call_event, calls_sent, creation_event
-from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, gang_member_id
+from fray_ray._private.task_events import TaskEvents, TaskStatus, actor_creation_task_id, calls_sent, creation_event
+from fray_ray._private.task_spec import ActorCreationSpec, gang_member_id
 from fray_ray.exceptions import ActorAlreadyExistsError, ActorDiedError, RayTaskError
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class ActorManager(NamedActors):
+class ActorManager(ActorCalls, NamedActors):  # ActorCalls first: its _complete_call is the one that runs
     def __init__(
         self,
         objects: ObjectTable,
@@ -291,133 +291,6 @@ class ActorManager(NamedActors):
             death = self._death_error(record, "process_died", f"its creation task failed: {cause}")
         self._mark_dead(record, death, terminate=True)
 
-    # ---- calls ---------------------------------------------------------------------------
-
-    def submit_call(self, call: ActorCallSpec) -> None:
-        """Send (or queue) a call whose return objects already exist (pending)."""
-        self._objects.incref(call.arguments.value.contained_refs)
-        with self._lock:
-            record = self._actors.get(call.actor_id)
-            if record is None:
-                death = serialize_error(unknown_actor_error(call.actor_id))
-            elif record.state is ActorState.DEAD:
-                death = record.death
-            else:
-                death = None
-        if death is not None:
-            self._fail_call(call, death)
-            return
-        if record.remote is not None:
-            record.remote.submit(call)
-            return
-        self._events.submitted(call_event(call, record.spec))
-        retries = record.spec.max_task_retries if call.max_task_retries is None else call.max_task_retries
-        self._retries.admit(call.call_id, retries)
-        with record.send_lock:
-            with self._lock:
-                if record.state is ActorState.DEAD:
-                    death = record.death
-                elif (record.state is ActorState.RESTARTING
-                      and restarts.fate_while_restarting(self._retries, call.call_id) is CallFate.UNAVAILABLE):
-                    death = restarts.unavailable_error(call.actor_id, restarts.RESTARTING_REASON)
-                elif record.state is not ActorState.STARTING and record.connection is not None:
-                    record.in_flight[call.call_id] = call  # a restarting host runs it after __init__
-                    connection = record.connection
-                    runs_now = len(record.in_flight) <= record.spec.max_concurrency
-                    if not runs_now:
-                        record.waiting.append(call.call_id)
-                else:
-                    record.queued.append(call)
-                    return
-            if death is None:
-                self._send_call(connection, call)
-                calls_sent(self._events, [call.call_id], int(runs_now), record.host, record.pid)
-        if death is not None:
-            self._fail_call(call, death)
-
-    def _send_call(self, connection: Connection, call: ActorCallSpec) -> None:
-        try:
-            messages.notify(connection, CallMethod.of(call, self._objects.value))
-        except ConnectionClosed:
-            pass  # the close callback decides about the call
-
-    def call_done(self, connection: Connection, call_id: bytes, results: Sequence[SerializedValue]) -> None:
-        if self._retry_exception(connection, call_id, results):
-            return
-        with self._lock:
-            record = self._by_connection.get(connection)
-            call = record.in_flight.pop(call_id, None) if record is not None else None
-            retire = record is not None and record.out_of_scope and not record.in_flight and not record.queued
-            # A call that ended makes room for the oldest one waiting (as far as the driver can tell).
-            now_running = []
-            while record is not None and record.waiting and not now_running:
-                waiting_id = record.waiting.popleft()
-                if waiting_id in record.in_flight:
-                    now_running.append(waiting_id)
-            if call_id in self._cancelled:
-                self._cancelled.discard(call_id)
-                call = None  # already completed as cancelled
-        self._events.running_by_id(now_running)
-        if call is not None:
-            self._complete_call(call, results)
-        if retire:
-            self._mark_dead(record, self._death_error(record, "out_of_scope"), terminate=True)
-
-    def _retry_exception(self, connection: Connection, call_id: bytes, results: Sequence[SerializedValue]) -> bool:
-        """Send a call that raised again if its `retry_exceptions` and retries allow."""
-        with self._lock:
-            record = self._by_connection.get(connection)
-            call = record.in_flight.get(call_id) if record is not None else None
-            if call is None or call_id in self._cancelled:
-                return False
-        if not retries_user_exception(call.retry_exceptions, results) or not self._retries.spend(call_id):
-            return False
-        with record.send_lock:
-            self._send_call(connection, call)
-        return True
-
-    # ---- cancel --------------------------------------------------------------------------
-
-    def owns_call(self, call_id: bytes) -> bool:
-        with self._lock:
-            return any(call_id in r.in_flight or any(c.call_id == call_id for c in r.queued) for r in self._actors.values())
-
-    def cancel_call(self, call_id: bytes) -> bool:
-        """Cancel an actor call: its refs fail at once (see `cancelled_calls`); the host skips
-        it if it has not started, cancels it if it is a coroutine, and flags it otherwise
-        (`get_runtime_context().is_canceled()`)."""
-        with self._lock:
-            for record in self._actors.values():
-                queued = next((c for c in record.queued if c.call_id == call_id), None)
-                if queued is not None:
-                    record.queued.remove(queued)
-                    call, connection = queued, None
-                    break
-                if call_id in record.in_flight:
-                    call, connection = record.in_flight[call_id], record.connection
-                    if connection is None:  # kept for a restarting actor: it is not sent again
-                        del record.in_flight[call_id]
-                    else:
-                        self._cancelled.add(call_id)
-                    break
-            else:
-                return False
-        error = cancelled_call_error(
-            call_id,
-            class_name=record.spec.class_name,
-            method=call.method,
-            actor_id=record.spec.actor_id,
-            pid=record.pid,
-            coroutine_running=connection is not None and record.spec.is_async,
-        )
-        self._complete_call(call, serialize_error(error))
-        if connection is not None:
-            try:
-                messages.notify(connection, CancelCall(call_id))
-            except ConnectionClosed:
-                pass
-        return True
-
     # ---- handles -------------------------------------------------------------------------
 
     def incref(self, actor_ids: list[bytes]) -> None:
@@ -443,20 +316,6 @@ class ActorManager(NamedActors):
                     retire.append(record)
         for record in retire:
             self._mark_dead(record, self._death_error(record, "out_of_scope"), terminate=True)
-
-    def _complete_call(self, call: ActorCallSpec, results: SerializedValue | Sequence[SerializedValue]) -> None:
-        self._retries.forget(call.call_id)
-        self._events.finished_by_id(call.call_id, results)
-        if call.num_returns == "streaming":
-            error = results if isinstance(results, SerializedValue) else next((r for r in results if r.is_error), None)
-            self._streams.finish(call.call_id, error)
-        values = [results] * len(call.return_ids) if isinstance(results, SerializedValue) else list(results)
-        for object_id, value in zip(call.return_ids, values):
-            self._objects.fulfil(object_id, value)
-        self._objects.decref(call.arguments.value.contained_refs)
-
-    def _fail_call(self, call: ActorCallSpec, error: SerializedValue | None) -> None:
-        self._complete_call(call, error or serialize_error(ActorDiedError()))
 
     # ---- death ---------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from fray_ray.cluster._request_names import (
     task_id_arg,
     task_ids_arg,
 )
-from fray_ray.cluster._state import DEFAULT_LEASE_S, LEGACY_LEASE_S
+from fray_ray.cluster._state_lookups import DEFAULT_LEASE_S, LEGACY_LEASE_S
 from fray_ray.iris.errors import IrisRpcError, NotFound
 from fray_ray.iris.rpc import controller_pb2, finelog_logging_pb2, job_pb2, vm_pb2
 

@@ -2,9 +2,10 @@
 
 Jobs are Iris jobs: every `JobRequest` goes through the conversions in `_iris_conversions`
 (resources, constraints, entrypoint, environment, gang scheduling, priority) and the command
-wrappers in `_submit_wrappers` (`processes_per_task`, Nsight Systems), then one LaunchJob.
-Actor groups are one job each whose replicas serve ActorService (`_iris_actors`); handles
-call them (`_iris_calls`); jobs are watched through `IrisJobHandle` (`_iris_jobs`).
+wrappers in `_submit_wrappers` (`processes_per_task`, Nsight Systems), put together in
+`_iris_launch`, then one LaunchJob. Actor groups are one job each (`_iris_launch` again) whose
+replicas serve ActorService (`_iris_actors`); handles call them (`_iris_calls`); jobs are
+watched through `IrisJobHandle` (`_iris_jobs`).
 
 Naming. Outside an Iris task a job is a root job `/<user>/<name>`, the user taken from
 `user=`, else IRIS_USER, else the OS user. With `parent_job=` (or, by default, inside a task
@@ -38,7 +39,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from fray_ray.fray._iris_actors import DEFAULT_READY_TIMEOUT, IrisActorGroup, _host_actor, serve_hosted_actor
+from fray_ray.fray._iris_actors import DEFAULT_READY_TIMEOUT, IrisActorGroup, serve_hosted_actor
 from fray_ray.fray._iris_calls import CallThreads, IrisActorHandle, IrisActorMethod, IrisOperationFuture
 from fray_ray.fray._iris_conversions import (
     GPU_GANG_LEVEL,
@@ -53,7 +54,6 @@ from fray_ray.fray._iris_conversions import (
     host_info,
     job_summary,
     resolve_coscheduling,
-    retry_budget,
 )
 from fray_ray.fray._iris_jobs import (
     TERMINATE_WAIT,
@@ -64,19 +64,19 @@ from fray_ray.fray._iris_jobs import (
     JobRejected,
     translate_iris_error,
 )
+from fray_ray.fray._iris_launch import actor_group_request, job_spec
 from fray_ray.fray._iris_registry import ambient_client, forget_client, register_open_client, task_client
 from fray_ray.fray._job_endpoints import register_for_job
 from fray_ray.fray._single_actor import create_single_actor
-from fray_ray.fray._submit_wrappers import NSYS_DIR_ENV, NSYS_TASKS_ENV, nsys_tasks, wrap_multiprocess, wrap_nsys
+from fray_ray.fray._submit_wrappers import NSYS_DIR_ENV, NSYS_TASKS_ENV, wrap_multiprocess, wrap_nsys
 from fray_ray.fray._workspaces import WorkspaceBundles
 from fray_ray.fray.actor import ActorUnavailableError, HostedActor
 from fray_ray.fray.client import FrayError, JobAlreadyExists
 from fray_ray.fray.hosts import HostInfo
 from fray_ray.fray.job_listing import JobSummary
-from fray_ray.fray.types import ActorConfig, Entrypoint, EnvironmentConfig, JobRequest, ResourceConfig
+from fray_ray.fray.types import ActorConfig, EnvironmentConfig, JobRequest, ResourceConfig
 from fray_ray.iris.actor_client import ActorClient
 from fray_ray.iris.addresses import normalize_address
-from fray_ray.iris.bundles import WorkspaceBundle
 from fray_ray.iris.controller_client import Backoff, ControllerClient
 from fray_ray.iris.errors import AlreadyExists, IrisError, NotFound
 from fray_ray.iris.job_info import JobInfo, default_user, get_job_info
@@ -116,10 +116,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: Iris retry budgets are int32; "without limit" (-1 in Fray) is the largest one.
-UNLIMITED_RETRIES = 2**31 - 1
-#: Preemption retries of an actor group whose ActorConfig leaves max_restarts unset.
-DEFAULT_ACTOR_PREEMPTION_RETRIES = JobRequest.__dataclass_fields__["max_retries_preemption"].default
 # Calls to an actor that cannot be reached are retried this often (with re-resolution and
 # backoff from 50 ms, about 0.75 s in all) before ActorUnavailableError.
 _ACTOR_CALL_ATTEMPTS = 5
@@ -332,44 +328,7 @@ class FrayIrisClient:
     def _job_spec(
         self, request: JobRequest, name: JobName, policy: ExistingJobPolicy, ports: tuple[str, ...] = ()
     ) -> JobSpec:
-        resources = request.resources
-        replicas = request.replicas or resources.replicas
-        environment = request.environment
-        if environment is None and self._workspace is not None:
-            environment = EnvironmentConfig(workspace=self._workspace)
-        env = convert_environment(environment, resources.device, image=resources.image)
-        bundle = self._workspace_bundle(environment)
-        entrypoint = wrap_multiprocess(
-            convert_entrypoint(request.entrypoint), request.processes_per_task, resources.device
-        )
-        selection = nsys_tasks(env.env_vars)
-        if selection is not None:
-            entrypoint = wrap_nsys(entrypoint, selection, env.env_vars.get(NSYS_DIR_ENV))
-        return JobSpec(
-            name=name,
-            entrypoint=entrypoint,
-            resources=convert_resources(resources),
-            env_vars=env.env_vars,
-            setup_scripts=env.setup_scripts,
-            ports=ports,
-            replicas=replicas,
-            max_retries_failure=request.max_retries_failure,
-            max_retries_preemption=request.max_retries_preemption,
-            max_task_failures=request.max_task_failures,
-            constraints=tuple(convert_constraints(resources)),
-            coscheduling_group_by=resolve_coscheduling(resources, replicas),
-            timeout_s=request.timeout,
-            existing_job_policy=policy,
-            priority_band=convert_priority(request.priority),
-            task_image=env.task_image,
-            bundle=bundle,
-        )
-
-    def _workspace_bundle(self, environment: EnvironmentConfig | None) -> WorkspaceBundle | None:
-        try:
-            return self._workspaces.bundle(environment)
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot ship the workspace of this job: {exc}") from exc
+        return job_spec(request, name, policy, ports, workspace=self._workspace, workspaces=self._workspaces)
 
     def prepare_environment(self, environment: EnvironmentConfig) -> None:
         """Capture `environment`'s workspace (and `py_modules`) now, as later jobs with this
@@ -468,26 +427,12 @@ class FrayIrisClient:
             raise ValueError(f"count must be a positive integer, got {count!r}")
         if not isinstance(actor_config, ActorConfig):
             raise TypeError(f"actor_config must be an ActorConfig, got {actor_config!r}")
-        restarts_setting = actor_config.max_restarts
-        if restarts_setting is None:
-            restarts_setting = actor_config.max_task_retries
-        restarts = retry_budget(restarts_setting, unlimited=UNLIMITED_RETRIES)
-        preemptions = restarts if actor_config.max_restarts is not None else DEFAULT_ACTOR_PREEMPTION_RETRIES
         name_of_job = self._job_name(name, parent_job)
         root_name = JobName.root(self._user, name)
         alias_jobs = (root_name.wire,) if findable_at_root and root_name != name_of_job else ()
-        request = JobRequest(
-            name=name,
-            entrypoint=Entrypoint.from_callable(
-                _host_actor, args=(actor_class, args, kwargs, name, actor_config.max_concurrency, alias_jobs)
-            ),
-            resources=resources,
-            environment=environment,
-            replicas=count,
-            max_retries_failure=restarts,
-            max_retries_preemption=preemptions,
-            max_task_failures=count - 1,
-            priority=actor_config.priority,
+        request = actor_group_request(
+            actor_class, args, kwargs, name=name, count=count, resources=resources, environment=environment,
+            actor_config=actor_config, alias_jobs=alias_jobs,
         )
         job_id = self._launch(request, adopt_existing=False, ports=("actor",), parent_job=parent_job)
         return IrisActorGroup(name, count, job_id, self)

@@ -15,8 +15,9 @@ from pathlib import Path
 import fray_ray
 
 PACKAGE = Path(fray_ray.__file__).parent
-#: The public modules the private package must not reach.
-API = ("fray_ray._api", "fray_ray.actor", "fray_ray.remote_function", "fray_ray.util")
+#: The public modules the private package must not reach (`fray_ray._actor_handle` holds the
+#: classes `fray_ray.actor` exports for calling actors).
+API = ("fray_ray._api", "fray_ray._actor_handle", "fray_ray.actor", "fray_ray.remote_function", "fray_ray.util")
 #: Layers below the Ray layer, with layering tests of their own.
 LOWER_LAYERS = ("fray_ray.fray", "fray_ray.iris", "fray_ray.cluster")
 
