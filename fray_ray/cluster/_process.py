@@ -34,7 +34,15 @@ from collections import deque
 
 from fray_ray.cluster._parent_death import die_with_parent, pdeathsig_prefix, prctl
 from fray_ray.cluster._process_forks import ForkedLaunches, _PendingFork
-from fray_ray.cluster._process_types import ProcessListener, ProcessSpec, SpawnGuard, SupervisorState, _Running, _Stream
+from fray_ray.cluster._process_types import (
+    ProcessListener,
+    ProcessSpec,
+    SpawnGuard,
+    SupervisorState,
+    _Running,
+    _Stream,
+    kill_group_or_leader,
+)
 from fray_ray.cluster._template import TemplateSettings, TemplateState, WorkerTemplate
 
 __all__ = ["ProcessListener", "ProcessSpec", "ProcessSupervisor", "SpawnGuard", "SupervisorState"]
@@ -154,10 +162,7 @@ class ProcessSupervisor(ForkedLaunches):
     @staticmethod
     def _kill_group(running: _Running) -> None:
         # Called with the lock held and the leader unreaped, so the group id is still ours.
-        try:
-            os.killpg(running.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group_or_leader(running.pid)
 
     def _wake(self) -> None:
         with self._lock:  # the supervisor thread closes the pipe under this lock

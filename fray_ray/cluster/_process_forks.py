@@ -22,7 +22,6 @@ import functools
 import logging
 import os
 import selectors
-import signal
 import subprocess
 import threading
 import time
@@ -31,7 +30,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fray_ray.cluster._parent_death import die_with_parent, pdeathsig_prefix, prctl
-from fray_ray.cluster._process_types import ProcessListener, ProcessSpec, SpawnGuard, SupervisorState, _Running
+from fray_ray.cluster._process_types import (
+    ProcessListener,
+    ProcessSpec,
+    SpawnGuard,
+    SupervisorState,
+    _Running,
+    kill_group_or_leader,
+)
 from fray_ray.cluster._template import (
     ChildExit,
     ForkFailed,
@@ -154,10 +160,7 @@ class ForkedLaunches:
             launch = self._forking.pop(reply.request_id, None)
         if launch is None:  # given up on: that launch spawned instead, so this child must go
             if reply.pid is not None:
-                try:
-                    os.killpg(reply.pid, signal.SIGKILL)  # unreaped (the template reaps on `reap`)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                kill_group_or_leader(reply.pid)  # unreaped (the template reaps on `reap`)
             return
         if reply.pid is None:
             os.close(launch.stdout_fd)

@@ -10,6 +10,8 @@ that the supervisor's two halves, spawning (`_process.py`) and forking from the 
 from __future__ import annotations
 
 import enum
+import os
+import signal
 import subprocess
 import threading
 from collections.abc import Mapping
@@ -86,3 +88,19 @@ class SupervisorState(enum.Enum):
     NEW = "new"  # constructed; nothing started
     RUNNING = "running"  # the thread runs and accepts spawns
     STOPPED = "stopped"  # every process killed and reaped, the thread joined
+
+
+def kill_group_or_leader(pid: int) -> None:
+    """SIGKILL the process group that unreaped `pid` leads. A child just forked from the
+    worker template may not lead its group yet (it calls setsid first thing, a moment after
+    the template reported it): then there is no such group, and the child itself is killed,
+    before it could have started anything else."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    except PermissionError:
+        pass

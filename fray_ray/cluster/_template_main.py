@@ -318,7 +318,9 @@ class _Template:
         for pid in self.children.values():
             try:
                 os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+            except ProcessLookupError:  # not yet the leader of its own group (setsid is its first step)
+                os.kill(pid, signal.SIGKILL)
+            except PermissionError:
                 pass
         for pid in [*self.children.values(), *self.zombies]:
             try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -12,6 +13,7 @@ import pytest
 from cluster_helpers import pid_alive, wait_for
 
 from fray_ray.cluster._process import ProcessSpec, ProcessSupervisor
+from fray_ray.cluster._process_types import kill_group_or_leader
 
 
 @dataclass
@@ -141,3 +143,17 @@ time.sleep(60)
             parent.kill()
             parent.wait()
         parent.stdout.close()
+
+
+def test_a_kill_reaches_a_child_that_does_not_lead_its_group_yet() -> None:
+    # A child forked from the worker template leads its own group only once it has called
+    # setsid; a kill in between must still reach it.
+    child = subprocess.Popen(["sleep", "60"])  # in our group: no group of its own
+    try:
+        assert os.getpgid(child.pid) != child.pid
+        kill_group_or_leader(child.pid)
+        assert child.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
