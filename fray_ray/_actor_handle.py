@@ -43,7 +43,7 @@ class ActorHandle(Generic[T]):
     Args:
         actor_id: the actor's id.
         class_name: the actor's class name, for messages.
-        methods: what calls need to know about each method (signature, options).
+        methods: what calls need to know about each method (argument check, options).
         is_async: whether the actor runs its calls on an event loop.
     """
 
@@ -77,7 +77,7 @@ class ActorHandle(Generic[T]):
         if name in methods:
             return ActorMethod(self, name, methods[name])
         if name in _BUILT_IN_METHODS:
-            return ActorMethod(self, name, {"options": {}, "signature": None})
+            return ActorMethod(self, name, {"options": {}, "arguments": None})
         raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
 
     def __dir__(self) -> list[str]:
@@ -120,7 +120,7 @@ class ActorMethod(Generic[R]):
     Args:
         handle: the actor's handle.
         name: the method's name.
-        info: what calls need to know about the method (signature, options).
+        info: what calls need to know about the method (argument check, options).
         options: options set by `.options()` for calls through this object.
     """
 
@@ -178,9 +178,9 @@ class ActorMethod(Generic[R]):
             OverflowError: an integer option does not fit a C long.
             AssertionError: `retry_exceptions` is neither a bool nor a list of exception types.
         """
-        signature = self._info.get("signature")
-        if signature is not None:
-            signature.bind(*args, **kwargs)
+        arguments = self._info.get("arguments")
+        if arguments is not None:
+            arguments.check(args, kwargs)
         options = self._call_options()
         num_returns = cast("int | str", options.num_returns)  # parsing resolves it (never UNSET)
         call_id = ids.new_task_id()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, NoReturn, ParamSpec
 
 from fray_ray._actor_handle import ActorHandle, ActorMethod, ActorProxy
 from fray_ray._private import actor_handles, ids, runtime_state
+from fray_ray._private.argument_checks import ArgumentCheck
 from fray_ray._private.code_size import check_code_size
 from fray_ray._private.function_names import qualified_name
 from fray_ray._private.options import (
@@ -138,7 +139,7 @@ def method(*args: Any, **kwargs: Any) -> Any:
 
 
 def _method_table(cls: type) -> dict[str, dict[str, Any]]:
-    """Per-method metadata a handle needs: signature, num_returns, concurrency group, async."""
+    """Per-method metadata a handle needs: its argument check, num_returns, concurrency group, async."""
     table: dict[str, dict[str, Any]] = {}
     for name, member in inspect.getmembers(cls):
         if name.startswith("__") and name not in ("__call__",):
@@ -156,7 +157,7 @@ def _method_table(cls: type) -> dict[str, dict[str, Any]]:
         except (TypeError, ValueError):
             signature = None
         table[name] = {
-            "signature": signature,
+            "arguments": ArgumentCheck(signature) if signature is not None else None,
             "options": options,
             "is_async": inspect.iscoroutinefunction(function),
             "is_generator": inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function),
