@@ -176,7 +176,9 @@ def main(
             token_env = f"MARIN_CLUSTER_TOKEN={cluster.token} " if cluster.token else ""
             print(f"iris CLI: {token_env}iris --controller-url {cluster.address} cluster status")
             print("Press Ctrl-C to stop.", flush=True)
-        while not stop.wait(3600):
+        # Short waits: a signal the kernel hands to another thread only sets a flag, which
+        # this (main) thread acts on when it next wakes; a long wait would sleep through it.
+        while not stop.wait(0.2):
             pass
     finally:
         if on_stop is not None:

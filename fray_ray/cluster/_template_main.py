@@ -344,7 +344,10 @@ def main(argv: list[str]) -> int:
         control.send(json.dumps({"op": "refused", "reason": refusal}).encode())
         return 1
     template = _Template(control, base_path, [])
-    template.send({"op": "ready", "pid": os.getpid(), "preloaded": preload, "skipped": skipped})
+    try:
+        template.send({"op": "ready", "pid": os.getpid(), "preloaded": preload, "skipped": skipped})
+    except OSError:  # the cluster stopped while this template was still importing
+        return 0
     try:
         template.serve()
     finally:
