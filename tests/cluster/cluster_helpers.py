@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TypeVar
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
+
+from waiting import pid_alive  # noqa: E402,F401  (re-exported for the cluster tests)
 
 from fray_ray.iris.controller_client import ControllerClient
 from fray_ray.iris.entrypoint import command_entrypoint
@@ -101,15 +107,6 @@ def child_processes(pid: int | None = None) -> list[tuple[int, str]]:
         if int(fields[1]) == parent:
             found.append((int(entry), stat.split("(", 1)[1].rsplit(")", 1)[0]))
     return found
-
-
-def pid_alive(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
