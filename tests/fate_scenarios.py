@@ -64,10 +64,12 @@ DRIVER = textwrap.dedent(
     runtime = runtime_state.current()
     report = {
         "sleeping": int(open(pid_file).read()),
-        "idle": ray.get(pid.options(num_cpus=0.5).remote()),
         "actor": ray.get(plain.pid.remote())[0],
         "named": ray.get(named.pid.remote())[0],
         "detached": ray.get(detached.pid.remote()),
+        # Last, once every actor holds its CPU: an idle executor gives way to a process
+        # launched after it when the cluster is short of CPU, and this one must stay.
+        "idle": ray.get(pid.options(num_cpus=0.5).remote()),
         "lease": runtime.launcher.lease.job_id,
         "mode": runtime.launcher.lease.mode.value,
     }

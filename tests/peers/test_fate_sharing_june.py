@@ -45,9 +45,10 @@ def test_a_killed_drivers_workers_end_within_seconds_and_their_jobs_fail_or_are_
     process, report = start_driver(june, str(tmp_path), "june-kept-after-kill", env)
     try:
         assert report.mode == "lease" and report.lease is not None
-        assert all(alive(pid) for pid in report.session_workers)
+        gone = [pid for pid in report.session_workers if not alive(pid)]
         with ControllerClient(june) as controller:
             jobs = session_jobs(controller, report.lease)
+        assert not gone, f"session workers {gone} gone before the driver was killed ({report}); jobs: {jobs}"
         assert len(jobs) == 5 and set(jobs.values()) == {JobState.RUNNING}, jobs
     finally:
         kill(process)
