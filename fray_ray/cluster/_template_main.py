@@ -319,7 +319,10 @@ class _Template:
             try:
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:  # not yet the leader of its own group (setsid is its first step)
-                os.kill(pid, signal.SIGKILL)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
             except PermissionError:
                 pass
         for pid in [*self.children.values(), *self.zombies]:
