@@ -371,8 +371,12 @@ def introduce(
     the body of the server's answer.
 
     `greeting` is the hello body and must carry `token`. A refusal of the token raises
-    RemoteError at once; a connection closed or timed out before the answer (a server shedding
-    a flood of strangers) is retried until `timeout` seconds have passed, then ConnectionClosed.
+    RemoteError at once. A connection the server closes before answering (a gate shedding a
+    flood of strangers, or timing out a greeting it could not read in time) is retried until
+    `timeout` seconds have passed, then ConnectionClosed. An open connection is waited on, never
+    given up for a new one: a server that is merely slow may already have accepted this one,
+    and a second connection of the same worker would make the first one's close look like the
+    worker's death.
     """
     host, _, port = address.rpartition(":")
     deadline = time.monotonic() + timeout
@@ -386,7 +390,7 @@ def introduce(
             failure: Exception = exc
         else:
             try:
-                answer = connection.handshake(HELLO, dict(greeting), timeout=max(0.1, min(10.0, remaining)))
+                answer = connection.handshake(HELLO, dict(greeting), timeout=max(0.1, deadline - time.monotonic()))
             except RemoteError:
                 connection.close()
                 raise

@@ -21,6 +21,7 @@ or, once unpickled, the ambient one.
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 import sys
@@ -360,17 +361,15 @@ def _serve(
     (and as each of `aliases`, the same actor under other names) for this task attempt;
     returns the server and registry, which the caller must close."""
     # Imported here: only processes that serve actors need the server stack (uvicorn).
-    from fray_ray.iris.actor_server import ActorServer
     from fray_ray.iris.endpoints import EndpointRegistry
 
     secret = actor_secret(info)
-    server = ActorServer(info.bind_host, port, token=secret)
+    server = start_actor_server(info.bind_host, port, secret)
     server.register(endpoint, instance, max_concurrency=max_concurrency)
     for alias in aliases:
         server.add_alias(endpoint, alias)
     registry = EndpointRegistry(client._controller, info)
     try:
-        server.start()
         address = server.address_for(info.advertise_host)
         for name in (endpoint, *aliases):
             registry.register(name, address, auth_metadata(secret))
@@ -419,6 +418,33 @@ def _host_actor(
     if context.errors:
         _report_and_exit(context.errors[0], "fail")
     _exit(0)
+
+
+def start_actor_server(host: str, port: int, secret: str) -> ActorServer:
+    """A started ActorServer on `port`, or on any free port if another process holds that one.
+
+    Iris picks a task's ports by finding them free, and the task binds them a moment later;
+    another process on the host (a task of a neighbouring worker, say) can take the port in
+    between. Clients find the actor through the endpoint registry, which gets the port actually
+    bound, so the actor serves on rather than dying of a port it does not need. Where only the
+    allocated port is reachable from other hosts (a container with published ports), such an
+    actor is reachable from its own host only, which the warning says."""
+    from fray_ray.iris.actor_server import ActorServer
+
+    server = ActorServer(host, port, token=secret)
+    try:
+        return server.start()
+    except OSError as exc:
+        server.stop()
+        if port == 0 or exc.errno != errno.EADDRINUSE:
+            raise
+    server = ActorServer(host, 0, token=secret).start()
+    print(
+        f"fray_ray: port {port}, which Iris allocated for this actor, is taken on this host; "
+        f"serving on port {server.port} instead (registered in the endpoint registry)",
+        file=sys.stderr, flush=True,
+    )
+    return server
 
 
 def _actor_port(info: JobInfo) -> int:

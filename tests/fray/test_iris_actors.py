@@ -512,3 +512,32 @@ def test_host_actor_in_a_task_is_found_from_a_sibling_task(iris: FrayIrisClient,
         "after_shutdown": "unavailable",
         "constructor_error": "no config",
     }
+
+
+def test_an_actor_whose_allocated_port_is_taken_serves_on_another(iris: FrayIrisClient, monkeypatch) -> None:
+    """Iris finds a task's ports free and the task binds them a moment later; a process that
+    takes the port in between (a neighbouring worker's task) must not kill the actor."""
+    import socket
+
+    from fray_ray.cluster import _worker
+
+    taken = socket.create_server(("0.0.0.0", 0))  # every simulated host's address
+    taken_port = taken.getsockname()[1]
+    handed_out: list[int] = []
+    free_port = _worker.free_port
+
+    def hand_out_the_taken_port_once(host: str = "127.0.0.1") -> int:
+        if not handed_out:
+            handed_out.append(taken_port)
+            return taken_port
+        return free_port(host)
+
+    monkeypatch.setattr(_worker, "free_port", hand_out_the_taken_port_once)
+    try:
+        actor = iris.create_actor(Counter, 5, name=_name("taken"), resources=SMALL)
+        assert actor.increment() == 6
+        assert handed_out == [taken_port]  # the actor was given the taken port
+        [endpoint] = iris._controller.list_endpoints(actor.endpoint, exact=True)
+        assert not endpoint.address.endswith(f":{taken_port}")
+    finally:
+        taken.close()

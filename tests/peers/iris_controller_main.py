@@ -2,17 +2,21 @@
 
 Run by the peer controller venv's Python (3.11), never imported by fray_ray:
 
-    <peer python> iris_controller_main.py WORKERS
+    <peer python> iris_controller_main.py WORKERS [LOG]
 
-Starts all WORKERS workers at once (not on demand). Prints `ADDRESS http://127.0.0.1:<port>`
+Starts all WORKERS workers at once (not on demand). With LOG, the controller's and workers'
+log (INFO and up: what they scheduled, killed and why) goes to that file. Prints `ADDRESS http://127.0.0.1:<port>`
 once the controller answers, then `STOPPED` after
 stdin reached EOF and the cluster was closed. Its workers run tasks with this same Python.
 """
 
+import logging
 import sys
 
 
 def main() -> None:
+    if len(sys.argv) > 2:
+        logging.basicConfig(filename=sys.argv[2], level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from iris.cluster.backends.local.cluster import LocalCluster, make_local_cluster_config
 
     workers = int(sys.argv[1]) if len(sys.argv) > 1 else 1

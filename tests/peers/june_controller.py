@@ -11,6 +11,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 WORKERS = 2
 READY_DEADLINE_S = 180.0
+#: Each running controller's log file, by address (see `controller_log`).
+_LOGS: dict[str, Path] = {}
 
 
 def start_controller(python: str, home: Path, pythonpath: str | None) -> tuple[subprocess.Popen, str]:
@@ -25,8 +27,9 @@ def start_controller(python: str, home: Path, pythonpath: str | None) -> tuple[s
         # A driver running as a job of this controller serves its session on loopback: this
         # machine's only other address is not one tests may connect to.
         env["FRAY_RAY_NODE_IP_ADDRESS"] = "127.0.0.1"
+    log = home / "controller.log"
     process = subprocess.Popen(
-        [python, str(HERE / "iris_controller_main.py"), str(WORKERS)],
+        [python, str(HERE / "iris_controller_main.py"), str(WORKERS), str(log)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
     )
     assert process.stdout is not None
@@ -38,6 +41,7 @@ def start_controller(python: str, home: Path, pythonpath: str | None) -> tuple[s
             except BaseException:
                 stop_controller(process)
                 raise
+            _LOGS[address] = log
             return process, address
     raise AssertionError(f"the real Iris controller did not start (exit {process.poll()})")
 
@@ -66,3 +70,13 @@ def stop_controller(process: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def controller_log(address: str, *needles: str, lines: int = 60) -> str:
+    """The last `lines` lines of the controller's log that mention any of `needles` (a job's
+    name, say): what the controller and its workers did to it, for a failing test to show."""
+    path = _LOGS.get(address)
+    if path is None or not path.exists():
+        return "(no controller log)"
+    found = [line for line in path.read_text(errors="replace").splitlines() if any(n in line for n in needles)]
+    return "\n".join(found[-lines:]) or f"(nothing about {', '.join(needles)} in {path})"

@@ -31,6 +31,7 @@ from fate_scenarios import (  # noqa: E402
     wait_gone,
     wait_jobs_finished,
 )
+from june_controller import controller_log  # noqa: E402 - tests/peers is on sys.path (conftest)
 
 GONE_WITHIN_S = 10.0
 DEADLINE = 240.0
@@ -48,7 +49,8 @@ def test_a_killed_drivers_workers_end_within_seconds_and_their_jobs_fail_or_are_
         gone = [pid for pid in report.session_workers if not alive(pid)]
         with ControllerClient(june) as controller:
             jobs = session_jobs(controller, report.lease)
-        assert not gone, f"session workers {gone} gone before the driver was killed ({report}); jobs: {jobs}"
+        assert not gone, (f"session workers {gone} gone before the driver was killed ({report}); jobs: {jobs}\n"
+                          f"the controller's log of them:\n{controller_log(june, *jobs)}")
         assert len(jobs) == 5 and set(jobs.values()) == {JobState.RUNNING}, jobs
     finally:
         kill(process)

@@ -17,7 +17,6 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
 
+from june_controller import controller_log  # noqa: E402 - tests/peers is on sys.path (conftest)
 from standalone_cluster import standalone_cluster  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,21 +93,16 @@ def fray_ray_env(token: str | None = None) -> dict[str, str]:
 FRAY_RAY_RUN = [sys.executable, "-m", "fray_ray", "run"]
 
 
-#: An open problem (issue 10's note): now and then, under CI load, an actor on the June
-#: controller's workers exits "unexpectedly" right after it starts. Until its cause is found the
-#: run is tried a second time on that one symptom only, and the first failure is reported as a
-#: warning, so it stays visible; any other failure, or the same one twice, fails the test.
-KNOWN_REAL_IRIS_ACTOR_DEATH = "The actor died unexpectedly"
+#: What the June controller's log says about the program's actors and about any worker that
+#: killed tasks on its own: shown when the run fails.
+ACTOR_DEATH_SIGNS = ("Rendezvous", "rayactor", "zombie", "No contact", "Resetting", "Superseding", "job_cancelled")
 
 
 def test_on_the_real_iris_controller(june: str, tmp_path: Path) -> None:
     try:
-        outputs = run_program(FRAY_RAY_RUN, june, tmp_path / "first", fray_ray_env())
+        outputs = run_program(FRAY_RAY_RUN, june, tmp_path, fray_ray_env())
     except AssertionError as exc:
-        if KNOWN_REAL_IRIS_ACTOR_DEATH not in str(exc):
-            raise
-        warnings.warn(f"the known intermittent actor death on real Iris; running again:\n{str(exc)[-2000:]}", stacklevel=1)
-        outputs = run_program(FRAY_RAY_RUN, june, tmp_path / "second", fray_ray_env())
+        raise AssertionError(f"{exc}\nthe controller's log:\n{controller_log(june, *ACTOR_DEATH_SIGNS)}") from exc
     assert_golden(outputs)
     assert outputs.hosts == 2
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -440,3 +441,34 @@ def test_call_cancelled_while_its_actor_restarts_is_not_sent_again(harness_facto
     assert h.manager.cancel_call(call.call_id)
     assert isinstance(h.outcome(call), exceptions.TaskCancelledError)
     assert call.call_id not in h.connect().calls()
+
+
+def test_an_actor_whose_greeting_the_driver_answers_late_lives_on(fresh_shutdown, monkeypatch) -> None:
+    """A driver too busy to answer a new actor's greeting within 10 s (a loaded machine) must not
+    make the actor connect a second time: the first connection's close would then look like the
+    actor's death, and the actor would be killed while it serves."""
+    from fray_ray._private.session import SessionService
+
+    answer = SessionService._hello
+    delayed: list[bytes] = []  # the one greeting answered late
+    answered = threading.Event()
+
+    def slow_hello(self: SessionService, connection: Any, message_id: Any, hello: Any) -> None:
+        if hello.kind != "actor" or delayed:
+            answer(self, connection, message_id, hello)
+            return
+        delayed.append(hello.id)
+
+        def late() -> None:
+            time.sleep(11)  # longer than a worker used to wait before connecting again
+            answer(self, connection, message_id, hello)
+            answered.set()
+
+        threading.Thread(target=late, daemon=True).start()
+
+    monkeypatch.setattr(SessionService, "_hello", slow_hello)
+    ray.init(num_cpus=2, namespace="tests")
+    actor = Survivor.options(max_restarts=0).remote()
+    first = ray.get(actor.pid.remote(), timeout=120)
+    assert answered.wait(120)
+    assert ray.get(actor.pid.remote(), timeout=60) == first
