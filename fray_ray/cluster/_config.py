@@ -211,6 +211,10 @@ class ClusterConfig:
       too (for code that is not fork-safe).
     - `worker_template_preload`: modules the template imports (those that fail are skipped);
       all are imported before the template serves its first fork.
+    - `worker_template_after`: launches that could fork but start fresh before the template
+      does; it starts along with the last of them (0: with the cluster). A template costs an
+      interpreter's memory and an import, which pay off only for a session that starts more
+      processes: one that runs on a worker or two never has one.
     - `dashboard`: serve the web dashboard at the controller's address (`/`), behind the same
       token (a login form, or the token link `EmbeddedCluster.dashboard_url`).
     """
@@ -233,6 +237,7 @@ class ClusterConfig:
     run_setup_scripts: bool = True
     worker_template: bool = True
     worker_template_preload: tuple[str, ...] = DEFAULT_TEMPLATE_PRELOAD
+    worker_template_after: int = 2
     dashboard: bool = True
 
     def __post_init__(self) -> None:
@@ -253,6 +258,8 @@ class ClusterConfig:
             raise ValueError("client_freshness_days cannot be negative")
         if self.token is not None and not self.token:
             raise ValueError("token cannot be empty; pass None to mint one")
+        if self.worker_template_after < 0:
+            raise ValueError("worker_template_after cannot be negative")
         if isinstance(self.worker_template_preload, str):
             raise TypeError("worker_template_preload is a sequence of module names, not one string")
         object.__setattr__(self, "worker_template_preload", tuple(self.worker_template_preload))

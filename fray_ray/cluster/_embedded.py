@@ -163,6 +163,7 @@ class EmbeddedCluster:
             preload=config.worker_template_preload,
             environment=inherited_environment(config.inherit_env),
             cwd=self._temp_dir,
+            start_after=config.worker_template_after,
         )
 
     def _release(self) -> None:

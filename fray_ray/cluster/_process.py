@@ -83,6 +83,8 @@ class ProcessSupervisor(ForkedLaunches):
         self._use_pidfd = use_pidfd and hasattr(os, "pidfd_open")
         self._template_settings = template if self._use_pidfd else None
         self._template: WorkerTemplate | None = None
+        self._template_started = False  # once: a template that went down is not started again
+        self._spawned_before_template = 0  # launches that could have forked, had it been there
         self._forking: dict[int, _PendingFork] = {}  # fork request id -> launch awaiting the template
 
     # ---- lifecycle ------------------------------------------------------------------------
@@ -178,7 +180,7 @@ class ProcessSupervisor(ForkedLaunches):
         try:
             if self._guard is not None:
                 self._guard.enter_thread()
-            self._start_template()
+            self._start_template_when_due(None)
             while True:
                 for key, _ in self._selector.select(timeout=self._select_timeout()):
                     if key.data is None:
@@ -285,6 +287,7 @@ class ProcessSupervisor(ForkedLaunches):
                 target=self._wait_without_reaping, args=(running,), name=f"{self._name}-wait-{popen.pid}", daemon=True
             )
         self._register(running)
+        self._start_template_when_due(spec)
 
     def _watch_output(self, running: _Running, stdout_fd: int, stderr_fd: int) -> None:
         assert self._selector is not None

@@ -2,6 +2,9 @@
 
 With a worker template (`_template.py`), a launch that is the template's own Python running a
 script is forked from that warm process instead (a few ms instead of an interpreter start).
+The template starts with the supervisor, or (`TemplateSettings.start_after`) only once that
+many such launches have spawned: a session that starts a process or two never pays for one.
+Launches that could fork wait while it imports.
 The child's pipes are made here and handed over; the template is its parent, reports its exit
 status, and reaps it only when told to, so the guarantees of `_process.py` hold for forked
 children too: each is a session of its own, dies with the template (which dies with the
@@ -79,6 +82,8 @@ class ForkedLaunches:
     _use_setpriv: bool
     _template_settings: TemplateSettings | None
     _template: WorkerTemplate | None
+    _template_started: bool
+    _spawned_before_template: int
     _forking: dict[int, _PendingFork]  # fork request id -> launch awaiting the template
 
     if TYPE_CHECKING:
@@ -92,10 +97,21 @@ class ForkedLaunches:
 
         def _on_exit(self, running: _Running) -> None: ...
 
-    def _start_template(self) -> None:
+    def _start_template_when_due(self, spawned: ProcessSpec | None) -> None:
+        """Start the template along with the `start_after`-th launch that could have forked
+        (`spawned`, just started fresh), or at once (`spawned` None) when that is 0."""
         settings = self._template_settings
-        if settings is None:
+        if settings is None or self._template_started:
             return
+        if spawned is not None:
+            if spawned.fork is None:
+                return
+            self._spawned_before_template += 1
+        if self._spawned_before_template >= settings.start_after:
+            self._template_started = True
+            self._start_template(settings)
+
+    def _start_template(self, settings: TemplateSettings) -> None:
         template = WorkerTemplate(settings)
         prefix = pdeathsig_prefix() if self._use_setpriv else ()
         preexec = die_with_parent if not prefix and prctl is not None else None

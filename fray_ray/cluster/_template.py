@@ -73,6 +73,9 @@ class TemplateSettings:
     #: A fork unanswered this long spawns instead, and the template forks no more (its
     #: children run on): slow is not dead, but launches must not wait on it for ever.
     reply_timeout_s: float = 30.0
+    #: Launches that could fork but spawn before the template starts, which it does along with
+    #: the last of them (0: with the supervisor).
+    start_after: int = 0
 
 
 @dataclass(frozen=True)

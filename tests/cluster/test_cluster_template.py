@@ -172,6 +172,36 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def test_the_template_starts_with_the_last_launch_that_spawns_before_it(tmp_path: Path) -> None:
+    sleeper = "import os, time\nprint(os.getppid(), flush=True)\ntime.sleep(60)\n"
+    with ProcessSupervisor(template=dataclasses.replace(settings(tmp_path), start_after=2)) as supervisor:
+        not_forkable = launch(supervisor, 0, script_spec(tmp_path / "n", sleeper, fork=False))
+        first = launch(supervisor, 1, script_spec(tmp_path / "a", sleeper))
+        wait_for(lambda: not_forkable.lines and first.lines, timeout=60)
+        assert supervisor.template_pid is None and template_processes() == []  # not yet: one launch could fork
+        second = launch(supervisor, 2, script_spec(tmp_path / "b", sleeper))
+        wait_for(lambda: second.lines, timeout=60)
+        template = wait_for(lambda: supervisor.template_pid, what="the template, started with the second launch")
+        third = launch(supervisor, 3, script_spec(tmp_path / "c", sleeper))
+        wait_for(lambda: third.lines, timeout=60)
+        parents = [int(r.lines[0][1]) for r in (not_forkable, first, second, third)]
+        assert parents == [os.getpid(), os.getpid(), os.getpid(), template]
+        for key in range(4):
+            supervisor.kill(key)
+
+
+def template_processes() -> list[int]:
+    """This process's children that run the template's main module."""
+    found = []
+    for pid in children_of(os.getpid()):
+        try:
+            if b"_template_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
 def test_stop_leaves_no_template_and_no_forked_task(tmp_path: Path) -> None:
     supervisor = ProcessSupervisor(template=settings(tmp_path)).start()
     try:
@@ -279,7 +309,7 @@ def _run_job(cluster, fn, **resources: int):
 
 @pytest.mark.parametrize("switch", ["config", "environment"])
 def test_the_switch_turns_the_template_off(make_cluster, monkeypatch, switch: str) -> None:
-    on = make_cluster()
+    on = make_cluster(worker_template_after=0)
     template = wait_for(lambda: on.worker_template_pid, timeout=60, what="the template")
     status, _, lines = _run_job(on, _report_parent)
     assert status.state == JobState.SUCCEEDED and f"parent {template}" in lines
@@ -301,7 +331,7 @@ def test_a_forked_task_is_held_to_its_memory_request(make_cluster) -> None:
     if probe is None:
         pytest.skip("this machine does not let this process make a memory cgroup")
     probe.close()
-    cluster = make_cluster()
+    cluster = make_cluster(worker_template_after=0)
     template = wait_for(lambda: cluster.worker_template_pid, timeout=60, what="the template")
     status, task, lines = _run_job(cluster, _allocate_past_the_limit, memory_bytes=64 * 1024 * 1024)
     assert status.state == JobState.FAILED and f"parent {template}" in lines

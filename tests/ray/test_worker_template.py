@@ -46,18 +46,21 @@ def driver_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_shutdown: 
     yield home
 
 
+@fray_ray.remote
+class Where:
+    def where(self) -> dict[str, object]:
+        return where_am_i()
+
+    def fail(self) -> None:
+        raise ValueError("raised in a forked actor")
+
+
 def test_tasks_and_actors_run_in_workers_forked_from_the_template(driver_dir: Path) -> None:
-    fray_ray.init(num_cpus=2, runtime_env={"env_vars": {"TEMPLATE_VAR": "from-runtime-env"}})
+    from fray_ray.cluster import ClusterConfig
+
+    fray_ray.init(num_cpus=2, runtime_env={"env_vars": {"TEMPLATE_VAR": "from-runtime-env"}},
+                  cluster_config=ClusterConfig(worker_template_after=0))  # a template from the start
     task = fray_ray.get(fray_ray.remote(where_am_i).remote(), timeout=120)
-
-    @fray_ray.remote
-    class Where:
-        def where(self) -> dict[str, object]:
-            return where_am_i()
-
-        def fail(self) -> None:
-            raise ValueError("raised in a forked actor")
-
     actor = Where.remote()
     hosted = fray_ray.get(actor.where.remote(), timeout=120)
     for seen in (task, hosted):
@@ -73,6 +76,31 @@ def test_tasks_and_actors_run_in_workers_forked_from_the_template(driver_dir: Pa
     template = task["ppid"]
     fray_ray.shutdown()
     wait_for(lambda: not pid_alive(template) and not pid_alive(task["pid"]), what="the template and its workers to end")
+
+
+def test_a_session_gets_a_template_with_its_second_worker(driver_dir: Path) -> None:
+    fray_ray.init(num_cpus=2)
+    task = fray_ray.get(fray_ray.remote(where_am_i).remote(), timeout=120)
+    assert task["ppid"] == os.getpid() and templates() == []  # one worker: no template to pay for
+    second = fray_ray.get(Where.remote().where.remote(), timeout=120)
+    third = fray_ray.get(Where.remote().where.remote(), timeout=120)
+    assert second["ppid"] == os.getpid()  # started fresh; the template starts along with it
+    assert "_template_main.py" in third["parent"] and templates() == [third["ppid"]]
+
+
+def templates() -> list[int]:
+    """This process's children that are worker templates."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and "_template_main.py" in _cmdline(int(entry)):
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == os.getpid():
+                found.append(int(entry))
+    return found
 
 
 def test_with_the_switch_off_workers_are_fresh_interpreters(driver_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
