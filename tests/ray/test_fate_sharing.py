@@ -16,7 +16,8 @@ DRIVER = textwrap.dedent(
     """
     import os, sys, time
     import fray_ray as ray
-    ray.init(num_cpus=2)
+    from fray_ray.cluster import ClusterConfig
+    ray.init(num_cpus=2, cluster_config=ClusterConfig(worker_template_after=0))  # workers fork from the start
 
     @ray.remote
     class Holder:
