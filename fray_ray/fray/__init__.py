@@ -7,78 +7,99 @@ never the Ray layer above it.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from fray_ray.fray._iris_registry import set_task_client_factory
-from fray_ray.fray.actor import (
-    ActorContext,
-    ActorFuture,
-    ActorGroup,
-    ActorHandle,
-    ActorMethod,
-    ActorUnavailableError,
-    HostedActor,
-    current_actor,
-)
-from fray_ray.fray.client import Client, FrayError, JobAlreadyExists, JobFailed, JobHandle, wait_all
-from fray_ray.fray.current_client import current_client, host_actor, set_current_client
-from fray_ray.fray.hosts import HostInfo, this_machine
-from fray_ray.fray.job_listing import JobSummary
-from fray_ray.fray.local_backend import LocalClient
-from fray_ray.fray.types import (
-    ANY_REGION,
-    DEFAULT_TPU_HOST_FRACTION,
-    TPU_HBM_BYTES_PER_CHIP,
-    TPU_HOST_RESOURCES,
-    TPU_TOPOLOGIES,
-    ActorConfig,
-    BinaryEntrypoint,
-    CallableEntrypoint,
-    CpuConfig,
-    DeviceConfig,
-    DeviceKind,
-    Entrypoint,
-    EnvironmentConfig,
-    GpuConfig,
-    GpuType,
-    JobRequest,
-    JobStatus,
-    ResourceConfig,
-    TpuConfig,
-    TpuFamily,
-    TpuHostResources,
-    TpuTopologyInfo,
-    TpuType,
-    create_environment,
-    format_bytes,
-    get_tpu_topology,
-    parse_bytes,
-    tpu_family,
-    tpu_hbm_bytes_per_chip,
-    tpu_hbm_capacity_bytes,
-)
 
 if TYPE_CHECKING:
-    from fray_ray.fray.iris_backend import FrayIrisClient
+    from fray_ray.fray.actor import (
+        ActorContext,
+        ActorFuture,
+        ActorGroup,
+        ActorHandle,
+        ActorMethod,
+        ActorUnavailableError,
+        HostedActor,
+        current_actor,
+    )
+    from fray_ray.fray.client import Client, FrayError, JobAlreadyExists, JobFailed, JobHandle, wait_all
+    from fray_ray.fray.current_client import current_client, host_actor, set_current_client
+    from fray_ray.fray.hosts import HostInfo, this_machine
+    from fray_ray.fray.iris_backend import (
+        ControllerUnavailableError,
+        CredentialsRejected,
+        FrayIrisClient,
+        IrisActorGroup,
+        IrisActorHandle,
+        IrisBackendError,
+        IrisJobHandle,
+        JobRejected,
+    )
+    from fray_ray.fray.job_listing import JobSummary
+    from fray_ray.fray.local_backend import LocalClient
+    from fray_ray.fray.types import (
+        ANY_REGION,
+        DEFAULT_TPU_HOST_FRACTION,
+        TPU_HBM_BYTES_PER_CHIP,
+        TPU_HOST_RESOURCES,
+        TPU_TOPOLOGIES,
+        ActorConfig,
+        BinaryEntrypoint,
+        CallableEntrypoint,
+        CpuConfig,
+        DeviceConfig,
+        DeviceKind,
+        Entrypoint,
+        EnvironmentConfig,
+        GpuConfig,
+        GpuType,
+        JobRequest,
+        JobStatus,
+        ResourceConfig,
+        TpuConfig,
+        TpuFamily,
+        TpuHostResources,
+        TpuTopologyInfo,
+        TpuType,
+        create_environment,
+        format_bytes,
+        get_tpu_topology,
+        parse_bytes,
+        tpu_family,
+        tpu_hbm_bytes_per_chip,
+        tpu_hbm_capacity_bytes,
+    )
     from fray_ray.iris.job_info import JobInfo
 
-#: Fray's own name for `Entrypoint`, for code ported from Fray.
-FrayEntrypoint = Entrypoint
+    #: Fray's own name for `Entrypoint`, for code ported from Fray.
+    FrayEntrypoint = Entrypoint
 
-# The Iris backend pulls in the RPC stack, which local use never needs: its names are imported
-# from `fray_ray.fray.iris_backend` on first use.
-_IRIS_BACKEND_NAMES = frozenset(
-    {
-        "ControllerUnavailableError",
-        "CredentialsRejected",
-        "FrayIrisClient",
-        "IrisActorGroup",
-        "IrisActorHandle",
-        "IrisBackendError",
-        "IrisJobHandle",
-        "JobRejected",
-    }
-)
+# Each public name is imported from its module on first use (PEP 562), so a process that needs
+# one module of this package (a worker reading its job info, say) does not load them all; the
+# Iris backend in particular pulls in the RPC stack, which local use never needs.
+_MODULE_OF = {
+    **dict.fromkeys(
+        ("ActorContext", "ActorFuture", "ActorGroup", "ActorHandle", "ActorMethod", "ActorUnavailableError",
+         "HostedActor", "current_actor"), "actor"),
+    **dict.fromkeys(("Client", "FrayError", "JobAlreadyExists", "JobFailed", "JobHandle", "wait_all"), "client"),
+    **dict.fromkeys(("current_client", "host_actor", "set_current_client"), "current_client"),
+    **dict.fromkeys(("HostInfo", "this_machine"), "hosts"),
+    **dict.fromkeys(
+        ("ControllerUnavailableError", "CredentialsRejected", "FrayIrisClient", "IrisActorGroup", "IrisActorHandle",
+         "IrisBackendError", "IrisJobHandle", "JobRejected"), "iris_backend"),
+    "JobSummary": "job_listing",
+    "LocalClient": "local_backend",
+    **dict.fromkeys(
+        ("ANY_REGION", "DEFAULT_TPU_HOST_FRACTION", "TPU_HBM_BYTES_PER_CHIP", "TPU_HOST_RESOURCES", "TPU_TOPOLOGIES",
+         "ActorConfig", "BinaryEntrypoint", "CallableEntrypoint", "CpuConfig", "DeviceConfig", "DeviceKind",
+         "Entrypoint", "EnvironmentConfig", "GpuConfig", "GpuType", "JobRequest", "JobStatus", "ResourceConfig",
+         "TpuConfig", "TpuFamily", "TpuHostResources", "TpuTopologyInfo", "TpuType", "create_environment",
+         "format_bytes", "get_tpu_topology", "parse_bytes", "tpu_family", "tpu_hbm_bytes_per_chip",
+         "tpu_hbm_capacity_bytes"), "types"),
+}
+#: Fray's own names for ours, for code ported from Fray.
+_ALIASES = {"FrayEntrypoint": "Entrypoint"}
 
 
 def _task_client(info: JobInfo) -> FrayIrisClient:
@@ -94,11 +115,17 @@ set_task_client_factory(_task_client)
 
 
 def __getattr__(name: str) -> object:
-    if name in _IRIS_BACKEND_NAMES:
-        from fray_ray.fray import iris_backend
+    target = _ALIASES.get(name, name)
+    module = _MODULE_OF.get(target)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    found = getattr(importlib.import_module(f"{__name__}.{module}"), target)
+    globals()[name] = found  # the next lookup is a plain attribute
+    return found
 
-        return getattr(iris_backend, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 __all__ = [

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import TYPE_CHECKING
 
-from fray_ray.fray.types import EnvironmentConfig
 from fray_ray.iris.addresses import normalize_address
 from fray_ray.iris.bundles import (
     MAX_BUNDLE_BYTES,
@@ -22,6 +22,9 @@ from fray_ray.iris.bundles import (
     snapshot_workspace,
 )
 from fray_ray.iris.job_info import get_job_info
+
+if TYPE_CHECKING:
+    from fray_ray.fray.types import EnvironmentConfig
 
 __all__ = ["PY_MODULES_DIR", "WorkspaceBundles"]
 

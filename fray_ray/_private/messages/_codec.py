@@ -72,19 +72,30 @@ def record(cls: type) -> Any:
     return field(metadata={"codec": _Codec.RECORD, "record": cls})
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Message:
     """Base of every message. `KIND`: the method of its frames ("" for replies).
 
     Messages are plain dataclasses, not frozen ones: every worker imports all of them when it
     starts, and each method a dataclass generates costs an `exec` at import; frozen ones cost
     twice as much to define and are slower to build (every field is set through
-    `object.__setattr__`). Nothing mutates a message once built.
+    `object.__setattr__`). For the same reason each message class generates only its
+    `__init__` (`repr=False, eq=False`) and shares the `__repr__` and `__eq__` below. Nothing
+    mutates a message once built.
     """
 
     KIND: ClassVar[str] = ""
     #: The type of the answer to a request (None: a notification, or a reply itself).
     REPLY: ClassVar[type[Message] | None] = None
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in self.__dict__.items())
+        return f"{type(self).__name__}({fields})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
 
 
 _KINDS: dict[str, type[Message]] = {}
