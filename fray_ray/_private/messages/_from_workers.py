@@ -13,12 +13,12 @@ from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, TaskSp
 # ---- replies -------------------------------------------------------------------------------
 
 
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class Done(Message):
     """The empty answer to a request that only had to succeed."""
 
 
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class Welcome(Message):
     """The driver's answer to hello: the session facts a worker's runtime reports."""
 
@@ -30,7 +30,7 @@ class Welcome(Message):
     object_store_memory: int = 0
 
 
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class Objects(Message):
     """Stored values (or errors) of the objects asked for that are done."""
 
@@ -38,56 +38,56 @@ class Objects(Message):
     found: list[SerializedValue] = values()
 
 
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class Ready(Message):
     """The keys of the waited-for objects and streams that are ready."""
 
     ready: list[bytes]
 
 
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class Stored(Message):
     """The id a put value is stored under."""
 
     id: bytes
 
 
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class Returns(Message):
     """The return object ids of a submitted task or actor call."""
 
     returns: list[bytes]
 
 
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class ActorCreated(Message):
     """The id of a created actor (the members' ids, for a gang)."""
 
     actor_id: Any
 
 
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class NextItem(Message):
     """The object id of a stream's next item; END once the stream is over."""
 
     id: bytes | None
 
 
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class StreamState(Message):
     """Whether a stream's item is ready."""
 
     state: str
 
 
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class ResourceAmounts(Message):
     """Resources by name."""
 
     resources: dict[str, float]
 
 
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class Result(Message):
     """A Python value computed by the driver (an actor's description, the node table, ...)."""
 
@@ -98,7 +98,7 @@ class Result(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class Hello(Message):
     """The first frame of every worker connection; the gate has checked `token` before this."""
 
@@ -115,7 +115,7 @@ class Hello(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class TaskDone(Message):
     """An executor finished a task; `user_error` if the task (not the system) failed."""
 
@@ -127,7 +127,7 @@ class TaskDone(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class TasksReturned(Message):
     """An executor hands back tasks it had queued but not started (see Unqueue)."""
 
@@ -137,7 +137,7 @@ class TasksReturned(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class CallDone(Message):
     """An actor host finished a method call."""
 
@@ -149,7 +149,7 @@ class CallDone(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class ActorReady(Message):
     """The actor's constructor returned."""
 
@@ -160,7 +160,7 @@ class ActorReady(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class ActorFailed(Message):
     """The actor's constructor raised `error`."""
 
@@ -171,7 +171,7 @@ class ActorFailed(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class ActorExiting(Message):
     """The actor leaves on purpose (exit_actor) during `call`."""
 
@@ -182,7 +182,7 @@ class ActorExiting(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class GetObjects(Message):
     """Fetch objects, answered once all are done or one has failed; `task` is the asking task,
     which blocks meanwhile (its executor may take other work)."""
@@ -195,7 +195,7 @@ class GetObjects(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class GetAbandoned(Message):
     """A get of `task` timed out: the task is no longer blocked."""
 
@@ -205,7 +205,7 @@ class GetAbandoned(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class Wait(Message):
     """ray.wait on objects and streams (`streams`: [stream id, next index] pairs)."""
 
@@ -219,7 +219,7 @@ class Wait(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class Put(Message):
     """Store a value with the driver."""
 
@@ -230,7 +230,7 @@ class Put(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class SubmitTask(Message):
     """Submit a task from inside a task or actor; `parent` is the submitting task."""
 
@@ -242,7 +242,7 @@ class SubmitTask(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class CreateActor(Message):
     """Create an actor from inside a task or actor."""
 
@@ -254,7 +254,7 @@ class CreateActor(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class SubmitActorCall(Message):
     """Call an actor method from inside a task or actor."""
 
@@ -266,7 +266,7 @@ class SubmitActorCall(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class KillActor(Message):
     """ray.kill."""
 
@@ -278,7 +278,7 @@ class KillActor(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class Cancel(Message):
     """ray.cancel of the task or call that produces object `id`."""
 
@@ -291,7 +291,7 @@ class Cancel(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class GetNamedActor(Message):
     """ray.get_actor: the description of a named actor."""
 
@@ -303,7 +303,7 @@ class GetNamedActor(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class ListNamedActors(Message):
     """ray.util.list_named_actors."""
 
@@ -314,7 +314,7 @@ class ListNamedActors(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class GetResources(Message):
     """The cluster's resources, or those available now."""
 
@@ -325,7 +325,7 @@ class GetResources(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class GetNodes(Message):
     """ray.nodes."""
 
@@ -334,7 +334,7 @@ class GetNodes(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class Borrow(Message):
     """The worker holds its first refs to these objects."""
 
@@ -344,7 +344,7 @@ class Borrow(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class Release(Message):
     """The worker dropped its last refs to these objects."""
 
@@ -354,7 +354,7 @@ class Release(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class Log(Message):
     """Lines a worker printed: [stream name, prefix, line] each."""
 
@@ -365,7 +365,7 @@ class Log(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class MetricsReport(Message):
     """What a worker's `fray_ray.util.metrics` recorded since its last report (see `metrics`)."""
 
@@ -375,7 +375,7 @@ class MetricsReport(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class Yield(Message):
     """Item `index` (from 1) of the generator task or call `stream`."""
 
@@ -387,7 +387,7 @@ class Yield(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class StreamNext(Message):
     """The object id of item `index` of a stream, once it exists."""
 
@@ -399,7 +399,7 @@ class StreamNext(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class StreamReady(Message):
     """Whether item `index` of a stream is ready."""
 
@@ -411,7 +411,7 @@ class StreamReady(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class CreatePlacementGroup(Message):
     """ray.util.placement_group; answered with the new group's PlacementGroupInfo."""
 
@@ -425,7 +425,7 @@ class CreatePlacementGroup(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class RemovePlacementGroup(Message):
     """ray.util.remove_placement_group."""
 
@@ -436,7 +436,7 @@ class RemovePlacementGroup(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class WaitPlacementGroup(Message):
     """PlacementGroup.wait: answered with whether the group was placed within `timeout`."""
 
@@ -448,7 +448,7 @@ class WaitPlacementGroup(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class DescribePlacementGroup(Message):
     """The PlacementGroupInfo of a group (None if there is none)."""
 
@@ -459,7 +459,7 @@ class DescribePlacementGroup(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class FindPlacementGroup(Message):
     """ray.util.get_placement_group: the PlacementGroupInfo of a live group by name."""
 
@@ -470,7 +470,7 @@ class FindPlacementGroup(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class PlacementGroupTable(Message):
     """ray.util.placement_group_table of one group (`id`) or of all (None)."""
 
@@ -481,7 +481,7 @@ class PlacementGroupTable(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class ReserveGang(Message):
     """Reserve the hosts of `num_slices` TPU slices of type `tpu`; answered with the gang id."""
 
@@ -494,7 +494,7 @@ class ReserveGang(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class ReleaseGang(Message):
     """Give back a reserved gang's hosts."""
 
@@ -505,7 +505,7 @@ class ReleaseGang(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class GangSize(Message):
     """How many hosts a reserved gang has."""
 

@@ -22,7 +22,7 @@ from fray_ray._private.task_spec import ActorCallSpec, TaskSpec
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class ExecuteTask(Message):
     """Run a task. `code` is the pickled function, sent only the first time `fn` goes to
     this executor."""
@@ -74,7 +74,7 @@ class ExecuteTask(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class CancelTask(Message):
     """Cancel a queued or running task (`force`: kill the executor)."""
 
@@ -85,7 +85,7 @@ class CancelTask(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class Unqueue(Message):
     """Hand back every queued task that has not started (the running one blocked)."""
 
@@ -93,7 +93,7 @@ class Unqueue(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class Exit(Message):
     """End the executor after its queued tasks."""
 
@@ -116,7 +116,7 @@ class InstanceOptions:
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class CreateInstance(Message):
     """Build the actor's instance. `methods` is the pickled method table handles use."""
 
@@ -135,7 +135,7 @@ class CreateInstance(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class CallMethod(Message):
     """Run a method call in concurrency group `group` (None: the default group)."""
 
@@ -162,7 +162,7 @@ class CallMethod(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class CancelCall(Message):
     """Cancel a method call (skipped if it has not started)."""
 
@@ -172,7 +172,7 @@ class CancelCall(Message):
 
 
 @_message
-@dataclass(repr=False, eq=False)  # Message\'s own
+@dataclass(repr=False, eq=False)
 class Die(Message):
     """End the actor's process (`restart`: exit so Iris starts it again)."""
 
