@@ -53,14 +53,16 @@ def run(backend_name: str, ray: Any, timing: Timing, timeout_s: float) -> dict[s
             ray.init(num_cpus=2, include_dashboard=False, namespace=NAMESPACE)
             address = ray.get_runtime_context().gcs_address
         else:
-            from fray_ray.cluster import ClusterConfig, EmbeddedCluster
+            from fray_ray.cluster import ClusterConfig, EmbeddedCluster, cpu_worker
 
-            cluster = EmbeddedCluster(ClusterConfig())  # what init() starts, made here so its token is known
+            # What init(num_cpus=2) starts, made here so its token is known; a driver joining a
+            # running cluster gives no num_cpus (ValueError, as in Ray).
+            cluster = EmbeddedCluster(ClusterConfig(workers=(cpu_worker("cpu-0", cpu=2),)))
             cluster.start()
             if cluster.token:  # both drivers authenticate to the cluster with its token
                 os.environ["FRAY_RAY_TOKEN"] = cluster.token
             address = cluster.address
-            ray.init(address, num_cpus=2, namespace=NAMESPACE)
+            ray.init(address, namespace=NAMESPACE)
         # Taken after init: Ray's init turns on token authentication through the environment
         # (RAY_AUTH_MODE), which the second driver needs as well.
         env = dict(os.environ)

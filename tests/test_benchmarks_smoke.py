@@ -50,6 +50,13 @@ def test_compare_reports_median_spread_targets_and_floor(tmp_path):
     assert "**Floor**" in proc.stdout and "**Calls and objects**" in proc.stdout and "Ray skipped" in proc.stdout
 
 
+def test_the_cross_driver_shape_runs_on_fray_ray(tmp_path):
+    proc, report = _compare(tmp_path, "--reps", "1", "--shapes", "cross_driver_calls")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    row = report["metrics"]["cross_driver_calls"]["fray_ray"]
+    assert row["n"] == 1 and row["median"] > 0, (row, report.get("notes"))
+
+
 def test_a_curve_point_that_runs_out_of_time_is_reported_not_dropped(tmp_path):
     # with every timeout shrunk to microseconds, submitting 500 tasks already takes too long
     proc, report = _compare(tmp_path, "--reps", "2", "--shapes", "queued_tasks", "--tasks-curve", "500,800",
