@@ -5,9 +5,9 @@ Run by the peer controller venv's Python (3.11), never imported by fray_ray:
     <peer python> iris_controller_main.py WORKERS [LOG]
 
 Starts all WORKERS workers at once (not on demand). With LOG, the controller's and workers'
-log (INFO and up: what they scheduled, killed and why) goes to that file. Prints `ADDRESS http://127.0.0.1:<port>`
-once the controller answers, then `STOPPED` after
-stdin reached EOF and the cluster was closed. Its workers run tasks with this same Python.
+log (INFO and up: what they scheduled, killed and why) goes to that file. Prints
+`ADDRESS http://127.0.0.1:<port>` once the controller answers, then `STOPPED` after stdin reached
+EOF and the cluster was closed. Its workers run tasks with this same Python.
 """
 
 import logging
