@@ -34,6 +34,7 @@ from fray_ray._private.execution import (
     within_store,
 )
 from fray_ray._private.executor import exit_worker, send_item, send_items_async
+from fray_ray._private.foreign_calls import ForeignCallGate
 from fray_ray._private.logs import flush_forwarded, forward_output
 from fray_ray._private.messages import (
     ActorExiting,
@@ -57,6 +58,7 @@ from fray_ray._private.worker import WorkerRuntime, open_session
 from fray_ray._private.worker_start import prepare_worker
 from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError, RayActorError
 from fray_ray.fray import current_actor
+from fray_ray.fray.job_info import get_job_info
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +116,12 @@ class RayActorHost:
             session_address, token, "actor", self._actor_id, handlers, on_runtime=self._set_runtime
         )
         self._runtime.connection.add_close_callback(lambda _: self._session_lost())
+        info = None if in_process else get_job_info()
+        #: where other drivers send their calls (a named actor's); None in-process
+        self._foreign = (
+            ForeignCallGate(self._on_call, bind_host=info.bind_host, advertise_host=info.advertise_host)
+            if info is not None else None
+        )
 
     def _set_runtime(self, runtime: WorkerRuntime) -> None:
         """Runs before any message is handled: the constructor's arguments (which may hold
@@ -356,7 +364,9 @@ class RayActorHost:
         sys.stdout.flush()
         sys.stderr.flush()
         flush_forwarded()
-        self._send(CallDone(call.call, values, error is not None))
+        done = CallDone(call.call, values, error is not None)
+        if self._foreign is None or not self._foreign.answer(done):
+            self._send(done)
 
     def _exit_requested(self, call: CallMethod) -> None:
         sys.stdout.flush()  # what the method printed reaches the driver before its error
@@ -402,6 +412,8 @@ class RayActorHost:
                 pool.shutdown(wait=False, cancel_futures=True)
         for group in self._loops.values():
             group.stop()
+        if self._foreign is not None:
+            self._foreign.close()
 
     # ---- ActorService (Iris and Fray clients) ------------------------------------------
 
@@ -445,7 +457,19 @@ class RayActorHost:
         self._created.wait()
         if self._creation_error is not None:
             raise _creation_failed(self._class_name)
-        return {"class_name": self._class_name, "methods": self._methods_blob, "is_async": self._is_async}
+        return {"class_name": self._class_name, "methods": self._methods_blob, "is_async": self._is_async,
+                "calls": self._open_foreign_gate()}
+
+    def _open_foreign_gate(self) -> dict[str, str] | None:
+        """Where another driver sends its calls over the stream protocol; None (it calls
+        through ActorService instead) where that cannot be served."""
+        if self._foreign is None:
+            return None
+        try:
+            return self._foreign.open()
+        except OSError as exc:
+            logger.warning("cannot serve other drivers' calls over the stream protocol: %s", exc)
+            return None
 
     def kill(self, restart: bool = False) -> None:
         """End the actor's process shortly after answering (ray.kill from another driver).

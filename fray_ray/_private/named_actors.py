@@ -1,5 +1,5 @@
 """Named actors in the driver: looking a name up (this driver's actors, or another driver's,
-which are then called through ActorService as remote actors) and listing the names.
+which are then called as remote actors: `remote_actors.py`) and listing the names.
 
 `NamedActors` is a base of `ActorManager` (`actors.py`) and shares its state and its lock.
 """
@@ -43,6 +43,15 @@ class NamedActors:
     def resolve_values(self, object_ids: Sequence[bytes]) -> dict[bytes, Any]:
         """Wait for this session's objects and return their values (raising their errors)."""
         out = {}
+        for object_id, value in self.resolve_stored(object_ids).items():
+            if value.is_error:
+                raise deserialize(value)
+            out[object_id] = deserialize(value)
+        return out
+
+    def resolve_stored(self, object_ids: Sequence[bytes]) -> dict[bytes, SerializedValue]:
+        """Wait for this session's objects and return their stored values (errors included)."""
+        out = {}
         for object_id in object_ids:
             event = threading.Event()
             self._objects.add_done_callback(object_id, lambda _oid, e=event: e.set())
@@ -50,9 +59,7 @@ class NamedActors:
             value = self._objects.value(object_id)
             if value is None:
                 raise RuntimeError(f"object {object_id.hex()} was freed before it could be sent")
-            if value.is_error:
-                raise deserialize(value)
-            out[object_id] = deserialize(value)
+            out[object_id] = value
         return out
 
     def named(self, name: str, namespace: str | None) -> ActorCreationSpec | None:
@@ -89,7 +96,8 @@ class NamedActors:
                 detached=True,  # its lifetime is its creator's business, not this driver's
             )
             record = ActorRecord(spec, state=ActorState.ALIVE, args_released=True)
-            record.remote = RemoteActor(handle, spec, self.complete_remote_call, self.resolve_values)
+            record.remote = RemoteActor(handle, spec, self.complete_remote_call, self.resolve_values,
+                                        self.resolve_stored, description.get("calls"))
             record.ready.set()
             self._actors[spec.actor_id] = record
             self._names[(namespace, name)] = spec.actor_id

@@ -1,36 +1,65 @@
 """Calls from this driver to a named actor that another driver of the cluster created.
 
-Such an actor is not this driver's to restart or to kill for good: its calls go over the
-actor's ActorService (Iris's protocol), one at a time in submission order, so each caller's
-calls keep their order.
+Such an actor is not this driver's to restart or to kill for good. Its calls go, in submission
+order, over the stream protocol to the actor's gate for other drivers (`foreign_calls.py`),
+pipelined as the owner's calls are, with every top-level argument value sent along. Where the
+actor offers no gate, or it cannot be reached, they go over the actor's ActorService (Iris's
+protocol) one at a time.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from fray_ray._private import messages
 from fray_ray._private.actor_restarts import died_error
 from fray_ray._private.execution import error_results, make_task_error, package_results, resolve_arguments
+from fray_ray._private.messages import CallArguments, CallDone, CallMethod
+from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.serialization import SerializedValue
+from fray_ray._private.stream_server import introduce
 from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec
+
+logger = logging.getLogger(__name__)
 
 #: Completes a call with its result values (one per return).
 CompleteCall = Callable[[ActorCallSpec, Sequence[SerializedValue]], None]
 #: Waits for this session's objects and returns their values (raising their errors).
 ResolveValues = Callable[[Sequence[bytes]], Mapping[bytes, Any]]
+#: Waits for this session's objects and returns their stored values (errors as values).
+StoredValues = Callable[[Sequence[bytes]], Mapping[bytes, SerializedValue]]
+
+#: How long connecting to an actor's gate may take before its calls use ActorService instead.
+GATE_CONNECT_TIMEOUT_S = 5.0
 
 
 class RemoteActor:
-    """The sending end for one adopted actor: a thread that makes its calls in order."""
+    """The sending end for one adopted actor: a thread that sends its calls in order."""
 
-    def __init__(self, handle: Any, spec: ActorCreationSpec, complete: CompleteCall, resolve: ResolveValues) -> None:
+    def __init__(
+        self,
+        handle: Any,
+        spec: ActorCreationSpec,
+        complete: CompleteCall,
+        resolve: ResolveValues,
+        stored: StoredValues,
+        gate: Mapping[str, str] | None = None,
+    ) -> None:
+        """`gate`: the actor's {"address", "token"} for other drivers' calls, if it has one."""
         self._handle = handle
         self._spec = spec
         self._complete = complete
         self._resolve = resolve
+        self._stored = stored
+        self._gate = dict(gate) if gate else None
+        self._stream: Connection | None = None  # used by the sending thread only
+        self._lock = threading.Lock()  # guards _in_flight and _stream_lost
+        self._in_flight: dict[bytes, ActorCallSpec] = {}  # sent over the stream, not answered
+        self._stream_lost = False
         self._calls: queue.SimpleQueue[ActorCallSpec | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=f"remote-actor-{spec.class_name}", daemon=True)
         self._thread.start()
@@ -51,21 +80,99 @@ class RemoteActor:
         while True:
             call = self._calls.get()
             if call is None:
+                if self._stream is not None:
+                    self._stream.close()  # calls still unanswered fail (`_stream_closed`)
                 return
-            name = f"{self._spec.class_name}.{call.method}"
-            try:
-                if call.num_returns in ("streaming", "dynamic"):
-                    raise ValueError("generator methods of another driver's actor cannot be called from here")
-                args, kwargs = resolve_arguments(call.arguments.value, self._resolve, call.arguments.top_level)
-                result = self._handle.call(call.method, *args, **kwargs)
-                values = package_results(result, call.num_returns, name)
-            except BaseException as exc:  # noqa: BLE001 - the caller's refs carry it
-                from fray_ray.fray import ActorUnavailableError
+            if call.num_returns in ("streaming", "dynamic"):
+                error = ValueError("generator methods of another driver's actor cannot be called from here")
+                self._fail(call, make_task_error(error, f"{self._spec.class_name}.{call.method}",
+                                                 actor_repr=self._spec.class_name))
+                continue
+            stream = self._stream_connection()
+            if stream is None or not self._send_over(stream, call):
+                self._call_through_service(call)
 
-                if isinstance(exc, ActorUnavailableError):
-                    error: BaseException = died_error(self._spec.class_name, self._spec.actor_id,
-                                                      "process_died", f"it is unreachable: {exc}")
-                else:
-                    error = make_task_error(exc, name, actor_repr=self._spec.class_name)
-                values = error_results(error, len(call.return_ids))
-            self._complete(call, values)
+    def _fail(self, call: ActorCallSpec, error: BaseException) -> None:
+        self._complete(call, error_results(error, len(call.return_ids)))
+
+    # ---- over the stream protocol --------------------------------------------------------
+
+    def _stream_connection(self) -> Connection | None:
+        """The connection to the actor's gate, made on first use; None: use ActorService."""
+        if self._stream is not None or self._gate is None:
+            return self._stream
+        gate, self._gate = self._gate, None  # one attempt: an unreachable gate stays unused
+        try:
+            connection, _ = introduce(
+                gate["address"], {"token": gate["token"]},
+                name=f"remote-actor-{self._spec.class_name}", timeout=GATE_CONNECT_TIMEOUT_S,
+            )
+        except (ConnectionClosed, RemoteError, OSError, ValueError, KeyError) as exc:
+            logger.info("calling %s through ActorService: its gate %s is unreachable (%s)",
+                        self._spec.class_name, gate.get("address"), exc)
+            return None
+        connection.add_close_callback(self._stream_closed)
+        connection.start(messages.handlers({CallDone: self._on_done}))
+        self._stream = connection
+        return connection
+
+    def _send_over(self, connection: Connection, call: ActorCallSpec) -> bool:
+        """Send `call` to the actor's gate; False if that connection is gone (use ActorService)."""
+        try:
+            inlined = dict(self._stored(call.arguments.top_level))
+        except BaseException as exc:  # noqa: BLE001 - an argument freed before it could be sent
+            self._fail(call, make_task_error(exc, f"{self._spec.class_name}.{call.method}",
+                                             actor_repr=self._spec.class_name))
+            return True
+        message = CallMethod(
+            call=call.call_id,
+            method=call.method,
+            returns=list(call.return_ids),
+            num_returns=call.num_returns,
+            args=CallArguments(call.arguments.value, list(call.arguments.top_level), inlined),
+            group=call.concurrency_group,
+        )
+        with self._lock:
+            if self._stream_lost:
+                return False
+            self._in_flight[call.call_id] = call
+        try:
+            messages.notify(connection, message)
+        except ConnectionClosed:
+            pass  # the connection's close fails the call (`_stream_closed`)
+        return True
+
+    def _on_done(self, connection: Connection, message_id: int | None, done: CallDone) -> None:
+        with self._lock:
+            call = self._in_flight.pop(done.call, None)
+        if call is not None:
+            self._complete(call, done.results)
+
+    def _stream_closed(self, connection: Connection) -> None:
+        """The actor's process ended (or closed its gate): calls sent and not answered die with
+        it, as the owner's would; later ones try ActorService."""
+        with self._lock:
+            self._stream_lost = True
+            unanswered, self._in_flight = list(self._in_flight.values()), {}
+        for call in unanswered:
+            self._fail(call, died_error(self._spec.class_name, self._spec.actor_id, "process_died",
+                                        "its connection to this driver closed while the call ran"))
+
+    # ---- over ActorService ---------------------------------------------------------------
+
+    def _call_through_service(self, call: ActorCallSpec) -> None:
+        name = f"{self._spec.class_name}.{call.method}"
+        try:
+            args, kwargs = resolve_arguments(call.arguments.value, self._resolve, call.arguments.top_level)
+            result = self._handle.call(call.method, *args, **kwargs)
+            values = package_results(result, call.num_returns, name)
+        except BaseException as exc:  # noqa: BLE001 - the caller's refs carry it
+            from fray_ray.fray import ActorUnavailableError
+
+            if isinstance(exc, ActorUnavailableError):
+                error: BaseException = died_error(self._spec.class_name, self._spec.actor_id,
+                                                  "process_died", f"it is unreachable: {exc}")
+            else:
+                error = make_task_error(exc, name, actor_repr=self._spec.class_name)
+            values = error_results(error, len(call.return_ids))
+        self._complete(call, values)
