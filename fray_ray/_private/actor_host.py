@@ -112,16 +112,17 @@ class RayActorHost:
         self._call_threads: dict[bytes, int] = {}  # call id -> thread running it (sync calls)
         # Set before the session opens: its reader may deliver `create` (which sets it) at once.
         self._detached = False
-        self._runtime: WorkerRuntime = open_session(
-            session_address, token, "actor", self._actor_id, handlers, on_runtime=self._set_runtime
-        )
-        self._runtime.connection.add_close_callback(lambda _: self._session_lost())
         info = None if in_process else get_job_info()
-        #: where other drivers send their calls (a named actor's); None in-process
+        #: where other drivers send their calls (a named actor's); None in-process. Set before
+        #: the session opens too: a call may arrive, and be answered, at once.
         self._foreign = (
             ForeignCallGate(self._on_call, bind_host=info.bind_host, advertise_host=info.advertise_host)
             if info is not None else None
         )
+        self._runtime: WorkerRuntime = open_session(
+            session_address, token, "actor", self._actor_id, handlers, on_runtime=self._set_runtime
+        )
+        self._runtime.connection.add_close_callback(lambda _: self._session_lost())
 
     def _set_runtime(self, runtime: WorkerRuntime) -> None:
         """Runs before any message is handled: the constructor's arguments (which may hold
