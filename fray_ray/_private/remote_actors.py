@@ -18,7 +18,7 @@ from typing import Any
 from fray_ray._private import messages
 from fray_ray._private.actor_restarts import died_error
 from fray_ray._private.execution import error_results, make_task_error, package_results, resolve_arguments
-from fray_ray._private.messages import CallArguments, CallDone, CallMethod
+from fray_ray._private.messages import CallDone, CallMethod
 from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.serialization import SerializedValue
 from fray_ray._private.stream_server import introduce
@@ -85,8 +85,7 @@ class RemoteActor:
                 return
             if call.num_returns in ("streaming", "dynamic"):
                 error = ValueError("generator methods of another driver's actor cannot be called from here")
-                self._fail(call, make_task_error(error, f"{self._spec.class_name}.{call.method}",
-                                                 actor_repr=self._spec.class_name))
+                self._fail(call, self._task_error(call, error))
                 continue
             stream = self._stream_connection()
             if stream is None or not self._send_over(stream, call):
@@ -94,6 +93,9 @@ class RemoteActor:
 
     def _fail(self, call: ActorCallSpec, error: BaseException) -> None:
         self._complete(call, error_results(error, len(call.return_ids)))
+
+    def _task_error(self, call: ActorCallSpec, exc: BaseException) -> BaseException:
+        return make_task_error(exc, f"{self._spec.class_name}.{call.method}", actor_repr=self._spec.class_name)
 
     # ---- over the stream protocol --------------------------------------------------------
 
@@ -119,19 +121,12 @@ class RemoteActor:
     def _send_over(self, connection: Connection, call: ActorCallSpec) -> bool:
         """Send `call` to the actor's gate; False if that connection is gone (use ActorService)."""
         try:
-            inlined = dict(self._stored(call.arguments.top_level))
+            values = self._stored(call.arguments.top_level)
         except BaseException as exc:  # noqa: BLE001 - an argument freed before it could be sent
-            self._fail(call, make_task_error(exc, f"{self._spec.class_name}.{call.method}",
-                                             actor_repr=self._spec.class_name))
+            self._fail(call, self._task_error(call, exc))
             return True
-        message = CallMethod(
-            call=call.call_id,
-            method=call.method,
-            returns=list(call.return_ids),
-            num_returns=call.num_returns,
-            args=CallArguments(call.arguments.value, list(call.arguments.top_level), inlined),
-            group=call.concurrency_group,
-        )
+        # Every value goes along: the actor can fetch objects from its owner only.
+        message = CallMethod.of(call, values.get, inline_limit=None)
         with self._lock:
             if self._stream_lost:
                 return False
@@ -161,11 +156,10 @@ class RemoteActor:
     # ---- over ActorService ---------------------------------------------------------------
 
     def _call_through_service(self, call: ActorCallSpec) -> None:
-        name = f"{self._spec.class_name}.{call.method}"
         try:
             args, kwargs = resolve_arguments(call.arguments.value, self._resolve, call.arguments.top_level)
             result = self._handle.call(call.method, *args, **kwargs)
-            values = package_results(result, call.num_returns, name)
+            values = package_results(result, call.num_returns, f"{self._spec.class_name}.{call.method}")
         except BaseException as exc:  # noqa: BLE001 - the caller's refs carry it
             from fray_ray.fray import ActorUnavailableError
 
@@ -173,6 +167,6 @@ class RemoteActor:
                 error: BaseException = died_error(self._spec.class_name, self._spec.actor_id,
                                                   "process_died", f"it is unreachable: {exc}")
             else:
-                error = make_task_error(exc, name, actor_repr=self._spec.class_name)
+                error = self._task_error(call, exc)
             values = error_results(error, len(call.return_ids))
         self._complete(call, values)

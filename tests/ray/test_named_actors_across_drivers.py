@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,15 @@ class Counter:
         return self.n
 
 
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddedCluster]:
+    """A cluster this driver has joined in namespace "shared"; other drivers join it with its token."""
+    with EmbeddedCluster(ClusterConfig(workers=(cpu_worker(cpu=2),))) as running:
+        monkeypatch.setenv("FRAY_RAY_TOKEN", running.token)
+        ray.init(running.address, namespace="shared")
+        yield running
+
+
 def _other_driver(address: str, token: str, body: str) -> str:
     script = f"import fray_ray as ray\nray.init({address!r}, namespace='shared')\n" + textwrap.dedent(body)
     result = subprocess.run(
@@ -39,115 +49,103 @@ def _other_driver(address: str, token: str, body: str) -> str:
     return result.stdout
 
 
-def test_a_second_driver_finds_and_calls_a_named_actor(monkeypatch: pytest.MonkeyPatch) -> None:
-    with EmbeddedCluster(ClusterConfig(workers=(cpu_worker(cpu=2),))) as cluster:
-        monkeypatch.setenv("FRAY_RAY_TOKEN", cluster.token)
-        ray.init(cluster.address, namespace="shared")
-        counter = Counter.options(name="counter").remote()
-        assert ray.get(counter.incr.remote()) == 1
-        out = _other_driver(cluster.address, cluster.token, """
-            counter = ray.get_actor("counter")
-            print(ray.get(counter.incr.remote(10)), ray.get([counter.incr.remote() for _ in range(3)]))
-            try:
-                ray.get_actor("counter", namespace="elsewhere")
-            except ValueError:
-                print("not visible in another namespace")
+def test_a_second_driver_finds_and_calls_a_named_actor(cluster: EmbeddedCluster) -> None:
+    counter = Counter.options(name="counter").remote()
+    assert ray.get(counter.incr.remote()) == 1
+    out = _other_driver(cluster.address, cluster.token, """
+        counter = ray.get_actor("counter")
+        print(ray.get(counter.incr.remote(10)), ray.get([counter.incr.remote() for _ in range(3)]))
+        try:
+            ray.get_actor("counter", namespace="elsewhere")
+        except ValueError:
+            print("not visible in another namespace")
 
-        """)
-        assert out.splitlines() == ["11 [12, 13, 14]", "not visible in another namespace"]
-        assert ray.get(counter.incr.remote()) == 15  # the calls of both drivers reached one actor
+    """)
+    assert out.splitlines() == ["11 [12, 13, 14]", "not visible in another namespace"]
+    assert ray.get(counter.incr.remote()) == 15  # the calls of both drivers reached one actor
 
 
-def test_a_second_driver_cannot_take_a_name_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
-    with EmbeddedCluster(ClusterConfig(workers=(cpu_worker(cpu=2),))) as cluster:
-        monkeypatch.setenv("FRAY_RAY_TOKEN", cluster.token)
-        ray.init(cluster.address, namespace="shared")
-        counter = Counter.options(name="taken").remote()
-        ray.get(counter.incr.remote())
-        out = _other_driver(cluster.address, cluster.token, """
-            import fray_ray.exceptions as exceptions
+def test_a_second_driver_cannot_take_a_name_in_use(cluster: EmbeddedCluster) -> None:
+    counter = Counter.options(name="taken").remote()
+    ray.get(counter.incr.remote())
+    out = _other_driver(cluster.address, cluster.token, """
+        import fray_ray.exceptions as exceptions
 
-            @ray.remote
-            class Other:
-                def ping(self):
-                    return "pong"
+        @ray.remote
+        class Other:
+            def ping(self):
+                return "pong"
 
-            try:
-                Other.options(name="taken").remote()
-            except exceptions.ActorAlreadyExistsError:
-                print("name taken")
-            same = Other.options(name="taken", get_if_exists=True).remote()
-            print(type(same).__name__)
-        """)
-        assert out.splitlines() == ["name taken", "ActorHandle"]
+        try:
+            Other.options(name="taken").remote()
+        except exceptions.ActorAlreadyExistsError:
+            print("name taken")
+        same = Other.options(name="taken", get_if_exists=True).remote()
+        print(type(same).__name__)
+    """)
+    assert out.splitlines() == ["name taken", "ActorHandle"]
 
 
 #: The reader thread of a second driver's stream connection to an actor's gate.
 _GATE_READER = "remote-actor-Counter-reader"
 
 
-def test_a_second_driver_calls_over_the_actors_gate_with_its_own_objects(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_second_driver_calls_over_the_actors_gate_with_its_own_objects(cluster: EmbeddedCluster) -> None:
     """Calls from another driver go over the stream protocol, pipelined and in order; their
     object arguments (large ones too) and errors travel as the owner's do."""
-    with EmbeddedCluster(ClusterConfig(workers=(cpu_worker(cpu=2),))) as cluster:
-        monkeypatch.setenv("FRAY_RAY_TOKEN", cluster.token)
-        ray.init(cluster.address, namespace="shared")
-        counter = Counter.options(name="gated").remote()
-        ray.get(counter.incr.remote())
-        out = _other_driver(cluster.address, cluster.token, f"""
-            import threading
-            import fray_ray.exceptions as exceptions
+    counter = Counter.options(name="gated").remote()
+    ray.get(counter.incr.remote())
+    out = _other_driver(cluster.address, cluster.token, f"""
+        import threading
+        import fray_ray.exceptions as exceptions
 
-            counter = ray.get_actor("gated")
-            print(ray.get([counter.incr.remote() for _ in range(200)])[-1])
-            print(ray.get(counter.incr.remote(ray.put(1000))))
-            big = ray.put(list(range(300_000)))  # beyond what travels inline with a call
-            print(ray.get(counter.incr.remote(len(ray.get(big)))))
+        counter = ray.get_actor("gated")
+        print(ray.get([counter.incr.remote() for _ in range(200)])[-1])
+        print(ray.get(counter.incr.remote(ray.put(1000))))
+        big = ray.put(list(range(300_000)))  # beyond what travels inline with a call
+        print(ray.get(counter.incr.remote(len(ray.get(big)))))
 
-            @ray.remote
-            def fails():
-                raise KeyError("upstream")
+        @ray.remote
+        def fails():
+            raise KeyError("upstream")
 
-            try:
-                ray.get(counter.incr.remote(fails.remote()))
-            except exceptions.RayTaskError as exc:
-                print("argument error:", isinstance(exc, KeyError))
-            try:
-                ray.get(counter.incr.remote("x"))
-            except TypeError:
-                print("method error: TypeError")
-            print("gate:", any(t.name == {_GATE_READER!r} for t in threading.enumerate()))
-        """)
-        assert out.splitlines() == [
-            "201", "1201", "301201", "argument error: True", "method error: TypeError", "gate: True",
-        ]
-        assert ray.get(counter.incr.remote()) == 301202
+        try:
+            ray.get(counter.incr.remote(fails.remote()))
+        except exceptions.RayTaskError as exc:
+            print("argument error:", isinstance(exc, KeyError))
+        try:
+            ray.get(counter.incr.remote("x"))
+        except TypeError:
+            print("method error: TypeError")
+        print("gate:", any(t.name == {_GATE_READER!r} for t in threading.enumerate()))
+    """)
+    assert out.splitlines() == [
+        "201", "1201", "301201", "argument error: True", "method error: TypeError", "gate: True",
+    ]
+    assert ray.get(counter.incr.remote()) == 301202
 
 
 def test_a_second_driver_whose_gate_connection_is_refused_calls_through_actor_service(
-    monkeypatch: pytest.MonkeyPatch,
+    cluster: EmbeddedCluster,
 ) -> None:
-    with EmbeddedCluster(ClusterConfig(workers=(cpu_worker(cpu=2),))) as cluster:
-        monkeypatch.setenv("FRAY_RAY_TOKEN", cluster.token)
-        ray.init(cluster.address, namespace="shared")
-        counter = Counter.options(name="ungated").remote()
-        ray.get(counter.incr.remote())
-        out = _other_driver(cluster.address, cluster.token, f"""
-            import threading
-            from fray_ray._private import remote_actors
+    counter = Counter.options(name="ungated").remote()
+    ray.get(counter.incr.remote())
+    out = _other_driver(cluster.address, cluster.token, f"""
+        import threading
+        from fray_ray._private import remote_actors
 
-            def with_a_wrong_token(init):
-                def init_(self, *args):
-                    *rest, gate = args
-                    init(self, *rest, dict(gate, token="not-the-gate-token"))
-                return init_
+        def with_a_wrong_token(init):
+            def init_(self, *args):
+                *rest, gate = args
+                init(self, *rest, dict(gate, token="not-the-gate-token"))
+            return init_
 
-            remote_actors.RemoteActor.__init__ = with_a_wrong_token(remote_actors.RemoteActor.__init__)
-            counter = ray.get_actor("ungated")
-            print(ray.get([counter.incr.remote() for _ in range(5)]))
-            print("gate:", any(t.name == {_GATE_READER!r} for t in threading.enumerate()))
-        """)
-        assert out.splitlines() == ["[2, 3, 4, 5, 6]", "gate: False"]
+        remote_actors.RemoteActor.__init__ = with_a_wrong_token(remote_actors.RemoteActor.__init__)
+        counter = ray.get_actor("ungated")
+        print(ray.get([counter.incr.remote() for _ in range(5)]))
+        print("gate:", any(t.name == {_GATE_READER!r} for t in threading.enumerate()))
+    """)
+    assert out.splitlines() == ["[2, 3, 4, 5, 6]", "gate: False"]
 
 
 @ray.remote(max_concurrency=2)
@@ -165,30 +163,27 @@ class Blocker:
         return self.started
 
 
-def test_a_second_driver_sees_its_running_call_die_with_the_actor(monkeypatch: pytest.MonkeyPatch) -> None:
-    with EmbeddedCluster(ClusterConfig(workers=(cpu_worker(cpu=2),))) as cluster:
-        monkeypatch.setenv("FRAY_RAY_TOKEN", cluster.token)
-        ray.init(cluster.address, namespace="shared")
-        blocker = Blocker.options(name="blocker").remote()
-        ray.get(blocker.has_started.remote())
-        script = textwrap.dedent(f"""
-            import fray_ray as ray
-            import fray_ray.exceptions as exceptions
-            ray.init({cluster.address!r}, namespace="shared")
-            ref = ray.get_actor("blocker").block.remote()
-            try:
-                ray.get(ref, timeout=100)
-            except exceptions.RayActorError:
-                print("the call died with the actor")
-            ray.shutdown()
-        """)
-        with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env={**os.environ, "FRAY_RAY_TOKEN": cluster.token}) as other:
-            try:
-                wait_for(lambda: ray.get(blocker.has_started.remote()), timeout=120)
-                ray.kill(blocker)
-                out, err = other.communicate(timeout=60)
-            finally:
-                other.kill()
-        assert other.returncode == 0, err
-        assert out.splitlines() == ["the call died with the actor"]
+def test_a_second_driver_sees_its_running_call_die_with_the_actor(cluster: EmbeddedCluster) -> None:
+    blocker = Blocker.options(name="blocker").remote()
+    ray.get(blocker.has_started.remote())
+    script = textwrap.dedent(f"""
+        import fray_ray as ray
+        import fray_ray.exceptions as exceptions
+        ray.init({cluster.address!r}, namespace="shared")
+        ref = ray.get_actor("blocker").block.remote()
+        try:
+            ray.get(ref, timeout=100)
+        except exceptions.RayActorError:
+            print("the call died with the actor")
+        ray.shutdown()
+    """)
+    with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, env={**os.environ, "FRAY_RAY_TOKEN": cluster.token}) as other:
+        try:
+            wait_for(lambda: ray.get(blocker.has_started.remote()), timeout=120)
+            ray.kill(blocker)
+            out, err = other.communicate(timeout=60)
+        finally:
+            other.kill()
+    assert other.returncode == 0, err
+    assert out.splitlines() == ["the call died with the actor"]

@@ -157,13 +157,15 @@ class CallArguments:
     inlined: Mapping[bytes, SerializedValue] = field(default_factory=dict)
 
 
-def inline_arguments(arguments: Arguments, stored: Callable[[bytes], SerializedValue | None]) -> CallArguments:
+def inline_arguments(
+    arguments: Arguments, stored: Callable[[bytes], SerializedValue | None], limit: int | None = INLINE_LIMIT
+) -> CallArguments:
     """`arguments` with the stored values of its top-level refs that are ready and at most
-    `INLINE_LIMIT` bytes, so the worker need not ask for them."""
+    `limit` bytes (None: any size), so the worker need not ask for them."""
     inlined: dict[bytes, SerializedValue] = {}
     for object_id in arguments.top_level:
         found = stored(object_id)
-        if found is not None and found.size <= INLINE_LIMIT:
+        if found is not None and (limit is None or found.size <= limit):
             inlined[object_id] = found
     return CallArguments(arguments.value, list(arguments.top_level), inlined)
 

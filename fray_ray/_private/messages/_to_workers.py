@@ -15,7 +15,7 @@ from fray_ray._private.messages._codec import (
     inline_arguments,
     record,
 )
-from fray_ray._private.serialization import SerializedValue
+from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue
 from fray_ray._private.task_spec import ActorCallSpec, TaskSpec
 
 # ---- driver to executor --------------------------------------------------------------------
@@ -149,14 +149,18 @@ class CallMethod(Message):
     group: str | None = None
 
     @classmethod
-    def of(cls, actor_call: ActorCallSpec, stored: Callable[[bytes], SerializedValue | None]) -> CallMethod:
-        """The message that runs `actor_call`, its small ready arguments inlined."""
+    def of(
+        cls, actor_call: ActorCallSpec, stored: Callable[[bytes], SerializedValue | None],
+        inline_limit: int | None = INLINE_LIMIT,
+    ) -> CallMethod:
+        """The message that runs `actor_call`, its ready arguments of at most `inline_limit`
+        bytes (None: all of them) inlined."""
         return cls(
             call=actor_call.call_id,
             method=actor_call.method,
             returns=list(actor_call.return_ids),
             num_returns=actor_call.num_returns,
-            args=inline_arguments(actor_call.arguments, stored),
+            args=inline_arguments(actor_call.arguments, stored, inline_limit),
             group=actor_call.concurrency_group,
         )
 
