@@ -195,7 +195,15 @@ def test_it_shows_workers_jobs_failures_and_logs(make_cluster) -> None:
         wait_tasks(client, running, lambda tasks: tasks[0].state == TaskState.RUNNING)
         waiting = client.launch_job(sh("true", name=job_name("too-big"), resources=_cpu(4000)))
 
-        state = json.loads(call(cluster, f"/dashboard/api/state?job={urllib.parse.quote(failing)}", headers=cookie)[2])
+        def read_state() -> dict:
+            return json.loads(call(cluster, f"/dashboard/api/state?job={urllib.parse.quote(failing)}", headers=cookie)[2])
+
+        def judged() -> dict | None:  # the state once the scheduler's pass has said why the big job waits
+            state = read_state()
+            reasons = [p["reason"] for p in state["cluster"]["pending"] if p["job"] == waiting]
+            return state if reasons and "cpu" in reasons[0] else None
+
+        state = wait_for(judged, what="the big job's reason")
         workers = state["cluster"]["workers"]
         assert workers[0]["used"]["CPU"] == pytest.approx(0.1) and workers[0]["running"] == 1
         jobs = {job["id"]: job for job in state["cluster"]["jobs"]}
