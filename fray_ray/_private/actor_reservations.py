@@ -27,12 +27,15 @@ if TYPE_CHECKING:
 
 #: Starts an actor's process, asking the cluster for this much CPU.
 Launch = Callable[[float], None]
+#: Starts an actor in a process already running (an idle executor); False if none was free.
+Lend = Callable[[], bool]
 
 
 @dataclass(eq=False)
 class _Waiting:
     spec: ActorCreationSpec
     launch: Launch
+    lend: Lend | None
 
 
 class ActorReservations:
@@ -54,10 +57,11 @@ class ActorReservations:
         return self._ledger.infeasible(demand, placement)
 
     def reserve(self, spec: ActorCreationSpec, launch: Launch, *, bundle: Ledger | None = None,
-                in_group: bool = False) -> bool:
-        """Take what the actor holds and launch it, or queue it until there is room; returns
-        whether it launched now. In a placement group (`in_group`) it draws from its bundle
-        (or, while the group is not placed, from the session) even beyond what is free."""
+                in_group: bool = False, lend: Lend | None = None) -> bool:
+        """Take what the actor holds and start it, or queue it until there is room; returns
+        whether it started now. It starts in a running process if `lend()` finds one, else
+        `launch` starts one. In a placement group (`in_group`) it draws from its bundle (or,
+        while the group is not placed, from the session) even beyond what is free."""
         demand = spec.shape.as_dict()
         if in_group:
             source: Ledger | ClusterLedger = bundle if bundle is not None else self._ledger
@@ -67,7 +71,7 @@ class ActorReservations:
             with self._lock:
                 holding = self._ledger.try_acquire(demand)
                 if holding is None:
-                    self._waiting[spec.actor_id] = _Waiting(spec, launch)
+                    self._waiting[spec.actor_id] = _Waiting(spec, launch, lend)
             if holding is None:
                 if self._view is not None:
                     self._view.nudge()  # a worker may be joining: look at the cluster more often
@@ -75,8 +79,18 @@ class ActorReservations:
         assert holding is not None
         with self._lock:
             self._held[spec.actor_id] = (source, holding)
-        launch(self._ledger.ask(spec.actor_id, spec.shape.cpu, placement_needs(spec.shape.custom)))
+        self._start(spec, launch, lend)
         return True
+
+    def _start(self, spec: ActorCreationSpec, launch: Launch, lend: Lend | None) -> None:
+        # Lending comes first: asking for a new process may retire idle executors to make room.
+        if lend is None or not lend():
+            launch(self._ledger.ask(spec.actor_id, spec.shape.cpu, placement_needs(spec.shape.custom)))
+
+    def adopt_process(self, actor_id: bytes, executor_id: bytes) -> None:
+        """The actor runs in executor `executor_id`'s process: what that process asked the
+        cluster for is the actor's now, and goes when the actor does."""
+        self._ledger.transfer_ask(executor_id, actor_id)
 
     def retry(self) -> None:
         """Start the waiting actors that fit now, in creation order (one that does not fit does
@@ -90,8 +104,7 @@ class ActorReservations:
                     self._held[actor_id] = (self._ledger, holding)
                     started.append(waiting)
         for waiting in started:
-            waiting.launch(self._ledger.ask(waiting.spec.actor_id, waiting.spec.shape.cpu,
-                                            placement_needs(waiting.spec.shape.custom)))
+            self._start(waiting.spec, waiting.launch, waiting.lend)
 
     def is_waiting(self, actor_id: bytes) -> bool:
         with self._lock:

@@ -29,7 +29,8 @@ from fray_ray._private.actor_records import ActorRecord, ActorState
 from fray_ray._private.actor_reservations import ActorReservations
 from fray_ray._private.actor_restarts import CallFate, died_error
 from fray_ray._private.cluster_ledger import ClusterLedger
-from fray_ray._private.messages import CallArguments, CreateInstance, Die, InstanceOptions
+from fray_ray._private.idle_workers import LentWorker, may_use_idle_worker
+from fray_ray._private.messages import CallArguments, CreateInstance, Die, HostActor, InstanceOptions
 from fray_ray._private.named_actors import NamedActors
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
@@ -82,6 +83,8 @@ class ActorManager(ActorCalls, NamedActors):  # ActorCalls first: its _complete_
         self._closed = False
         #: called after an actor's resources return to the ledger (so tasks can use them)
         self.on_resources_released: Callable[[], None] | None = None
+        #: hands an idle executor to a new actor, or None (the scheduler's; unset: never lend)
+        self.lend_worker: Callable[[ActorCreationSpec], LentWorker | None] | None = None
 
     # ---- creation ------------------------------------------------------------------------
 
@@ -147,6 +150,9 @@ class ActorManager(ActorCalls, NamedActors):  # ActorCalls first: its _complete_
             if dead:
                 self._launcher.terminate(group)
 
+        lend = None
+        if self.lend_worker is not None and may_use_idle_worker(spec):
+            lend = lambda: self._start_in_lent_worker(record, group_name)  # noqa: E731
         # It starts once what it holds is free somewhere (now, or when a release makes room).
         self._reservations.reserve(spec, lambda cpu: self._launcher.launch_actor(
             spec.actor_id, group_name, spec.shape, env_vars=spec.env_vars,
@@ -158,8 +164,36 @@ class ActorManager(ActorCalls, NamedActors):  # ActorCalls first: its _complete_
             ),
             detached=spec.detached,
             named=bool(spec.name),
-        ), bundle=bundle, in_group=record.placement_group is not None)
+        ), bundle=bundle, in_group=record.placement_group is not None, lend=lend)
         return spec.actor_id
+
+    def _start_in_lent_worker(self, record: ActorRecord, group_name: str) -> bool:
+        """Start the actor in an idle executor's process if one can take it (`idle_workers`);
+        False if none can. Its job is the executor's from then on."""
+        assert self.lend_worker is not None
+        spec = record.spec
+        lent = self.lend_worker(spec)
+        if lent is None:
+            return False
+        self._reservations.adopt_process(spec.actor_id, lent.executor_id)
+        with self._lock:
+            record.group = lent.job
+            dead = record.state is ActorState.DEAD
+        if dead:
+            self._launcher.terminate(lent.job)
+            return True
+        try:
+            messages.notify(lent.connection, HostActor(spec.actor_id, group_name))
+        except ConnectionClosed:
+            pass  # it died meanwhile: its job's end is reported below
+        self._launcher.startup.watch(
+            lent.job,
+            started=lambda: record.state is not ActorState.STARTING,
+            failed=lambda problem: self._mark_dead(
+                record, self._death_error(record, "process_died", f"its worker could not host it: {problem}")
+            ),
+        )
+        return True
 
     def create_gang(self, spec: ActorCreationSpec) -> list[bytes]:
         """One actor per host of a TPU slice, placed together: returns their ids in host order."""

@@ -312,6 +312,14 @@ class ClusterLedger:
             if key in self._asks:
                 self._asks[key] = (self._asks[key][0], host_id or None)
 
+    def transfer_ask(self, old_key: bytes, new_key: bytes) -> None:
+        """The process `old_key` now runs as `new_key` (an idle executor lent to an actor):
+        what it asked the cluster for is counted under the new key instead."""
+        with self._lock:
+            ask = self._asks.pop(old_key, None)
+            if ask is not None:
+                self._asks[new_key] = ask
+
     def forget(self, key: bytes) -> None:
         """The process `key` is gone (or never started)."""
         with self._lock:

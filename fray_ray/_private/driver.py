@@ -27,6 +27,7 @@ from fray_ray._private.dashboard_feed import DashboardFeed, DashboardSettings, s
 from fray_ray._private.driver_reads import DriverReads
 from fray_ray._private.gangs import GangScheduler, slice_shape
 from fray_ray._private.generators import ObjectRefGenerator
+from fray_ray._private.idle_workers import lending_enabled, pool_can_host
 from fray_ray._private.launcher import WorkerLauncher
 from fray_ray._private.metrics import process_registry
 from fray_ray._private.nodes import node_id_for
@@ -153,6 +154,8 @@ class DriverRuntime(DriverReads):
         )
         self.gangs = GangScheduler(self.objects, self.launcher, self.timers, error_for=self._error_value)
         self.actors.on_resources_released = self._resources_released
+        if not self.launcher.in_process and lending_enabled():  # new actors may take idle executors
+            self.actors.lend_worker = lambda spec: self.scheduler.lend_idle(lambda pool: pool_can_host(pool, spec))
         self.ledger.make_room = self.scheduler.make_room  # idle executors give way to new processes
         self.objects.foreign = _ReferenceRouter(self.actors, self.streams)
         self._flush_timer = None

@@ -2,7 +2,9 @@
 
 An executor opens its session with `open_session` (`worker.py`), whose runtime serves the
 task code's `ray.get`/`put`/`remote`; the driver sends `ExecuteTask`, `CancelTask`, `Unqueue`
-and `Exit`, and the executor answers each task with `TaskDone`.
+and `Exit`, and the executor answers each task with `TaskDone`. An idle executor may also be
+lent to a new actor (`HostActor`): it then stops taking tasks and hosts that actor in this
+process (`actor_in_worker`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,16 @@ from fray_ray._private.execution import (
 from fray_ray._private.generators import DynamicObjectRefGenerator
 from fray_ray._private.ids import object_id_for
 from fray_ray._private.logs import flush_forwarded
-from fray_ray._private.messages import CancelTask, ExecuteTask, Exit, TaskDone, TasksReturned, Unqueue, Yield
+from fray_ray._private.messages import (
+    CancelTask,
+    ExecuteTask,
+    Exit,
+    HostActor,
+    TaskDone,
+    TasksReturned,
+    Unqueue,
+    Yield,
+)
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.serialization import SerializedValue, serialize
@@ -60,12 +71,15 @@ class Executor:
         self._queue: collections.deque[ExecuteTask] = collections.deque()
         self._running: TaskContext | None = None
         self._exiting = False
+        #: set when the driver lent this process to an actor: serve that actor once tasks end
+        self.hosting: HostActor | None = None
         self._main_thread_id = threading.get_ident()
 
     def handlers(self) -> dict[str, Any]:
-        return messages.handlers(
-            {ExecuteTask: self._on_execute, CancelTask: self._on_cancel, Exit: self._on_exit, Unqueue: self._on_unqueue}
-        )
+        return messages.handlers({
+            ExecuteTask: self._on_execute, CancelTask: self._on_cancel, Exit: self._on_exit,
+            Unqueue: self._on_unqueue, HostActor: self._on_host_actor,
+        })
 
     def _on_execute(self, connection: Connection, message_id: int | None, task: ExecuteTask) -> None:
         with self._condition:
@@ -76,6 +90,13 @@ class Executor:
 
     def _on_exit(self, connection: Connection, message_id: int | None, exit_: Exit) -> None:
         with self._condition:
+            self._exiting = True
+            self._condition.notify()
+
+    def _on_host_actor(self, connection: Connection, message_id: int | None, hosting: HostActor) -> None:
+        """The driver lends this idle executor to an actor: stop serving tasks and host it."""
+        with self._condition:
+            self.hosting = hosting
             self._exiting = True
             self._condition.notify()
 
@@ -327,6 +348,10 @@ def executor_main(
         if in_process:
             runtime_state.reset_context_runtime(context_token)
         runtime.shutdown()
+    if executor.hosting is not None and not in_process:
+        from fray_ray._private.actor_in_worker import host_lent_actor  # the actor stack, only when lent
+
+        host_lent_actor(session_address, token, executor.hosting)
 
 
 def exit_worker(exc: SystemExit) -> NoReturn:

@@ -12,11 +12,13 @@ import enum
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fray_ray._private import messages
 from fray_ray._private.cluster_ledger import ClusterLedger
+from fray_ray._private.idle_workers import LentWorker
 from fray_ray._private.messages import Exit
 from fray_ray._private.nodes import placement_needs
 from fray_ray._private.protocol import Connection, ConnectionClosed
@@ -180,6 +182,27 @@ class ExecutorPool:
                 messages.notify(executor.connection, Exit())
             except ConnectionClosed:
                 pass
+
+    def lend_idle(self, accepts: Callable[[PoolKey], bool]) -> LentWorker | None:
+        """Hand an idle, connected executor of a pool `accepts` to a new actor, or None.
+
+        The executor leaves the pool at once (nothing more is sent to it); its connection, job
+        and what it asked the cluster for are the caller's from now on (see `idle_workers`)."""
+        with self._lock:
+            if self._closed:
+                return None
+            candidates = [
+                e for e in self._executors.values()
+                if e.state is ExecutorState.IDLE and e.connection is not None and e.job is not None
+                and not e.tasks and e.lease is None and accepts(e.pool)
+            ]
+            if not candidates:
+                return None
+            executor = max(candidates, key=lambda e: e.idle_since)  # the warmest: its caches are fresh
+            executor.state = ExecutorState.DEAD
+            self._executors.pop(executor.executor_id, None)
+            self._by_connection.pop(executor.connection, None)
+        return LentWorker(executor.executor_id, executor.connection, executor.job, executor.host, executor.pid)
 
     def prestart(self, pool: PoolKey, count: int) -> None:
         """Launch executors ahead of demand (so the first task finds one warm)."""

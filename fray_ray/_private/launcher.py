@@ -30,6 +30,7 @@ from fray_ray.fray import (
     Entrypoint,
     EnvironmentConfig,
     GpuConfig,
+    JobHandle,
     JobRequest,
     JobStatus,
     ResourceConfig,
@@ -373,8 +374,11 @@ class WorkerLauncher:
         return text
 
     def group_failure(self, group: Any) -> str | None:
-        """If an actor group's job has ended, why; None while it runs (or if it cannot tell)."""
+        """If an actor's job has ended, why; None while it runs (or if it cannot tell). `group`
+        is the actor's Fray group, or the job of the executor it was lent (`idle_workers`)."""
         job = getattr(group, "job", None)
+        if job is None and isinstance(group, JobHandle):
+            job = group
         return None if job is None else self.job_failure(job)
 
     def terminate(self, job: Any) -> None:

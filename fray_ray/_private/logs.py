@@ -43,6 +43,10 @@ class _ForwardingStream(io.TextIOBase):
         self._partial = ""
         self._lock = threading.Lock()
 
+    def retarget(self, forwarder: _Forwarder) -> None:
+        """Forward to `forwarder` from now on (the process's session changed)."""
+        self._forwarder = forwarder
+
     def writable(self) -> bool:
         return True
 
@@ -77,6 +81,7 @@ class _Forwarder:
         self._lock = threading.Lock()
         self._lines: list[list[Any]] = []
         self._wake = threading.Event()
+        self._stopped = False
         self._thread = threading.Thread(target=self._run, name="log-forwarder", daemon=True)
         self._thread.start()
 
@@ -99,8 +104,14 @@ class _Forwarder:
                 except ConnectionClosed:
                     pass
 
+    def stop(self) -> None:
+        """Send what is queued and let the thread end (another forwarder takes over)."""
+        self.flush()
+        self._stopped = True
+        self._wake.set()
+
     def _run(self) -> None:
-        while not self._runtime.connection.closed:
+        while not self._runtime.connection.closed and not self._stopped:
             self._wake.wait()
             self._wake.clear()
             self.flush()
@@ -120,7 +131,15 @@ def forward_output(runtime: WorkerRuntime) -> None:
     """Route this worker process's stdout/stderr lines, and the logging records of its tasks
     and actors, to the driver as well."""
     global _active
-    forwarder = _active = _Forwarder(runtime)
+    previous, forwarder = _active, _Forwarder(runtime)
+    _active = forwarder
+    if previous is not None:  # a lent executor now hosting an actor: its streams forward anew
+        previous.stop()
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, _ForwardingStream):
+                stream.retarget(forwarder)
+        _reset_root_logger()
+        return
     sys.stdout = _ForwardingStream(sys.stdout, "stdout", forwarder)
     sys.stderr = _ForwardingStream(sys.stderr, "stderr", forwarder)
     _configure_worker_logging()
@@ -128,6 +147,15 @@ def forward_output(runtime: WorkerRuntime) -> None:
 
 #: The root logger's level in a worker, as in a Ray worker.
 WORKER_ROOT_LEVEL = logging.WARNING
+
+
+def _reset_root_logger() -> None:
+    """The root logger as a fresh worker has it, whatever the tasks before configured (an actor
+    that starts in a lent executor logs as one in a process of its own would)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.setLevel(WORKER_ROOT_LEVEL)
 
 
 def _configure_worker_logging() -> None:

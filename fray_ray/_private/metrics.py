@@ -202,3 +202,24 @@ class Reporter:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+_reporters: dict[int, Reporter] = {}  # id(worker runtime) -> its reporter
+_reporters_lock = threading.Lock()
+
+
+def report_from(runtime: Any) -> None:
+    """Make sure a worker runtime's reporter runs (one per runtime, started on first record)."""
+    with _reporters_lock:
+        if id(runtime) not in _reporters:
+            _reporters[id(runtime)] = Reporter(process_registry(), runtime.report_metrics)
+
+
+def stop_reporting(runtime: Any) -> None:
+    """Send what the runtime's reporter still holds and stop it (its session is closing)."""
+    with _reporters_lock:
+        reporter = _reporters.pop(id(runtime), None)
+    if reporter is not None:
+        reporter.stop()
+        reporter.flush()
+

@@ -52,6 +52,7 @@ from fray_ray._private.messages import (
     WaitPlacementGroup,
     Welcome,
 )
+from fray_ray._private.metrics import stop_reporting
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.placement_group_handle import PlacementGroupInfo
 from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError
@@ -343,6 +344,7 @@ class WorkerRuntime:
             pass
 
     def shutdown(self) -> None:
+        stop_reporting(self)  # what tasks recorded reaches the driver before the session closes
         self.connection.close()
 
 

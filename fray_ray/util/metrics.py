@@ -10,13 +10,12 @@ served in Prometheus's text format, names prefixed `ray_` as Ray exports them (s
 from __future__ import annotations
 
 import re
-import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fray_ray._private import runtime_state
-from fray_ray._private.metrics import MetricKind, MetricSpec, Reporter, process_registry
+from fray_ray._private.metrics import MetricKind, MetricSpec, process_registry, report_from
 
 __all__ = ["Counter", "Gauge", "Histogram", "Metric"]
 
@@ -144,14 +143,8 @@ def _check_tag_value(value: object) -> None:
         raise TypeError(f"Tag values must be str, got {type(value)}.")
 
 
-_reporters: dict[int, Reporter] = {}  # id(worker runtime) -> its reporter
-_reporters_lock = threading.Lock()
-
-
 def _record(spec: MetricSpec, tags: tuple[tuple[str, str], ...], value: float) -> None:
     runtime = runtime_state.process_runtime_or_none()
     if runtime is not None and not runtime.is_driver:
-        with _reporters_lock:
-            if id(runtime) not in _reporters:
-                _reporters[id(runtime)] = Reporter(process_registry(), runtime.report_metrics)
+        report_from(runtime)
     process_registry().record(spec, tags, value)

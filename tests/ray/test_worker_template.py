@@ -55,9 +55,10 @@ class Where:
         raise ValueError("raised in a forked actor")
 
 
-def test_tasks_and_actors_run_in_workers_forked_from_the_template(driver_dir: Path) -> None:
+def test_tasks_and_actors_run_in_workers_forked_from_the_template(driver_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from fray_ray.cluster import ClusterConfig
 
+    monkeypatch.setenv("FRAY_RAY_ACTORS_IN_IDLE_WORKERS", "0")  # the actor's own job, not the idle executor
     fray_ray.init(num_cpus=2, runtime_env={"env_vars": {"TEMPLATE_VAR": "from-runtime-env"}},
                   cluster_config=ClusterConfig(worker_template_after=0))  # a template from the start
     task = fray_ray.get(fray_ray.remote(where_am_i).remote(), timeout=120)
@@ -78,7 +79,8 @@ def test_tasks_and_actors_run_in_workers_forked_from_the_template(driver_dir: Pa
     wait_for(lambda: not pid_alive(template) and not pid_alive(task["pid"]), what="the template and its workers to end")
 
 
-def test_a_session_gets_a_template_with_its_second_worker(driver_dir: Path) -> None:
+def test_a_session_gets_a_template_with_its_second_worker(driver_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FRAY_RAY_ACTORS_IN_IDLE_WORKERS", "0")  # each actor a worker of its own
     fray_ray.init(num_cpus=2)
     task = fray_ray.get(fray_ray.remote(where_am_i).remote(), timeout=120)
     assert task["ppid"] == os.getpid() and templates() == []  # one worker: no template to pay for

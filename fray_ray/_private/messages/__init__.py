@@ -90,6 +90,7 @@ from fray_ray._private.messages._to_workers import (
     Die,
     ExecuteTask,
     Exit,
+    HostActor,
     InstanceOptions,
     Unqueue,
 )
@@ -122,6 +123,7 @@ __all__ = [
     "GetObjects",
     "GetResources",
     "Hello",
+    "HostActor",
     "InstanceOptions",
     "KillActor",
     "ListNamedActors",

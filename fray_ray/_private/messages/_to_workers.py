@@ -100,6 +100,18 @@ class Exit(Message):
     KIND: ClassVar[str] = "exit"
 
 
+@_message
+@dataclass(repr=False, eq=False)
+class HostActor(Message):
+    """Stop running tasks and become the host of actor `actor` in this process: serve it
+    through the Fray client's `host_actor` as `group` and greet the session as its host."""
+
+    KIND: ClassVar[str] = "host_actor"
+
+    actor: bytes
+    group: str
+
+
 # ---- driver to actor host ------------------------------------------------------------------
 
 
