@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar, cast
 
 from fray_ray._private import ids, runtime_state
 from fray_ray._private.argument_checks import ArgumentCheck
@@ -23,7 +24,7 @@ from fray_ray._private.options.quantities import check_c_integers
 from fray_ray._private.placement_capture import effective_strategy
 from fray_ray._private.runtime_env import effective_runtime_env
 from fray_ray._private.task_context import current_task
-from fray_ray._private.task_spec import Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec
+from fray_ray._private.task_spec import Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec, canonical_pool
 
 __all__ = ["RemoteFunction"]
 
@@ -59,6 +60,7 @@ class RemoteFunction(Generic[P, R]):
         self._is_generator = inspect.isgeneratorfunction(function)
         self._default_options = validate_task_options(dict(options), is_generator=self._is_generator)
         self._parsed: TaskOptions | None = None
+        self._call_plan: _CallPlan | None = None  # see `_CallPlan`
         self._function_name = f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', repr(function))}"
         self._display_name = getattr(function, "__name__", "task")
         self._qualified_name = qualified_name(function)  # get_task_function_name()
@@ -83,6 +85,11 @@ class RemoteFunction(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<fray_ray.remote_function.RemoteFunction object for {self._function_name}>"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A function pickled into other remote code travels without its call plan, which
+        # belongs to this process's runtime.
+        return {**self.__dict__, "_call_plan": None}
 
     def options(self, **options: Any) -> _BoundOptions[P, R]:
         """Override some options for the calls made through the returned view.
@@ -125,7 +132,7 @@ class RemoteFunction(Generic[P, R]):
             OverflowError: an integer option does not fit a C long (checked here, as in Ray).
             ValueError: the options do not fit together (checked on the first call, as in Ray).
         """
-        ref: ObjectRef[R] = self._submit(args, kwargs, self._default_options, self._default_typed)
+        ref: ObjectRef[R] = self._submit(args, kwargs, self._default_options, self._default_typed, self)
         return ref
 
     def _default_typed(self) -> TaskOptions:
@@ -160,26 +167,27 @@ class RemoteFunction(Generic[P, R]):
         return self._code
 
     def _submit(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], given: Mapping[str, Any], typed: Callable[[], TaskOptions]
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], given: Mapping[str, Any], typed: Callable[[], TaskOptions],
+        owner: _PlanHolder,
     ) -> Any:
         """Submit one call; `given` are the keywords (checked for C integers here, as in Ray),
-        `typed` parses them (on first use, so that their cross-checks also fail at submit)."""
-        check_c_integers(given)
+        `typed` parses them (on first use, so that their cross-checks also fail at submit), and
+        `owner` keeps what calls with these options share (`_CallPlan`)."""
+        plan = owner._call_plan
+        if plan is None:
+            check_c_integers(given)
         if self._arguments is not None:
             self._arguments.check(args, kwargs)  # TypeError here, at submit time, as in Ray
-        options = typed()
+        options = plan.options if plan is not None else typed()
         runtime = runtime_state.current()
+        if plan is None or plan.runtime is not runtime:
+            plan = owner._call_plan = _CallPlan.of(options, runtime, self._display_name)
         arguments = pack_arguments(args, kwargs, self._function_name)
-        from fray_ray._private.gangs import shape_for  # the gang scheduler loads on first call
-
-        num_returns = cast("int | str", options.num_returns)  # parsing resolves it (never UNSET)
+        num_returns = plan.num_returns
         task_id = ids.new_task_id()
-        gang, gang_id = shape_for(options), options.gang
-        # A gang call returns one ref per host (a single ref for a one-host slice).
-        if gang is not None:
-            num_returns = gang.size
-        elif gang_id is not None:
-            num_returns = runtime.gang_size(gang_id)
+        gang_id = options.gang
+        if plan.gang is None and gang_id is not None:
+            num_returns = runtime.gang_size(gang_id)  # a reserved gang: one ref per host
         return_ids, count = return_ids_for(task_id, num_returns)
         context = current_task.get()
         spec = TaskSpec(
@@ -188,21 +196,52 @@ class RemoteFunction(Generic[P, R]):
             arguments=arguments,
             return_ids=return_ids,
             num_returns=num_returns if isinstance(num_returns, str) else count,
-            name=options.name or self._display_name,
+            name=plan.name,
             function_name=self._qualified_name,
-            pool=pool_key(options),
+            pool=plan.pool,
             max_retries=options.max_retries,
             retry_exceptions=options.retry_exceptions,
             scheduling_strategy=effective_strategy(options),
-            runtime_env=dict(options.runtime_env or {}),
+            runtime_env=plan.runtime_env,
             parent_task_id=context.task_id if context else None,
-            gang=gang,
+            gang=plan.gang,
             gang_id=gang_id,
         )
         refs = runtime.submit_task(spec)
         if isinstance(num_returns, str) or count == 1:
             return refs[0]
         return refs if count else None
+
+
+class _PlanHolder(Protocol):
+    _call_plan: _CallPlan | None
+
+
+@dataclass(frozen=True)
+class _CallPlan:
+    """What every call with one set of options shares, worked out on the first call (and again
+    in another runtime: the executor pool inherits the runtime's runtime env)."""
+
+    options: TaskOptions
+    runtime: Any
+    pool: PoolKey
+    #: the gang every call runs on (a GangShape), or None
+    gang: Any
+    #: the returns of each call: the option's, or one per host of `gang`
+    num_returns: int | str
+    name: str
+    runtime_env: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, options: TaskOptions, runtime: Any, display_name: str) -> _CallPlan:
+        from fray_ray._private.gangs import shape_for  # the gang scheduler loads on first call
+
+        gang = shape_for(options)
+        num_returns = cast("int | str", options.num_returns)  # parsing resolves it (never UNSET)
+        if gang is not None:
+            num_returns = gang.size  # one ref per host (a single ref for a one-host slice)
+        return cls(options, runtime, pool_key(options), gang, num_returns, options.name or display_name,
+                   dict(options.runtime_env or {}))
 
 
 class _BoundOptions(Generic[P, R]):
@@ -212,16 +251,20 @@ class _BoundOptions(Generic[P, R]):
         self._function = function
         self._options = options
         self._parsed: TaskOptions | None = None
+        self._call_plan: _CallPlan | None = None
 
     def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[R]:
         """Submit a call with these options; see `RemoteFunction.remote`."""
-        ref: ObjectRef[R] = self._function._submit(args, kwargs, self._options, self._typed)
+        ref: ObjectRef[R] = self._function._submit(args, kwargs, self._options, self._typed, self)
         return ref
 
     def _typed(self) -> TaskOptions:
         if self._parsed is None:
             self._parsed = TaskOptions.from_checked(self._options, is_generator=self._function._is_generator)
         return self._parsed
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_call_plan": None}  # as RemoteFunction's
 
     def options(self, **options: Any) -> _BoundOptions[P, R]:
         """Override more options; see `RemoteFunction.options`."""
@@ -239,12 +282,17 @@ class _BoundOptions(Generic[P, R]):
 def return_ids_for(task_id: bytes, num_returns: int | str) -> tuple[tuple[bytes, ...], int]:
     """The ids a call's results get: one per return; none for a stream (items come later);
     one container (index 0) for "dynamic"."""
+    if num_returns == 1:
+        return (task_id + _FIRST_RETURN,), 1  # ids.object_id_for(task_id, 1), the usual case
     if num_returns == "streaming":
         return (), 0
     if num_returns == "dynamic":
         return (ids.object_id_for(task_id, 0),), 1
     count = int(num_returns)
     return tuple(ids.object_id_for(task_id, i + 1) for i in range(max(count, 0))), count
+
+
+_FIRST_RETURN = (1).to_bytes(4, "little")
 
 
 def pack_arguments(args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> Arguments:
@@ -294,6 +342,6 @@ def pool_key(options: TaskOptions) -> PoolKey:
     accelerator = options.accelerator_type
     if shape.gpu > 0 and not max_calls:
         max_calls = 1  # tasks holding devices get their own process
-    return PoolKey(
+    return canonical_pool(PoolKey(
         shape=shape, env_vars=runtime_env.env_vars, max_calls=max_calls, accelerator=accelerator, runtime_env=runtime_env
-    )
+    ))

@@ -26,6 +26,7 @@ import cloudpickle
 from fray_ray._private import messages, runtime_state
 from fray_ray._private.actor_builtins import actor_method
 from fray_ray._private.actor_handles import own_handle
+from fray_ray._private.call_threads import CallThreads
 from fray_ray._private.execution import (
     error_results,
     make_task_error,
@@ -95,8 +96,8 @@ class RayActorHost:
         self._qualified_name = "Actor"
         self._display_name = "Actor"  # the log prefix: the instance's own __repr__, else the class name
         self._is_async = False
-        self._default_pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._group_pools: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
+        self._default_pool: CallThreads | None = None
+        self._group_pools: dict[str, CallThreads] = {}
         #: async actors: one event loop thread per concurrency group (None: the default group)
         self._loops: dict[str | None, _GroupLoop] = {}
         self._created = threading.Event()
@@ -156,9 +157,9 @@ class RayActorHost:
             for name, size in groups.items():
                 self._loops[name] = _GroupLoop(f"actor-loop-{name}", size)
         else:
-            self._default_pool = concurrent.futures.ThreadPoolExecutor(max_concurrency, thread_name_prefix="actor")
+            self._default_pool = CallThreads(max_concurrency, "actor")
             for name, size in groups.items():
-                self._group_pools[name] = concurrent.futures.ThreadPoolExecutor(size, thread_name_prefix=f"actor-{name}")
+                self._group_pools[name] = CallThreads(size, f"actor-{name}")
         if self._is_async:  # on the actor's loop, where Ray awaits an `async def __init__`
             self._creating = asyncio.run_coroutine_threadsafe(self._create_async(create), self._loops[None].loop)
         else:
@@ -410,7 +411,7 @@ class RayActorHost:
             self._fray_context.shutdown_event.set()
         for pool in [self._default_pool, *self._group_pools.values()]:
             if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
+                pool.shutdown()
         for group in self._loops.values():
             group.stop()
         if self._foreign is not None:

@@ -95,6 +95,8 @@ class ActorReservations:
     def retry(self) -> None:
         """Start the waiting actors that fit now, in creation order (one that does not fit does
         not keep a later, smaller one waiting, as Ray's scheduler does not)."""
+        if not self._waiting:  # the common case, checked without the lock (it runs for every task)
+            return
         started: list[_Waiting] = []
         with self._lock:
             for actor_id, waiting in list(self._waiting.items()):

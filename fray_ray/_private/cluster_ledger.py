@@ -50,6 +50,8 @@ class ClusterLedger:
         #: infeasible() answers by demand, until the nodes change (it runs for every task)
         self._judged: dict[tuple[tuple[str, float], ...], str | None] = {}
         self._generation = 0  # counts changes of the nodes, so no stale answer is kept
+        self._capacity: tuple[int, dict[str, float]] | None = None  # (generation, the totals then)
+        self._live_cache: tuple[int, list[Ledger]] | None = None  # (generation, the live nodes' ledgers)
         #: retires idle processes of the session until this much CPU is not asked for (set by
         #: the driver to the task scheduler's `make_room`)
         self.make_room: Callable[[float], None] | None = None
@@ -108,17 +110,36 @@ class ClusterLedger:
 
     def _live(self) -> list[Ledger]:
         with self._lock:
-            return [self._ledgers[h] for h, n in self._nodes.items() if n.alive]
+            if self._live_cache is None or self._live_cache[0] != self._generation:
+                self._live_cache = (self._generation, [self._ledgers[h] for h, n in self._nodes.items() if n.alive])
+            return self._live_cache[1]  # never changed in place: a change of the nodes makes a new list
 
     def _ordered(self, prefer: str | None) -> list[Ledger]:
         live = self._live()
-        return sorted(live, key=lambda ledger: ledger.name != prefer) if prefer else live
+        if not prefer or len(live) < 2:
+            return live
+        return sorted(live, key=lambda ledger: ledger.name != prefer)
 
     # ---- totals --------------------------------------------------------------------------
 
     def capacity(self) -> dict[str, float]:
         """The sum of the live nodes' totals."""
-        return _sum(ledger.capacity() for ledger in self._live())
+        return dict(self._totals())
+
+    def total(self, resource: str, default: float = 0.0) -> float:
+        """The live nodes' total of one resource (`default` if none has any)."""
+        return self._totals().get(resource, default)
+
+    def _totals(self) -> dict[str, float]:
+        # The scheduler reads the totals for every task: they are summed once per change of the nodes.
+        with self._lock:
+            cached, generation = self._capacity, self._generation
+        if cached is None or cached[0] != generation:
+            cached = (generation, _sum(ledger.capacity() for ledger in self._live()))
+            with self._lock:
+                if generation == self._generation:
+                    self._capacity = cached
+        return cached[1]
 
     def available(self) -> dict[str, float]:
         """The sum of what the live nodes have free; keys with nothing free are omitted."""

@@ -46,7 +46,14 @@ from fray_ray._private.session import SessionService
 from fray_ray._private.spilling import remove_orphaned_spill_dirs
 from fray_ray._private.streams import StreamTable
 from fray_ray._private.task_events import TaskEvents
-from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, PoolKey, ResourceShape, TaskSpec
+from fray_ray._private.task_spec import (
+    ActorCallSpec,
+    ActorCreationSpec,
+    PoolKey,
+    ResourceShape,
+    TaskSpec,
+    canonical_pool,
+)
 from fray_ray._private.timers import TimerQueue
 from fray_ray.exceptions import RaySystemError
 from fray_ray.fray.hosts import this_machine
@@ -175,7 +182,7 @@ class DriverRuntime(DriverReads):
         self.state = DriverState.RUNNING
         self._flush_timer = self.timers.call_later(REFERENCE_FLUSH_S, self._flush_references)
         if self._warm_executors:
-            self.scheduler.prestart(default_pool(), self._warm_executors)
+            self.scheduler.prestart(default_pool(self.runtime_env), self._warm_executors)
         return self
 
     def _flush_references(self) -> None:
@@ -449,5 +456,6 @@ def _this_machine() -> Any:
     return this_machine()
 
 
-def default_pool() -> PoolKey:
-    return PoolKey(ResourceShape(cpu=1.0))
+def default_pool(runtime_env: RuntimeEnv) -> PoolKey:
+    """The pool of a task with default options, in a job whose runtime env is `runtime_env`."""
+    return canonical_pool(PoolKey(ResourceShape(cpu=1.0), env_vars=runtime_env.env_vars, runtime_env=runtime_env))

@@ -63,6 +63,10 @@ class DriverReads:
                 if finished:
                     event.set()
 
+            if len(pending) == 1:  # the commonest wait (get of one ref): its completion ends it
+                def done(object_id: bytes) -> None:  # noqa: F811
+                    event.set()
+
             for object_id in pending:
                 self.objects.add_done_callback(object_id, done)
             # Errors already present are raised at once, without waiting for the rest.

@@ -108,6 +108,8 @@ class PlacementGroupManager:
 
     def try_reserve(self) -> None:
         """Reserve every pending group that now fits (in creation order)."""
+        if not self._groups:  # the common case, checked without the lock (it runs for every task)
+            return
         ready = []
         with self._lock:
             for record in self._groups.values():

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fray_ray._private import runtime_state
+from fray_ray._private.cached_hash import CachedHash
 
 __all__ = ["PipSpec", "RuntimeEnv", "merge_runtime_envs", "parse_runtime_env"]
 
@@ -54,8 +55,8 @@ class PipSpec:
     tool: str = "pip"  # "pip" or "uv": the runtime_env key they came from
 
 
-@dataclass(frozen=True)
-class RuntimeEnv:
+@dataclass(frozen=True, eq=False)
+class RuntimeEnv(CachedHash):
     """A parsed, checked runtime_env. Paths are absolute; `given` names the fields set."""
 
     working_dir: str | None = None

@@ -225,14 +225,29 @@ class TaskScheduler(ExecutorPool):
         The scan stops as soon as no executor can take more work, so a long queue costs
         nothing per event (the cost of scheduling stays linear in the number of tasks).
         """
-        members = [e for e in self._executors.values() if e.pool == pool]
-        idle = [e for e in members if e.state is ExecutorState.IDLE]
-        starting = sum(1 for e in members if e.state is ExecutorState.STARTING)
-        prefetch_slots = 0 if starting else sum(
-            PREFETCH + 1 - len(e.tasks)
-            for e in members
-            if e.state is ExecutorState.BUSY and e.lease is not None and e.tasks and not e.tasks[0].blocked
-        )
+        # One pass over the pool's executors: who is idle, starting, blocked, and how many more
+        # tasks the busy ones may queue.
+        members: list[ExecutorRecord] = []
+        idle: list[ExecutorRecord] = []
+        starting = blocked = prefetch_slots = 0
+        for executor in self._executors.values():
+            if executor.pool is not pool and executor.pool != pool:
+                continue
+            members.append(executor)
+            state, tasks = executor.state, executor.tasks
+            if state is ExecutorState.IDLE:
+                idle.append(executor)
+            elif state is ExecutorState.STARTING:
+                starting += 1
+            elif tasks and tasks[0].blocked:
+                blocked += 1
+            elif state is ExecutorState.BUSY and executor.lease is not None and tasks:
+                prefetch_slots += PREFETCH + 1 - len(tasks)
+        if starting:
+            prefetch_slots = 0
+        # Live processes are capped at the ledger's CPUs plus those lent by blocked tasks.
+        cap = max(1, int(self._ledger.total("CPU", 1.0))) + blocked
+        room = cap - len(members)
         set_aside: list[TaskRecord] = []  # scanned but not placeable now; they keep their place
         while queue and (idle or prefetch_slots > 0):
             record = queue.popleft()
@@ -264,7 +279,12 @@ class TaskScheduler(ExecutorPool):
                 self._assign_locked(executor, record, ledger)
                 dispatches.append((executor, record))
                 continue
-            feeder = self._prefetch_target_locked(members, record, ledger) if prefetch_slots > 0 else None
+            # Queue it behind a busy executor only while it could not run now anyway: with room
+            # for it and for one more process, a new executor runs it at once instead (a task
+            # queued behind a long one would wait for all of it).
+            could_start = room > 0 and ledger is self._ledger and self._ledger.count_fits(record.demand, 1) > 0
+            feeder = (self._prefetch_target_locked(members, record, ledger)
+                      if prefetch_slots > 0 and not could_start else None)
             if feeder is not None:
                 self._assign_locked(feeder, record, ledger)
                 dispatches.append((feeder, record))
@@ -276,11 +296,7 @@ class TaskScheduler(ExecutorPool):
         queue.extendleft(reversed(set_aside))
         if not queue or idle:
             return []
-        # Tasks wait for executors: launch as many as could run now, within a cap on live
-        # processes (the ledger's CPUs plus those lent by blocked tasks).
-        blocked = sum(1 for e in members if e.tasks and e.tasks[0].blocked)
-        cap = max(1, int(self._ledger.capacity().get("CPU", 1))) + blocked
-        room = cap - (len(members) - starting) - starting
+        # Tasks wait for executors: launch as many as could run now, within the cap above.
         if room <= 0:
             return []  # at the cap already (the common case while a long queue drains)
         wanted = min(self._ledger.count_fits(queue[0].demand, len(queue)) - starting, room)

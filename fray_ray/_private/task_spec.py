@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fray_ray._private import code_source
+from fray_ray._private.cached_hash import CachedHash
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.options.model import Context, Kind
 from fray_ray._private.options.table import default
@@ -49,8 +50,8 @@ class ResourceShape:
         return {key: value for key, value in demand.items() if value}
 
 
-@dataclass(frozen=True)
-class PoolKey:
+@dataclass(frozen=True, eq=False)
+class PoolKey(CachedHash):
     """Tasks with equal keys can share warm executor processes."""
 
     shape: ResourceShape
@@ -59,6 +60,20 @@ class PoolKey:
     accelerator: str | None = None
     #: the effective runtime env (code, packages, env vars) of the pool's processes
     runtime_env: RuntimeEnv = field(default_factory=RuntimeEnv)
+
+
+_canonical_pools: dict[PoolKey, PoolKey] = {}
+
+
+def canonical_pool(pool: PoolKey) -> PoolKey:
+    """The one instance of `pool` this process uses: every task of a pool carries the same key
+    object, so the scheduler's lookups and comparisons stop at identity."""
+    found = _canonical_pools.get(pool)
+    if found is None:
+        if len(_canonical_pools) >= 4096:  # many distinct runtime envs: start over, keys stay valid
+            _canonical_pools.clear()
+        found = _canonical_pools.setdefault(pool, pool)
+    return found
 
 
 @dataclass
@@ -70,9 +85,16 @@ class Arguments:
 
     @classmethod
     def pack(cls, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Arguments:
+        if not args and not kwargs:
+            return cls(_NO_ARGUMENTS)  # the commonest call of all, pickled once
         top_level = [a.binary() for a in args if isinstance(a, ObjectRef)]
-        top_level += [v.binary() for v in kwargs.values() if isinstance(v, ObjectRef)]
-        return cls(serialize((tuple(args), dict(kwargs))), tuple(dict.fromkeys(top_level)))
+        if kwargs:
+            top_level += [v.binary() for v in kwargs.values() if isinstance(v, ObjectRef)]
+        return cls(serialize((tuple(args), dict(kwargs))), tuple(dict.fromkeys(top_level)) if top_level else ())
+
+
+#: `((), {})` pickled: the arguments of a call that has none (values are never mutated).
+_NO_ARGUMENTS = serialize(((), {}))
 
 
 @dataclass

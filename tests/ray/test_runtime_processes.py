@@ -167,3 +167,19 @@ def test_objects_are_freed_when_no_ref_remains() -> None:
     assert runtime.objects.known(object_id)
     del inner_holder
     wait_for(lambda: (runtime.references.flush(), not runtime.objects.known(object_id))[1])
+
+
+@ray.remote
+def call_it(function) -> int:
+    return ray.get(function.remote())
+
+
+def test_a_remote_function_called_here_travels_into_a_task_and_runs_there() -> None:
+    # Calling it here works out (and keeps) what its calls share with this driver's runtime;
+    # none of that may travel with it.
+    mine = ray.get(whoami.remote())
+    theirs = ray.get(call_it.remote(whoami))
+    assert isinstance(theirs, int) and os.getpid() not in (mine, theirs)
+    bound = whoami.options(num_cpus=0.5)
+    ray.get(bound.remote())
+    assert isinstance(ray.get(call_it.remote(bound)), int)

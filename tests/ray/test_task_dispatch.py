@@ -1,0 +1,60 @@
+"""Where the scheduler sends a ready task when no executor is idle: to a new executor while the
+cluster has room for one, never into the queue of an executor busy with a long task."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import cloudpickle
+import pytest
+
+import fray_ray
+from fray_ray.util.state import list_tasks
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
+
+from waiting import wait_for  # noqa: E402
+
+# This module's functions travel by value: the workers' bundle is a temp dir, not this checkout.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SPIN_S = 90.0
+
+
+@pytest.fixture
+def four_cpus(fresh_shutdown: None) -> Iterator[None]:
+    fray_ray.init(num_cpus=4)
+    yield
+
+
+@fray_ray.remote
+def spin() -> int:
+    """Busy for SPIN_S seconds without ever blocking in `get` (which would hand its queue back)."""
+    deadline = time.time() + SPIN_S
+    while time.time() < deadline:
+        pass
+    return os.getpid()
+
+
+@fray_ray.remote
+def quick() -> int:
+    return os.getpid()
+
+
+def test_a_task_does_not_wait_behind_a_long_one_while_the_cluster_has_room(four_cpus: None) -> None:
+    fray_ray.get(quick.remote(), timeout=120)  # an executor is up
+    long_running = spin.remote()
+    wait_for(lambda: list_tasks(filters=[("name", "=", "spin"), ("state", "=", "RUNNING")]),
+             what="the long task to run")
+    started = time.monotonic()
+    short = quick.remote()
+    ready, _ = fray_ray.wait([short], timeout=SPIN_S / 2)
+    assert ready == [short], "the short task waited behind the long one"
+    assert time.monotonic() - started < SPIN_S / 2
+    done, _ = fray_ray.wait([long_running], timeout=0)
+    assert not done  # it still runs: the short task had a process of its own
+    fray_ray.cancel(long_running, force=True)
