@@ -279,12 +279,13 @@ class TaskScheduler(ExecutorPool):
                 self._assign_locked(executor, record, ledger)
                 dispatches.append((executor, record))
                 continue
-            # Queue it behind a busy executor only while it could not run now anyway: with room
-            # for it and for one more process, a new executor runs it at once instead (a task
-            # queued behind a long one would wait for all of it).
-            could_start = room > 0 and ledger is self._ledger and self._ledger.count_fits(record.demand, 1) > 0
+            # With room for it and for another process, a new executor could run it at once: the
+            # first `room` tasks wait for one (queued behind a long task, one would wait for all
+            # of it); those beyond them may queue behind busy executors meanwhile.
+            fits_now = room > 0 and ledger is self._ledger and self._ledger.count_fits(record.demand, 1) > 0
+            for_new_processes = room if fits_now else 0
             feeder = (self._prefetch_target_locked(members, record, ledger)
-                      if prefetch_slots > 0 and not could_start else None)
+                      if prefetch_slots > 0 and len(queue) >= for_new_processes else None)
             if feeder is not None:
                 self._assign_locked(feeder, record, ledger)
                 dispatches.append((feeder, record))
