@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar, cast
@@ -180,7 +181,7 @@ class RemoteFunction(Generic[P, R]):
             self._arguments.check(args, kwargs)  # TypeError here, at submit time, as in Ray
         options = plan.options if plan is not None else typed()
         runtime = runtime_state.current()
-        if plan is None or plan.runtime is not runtime:
+        if plan is None or plan.runtime() is not runtime:
             plan = owner._call_plan = _CallPlan.of(options, runtime, self._display_name)
         arguments = pack_arguments(args, kwargs, self._function_name)
         num_returns = plan.num_returns
@@ -223,7 +224,8 @@ class _CallPlan:
     in another runtime: the executor pool inherits the runtime's runtime env)."""
 
     options: TaskOptions
-    runtime: Any
+    #: the runtime it was worked out for (weakly: a plan must not keep a finished session alive)
+    runtime: weakref.ref[Any]
     pool: PoolKey
     #: the gang every call runs on (a GangShape), or None
     gang: Any
@@ -240,7 +242,7 @@ class _CallPlan:
         num_returns = cast("int | str", options.num_returns)  # parsing resolves it (never UNSET)
         if gang is not None:
             num_returns = gang.size  # one ref per host (a single ref for a one-host slice)
-        return cls(options, runtime, pool_key(options), gang, num_returns, options.name or display_name,
+        return cls(options, weakref.ref(runtime), pool_key(options), gang, num_returns, options.name or display_name,
                    dict(options.runtime_env or {}))
 
 

@@ -67,3 +67,18 @@ def test_auto_init_on_first_use() -> None:
     assert not ray.is_initialized()
     assert ray.get(ray.put("auto")) == "auto"
     assert ray.is_initialized()
+
+
+def test_a_function_runs_in_each_session_and_keeps_none_of_them_alive() -> None:
+    import gc
+    import weakref
+
+    from fray_ray._private import runtime_state
+
+    for mode in ({"local_mode": True}, {"num_cpus": 1}):
+        ray.init(**mode)
+        assert ray.get(pid_and_task.remote())[0] > 0
+        finished = weakref.ref(runtime_state.current())
+        ray.shutdown()
+        gc.collect()
+        assert finished() is None  # what calls shared with that session went with it
