@@ -121,7 +121,8 @@ class RayActorHost:
             if info is not None else None
         )
         self._runtime: WorkerRuntime = open_session(
-            session_address, token, "actor", self._actor_id, handlers, on_runtime=self._set_runtime
+            session_address, token, "actor", self._actor_id, handlers, on_runtime=self._set_runtime,
+            in_process=in_process,
         )
         self._runtime.connection.add_close_callback(lambda _: self._session_lost())
 

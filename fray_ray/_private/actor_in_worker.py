@@ -10,8 +10,6 @@ ends, the process exits and its job ends with it; it never runs tasks again.
 
 from __future__ import annotations
 
-import atexit
-import os
 import sys
 import threading
 import traceback
@@ -20,6 +18,7 @@ from typing import Any, NoReturn
 from fray_ray._private.actor_host import RayActorHost
 from fray_ray._private.messages import HostActor
 from fray_ray.fray import ActorConfig, host_actor
+from fray_ray.fray._iris_actors import end_replica_process
 
 #: Exit status of a lent worker whose actor could not be hosted (as an actor job's replica).
 FAILED_TO_HOST = 1
@@ -37,7 +36,7 @@ class _LentWorkerHost(RayActorHost):
         self._stopped_event.set()
 
 
-def host_lent_actor(session_address: str, token: str, hosting: HostActor) -> None:
+def host_lent_actor(session_address: str, token: str, hosting: HostActor) -> NoReturn:
     """Serve actor `hosting.actor` from this process until it stops, then end the process.
 
     Never returns: exits 0 once the actor stopped on purpose (`exit_actor`, or the driver's
@@ -50,20 +49,7 @@ def host_lent_actor(session_address: str, token: str, hosting: HostActor) -> Non
         )
     except BaseException:  # noqa: BLE001 - the driver learns of it when the job ends
         traceback.print_exc(file=sys.stderr)
-        _end_process(FAILED_TO_HOST)
+        end_replica_process(FAILED_TO_HOST)
     stopped.wait()
     hosted.shutdown()
-    _end_process(0)
-
-
-def _end_process(status: int) -> NoReturn:
-    """End now, as an actor job's replica does: threads the actor started must not keep the
-    process alive; a clean end still runs the atexit handlers first."""
-    if status == 0:
-        try:
-            atexit._run_exitfuncs()
-        except Exception:  # noqa: BLE001 - a failing handler must not turn a clean end into a crash
-            pass
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    end_replica_process(0)

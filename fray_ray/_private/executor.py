@@ -164,7 +164,12 @@ class Executor:
                 if self._exiting and self.runtime.connection.closed:
                     return
                 task = self._queue.popleft()
-            self._run(task)
+            done = self._run(task)
+            # The task's arguments are dropped before its result goes: the next task's arguments,
+            # which may follow at once, can then be read into their memory (`buffers`).
+            del task
+            self._send_done(*done)
+            del done
             # What the task dropped (refs and actor handles among its arguments) is released now,
             # not at the next task's first call: an actor whose last handle was here ends.
             self.runtime.references.flush()
@@ -185,7 +190,8 @@ class Executor:
                 self._code.pop(task.fn, None)  # loaded: the pickled bytes are no longer needed
         return function
 
-    def _run(self, task: ExecuteTask) -> None:
+    def _run(self, task: ExecuteTask) -> tuple[bytes, list[SerializedValue] | None, BaseException | None, int]:
+        """Run one task; returns what `_send_done` sends of it."""
         task_id = task.task
         name = task.name
         num_returns = task.num_returns
@@ -232,7 +238,7 @@ class Executor:
         sys.stdout.flush()
         sys.stderr.flush()
         flush_forwarded()
-        self._send_done(task_id, results, error, len(task.returns))
+        return task_id, results, error, len(task.returns)
 
     def _stream(self, stream_id: bytes, generator: Any) -> None:
         """Send each item of a streaming generator as it is produced."""
@@ -332,7 +338,7 @@ def executor_main(
     executor = Executor(max_calls=max_calls, in_process=in_process)
     runtime = open_session(
         session_address, token, kind, executor_id, executor.handlers(),
-        on_runtime=lambda r: setattr(executor, "runtime", r), index=index,
+        on_runtime=lambda r: setattr(executor, "runtime", r), index=index, in_process=in_process,
     )
     if in_process:
         context_token = runtime_state.set_context_runtime(runtime)

@@ -222,4 +222,3 @@ def stop_reporting(runtime: Any) -> None:
     if reporter is not None:
         reporter.stop()
         reporter.flush()
-

@@ -17,6 +17,9 @@ A reader trusts no length it is told: a frame's header size, buffer count and bu
 checked against the maxima below before anything is allocated, and a large buffer grows as its
 bytes arrive, so a peer that announces 2 GiB and sends nothing costs at most `EAGER_READ_BYTES`.
 Who may speak at all is decided before a `Connection` exists (see `stream_server`).
+
+A worker's connection reads large buffers into reused blocks (`buffers.ReceivedBlocks`) when it
+has a free one of the right size: faulting in fresh pages costs more than the copy itself.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgpack
+
+from fray_ray._private.buffers import ReceivedBlocks
 
 logger = logging.getLogger(__name__)
 
@@ -85,9 +90,18 @@ def _fill(reader: io.BufferedReader, view: memoryview) -> None:
         filled += n
 
 
-def _read_exactly(reader: io.BufferedReader, size: int) -> bytearray:
-    """`size` bytes from `reader`. Memory follows what has arrived, not what was announced:
-    beyond `EAGER_READ_BYTES` the buffer at most doubles what is already filled."""
+def _read_exactly(reader: io.BufferedReader, size: int, blocks: ReceivedBlocks | None = None) -> bytearray:
+    """`size` bytes from `reader`, into a free block of `blocks` if there is one. Otherwise memory
+    follows what has arrived, not what was announced: beyond `EAGER_READ_BYTES` the buffer at
+    most doubles what is already filled."""
+    if blocks is not None:
+        block = blocks.take(size)
+        if block is not None:
+            _fill(reader, memoryview(block))
+            return block
+        buffer = _read_exactly(reader, size)
+        blocks.keep(buffer)
+        return buffer
     if size <= EAGER_READ_BYTES:
         buffer = bytearray(size)
         _fill(reader, memoryview(buffer))
@@ -111,11 +125,13 @@ class Connection:
     `notify()` sends and forgets. `on_close` callbacks run once, after the reader stops.
     """
 
-    def __init__(self, sock: socket.socket, *, name: str = "connection") -> None:
+    def __init__(self, sock: socket.socket, *, name: str = "connection",
+                 received_blocks: ReceivedBlocks | None = None) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock
         self._reader_file = sock.makefile("rb", buffering=_READ_BUFFER_BYTES)
         self.name = name
+        self._received_blocks = received_blocks  # where large buffers are read into (workers)
         self._send_lock = threading.Lock()
         self._state_lock = threading.Lock()  # guards _pending and _closed
         self._pending: dict[int, concurrent.futures.Future] = {}
@@ -290,7 +306,7 @@ class Connection:
             (length,) = _BUFFER_LENGTH.unpack(length_bytes)
             if length > MAX_BUFFER_BYTES:
                 raise FrameTooLarge(f"frame buffer of {length} bytes exceeds {MAX_BUFFER_BYTES}")
-            buffers.append(_read_exactly(reader, length))
+            buffers.append(_read_exactly(reader, length, self._received_blocks))
         return header, buffers
 
     def _read_loop(self, first_frame: list[Any] | None = None) -> None:

@@ -32,6 +32,7 @@ from typing import Any
 
 import msgpack
 
+from fray_ray._private.buffers import ReceivedBlocks
 from fray_ray._private.protocol import ERROR, FRAME_PREFIX, REQUEST, Connection, ConnectionClosed, RemoteError
 
 logger = logging.getLogger(__name__)
@@ -366,6 +367,7 @@ def introduce(
     *,
     name: str = "connection",
     timeout: float = 60.0,
+    received_blocks: ReceivedBlocks | None = None,
 ) -> tuple[Connection, Any]:
     """Connect to a stream server and greet it; returns the Connection (not yet started) and
     the body of the server's answer.
@@ -376,7 +378,7 @@ def introduce(
     `timeout` seconds have passed, then ConnectionClosed. An open connection is waited on, never
     given up for a new one: a server that is merely slow may already have accepted this one,
     and a second connection of the same worker would make the first one's close look like the
-    worker's death.
+    worker's death. `received_blocks`: where the connection reads large buffers into (workers).
     """
     host, _, port = address.rpartition(":")
     deadline = time.monotonic() + timeout
@@ -385,7 +387,7 @@ def introduce(
         remaining = deadline - time.monotonic()
         try:
             sock = socket.create_connection((host.strip("[]"), int(port)), timeout=max(0.1, min(10.0, remaining)))
-            connection = Connection(sock, name=name)
+            connection = Connection(sock, name=name, received_blocks=received_blocks)
         except OSError as exc:
             failure: Exception = exc
         else:

@@ -18,6 +18,7 @@ from typing import Any
 
 import fray_ray.exceptions as exceptions
 from fray_ray._private import messages
+from fray_ray._private.buffers import process_received_blocks
 from fray_ray._private.execution import node_ip, too_large_for_store
 from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.messages import (
@@ -372,17 +373,20 @@ def open_session(
     on_runtime: Any = None,
     *,
     index: int = 0,
+    in_process: bool = False,
 ) -> WorkerRuntime:
     """Connect to the driver, introduce this worker (and its cluster host), return its runtime.
 
     The introduction (carrying the session token) is the first frame on the connection and is
     answered before anything else is sent or read. `on_runtime(runtime)` runs before any
-    message is handled, so handlers can rely on the runtime existing.
+    message is handled, so handlers can rely on the runtime existing. A worker in a process of
+    its own (not `in_process`) reads large buffers into reused blocks (`buffers`).
     """
     hello = Hello(kind=kind, id=worker_id, token=token, pid=os.getpid(), host=os.environ.get("IRIS_WORKER_ID"),
                   ip=node_ip(), index=index)
     greeting, _ = messages.encode(hello)
-    connection, info = introduce(session_address, greeting, name=f"{kind}-session")
+    blocks = None if in_process else process_received_blocks()
+    connection, info = introduce(session_address, greeting, name=f"{kind}-session", received_blocks=blocks)
     runtime = WorkerRuntime(connection)
     runtime.set_info(messages.reply_of(hello, (info, [])))
     if on_runtime is not None:

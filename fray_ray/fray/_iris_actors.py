@@ -29,7 +29,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import cloudpickle
 
@@ -301,16 +301,16 @@ def _error_line(exc: BaseException, kind: str) -> str:
 # Inside the task
 
 
-def _report_and_exit(exc: BaseException, kind: str) -> None:
+def _report_and_exit(exc: BaseException, kind: str) -> NoReturn:
     """Print the traceback and the FRAY_ACTOR_ERROR line (last), then end the process with 1."""
     traceback.print_exception(exc, file=sys.stderr)
     print(_error_line(exc, kind), file=sys.stderr, flush=True)
-    _exit(FAILED_EXIT_CODE)
+    end_replica_process(FAILED_EXIT_CODE)
 
 
-def _exit(code: int) -> None:
-    # os._exit: threads the actor started must not keep a finished replica alive. A clean end
-    # still runs the atexit handlers first, as a normal interpreter exit would.
+def end_replica_process(code: int) -> NoReturn:
+    """End an actor's process now: threads the actor started must not keep a finished replica
+    alive. A clean end still runs the atexit handlers first, as a normal interpreter exit would."""
     if code == 0:
         import atexit
 
@@ -417,7 +417,7 @@ def _host_actor(
     server.stop()
     if context.errors:
         _report_and_exit(context.errors[0], "fail")
-    _exit(0)
+    end_replica_process(0)
 
 
 def start_actor_server(host: str, port: int, secret: str) -> ActorServer:
