@@ -27,7 +27,7 @@ from fray_ray._private.dashboard_feed import DashboardFeed, DashboardSettings, s
 from fray_ray._private.driver_reads import DriverReads
 from fray_ray._private.gangs import GangScheduler, slice_shape
 from fray_ray._private.generators import ObjectRefGenerator
-from fray_ray._private.idle_workers import LentWorker, lending_enabled, pool_can_host
+from fray_ray._private.idle_workers import lending_enabled, pool_can_host
 from fray_ray._private.launcher import WorkerLauncher
 from fray_ray._private.metrics import process_registry
 from fray_ray._private.nodes import node_id_for
@@ -162,7 +162,7 @@ class DriverRuntime(DriverReads):
         self.gangs = GangScheduler(self.objects, self.launcher, self.timers, error_for=self._error_value)
         self.actors.on_resources_released = self._resources_released
         if not self.launcher.in_process and lending_enabled():  # new actors may take idle executors
-            self.actors.lend_worker = self._lend_idle_executor
+            self.actors.lend_worker = lambda spec: self.scheduler.lend_idle(lambda pool: pool_can_host(pool, spec))
         self.ledger.make_room = self.scheduler.make_room  # idle executors give way to new processes
         self.objects.foreign = _ReferenceRouter(self.actors, self.streams)
         self._flush_timer = None
@@ -184,14 +184,6 @@ class DriverRuntime(DriverReads):
         if self._warm_executors:
             self.scheduler.prestart(default_pool(self.runtime_env), self._warm_executors)
         return self
-
-    def _lend_idle_executor(self, spec: ActorCreationSpec) -> LentWorker | None:
-        """An idle executor for a new actor (`idle_workers`), or None. The warm executors the
-        session keeps are started again: the next task, or the next actor, finds one ready."""
-        lent = self.scheduler.lend_idle(lambda pool: pool_can_host(pool, spec))
-        if lent is not None and self._warm_executors and self.state is DriverState.RUNNING:
-            self.scheduler.prestart(default_pool(self.runtime_env), self._warm_executors)
-        return lent
 
     def _flush_references(self) -> None:
         if self.state is not DriverState.RUNNING:

@@ -146,25 +146,6 @@ def test_two_actors_never_share_a_process(session: EmbeddedCluster) -> None:
     assert idle_executor() not in pids
 
 
-def test_the_session_starts_its_warm_executor_again_once_an_actor_took_it(session: EmbeddedCluster) -> None:
-    """The session keeps a warm executor ready: when an actor takes it, another starts at once,
-    so the next task does not wait for a new process."""
-    def running_executor_jobs() -> set[str]:
-        with session.client() as client:
-            return {job.job_id for job in client.list_jobs("")
-                    if "-exec-" in job.job_id and job.state in (JobState.PENDING, JobState.RUNNING)}
-
-    executor = idle_executor()
-    before = wait_for(lambda: running_executor_jobs() or None, what="the warm executor's job")
-    actor = Plain.remote()
-    assert fray_ray.get(actor.pid.remote(), timeout=TIMEOUT) == executor  # the warm one was lent
-    after = wait_for(lambda: running_executor_jobs() - before or None, timeout=TIMEOUT,
-                     what="a new executor job with no task asking for one")
-    assert len(after) == 1
-    assert fray_ray.get(whose_process.remote(), timeout=TIMEOUT) not in (executor, os.getpid())
-    fray_ray.kill(actor)
-
-
 @pytest.mark.parametrize("options", [
     {"name": "found-by-name"},  # other drivers look it up: a job named after it
     {"max_restarts": 1},  # Iris reruns an actor's job; an executor's job is never rerun
