@@ -172,15 +172,6 @@ class ReceivedBlocks:
                 self._kept += size
 
 
-_process_blocks: ReceivedBlocks | None = None
-_process_blocks_lock = threading.Lock()
-
-
-def process_received_blocks() -> ReceivedBlocks:
-    """This worker process's one `ReceivedBlocks` (its sessions share it: a lent executor's
-    blocks serve the actor it becomes)."""
-    global _process_blocks
-    with _process_blocks_lock:
-        if _process_blocks is None:
-            _process_blocks = ReceivedBlocks()
-        return _process_blocks
+#: This worker process's blocks, shared by its sessions (a lent executor's blocks serve the actor
+#: it becomes). Nothing is allocated until a worker's connection reads a large buffer.
+WORKER_BLOCKS = ReceivedBlocks()

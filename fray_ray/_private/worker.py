@@ -18,7 +18,7 @@ from typing import Any
 
 import fray_ray.exceptions as exceptions
 from fray_ray._private import messages
-from fray_ray._private.buffers import process_received_blocks
+from fray_ray._private.buffers import WORKER_BLOCKS
 from fray_ray._private.execution import node_ip, too_large_for_store
 from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.messages import (
@@ -385,7 +385,7 @@ def open_session(
     hello = Hello(kind=kind, id=worker_id, token=token, pid=os.getpid(), host=os.environ.get("IRIS_WORKER_ID"),
                   ip=node_ip(), index=index)
     greeting, _ = messages.encode(hello)
-    blocks = None if in_process else process_received_blocks()
+    blocks = None if in_process else WORKER_BLOCKS
     connection, info = introduce(session_address, greeting, name=f"{kind}-session", received_blocks=blocks)
     runtime = WorkerRuntime(connection)
     runtime.set_info(messages.reply_of(hello, (info, [])))

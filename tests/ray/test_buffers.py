@@ -147,9 +147,8 @@ def test_a_worker_reuses_the_block_of_an_argument_it_has_dropped(cluster_session
             self.kept: np.ndarray | None = None
 
         def take(self, array: np.ndarray, keep: bool) -> tuple[int, int, bool, int]:
-            from fray_ray._private.buffers import process_received_blocks
+            from fray_ray._private.buffers import WORKER_BLOCKS as blocks
 
-            blocks = process_received_blocks()
             block = array.base
             while isinstance(block, np.ndarray):
                 block = block.base
@@ -178,9 +177,9 @@ def test_an_executor_reads_each_task_argument_into_the_block_the_last_one_freed(
 
     @ray.remote(runtime_env={"env_vars": {"FRAY_RAY_TEST_POOL": "received-blocks"}})  # a pool of its own
     def summed(array: np.ndarray) -> tuple[int, int, int]:
-        from fray_ray._private.buffers import process_received_blocks
+        from fray_ray._private.buffers import WORKER_BLOCKS
 
-        return os.getpid(), process_received_blocks().kept, int(array.sum())
+        return os.getpid(), WORKER_BLOCKS.kept, int(array.sum())
 
     answers = [ray.get(summed.remote(np.full(size, value, np.uint8))) for value in range(1, 5)]
     assert len({pid for pid, _, _ in answers}) == 1  # one executor ran them all
