@@ -6,8 +6,10 @@ allocator returns large blocks to the system when they are freed): on this proje
 machine a socket fills a fresh 100 MB buffer at about 1 GB/s and a reused one at about 3 GB/s.
 The driver copies large put buffers into blocks from a `BufferPool`, and a block comes back to
 the pool when its object is freed, but only once nothing (an array returned by `get`) still
-uses it. A worker process reads large frame buffers (a task's 100 MB argument) into blocks of
-its `ReceivedBlocks`, which finds the free ones by their reference counts.
+uses it. The driver's blocks are files in shared memory when it has a shared-memory directory
+(`shared_memory`), so workers on its host can read them in place. A worker process reads large
+frame buffers (a 100 MB argument from a driver on another host) into blocks of its
+`ReceivedBlocks`, which finds the free ones by their reference counts.
 
 Whether something still uses a block is read from its reference count: the object store
 holds each block in exactly one place and hands out fresh views of it, and every view (and
@@ -16,9 +18,13 @@ every array built on one) keeps a reference to the block for as long as it lives
 
 from __future__ import annotations
 
+import mmap
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+#: A pool block: a bytearray, or a shared-memory block (`shared_memory.SharedBlock`, an mmap).
+Block = bytearray | mmap.mmap
 
 #: Buffers smaller than this are plain `bytes` (cheap to allocate, not worth pooling).
 MIN_POOLED = 1 << 20
@@ -43,18 +49,20 @@ def in_use(holder: Sequence[object], index: int) -> bool:
 class BufferPool:
     """Private copies of buffers, backed by reusable bytearrays. Thread-safe."""
 
-    def __init__(self, max_kept: int = MAX_KEPT) -> None:
+    def __init__(self, max_kept: int = MAX_KEPT, allocate: Callable[[int], Block] = bytearray) -> None:
+        """`allocate(size)` makes a new block (the driver's come from shared memory)."""
         self._lock = threading.Lock()  # guards _free and _kept
-        self._free: list[bytearray] = []
+        self._free: list[Block] = []
         self._kept = 0
         self.max_kept = max_kept
+        self._allocate = allocate
 
     @property
     def kept(self) -> int:
         """Bytes held in free blocks."""
         return self._kept
 
-    def copy(self, source: bytes | bytearray | memoryview) -> bytes | bytearray:
+    def copy(self, source: bytes | bytearray | memoryview) -> bytes | Block:
         """A private copy of `source`: `bytes` when small, else a block at least as long."""
         view = memoryview(source)
         if view.ndim != 1 or view.format != "B":
@@ -67,7 +75,7 @@ class BufferPool:
             target[:size] = view
         return block
 
-    def _take(self, size: int) -> bytearray:
+    def _take(self, size: int) -> Block:
         with self._lock:
             fitting = [b for b in self._free if size <= len(b) <= 2 * size]
             if fitting:
@@ -75,23 +83,24 @@ class BufferPool:
                 self._free.remove(block)
                 self._kept -= len(block)
                 return block
-        return bytearray(size)
+        return self._allocate(size)
 
-    def give_back(self, block: bytearray, room: int | None = None) -> bool:
+    def give_back(self, block: Block, room: int | None = None) -> bool:
         """Keep `block` for reuse, within `room` bytes of free blocks (and `max_kept`).
 
-        The caller must hold no view of it. A bytearray that anything still exports cannot be
-        resized, so a one-byte resize proves nothing uses it; otherwise it is left to the
-        collector. Returns True if the block was kept.
+        The caller must hold no view of it (its reference count says so). A bytearray that
+        anything still exports cannot be resized, so for one a one-byte resize proves it; a
+        block marked `tainted` is never kept. Returns True if the block was kept.
         """
-        if len(block) < MIN_POOLED:
+        if len(block) < MIN_POOLED or getattr(block, "tainted", False):
             return False
-        try:
-            last = block[-1]
-            del block[-1:]  # BufferError while any view of the block is alive
-        except BufferError:
-            return False
-        block.append(last)
+        if isinstance(block, bytearray):
+            try:
+                last = block[-1]
+                del block[-1:]  # BufferError while any view of the block is alive
+            except BufferError:
+                return False
+            block.append(last)
         limit = self.max_kept if room is None else min(self.max_kept, room)
         with self._lock:
             if self._kept + len(block) > limit:

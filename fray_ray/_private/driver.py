@@ -21,6 +21,7 @@ from typing import Any
 from fray_ray._private import ids
 from fray_ray._private import ids as ids_module
 from fray_ray._private.actors import ActorManager
+from fray_ray._private.buffers import MIN_POOLED
 from fray_ray._private.cluster_ledger import ClusterLedger
 from fray_ray._private.cluster_view import ClusterView
 from fray_ray._private.dashboard_feed import DashboardFeed, DashboardSettings, start_session_feed
@@ -43,12 +44,14 @@ from fray_ray._private.runtime_env import RuntimeEnv
 from fray_ray._private.scheduler import TaskScheduler
 from fray_ray._private.serialization import SerializedValue, serialize, serialize_error
 from fray_ray._private.session import SessionService
+from fray_ray._private.shared_memory import LentBlocks, host_identity, shared_memory_dir
 from fray_ray._private.spilling import remove_orphaned_spill_dirs
 from fray_ray._private.streams import StreamTable
 from fray_ray._private.task_events import TaskEvents
 from fray_ray._private.task_spec import (
     ActorCallSpec,
     ActorCreationSpec,
+    Arguments,
     PoolKey,
     ResourceShape,
     TaskSpec,
@@ -61,6 +64,8 @@ from fray_ray.fray.hosts import this_machine
 logger = logging.getLogger(__name__)
 
 REFERENCE_FLUSH_S = 0.1
+#: Task arguments with at least this many bytes of out-of-band buffers are stored as an object.
+STORED_ARGUMENTS_BYTES = MIN_POOLED
 
 
 class DriverState(enum.Enum):
@@ -113,7 +118,11 @@ class DriverRuntime(DriverReads):
         self._token = secrets.token_hex(16)
         if object_store is None:
             object_store = ObjectStoreConfig(1 << 30)
-        self.objects = ObjectTable(ObjectStore(object_store, session_name=session_name))
+        shared_dir = shared_memory_dir()
+        self.objects = ObjectTable(ObjectStore(object_store, session_name=session_name, shared_dir=shared_dir))
+        #: workers whose hello names this identity read large objects from shared memory
+        self.shared_memory_identity = host_identity(shared_dir)
+        self.lent_blocks = LentBlocks()
         self.references = LocalReferenceCounter(self.objects.incref, self.objects.decref)
         self.ledger = ClusterLedger()
         self.view = ClusterView(
@@ -241,6 +250,21 @@ class DriverRuntime(DriverReads):
         self.objects.put(object_id, value, copy=copy)
         return object_id
 
+    def _own_arguments(self, arguments: Arguments) -> Arguments:
+        """The call's own copy of its arguments' buffers, made now as Ray makes it: the caller may
+        change its arrays once `.remote()` returns, while the task or call waits in a queue.
+        Large ones become an object of their own, which workers on this host read from shared
+        memory; the task or call holds a ref to it until it ends (its retries resend it)."""
+        value = arguments.value
+        if arguments.stored is not None or not value.buffers:
+            return arguments
+        if sum(memoryview(b).nbytes for b in value.buffers) < STORED_ARGUMENTS_BYTES:
+            copied = [bytes(b) for b in value.buffers]
+            return Arguments(SerializedValue(value.payload, copied, value.contained_refs), arguments.top_level)
+        object_id = self.store(value)
+        holder = SerializedValue(b"", (), (object_id, *value.contained_refs))
+        return Arguments(holder, arguments.top_level, stored=object_id)
+
     def put(self, value: Any) -> ObjectRef:
         if isinstance(value, ObjectRef):
             raise TypeError(
@@ -256,6 +280,7 @@ class DriverRuntime(DriverReads):
     def submit_task(self, spec: TaskSpec) -> list[Any]:
         self.launcher.prepare(spec.pool.runtime_env)  # raises if its code cannot be shipped
         self.references.flush()
+        spec.arguments = self._own_arguments(spec.arguments)
         self.objects.create_pending(spec.return_ids, producer=spec.task_id)
         refs: list[Any] = [ObjectRef(oid) for oid in spec.return_ids]  # counted before the task can finish
         if spec.num_returns in ("streaming", "dynamic"):
@@ -292,6 +317,7 @@ class DriverRuntime(DriverReads):
 
     def submit_actor_call(self, spec: ActorCallSpec) -> list[Any]:
         self.references.flush()
+        spec.arguments = self._own_arguments(spec.arguments)
         self.objects.create_pending(spec.return_ids, producer=spec.call_id)
         refs: list[Any] = [ObjectRef(oid) for oid in spec.return_ids]
         if spec.num_returns == "streaming":

@@ -68,8 +68,13 @@ def resolve_call_arguments(
     arguments: CallArguments, fetch: Callable[[Sequence[bytes], float | None], Mapping[bytes, SerializedValue]]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """`(args, kwargs)` of a call a worker received: inlined values used as they came, the other
-    top-level refs fetched from their owner."""
-    return resolve_arguments(arguments.value, value_resolver(fetch, arguments.inlined), arguments.top_level)
+    top-level refs fetched from their owner, and so are stored arguments."""
+    value = arguments.value
+    if arguments.stored is not None:
+        value = arguments.inlined.get(arguments.stored) or fetch([arguments.stored], None)[arguments.stored]
+        if value.is_error:
+            raise deserialize(value)
+    return resolve_arguments(value, value_resolver(fetch, arguments.inlined), arguments.top_level)
 
 
 def make_task_error(

@@ -168,6 +168,7 @@ class Executor:
             # The task's arguments are dropped before its result goes: the next task's arguments,
             # which may follow at once, can then be read into their memory (`buffers`).
             del task
+            self.runtime.return_shared()  # before the result: the driver may reuse the block at once
             self._send_done(*done)
             del done
             # What the task dropped (refs and actor handles among its arguments) is released now,

@@ -26,6 +26,7 @@ from typing import Any
 
 from fray_ray._private.buffers import BufferPool
 from fray_ray._private.serialization import SerializedValue
+from fray_ray._private.shared_memory import allocator
 from fray_ray._private.spilling import DEFAULT_CAPACITY_THRESHOLD, SpillDirectory, SpillFailed
 from fray_ray._private.stored_values import HeldValue, SpilledValue, StoredValue
 from fray_ray.exceptions import ObjectStoreFullError
@@ -118,9 +119,10 @@ def _full(message: str) -> BaseException:
 class ObjectStore:
     """Admits values within the memory limit and spills the rest. Thread-safe."""
 
-    def __init__(self, config: ObjectStoreConfig, *, session_name: str = "") -> None:
+    def __init__(self, config: ObjectStoreConfig, *, session_name: str = "", shared_dir: str | None = None) -> None:
+        """`shared_dir`: where large buffers are kept as shared-memory files (None: private memory)."""
         self.config = config
-        self.pool = BufferPool(max_kept=min(config.limit // 2, 1 << 30))
+        self.pool = BufferPool(max_kept=min(config.limit // 2, 1 << 30), allocate=allocator(shared_dir))
         self.spill_dir = SpillDirectory(
             config.spill_parent, session_name=session_name, capacity_threshold=config.capacity_threshold
         )

@@ -121,7 +121,8 @@ class RemoteActor:
     def _send_over(self, connection: Connection, call: ActorCallSpec) -> bool:
         """Send `call` to the actor's gate; False if that connection is gone (use ActorService)."""
         try:
-            values = self._stored(call.arguments.top_level)
+            stored = call.arguments.stored
+            values = self._stored(call.arguments.top_level if stored is None else (*call.arguments.top_level, stored))
         except BaseException as exc:  # noqa: BLE001 - an argument freed before it could be sent
             self._fail(call, self._task_error(call, exc))
             return True
@@ -157,7 +158,10 @@ class RemoteActor:
 
     def _call_through_service(self, call: ActorCallSpec) -> None:
         try:
-            args, kwargs = resolve_arguments(call.arguments.value, self._resolve, call.arguments.top_level)
+            value = call.arguments.value
+            if call.arguments.stored is not None:
+                value = self._stored([call.arguments.stored])[call.arguments.stored]
+            args, kwargs = resolve_arguments(value, self._resolve, call.arguments.top_level)
             result = self._handle.call(call.method, *args, **kwargs)
             values = package_results(result, call.num_returns, f"{self._spec.class_name}.{call.method}")
         except BaseException as exc:  # noqa: BLE001 - the caller's refs carry it

@@ -56,6 +56,7 @@ from fray_ray._private.messages import (
     ResourceAmounts,
     Result,
     Returns,
+    ReturnShared,
     Stored,
     StreamNext,
     StreamReady,
@@ -112,6 +113,7 @@ class SessionService:
             GetNodes: self._nodes,
             Borrow: self._borrow,
             Release: self._release,
+            ReturnShared: self._return_shared,
             Log: self._log,
             MetricsReport: self._metrics,
             Yield: self._yield,
@@ -165,6 +167,7 @@ class SessionService:
         connection.start(self._handlers, first_frame=greeting)
 
     def _closed(self, connection: Connection) -> None:
+        self._driver.lent_blocks.connection_closed(connection)
         with self._lock:
             self._connections.discard(connection)
             borrowed = self._borrows.pop(connection, None)
@@ -188,7 +191,9 @@ class SessionService:
             return
         kind, worker_id = hello.kind, hello.id
         host = hello.host if isinstance(hello.host, str) else None
-        connection.peer_info = {"kind": kind, "id": worker_id, "pid": hello.pid}
+        identity = self._driver.shared_memory_identity
+        connection.peer_info = {"kind": kind, "id": worker_id, "pid": hello.pid,
+                                "shared_memory": bool(identity) and hello.shared_memory == identity}
         messages.reply(connection, message_id, Welcome(**self._driver.worker_info(worker_id, host)))
         if kind == "executor":
             accepted = self._driver.scheduler.executor_connected(worker_id, connection, hello.pid, host)
@@ -250,7 +255,11 @@ class SessionService:
                     continue
                 ids.append(object_id)
                 found.append(value)
-            messages.reply(connection, message_id, Objects(ids, found))
+            shared: list[list[Any]] = []
+            if get.shared and connection.peer_info.get("shared_memory"):
+                found, lent = self._driver.lent_blocks.lend(connection, found)
+                shared = [entry.to_wire() for entry in lent]
+            messages.reply(connection, message_id, Objects(ids, found, shared))
 
         def done(object_id: bytes) -> None:
             value = objects.value(object_id)
@@ -379,6 +388,10 @@ class SessionService:
 
     def _borrow(self, connection: Connection, message_id: int | None, borrow: Borrow) -> None:
         self._count_borrow(connection, borrow.ids)
+
+    def _return_shared(self, connection: Connection, message_id: int | None, returned: ReturnShared) -> None:
+        if isinstance(returned.leases, list):
+            self._driver.lent_blocks.returned(connection, returned.leases)
 
     def _release(self, connection: Connection, message_id: int | None, release: Release) -> None:
         object_ids = release.ids

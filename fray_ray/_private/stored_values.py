@@ -93,7 +93,7 @@ class StoredValue:
         """Give the buffers to `pool` (only call once unpinned and out of the table)."""
         buffers, self._buffers = self._buffers, ()
         for index in range(len(buffers)):  # no loop variable: it would hold a reference
-            if isinstance(buffers[index], bytearray) and not in_use(buffers, index):
+            if not isinstance(buffers[index], bytes) and not in_use(buffers, index):
                 pool.give_back(buffers[index], room)
 
 

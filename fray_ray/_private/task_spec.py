@@ -78,10 +78,16 @@ def canonical_pool(pool: PoolKey) -> PoolKey:
 
 @dataclass
 class Arguments:
-    """`(args, kwargs)` pickled; `top_level` lists the ref ids to resolve before the call."""
+    """`(args, kwargs)` pickled; `top_level` lists the ref ids to resolve before the call.
+
+    `stored`: the driver keeps large arguments as an object of their own (copied at the call,
+    as Ray copies them into its object store), and `value` is then only the holder of refs:
+    of that object and of what the arguments contain.
+    """
 
     value: SerializedValue
     top_level: tuple[bytes, ...] = ()
+    stored: bytes | None = None
 
     @classmethod
     def pack(cls, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Arguments:

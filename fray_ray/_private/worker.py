@@ -45,6 +45,7 @@ from fray_ray._private.messages import (
     ReleaseGang,
     RemovePlacementGroup,
     ReserveGang,
+    ReturnShared,
     StreamNext,
     StreamReady,
     SubmitActorCall,
@@ -60,6 +61,7 @@ from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.refcount import LocalReferenceCounter
 from fray_ray._private.runtime_env import process_runtime_env
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize
+from fray_ray._private.shared_memory import WORKER_BORROWS, shared_memory_dir
 from fray_ray._private.stream_server import introduce
 from fray_ray._private.task_context import current_task
 from fray_ray._private.task_interrupts import wait_for_reply
@@ -90,6 +92,8 @@ class WorkerRuntime:
         self._cache: OrderedDict[bytes, SerializedValue] = OrderedDict()
         self._cache_bytes = 0
         self.object_store_memory = 0  # the driver's limit (0: not told)
+        #: large fetched buffers may come as the driver's shared-memory files (`shared_memory`)
+        self.reads_shared_memory = False
 
     def report_metrics(self, points: list[list[Any]]) -> None:
         messages.notify(self.connection, MetricsReport(points))
@@ -167,7 +171,10 @@ class WorkerRuntime:
         if not missing:
             return found
         context = current_task.get()
-        asked = GetObjects(missing, context.task_id if context else None)
+        shared = self.reads_shared_memory
+        if shared:
+            self.return_shared()  # the driver may reuse what was read last for what comes now
+        asked = GetObjects(missing, context.task_id if context else None, shared)
         request = messages.request(self.connection, asked)
         try:
             answer = messages.reply_of(asked, wait_for_reply(request, timeout))
@@ -181,10 +188,22 @@ class WorkerRuntime:
             from fray_ray.exceptions import RaySystemError
 
             raise RaySystemError(f"lost the connection to the driver: {exc}") from exc
-        for object_id, value in zip(answer.ids, answer.found):
+        values = answer.found
+        if answer.shared:
+            try:
+                values = WORKER_BORROWS.attach(self.connection, values, answer.shared, _return_leases)
+            except OSError as exc:
+                logger.warning("%s; large objects come over the session stream from now on", exc)
+                self.reads_shared_memory = False
+                return {**found, **self.fetch(missing, timeout)}
+        for object_id, value in zip(answer.ids, values):
             found[object_id] = value
             self._remember(object_id, value)
         return found
+
+    def return_shared(self) -> None:
+        """Give the driver back the shared-memory leases nothing here uses any more."""
+        WORKER_BORROWS.return_free(_return_leases)
 
     def get(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
         values = self.fetch([r.binary() for r in refs], timeout)
@@ -364,6 +383,13 @@ def _rebuild_remote_error(error: RemoteError) -> BaseException:
     return exceptions.RaySystemError(f"{kind}: {error.message}")
 
 
+def _return_leases(connection: Connection, leases: list[int]) -> None:
+    try:
+        messages.notify(connection, ReturnShared(leases))
+    except ConnectionClosed:
+        pass
+
+
 def open_session(
     session_address: str,
     token: str,
@@ -382,12 +408,14 @@ def open_session(
     message is handled, so handlers can rely on the runtime existing. A worker in a process of
     its own (not `in_process`) reads large buffers into reused blocks (`buffers`).
     """
+    identity = "" if in_process else WORKER_BORROWS.use_directory(shared_memory_dir())
     hello = Hello(kind=kind, id=worker_id, token=token, pid=os.getpid(), host=os.environ.get("IRIS_WORKER_ID"),
-                  ip=node_ip(), index=index)
+                  ip=node_ip(), index=index, shared_memory=identity)
     greeting, _ = messages.encode(hello)
     blocks = None if in_process else WORKER_BLOCKS
     connection, info = introduce(session_address, greeting, name=f"{kind}-session", received_blocks=blocks)
     runtime = WorkerRuntime(connection)
+    runtime.reads_shared_memory = bool(identity)
     runtime.set_info(messages.reply_of(hello, (info, [])))
     if on_runtime is not None:
         on_runtime(runtime)

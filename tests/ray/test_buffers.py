@@ -13,6 +13,7 @@ import fray_ray as ray
 from fray_ray._private import runtime_state
 from fray_ray._private.buffers import MIN_POOLED, BufferPool, ReceivedBlocks
 from fray_ray._private.protocol import Connection
+from fray_ray._private.shared_memory import SHARED_MEMORY_DIR_ENV
 
 
 def test_a_block_is_reused_only_when_nothing_uses_it() -> None:
@@ -175,7 +176,8 @@ def test_an_executor_reads_each_task_argument_into_the_block_the_last_one_freed(
     a task's arguments before it reports the result), and every task sums its own argument."""
     size = 8 << 20
 
-    @ray.remote(runtime_env={"env_vars": {"FRAY_RAY_TEST_POOL": "received-blocks"}})  # a pool of its own
+    # Shared memory turned off: the arguments come down the executor's stream (another host's way).
+    @ray.remote(runtime_env={"env_vars": {SHARED_MEMORY_DIR_ENV: ""}})
     def summed(array: np.ndarray) -> tuple[int, int, int]:
         from fray_ray._private.buffers import WORKER_BLOCKS
 

@@ -150,11 +150,13 @@ def _layout(cls: type[Message]) -> _Layout:
 @dataclass(frozen=True)
 class CallArguments:
     """A call's pickled arguments, the ids of its top-level ref arguments, and the values of
-    those small enough to travel with the call (the worker fetches the others)."""
+    those small enough to travel with the call (the worker fetches the others). `stored`: the
+    object that holds the pickled arguments instead of `value` (`task_spec.Arguments`)."""
 
     value: SerializedValue
     top_level: Sequence[bytes] = ()
     inlined: Mapping[bytes, SerializedValue] = field(default_factory=dict)
+    stored: bytes | None = None
 
 
 def inline_arguments(
@@ -163,11 +165,12 @@ def inline_arguments(
     """`arguments` with the stored values of its top-level refs that are ready and at most
     `limit` bytes (None: any size), so the worker need not ask for them."""
     inlined: dict[bytes, SerializedValue] = {}
-    for object_id in arguments.top_level:
+    wanted = arguments.top_level if arguments.stored is None else (*arguments.top_level, arguments.stored)
+    for object_id in wanted:
         found = stored(object_id)
         if found is not None and (limit is None or found.size <= limit):
             inlined[object_id] = found
-    return CallArguments(arguments.value, list(arguments.top_level), inlined)
+    return CallArguments(arguments.value, list(arguments.top_level), inlined, arguments.stored)
 
 
 # ---- encoding ------------------------------------------------------------------------------
@@ -188,6 +191,7 @@ def encode(message: Message) -> tuple[dict[str, Any], list[Any]]:
                 item.value.to_wire(buffers),
                 list(item.top_level),
                 [[object_id, v.to_wire(buffers)] for object_id, v in item.inlined.items()],
+                item.stored,
             ]
         elif codec is _Codec.SPEC:
             body[name] = _pack_spec(item, buffers)
@@ -229,12 +233,15 @@ def decode(cls: type[M], body: Any, buffers: Sequence[bytearray]) -> M:
                     decoded.append(item)
                 fields[name] = decoded
             elif codec is _Codec.ARGUMENTS:
-                description, top_level, inlined_descriptions = raw
+                description, top_level, inlined_descriptions, *rest = raw
                 argument_value, offset = SerializedValue.from_wire(description, buffers, offset)
                 inlined = {}
                 for object_id, inlined_description in inlined_descriptions:
                     inlined[object_id], offset = SerializedValue.from_wire(inlined_description, buffers, offset)
-                fields[name] = CallArguments(argument_value, list(top_level), inlined)
+                stored = rest[0] if rest else None
+                if stored is not None and not isinstance(stored, bytes):
+                    raise MessageError(f"stored arguments must be an object id, not {type(stored).__name__}")
+                fields[name] = CallArguments(argument_value, list(top_level), inlined, stored)
             elif codec is _Codec.SPEC:
                 fields[name], offset = _unpack_spec(raw, buffers, offset)
             elif codec is _Codec.RECORD:

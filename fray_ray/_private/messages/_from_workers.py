@@ -32,10 +32,13 @@ class Welcome(Message):
 
 @dataclass(repr=False, eq=False)
 class Objects(Message):
-    """Stored values (or errors) of the objects asked for that are done."""
+    """Stored values (or errors) of the objects asked for that are done. `shared` lists the
+    buffers sent as shared-memory files instead: [buffer index, file name, size, lease] each
+    (`shared_memory`); their frame buffers are empty."""
 
     ids: list[bytes]
     found: list[SerializedValue] = values()
+    shared: list[list[Any]] = field(default_factory=list)
 
 
 @dataclass(repr=False, eq=False)
@@ -112,6 +115,7 @@ class Hello(Message):
     host: str | None = None
     ip: str = ""
     index: int = 0  # a gang member's place in its gang
+    shared_memory: str = ""  # the identity of the shared-memory directory it can read
 
 
 @_message
@@ -192,6 +196,7 @@ class GetObjects(Message):
 
     ids: list[bytes]
     task: bytes | None = None
+    shared: bool = True  # large buffers may come as shared-memory files (False: as bytes)
 
 
 @_message
@@ -351,6 +356,16 @@ class Release(Message):
     KIND: ClassVar[str] = "release"
 
     ids: list[bytes]
+
+
+@_message
+@dataclass(repr=False, eq=False)
+class ReturnShared(Message):
+    """The worker no longer reads these shared-memory leases (`Objects.shared`)."""
+
+    KIND: ClassVar[str] = "return_shared"
+
+    leases: list[int]
 
 
 @_message
