@@ -36,11 +36,13 @@ from fray_ray._private.execution import (
 )
 from fray_ray._private.executor import exit_worker, send_item, send_items_async
 from fray_ray._private.foreign_calls import ForeignCallGate
+from fray_ray._private.group_loops import GroupLoop
 from fray_ray._private.logs import flush_forwarded, forward_output
 from fray_ray._private.messages import (
     ActorExiting,
     ActorFailed,
     ActorReady,
+    CallArguments,
     CallDone,
     CallMethod,
     CancelCall,
@@ -62,6 +64,9 @@ from fray_ray.fray import current_actor
 from fray_ray.fray.job_info import get_job_info
 
 logger = logging.getLogger(__name__)
+
+#: What a call's message holds in place of its arguments once they are resolved.
+_RESOLVED = CallArguments(SerializedValue(b""))
 
 
 class ActorExit(BaseException):
@@ -99,7 +104,7 @@ class RayActorHost:
         self._default_pool: CallThreads | None = None
         self._group_pools: dict[str, CallThreads] = {}
         #: async actors: one event loop thread per concurrency group (None: the default group)
-        self._loops: dict[str | None, _GroupLoop] = {}
+        self._loops: dict[str | None, GroupLoop] = {}
         self._created = threading.Event()
         self._creating: concurrent.futures.Future[None] | None = None  # an `async def __init__` running
         self._creation_error: BaseException | None = None
@@ -154,9 +159,9 @@ class RayActorHost:
         groups: Mapping[str, int] = create.options.concurrency_groups or {}
         max_concurrency = int(create.options.max_concurrency or 1)
         if self._is_async:
-            self._loops[None] = _GroupLoop("actor-loop", max_concurrency)
+            self._loops[None] = GroupLoop("actor-loop", max_concurrency)
             for name, size in groups.items():
-                self._loops[name] = _GroupLoop(f"actor-loop-{name}", size)
+                self._loops[name] = GroupLoop(f"actor-loop-{name}", size)
         else:
             self._default_pool = CallThreads(max_concurrency, "actor")
             for name, size in groups.items():
@@ -237,6 +242,7 @@ class RayActorHost:
         if self._creation_error is not None or self._instance is None:
             raise _creation_failed(self._class_name)
         args, kwargs = resolve_call_arguments(call.args, self._runtime.fetch)
+        call.args = _RESOLVED  # the frame's buffers are the arguments' memory: held only by them now
         method = actor_method(self._instance, call.method)
         return method, args, kwargs
 
@@ -287,6 +293,7 @@ class RayActorHost:
         try:
             method, args, kwargs = self._prepare(call)
             result = method(*args, **kwargs)
+            method = args = kwargs = None  # dropped before the result goes (`_complete`)
             if inspect.iscoroutine(result):
                 result = asyncio.run(result)
             if call.num_returns == "streaming":
@@ -321,11 +328,13 @@ class RayActorHost:
                 if creating is not None and not creating.done():
                     # An `async def __init__` still runs: calls start in order once it ends.
                     await asyncio.shield(asyncio.wrap_future(creating))
-                if call.args.top_level or not self._created.is_set():  # never block the loop
+                fetches = call.args.top_level or call.args.stored is not None
+                if fetches or not self._created.is_set():  # never block the loop
                     method, args, kwargs = await loop.run_in_executor(None, self._prepare, call)
                 else:
                     method, args, kwargs = self._prepare(call)
                 result = method(*args, **kwargs)
+                method = args = kwargs = None
                 if inspect.isawaitable(result):
                     result = await result
                 if call.num_returns == "streaming":
@@ -367,6 +376,7 @@ class RayActorHost:
         sys.stdout.flush()
         sys.stderr.flush()
         flush_forwarded()
+        self._runtime.return_shared()  # the arguments' blocks the driver may reuse for the next call
         done = CallDone(call.call, values, error is not None)
         if self._foreign is None or not self._foreign.answer(done):
             self._send(done)
@@ -504,47 +514,6 @@ class RayActorHost:
             return
         print(f"fray_ray: actor {self._class_name} lost its driver's session; exiting", file=sys.__stderr__, flush=True)
         os._exit(1)
-
-
-class _GroupLoop:
-    """An event loop on its own thread, with a limit on coroutines running at once."""
-
-    def __init__(self, name: str, max_concurrency: int) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-        async def build() -> asyncio.Semaphore:
-            return asyncio.Semaphore(max(1, max_concurrency))
-
-        self.semaphore = asyncio.run_coroutine_threadsafe(build(), self.loop).result()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    def call(self, fn: Any) -> None:
-        """Run a plain callable on the loop thread."""
-        self.loop.call_soon_threadsafe(fn)
-
-    def spawn(self, make_coroutine: Any) -> None:
-        """Start `make_coroutine()` as a task on the loop."""
-        self.loop.call_soon_threadsafe(lambda: self.loop.create_task(make_coroutine()))
-
-    def stop(self) -> None:
-        """Cancel what still runs on the loop, then stop it."""
-
-        async def cancel_all() -> None:
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            self.loop.stop()
-
-        try:
-            self.loop.call_soon_threadsafe(lambda: self.loop.create_task(cancel_all()))
-        except RuntimeError:
-            pass
 
 
 def _end_own_job() -> None:

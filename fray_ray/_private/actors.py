@@ -268,7 +268,7 @@ class ActorManager(ActorCalls, NamedActors):  # ActorCalls first: its _complete_
             class_name=spec.class_name,
             qualified_name=spec.qualified_name,
             methods=cloudpickle.dumps(dict(spec.methods)),
-            args=CallArguments(spec.arguments.value, list(spec.arguments.top_level)),
+            args=CallArguments(spec.arguments.value, list(spec.arguments.top_level), stored=spec.arguments.stored),
             env=dict(spec.env_vars),
             resources=spec.shape.as_dict(),
             placement_group=record.placement_group,

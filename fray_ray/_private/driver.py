@@ -311,6 +311,7 @@ class DriverRuntime(DriverReads):
         """An actor's id; for a gang (spec.gang), the members' ids in host order."""
         self.launcher.prepare(spec.runtime_env)  # raises if its code cannot be shipped
         self.references.flush()
+        spec.arguments = self._own_arguments(spec.arguments)  # restarts build the instance again from it
         if spec.gang is not None:
             return self.actors.create_gang(spec)
         return self.actors.create(spec)

@@ -68,19 +68,29 @@ def shared_memory_dir() -> str | None:
     return directory
 
 
+def _read_boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as boot:
+            return boot.read().strip().decode()
+    except OSError:
+        return ""
+
+
+#: This kernel's boot: read at import, so workers forked from a template do not read it again.
+_BOOT_ID = _read_boot_id()
+
+
 def host_identity(directory: str | None) -> str:
     """Names `directory` across processes: equal only if both see the same mounted directory on
     the same running kernel, as the same user (who alone can open the driver's 0600 files).
-    "" for no directory."""
-    if directory is None:
+    "" for no directory (or no boot id to tell kernels apart)."""
+    if directory is None or not _BOOT_ID:
         return ""
     try:
-        with open("/proc/sys/kernel/random/boot_id") as boot:
-            boot_id = boot.read().strip()
         status = os.stat(directory)
     except OSError:
         return ""
-    return f"{boot_id}:{status.st_dev}:{status.st_ino}:{os.getuid()}"
+    return f"{_BOOT_ID}:{status.st_dev}:{status.st_ino}:{os.getuid()}"
 
 
 def _unlink(path: str, creator: int) -> None:

@@ -50,7 +50,8 @@ def startup_variable(name: str) -> bool:
     if name in ("PYTHONPATH", "PYTHONUNBUFFERED"):
         return False  # rebuilt in the child
     return (
-        name.startswith(("PYTHON", "LD_", "MALLOC_", "OPENBLAS_", "MKL_", "OMP_", "GOTO", "NPY_", "NUMPY_", "LC_"))
+        name.startswith(("PYTHON", "LD_", "MALLOC_", "OPENBLAS_", "MKL_", "OMP_", "GOTO", "NPY_", "NUMPY_", "LC_",
+                         "OTEL_"))  # OpenTelemetry reads its settings as it is imported
         or name.endswith("_NUM_THREADS")
         or name in ("LANG", "TZ")
     )

@@ -18,6 +18,7 @@ import cloudpickle
 
 from fray_ray.iris.controller_client import Backoff
 from fray_ray.iris.errors import ActorCallError, NotFound, Unavailable, translate_connect_errors
+from fray_ray.iris.http_clients import http_client_for
 from fray_ray.iris.resolver import Resolver
 from fray_ray.iris.rpc import actor_pb2
 from fray_ray.iris.rpc.actor_connect import ActorServiceClientSync
@@ -135,7 +136,8 @@ class ActorClient:
                     raise Unavailable(f"no endpoint registered for actor {self.name!r}", method="resolve")
                 self._endpoint = endpoints[0]
                 self._stub = ActorServiceClientSync(
-                    self._endpoint.url, accept_compression=[], send_compression=None, timeout_ms=self._call_timeout_ms
+                    self._endpoint.url, accept_compression=[], send_compression=None, timeout_ms=self._call_timeout_ms,
+                    http_client=http_client_for(self._endpoint.url),
                 )
             headers = dict(self._endpoint.metadata) if self._endpoint is not None else {}
             # An endpoint that names its own credentials (an actor server's secret) knows best;

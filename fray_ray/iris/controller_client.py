@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 
 from fray_ray.iris.addresses import normalize_address
 from fray_ray.iris.errors import NotFound, Unavailable, translate_connect_errors
+from fray_ray.iris.http_clients import http_client_for
 from fray_ray.iris.logs import LogReader, LogSelection, LogsNotServed
 from fray_ray.iris.names import JobName
 from fray_ray.iris.rpc import controller_pb2
@@ -59,7 +60,8 @@ class ControllerClient:
         self._headers = bearer_headers(token)
         self._timeout_ms = int(timeout * 1000)
         self._stub = ControllerServiceClientSync(
-            self.address, accept_compression=None, send_compression=None, timeout_ms=self._timeout_ms
+            self.address, accept_compression=None, send_compression=None, timeout_ms=self._timeout_ms,
+            http_client=http_client_for(self.address),
         )
         self._logs = LogReader(self.address, headers=self._headers, timeout_ms=self._timeout_ms)
         self._bundle_lock = threading.Lock()  # guards the two fields below

@@ -20,6 +20,7 @@ from connectrpc.compression.zstd import ZstdCompression
 from connectrpc.method import IdempotencyLevel, MethodInfo
 
 from fray_ray.iris.errors import IrisRpcError, translate_connect_errors
+from fray_ray.iris.http_clients import http_client_for
 from fray_ray.iris.rpc import finelog_logging_pb2
 from fray_ray.iris.types import LogLine
 
@@ -133,6 +134,7 @@ class LogReader:
                     accept_compression=ACCEPTED_COMPRESSIONS,
                     send_compression=None,
                     timeout_ms=self._timeout_ms,
+                    http_client=http_client_for(self._address),
                 )
             return client
 

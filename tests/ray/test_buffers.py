@@ -142,7 +142,7 @@ def test_a_worker_reuses_the_block_of_an_argument_it_has_dropped(cluster_session
     while an argument the actor keeps is never overwritten by a later one."""
     size = 8 << 20
 
-    @ray.remote
+    @ray.remote(runtime_env={"env_vars": {SHARED_MEMORY_DIR_ENV: ""}})  # arguments over its stream
     class Receiver:
         def __init__(self) -> None:
             self.kept: np.ndarray | None = None

@@ -310,3 +310,45 @@ def test_a_worker_that_cannot_open_a_lent_file_asks_again_for_the_bytes(
         WORKER_BORROWS.use_directory(previous)
         worker_side.close()
         driver_side.close()
+
+
+def test_an_actor_reads_arguments_in_place_and_a_kept_one_is_never_overwritten(cluster_session: object) -> None:
+    @ray.remote
+    class Receiver:
+        def __init__(self) -> None:
+            self.kept: np.ndarray | None = None
+
+        def take(self, array: np.ndarray, keep: bool) -> tuple[str, int, int]:
+            if keep:
+                self.kept = array
+            return _exporter(array), int(array.sum()), int(self.kept.sum()) if self.kept is not None else 0
+
+    lent_blocks = runtime_state.current().lent_blocks
+    receiver = Receiver.remote()
+    ray.get(receiver.__ray_ready__.remote())
+    lent_before = lent_blocks.outstanding()
+    before = set(_driver_files())
+    answers = [ray.get(receiver.take.remote(np.full(SIZE, value, np.uint8), value == 2)) for value in (1, 2, 3, 4)]
+    assert [kind for kind, _, _ in answers] == ["c_char_Array_8388608"] * 4
+    assert [total for _, total, _ in answers] == [value * SIZE for value in (1, 2, 3, 4)]
+    assert [kept for _, _, kept in answers] == [0, 2 * SIZE, 2 * SIZE, 2 * SIZE]  # never overwritten
+    assert lent_blocks.outstanding() == lent_before + 1  # only the kept one is still out
+    assert len(set(_driver_files()) - before) <= 2  # the kept block, and one the others shared
+    ray.kill(receiver)
+
+
+def test_an_async_actor_and_a_constructor_get_large_arguments_as_they_were_at_the_call(cluster_session: object) -> None:
+    @ray.remote
+    class AsyncReceiver:
+        def __init__(self, array: np.ndarray) -> None:
+            self.first = int(array[0])
+
+        async def total(self, array: np.ndarray) -> tuple[int, int, str]:
+            return self.first, int(array.sum()), _exporter(array)
+
+    array = np.full(SIZE, 5, np.uint8)
+    receiver = AsyncReceiver.remote(array)  # its process is not running yet: the arguments wait
+    array[0] = 42
+    answers = ray.get([receiver.total.remote(np.full(SIZE, value, np.uint8)) for value in (1, 2)])
+    assert answers == [(5, SIZE, "c_char_Array_8388608"), (5, 2 * SIZE, "c_char_Array_8388608")]
+    ray.kill(receiver)

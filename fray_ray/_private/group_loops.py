@@ -1,0 +1,48 @@
+"""An event loop on a thread of its own for one concurrency group of an async actor."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+
+class GroupLoop:
+    """An event loop on its own thread, with a limit on coroutines running at once."""
+
+    def __init__(self, name: str, max_concurrency: int) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+        async def build() -> asyncio.Semaphore:
+            return asyncio.Semaphore(max(1, max_concurrency))
+
+        self.semaphore = asyncio.run_coroutine_threadsafe(build(), self.loop).result()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def call(self, fn: Any) -> None:
+        """Run a plain callable on the loop thread."""
+        self.loop.call_soon_threadsafe(fn)
+
+    def spawn(self, make_coroutine: Any) -> None:
+        """Start `make_coroutine()` as a task on the loop."""
+        self.loop.call_soon_threadsafe(lambda: self.loop.create_task(make_coroutine()))
+
+    def stop(self) -> None:
+        """Cancel what still runs on the loop, then stop it."""
+
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self.loop.stop()
+
+        try:
+            self.loop.call_soon_threadsafe(lambda: self.loop.create_task(cancel_all()))
+        except RuntimeError:
+            pass
