@@ -110,7 +110,10 @@ class ActorServer:
         self._operations: dict[str, _Operation] = {}
         self._shared_executor = concurrent.futures.ThreadPoolExecutor(max_threads, thread_name_prefix="actor-call")
         app = ActorServiceASGIApplication(_ActorService(self), read_max_bytes=read_max_bytes)
-        self._server = RpcServer(BearerAuth(app, token) if token else app, host=host, port=port, name="actor-server")
+        self._server = RpcServer(
+            BearerAuth(app, token) if token else app, host=host, port=port, name="actor-server",
+            start_on_first_connection=True,  # most actors are only ever called over the session stream
+        )
 
     # ---- lifecycle -----------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import hmac
 import json
 import logging
 import secrets
+import select
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -183,6 +184,12 @@ class RpcServer:
 
     `start()` returns once the server accepts connections; `stop()` closes the socket and
     joins the thread. Usable as a context manager.
+
+    With `start_on_first_connection`, `start()` binds and listens (the port is owned and
+    connections queue in the kernel) but the event loop and uvicorn start only when the first
+    connection arrives. An actor host is such a server: its driver speaks to it over the
+    session stream, so most actors are never called over Connect, and an idle uvicorn costs
+    each of them about a megabyte of pages of its own.
     """
 
     def __init__(
@@ -193,8 +200,11 @@ class RpcServer:
         port: int = 0,
         name: str = "rpc-server",
         limits: ConnectionLimits | None = None,
+        start_on_first_connection: bool = False,
     ) -> None:
         self._app = app
+        self._lazy = start_on_first_connection
+        self._wake: tuple[socket.socket, socket.socket] | None = None  # stop() wakes a lazy server's wait
         self._limits = limits or ConnectionLimits()
         self._connections: ConnectionTable | None = None
         self._host = host
@@ -206,6 +216,8 @@ class RpcServer:
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._failure: BaseException | None = None
+        self._lock = threading.Lock()  # orders a lazy server's start against stop()
+        self._stopping = False
 
     @property
     def port(self) -> int:
@@ -233,6 +245,21 @@ class RpcServer:
         self._socket = bind_socket(self._host, self._requested_port)
         self._port = self._socket.getsockname()[1]
         self._connections = ConnectionTable(self._limits)
+        self._stopping = False
+        if self._lazy:
+            self._wake = socket.socketpair()
+        # uvicorn installs signal handlers only on the main thread; this one never is.
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+        if self._lazy:
+            return self
+        if not self._started.wait(timeout) or self._failure is not None:
+            failure = self._failure
+            self.stop()
+            raise RuntimeError(f"{self._name} failed to start") from failure
+        return self
+
+    def _new_server(self) -> _Server:
         config = uvicorn.Config(
             self._app,
             log_level="warning",
@@ -244,19 +271,30 @@ class RpcServer:
             timeout_keep_alive=self._limits.keep_alive_s,  # type: ignore[arg-type]
             timeout_graceful_shutdown=1,
         )
-        self._server = _Server(config, self._started)
-        # uvicorn installs signal handlers only on the main thread; this one never is.
-        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-        self._thread.start()
-        if not self._started.wait(timeout) or self._failure is not None:
-            failure = self._failure
-            self.stop()
-            raise RuntimeError(f"{self._name} failed to start") from failure
-        return self
+        return _Server(config, self._started)
+
+    def _first_connection(self) -> bool:
+        """Block until a connection is pending (True) or `stop()` was called (False)."""
+        assert self._socket is not None and self._wake is not None
+        waiting = select.poll()
+        waiting.register(self._socket, select.POLLIN)
+        waiting.register(self._wake[1], select.POLLIN)
+        while True:
+            events = dict(waiting.poll())
+            if self._wake[1].fileno() in events or self._stopping:
+                return False
+            if self._socket.fileno() in events:
+                return True
 
     def _run(self) -> None:
-        assert self._server is not None and self._socket is not None
+        assert self._socket is not None
         try:
+            if self._lazy and not self._first_connection():
+                return
+            with self._lock:
+                if self._stopping:
+                    return
+                self._server = self._new_server()
             asyncio.run(self._server.serve(sockets=[self._socket]))
         except BaseException as exc:  # noqa: BLE001 - reported to start()
             self._failure = exc
@@ -266,12 +304,24 @@ class RpcServer:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop serving and release the port. Idempotent."""
-        if self._server is not None:
-            self._server.request_exit()
+        with self._lock:
+            self._stopping = True
+            server = self._server
+        if server is not None:
+            server.request_exit()
+        if self._wake is not None:
+            try:
+                self._wake[0].send(b"x")
+            except OSError:
+                pass
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
         if self._socket is not None:
             self._socket.close()
+        if self._wake is not None and (self._thread is None or not self._thread.is_alive()):
+            for end in self._wake:
+                end.close()
+            self._wake = None
         self._thread = None
 
     def __enter__(self) -> RpcServer:

@@ -51,3 +51,54 @@ def test_new_tokens_survive_a_command_line() -> None:
     assert len(tokens) == 500
     for token in tokens:
         assert parser.parse_args(["--token", token]).token == token
+
+
+async def _hello_app(scope: dict, receive: object, send: object) -> None:
+    assert scope["type"] == "http"
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]})  # type: ignore[operator]
+    await send({"type": "http.response.body", "body": b"hello"})  # type: ignore[operator]
+
+
+def _get(url: str) -> bytes:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.read()
+
+
+def test_a_lazy_server_starts_uvicorn_at_its_first_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from fray_ray.iris.transport import RpcServer
+
+    built: list[object] = []
+    original = RpcServer._new_server
+    monkeypatch.setattr(RpcServer, "_new_server", lambda self: built.append(self) or original(self))
+    server = RpcServer(_hello_app, start_on_first_connection=True).start()
+    try:
+        assert built == []  # bound and listening, no event loop yet
+        with socket.create_connection(("127.0.0.1", server.port)):
+            pass  # a connection that says nothing and leaves still wakes it
+        assert _get(server.url + "/") == b"hello"
+        assert _get(server.url + "/") == b"hello"
+        assert len(built) == 1
+    finally:
+        server.stop()
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # its answered connections wait in TIME_WAIT
+        sock.bind(("127.0.0.1", server.port))  # no longer listening
+
+
+def test_a_lazy_server_stopped_before_any_connection_ends_its_thread() -> None:
+    import socket
+    import threading
+
+    from fray_ray.iris.transport import RpcServer
+
+    server = RpcServer(_hello_app, start_on_first_connection=True, name="lazy-test-server").start()
+    port = server.port
+    server.stop()
+    server.stop()
+    assert not [t for t in threading.enumerate() if t.name == "lazy-test-server"]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
