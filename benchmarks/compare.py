@@ -38,7 +38,7 @@ sys.path.insert(0, HERE)
 
 import report  # noqa: E402
 import stats  # noqa: E402
-from procs import MARK_ENV, loadavg, marked_pids, process_name  # noqa: E402
+from procs import MARK_ENV, loadavg, marked_pids, process_name, wait_for_idle_cpu  # noqa: E402
 from shapes import Catalog, Curves, catalog  # noqa: E402
 
 RUN_ONE = os.path.join(HERE, "run_one.py")
@@ -46,6 +46,7 @@ DEFAULT_RAY_PYTHON = os.path.join(os.path.dirname(HERE), ".ci", "venvs", "ray", 
 GRACE_S = 60.0  # beyond a shape's own timeout, before the watchdog kills its process
 SHUTDOWN_LIMIT_S = 120.0
 STARTUP_LIMIT_S = 300.0  # import + init before the first shape starts
+QUIET_LIMIT_S = 60.0  # how long a process waits for the CPUs to be 90% idle before it starts
 
 
 class Runner:
@@ -97,6 +98,9 @@ class Runner:
     def _run_process(self, backend: str, shapes: list[str], local_mode: bool) -> dict[str, dict[str, Any]]:
         self.count += 1
         tag = f"{self.count:03d}-{backend}"
+        waited, idle = wait_for_idle_cpu(limit_s=QUIET_LIMIT_S)
+        if idle < 0.9:
+            self.notes.append(f"{tag}: started on a busy machine (CPUs {idle:.0%} idle after waiting {waited:.0f} s)")
         out_json = os.path.join(self.logdir, f"{tag}.json")
         mark = uuid.uuid4().hex
         env = dict(os.environ, **{MARK_ENV: mark, "RAY_USAGE_STATS_ENABLED": "0"})

@@ -160,3 +160,27 @@ def wait_children_gone(timeout_s: float) -> float | None:
 def loadavg() -> str:
     text = _read("/proc/loadavg")
     return " ".join(text.split()[:3]) if text else "?"
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """(idle, total) jiffies of all CPUs since boot."""
+    text = _read("/proc/stat") or "cpu 0 0 0 1"
+    fields = [int(x) for x in text.splitlines()[0].split()[1:]]
+    return fields[3] + (fields[4] if len(fields) > 4 else 0), sum(fields)
+
+
+def wait_for_idle_cpu(idle_fraction: float = 0.9, window_s: float = 1.0, limit_s: float = 60.0) -> tuple[float, float]:
+    """Wait until the CPUs were at least `idle_fraction` idle over one `window_s` (at most `limit_s`).
+
+    The load average is a slow mean: after a shape that ran hundreds of processes it stays high
+    for minutes on a machine that is already idle, so it cannot say whether the next shape starts
+    on a quiet machine. Returns (seconds waited, idle fraction of the last window)."""
+    started = time.monotonic()
+    while True:
+        idle0, total0 = _cpu_ticks()
+        time.sleep(window_s)
+        idle1, total1 = _cpu_ticks()
+        idle = (idle1 - idle0) / max(1, total1 - total0)
+        waited = time.monotonic() - started
+        if idle >= idle_fraction or waited >= limit_s:
+            return waited, idle
