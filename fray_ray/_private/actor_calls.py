@@ -91,14 +91,15 @@ class ActorCalls:
                     record.queued.append(call)
                     return
             if death is None:
-                self._send_call(connection, call)
+                # Calls behind others in flight are written together by the connection's writer.
+                self._send_call(connection, call, defer=len(record.in_flight) > 1)
                 calls_sent(self._events, [call.call_id], int(runs_now), record.host, record.pid)
         if death is not None:
             self._fail_call(call, death)
 
-    def _send_call(self, connection: Connection, call: ActorCallSpec) -> None:
+    def _send_call(self, connection: Connection, call: ActorCallSpec, defer: bool = False) -> None:
         try:
-            messages.notify(connection, CallMethod.of(call, self._objects.value))
+            messages.notify(connection, CallMethod.of(call, self._objects.value), defer=defer)
         except ConnectionClosed:
             pass  # the close callback decides about the call
 

@@ -379,7 +379,16 @@ class RayActorHost:
         self._runtime.return_shared()  # the arguments' blocks the driver may reuse for the next call
         done = CallDone(call.call, values, error is not None)
         if self._foreign is None or not self._foreign.answer(done):
-            self._send(done)
+            self._send(done, defer=self._has_other_calls(call))
+
+    def _has_other_calls(self, call: CallMethod) -> bool:
+        """Whether other calls are running or waiting here: then this one's answer can go
+        out with theirs, written by the connection's writer thread."""
+        with self._calls_lock:
+            if len(self._running) > 1:
+                return True
+        pool = (self._group_pools.get(call.group) if call.group else None) or self._default_pool
+        return pool is not None and pool.backlog() > 0
 
     def _exit_requested(self, call: CallMethod) -> None:
         sys.stdout.flush()  # what the method printed reaches the driver before its error
@@ -395,6 +404,7 @@ class RayActorHost:
         if exc.code is None or exc.code == 0 or self._in_process:
             self._exit_requested(call)
             return
+        self._runtime.connection.flush()  # earlier calls' answers still queued go first
         exit_worker(exc)
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -405,11 +415,12 @@ class RayActorHost:
         if self._in_process:
             self._stop()
         else:
+            connection.flush()  # earlier calls' answers still queued go first
             os._exit(1 if die.restart else 0)
 
-    def _send(self, message: Message) -> None:
+    def _send(self, message: Message, defer: bool = False) -> None:
         try:
-            messages.notify(self._runtime.connection, message)
+            messages.notify(self._runtime.connection, message, defer=defer)
         except ConnectionClosed:
             pass
 

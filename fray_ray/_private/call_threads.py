@@ -55,6 +55,10 @@ class CallThreads:
         if start:
             thread.start()
 
+    def backlog(self) -> int:
+        """How many submitted calls no thread has taken yet (a moment ago)."""
+        return self._calls.qsize()
+
     def _work(self) -> None:
         while True:
             item = self._calls.get()

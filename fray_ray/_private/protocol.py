@@ -20,6 +20,15 @@ Who may speak at all is decided before a `Connection` exists (see `stream_server
 
 A worker's connection reads large buffers into reused blocks (`buffers.ReceivedBlocks`) when it
 has a free one of the right size: faulting in fresh pages costs more than the copy itself.
+
+Frames leave in the order they were sent, through one outbox. A plain send writes the outbox
+(its own frame last) before it returns. A *deferred* send (`notify(..., defer=True)`) only
+queues its frame and wakes the connection's writer thread, which writes whatever has queued
+by the time it runs in one `sendall`: a caller that pipelines a thousand calls pays one
+append per call instead of a system call (and a round of the GIL) each, and the peer reads
+them in a few large reads. Deferring is for frames that more are likely to follow soon (calls
+to an actor that is still busy with earlier ones, results while calls wait); a frame that
+someone waits for alone goes out at once, as a plain send.
 """
 
 from __future__ import annotations
@@ -56,6 +65,10 @@ EAGER_READ_BYTES = 1 << 20
 _ZEROS = memoryview(bytes(EAGER_READ_BYTES))
 #: Bytes the reader buffers from the socket, so a small frame costs one system call.
 _READ_BUFFER_BYTES = 64 * 1024
+#: Frame parts below this size are joined into one write; larger ones go out from their own memory.
+_COALESCE_BYTES = 64 * 1024
+#: How long `close()` may spend writing the frames still queued.
+_CLOSE_WRITE_TIMEOUT_S = 1.0
 
 Buffers = Sequence[bytes | bytearray | memoryview]
 #: handler(connection, message_id, body, buffers); message_id is None for notifications.
@@ -132,7 +145,13 @@ class Connection:
         self._reader_file = sock.makefile("rb", buffering=_READ_BUFFER_BYTES)
         self.name = name
         self._received_blocks = received_blocks  # where large buffers are read into (workers)
-        self._send_lock = threading.Lock()
+        self._send_lock = threading.Lock()  # held while writing to the socket
+        self._outbox_lock = threading.Lock()  # guards the three fields below
+        self._outbox: list[list[bytes | memoryview]] = []  # frames not yet written, in order
+        self._writer_woken = False  # the writer thread will look at the outbox again
+        self._writer: threading.Thread | None = None  # started at the first deferred send
+        self._writer_wake = threading.Lock()  # locked while the writer has nothing to do
+        self._writer_wake.acquire()
         self._state_lock = threading.Lock()  # guards _pending and _closed
         self._pending: dict[int, concurrent.futures.Future] = {}
         self._closed = False
@@ -191,7 +210,17 @@ class Connection:
         return self._closed
 
     def close(self) -> None:
-        """Close the socket; pending requests fail with ConnectionClosed."""
+        """Write what is queued (for at most about two `_CLOSE_WRITE_TIMEOUT_S`: a peer that
+        stopped reading must not hold up the close), then close the socket; pending requests
+        fail with ConnectionClosed."""
+        if self._send_lock.acquire(timeout=_CLOSE_WRITE_TIMEOUT_S):  # a write under way ends first
+            try:
+                self._sock.settimeout(_CLOSE_WRITE_TIMEOUT_S)  # nor a peer that reads too slowly
+                self._write_queued()
+            except (ConnectionClosed, OSError):
+                pass
+            finally:
+                self._send_lock.release()
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -211,6 +240,7 @@ class Connection:
             self._closed = True
             pending, self._pending = self._pending, {}
             callbacks, self._on_close = self._on_close, []
+        self._wake_writer()  # it sees the connection closed and ends
         for future in pending.values():
             if not future.done():
                 future.set_exception(ConnectionClosed(f"{self.name}: connection closed"))
@@ -222,24 +252,90 @@ class Connection:
 
     # ---- sending -------------------------------------------------------------------------
 
-    def _send(self, header: list[Any], buffers: Buffers = ()) -> None:
+    def _send(self, header: list[Any], buffers: Buffers = (), defer: bool = False) -> None:
         packed = msgpack.packb(header, use_bin_type=True)
         parts: list[bytes | memoryview] = [FRAME_PREFIX.pack(len(packed), len(buffers)), packed]
         for buffer in buffers:
             view = memoryview(buffer).cast("B") if not isinstance(buffer, bytes) else buffer
             parts.append(_BUFFER_LENGTH.pack(len(view)))
             parts.append(view)
-        with self._send_lock:
+        with self._outbox_lock:
             if self._closed:
                 raise ConnectionClosed(f"{self.name}: connection closed")
-            try:
-                if sum(len(p) for p in parts) < 65536:
-                    self._sock.sendall(b"".join(parts))
-                else:
-                    for part in parts:
+            self._outbox.append(parts)
+            # Only immutable buffers may wait: the caller may change its memory once we return.
+            if defer and all(isinstance(b, bytes) for b in buffers):
+                self._wake_writer_locked()
+                return
+        self._flush()
+
+    def flush(self) -> None:
+        """Write every queued (deferred) frame now, on this thread; a closed connection is ignored."""
+        try:
+            self._flush()
+        except ConnectionClosed:
+            pass
+
+    def _flush(self) -> None:
+        """Write every queued frame; ConnectionClosed if the socket fails."""
+        with self._send_lock:
+            self._write_queued()
+
+    def _write_queued(self) -> None:
+        """`_flush` with `_send_lock` held."""
+        with self._outbox_lock:
+            frames, self._outbox = self._outbox, []
+        if not frames:
+            return  # another thread wrote them
+        small: list[bytes | memoryview] = []
+        small_bytes = 0
+        try:
+            for parts in frames:
+                for part in parts:
+                    if len(part) >= _COALESCE_BYTES:  # a large buffer goes out from its own memory
+                        if small:
+                            self._sock.sendall(b"".join(small))
+                            small, small_bytes = [], 0
                         self._sock.sendall(part)
-            except OSError as exc:
-                raise ConnectionClosed(f"{self.name}: {exc}") from exc
+                    else:
+                        small.append(part)
+                        small_bytes += len(part)
+                        if small_bytes >= _COALESCE_BYTES:
+                            self._sock.sendall(b"".join(small))
+                            small, small_bytes = [], 0
+            if small:
+                self._sock.sendall(b"".join(small))
+        except OSError as exc:
+            raise ConnectionClosed(f"{self.name}: {exc}") from exc
+
+    def _wake_writer(self) -> None:
+        with self._outbox_lock:
+            if self._writer is not None:
+                self._wake_writer_locked()
+
+    def _wake_writer_locked(self) -> None:
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_loop, name=f"{self.name}-writer", daemon=True)
+            self._writer_woken = True
+            self._writer.start()
+        elif not self._writer_woken:
+            self._writer_woken = True
+            self._writer_wake.release()
+
+    def _write_loop(self) -> None:
+        first = True
+        while True:
+            if not first:
+                self._writer_wake.acquire()
+            first = False
+            with self._outbox_lock:
+                self._writer_woken = False
+                if self._closed:
+                    return
+            try:
+                self._flush()
+            except ConnectionClosed:
+                return  # the reader sees the socket fail and closes the connection
 
     def request(self, method: str, body: Any = None, buffers: Buffers = ()) -> concurrent.futures.Future:
         """Send a request; the Future resolves to `(body, buffers)` of the reply."""
@@ -263,8 +359,10 @@ class Connection:
         """request() and wait for the reply."""
         return self.request(method, body, buffers).result(timeout)
 
-    def notify(self, method: str, body: Any = None, buffers: Buffers = ()) -> None:
-        self._send([NOTIFY, 0, method, body], buffers)
+    def notify(self, method: str, body: Any = None, buffers: Buffers = (), *, defer: bool = False) -> None:
+        """Send a message that expects no answer; with `defer`, the writer thread sends it
+        (soon, together with what else has queued by then)."""
+        self._send([NOTIFY, 0, method, body], buffers, defer)
 
     def reply(self, message_id: int, body: Any = None, buffers: Buffers = ()) -> None:
         """Answer request `message_id`; a closed connection is ignored (the asker is gone)."""

@@ -295,10 +295,10 @@ def _unpack_spec(raw: Sequence[Any], buffers: Sequence[bytearray], offset: int) 
 # ---- sending and receiving -----------------------------------------------------------------
 
 
-def notify(connection: Connection, message: Message) -> None:
-    """Send a notification; ConnectionClosed if the peer is gone."""
+def notify(connection: Connection, message: Message, *, defer: bool = False) -> None:
+    """Send a notification; ConnectionClosed if the peer is gone. `defer`: see `Connection.notify`."""
     body, buffers = encode(message)
-    connection.notify(message.KIND, body, buffers)
+    connection.notify(message.KIND, body, buffers, defer=defer)
 
 
 def request(connection: Connection, message: Message) -> concurrent.futures.Future:
