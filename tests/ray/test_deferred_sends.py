@@ -106,3 +106,35 @@ def test_close_does_not_wait_for_a_peer_that_stopped_reading(tcp_pair) -> None:
     threading.Thread(target=lambda: (sender.close(), closed.set()), daemon=True).start()
     assert closed.wait(30), "close() hung behind a write the peer never reads"
     wait_for(lambda: not _writer_threads("stuck-sender"), what="the writer thread to end")
+
+
+# ---- on a real session: answers coalesced in the actor never wait behind a long call --------
+
+
+def test_pipelined_answers_do_not_wait_for_the_calls_behind_them(cluster_session) -> None:
+    import fray_ray
+
+    @fray_ray.remote(max_concurrency=2)
+    class Gate:
+        def __init__(self) -> None:
+            self.opened = threading.Event()
+
+        def quick(self, i: int) -> int:
+            return i
+
+        def wait_until_opened(self) -> str:
+            return "opened" if self.opened.wait(120) else "never opened"
+
+        def open(self) -> None:
+            self.opened.set()
+
+    gate = Gate.remote()
+    blocked = gate.wait_until_opened.remote()  # holds one of the two call threads
+    quick = [gate.quick.remote(i) for i in range(300)]
+    # Every quick answer arrives while a call is still running: none waited for it.
+    assert fray_ray.get(quick, timeout=60) == list(range(300))
+    ready, _ = fray_ray.wait([blocked], timeout=0.2)
+    assert ready == []
+    fray_ray.get(gate.open.remote(), timeout=60)
+    assert fray_ray.get(blocked, timeout=60) == "opened"
+    fray_ray.kill(gate)
