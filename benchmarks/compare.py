@@ -284,8 +284,9 @@ def header_lines(args: argparse.Namespace, cat: Catalog, versions: dict[str, str
     return [
         f"fray_ray {versions.get('fray_ray', '?')}, mode {mode_note}, vs {ray}",
         (f"{datetime.datetime.now().isoformat(timespec='seconds')}, {os.cpu_count()} CPUs, load average {load_before} → {loadavg()}, "
-         f"total {total:.0f} s; {args.reps} repetition(s), each a fresh process per backend and batch, alternating which backend "
-         f"goes first; rate shapes: one ~{round_s} s round after a ~{warmup_s} s warm-up; curves: {curves}"
+         f"total {total:.0f} s; {args.reps} repetition(s), each a fresh process per backend and batch started once the CPUs are "
+         f"90% idle, alternating which backend goes first; rate shapes: one ~{round_s} s round after a ~{warmup_s} s warm-up; "
+         f"curves: {curves}"
          f"{' (quick)' if args.quick else ''}; cells: median ±IQR/median, {report.FLAG} spread > {stats.SPREAD_FLAG:.0%}"),
         f"load average (1/5/15 min) at the start of each repetition: {'; '.join(rep_loads)}",
     ]
