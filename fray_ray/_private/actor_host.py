@@ -223,9 +223,12 @@ class RayActorHost:
         else:
             self._submit_sync(call.group, self._run_sync_call, call)
 
+    def _pool(self, group: str | None) -> CallThreads | None:
+        """The threads that run a sync call of concurrency group `group` (None: async actors)."""
+        return (self._group_pools.get(group) if group else None) or self._default_pool
+
     def _submit_sync(self, group: str | None, fn: Any, *args: Any) -> None:
-        pool = self._group_pools.get(group) if group else None
-        pool = pool or self._default_pool
+        pool = self._pool(group)
         if pool is None:  # async actors build their instance on the default loop thread
             self._loops[None].call(lambda: fn(*args))
             return
@@ -387,7 +390,7 @@ class RayActorHost:
         with self._calls_lock:
             if len(self._running) > 1:
                 return True
-        pool = (self._group_pools.get(call.group) if call.group else None) or self._default_pool
+        pool = self._pool(call.group)
         return pool is not None and pool.backlog() > 0
 
     def _exit_requested(self, call: CallMethod) -> None:

@@ -314,20 +314,16 @@ class Connection:
                 self._wake_writer_locked()
 
     def _wake_writer_locked(self) -> None:
-        if self._writer is None:
-            self._writer = threading.Thread(target=self._write_loop, name=f"{self.name}-writer", daemon=True)
-            self._writer_woken = True
-            self._writer.start()
-        elif not self._writer_woken:
+        if not self._writer_woken:
             self._writer_woken = True
             self._writer_wake.release()
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_loop, name=f"{self.name}-writer", daemon=True)
+            self._writer.start()
 
     def _write_loop(self) -> None:
-        first = True
         while True:
-            if not first:
-                self._writer_wake.acquire()
-            first = False
+            self._writer_wake.acquire()
             with self._outbox_lock:
                 self._writer_woken = False
                 if self._closed:

@@ -5,6 +5,9 @@ caller may still change."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+
+import pytest
 
 from fray_ray._private.protocol import Connection
 from tests.waiting import wait_for
@@ -26,74 +29,66 @@ class _Received:
             return [body for body, _ in self.items]
 
 
-def _pair(tcp_pair) -> tuple[Connection, Connection, _Received]:
+@pytest.fixture
+def connections(tcp_pair) -> Iterator[tuple[Connection, Connection, _Received]]:
+    """(sender, reader, what the reader received) over a loopback pair; both closed afterwards."""
     ours, theirs = tcp_pair
     received = _Received()
     sender = Connection(ours, name="sender").start({})
     reader = Connection(theirs, name="reader").start({"m": received})
-    return sender, reader, received
+    yield sender, reader, received
+    sender.close()
+    reader.close()
 
 
 def _writer_threads(name: str) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == f"{name}-writer"]
 
 
-def test_deferred_frames_arrive_on_their_own_and_in_order_with_plain_ones(tcp_pair) -> None:
-    sender, reader, received = _pair(tcp_pair)
-    try:
-        sender.notify("m", 0)
-        for i in range(1, 500):
-            sender.notify("m", i, defer=True)
-        wait_for(lambda: len(received.bodies()) == 500, what="the deferred frames, with nothing sent after them")
-        sender.notify("m", 500, defer=True)
-        sender.notify("m", 501)  # a plain send writes what is queued before its own frame
-        sender.notify("m", 502, defer=True)
-        wait_for(lambda: len(received.bodies()) == 503)
-        assert received.bodies() == list(range(503))
-    finally:
-        sender.close()
-        reader.close()
+def test_deferred_frames_arrive_on_their_own_and_in_order_with_plain_ones(connections) -> None:
+    sender, _, received = connections
+    sender.notify("m", 0)
+    for i in range(1, 500):
+        sender.notify("m", i, defer=True)
+    wait_for(lambda: len(received.bodies()) == 500, what="the deferred frames, with nothing sent after them")
+    sender.notify("m", 500, defer=True)
+    sender.notify("m", 501)  # a plain send writes what is queued before its own frame
+    sender.notify("m", 502, defer=True)
+    wait_for(lambda: len(received.bodies()) == 503)
+    assert received.bodies() == list(range(503))
 
 
-def test_a_deferred_frame_never_waits_with_memory_the_caller_may_change(tcp_pair) -> None:
-    sender, reader, received = _pair(tcp_pair)
-    try:
-        mutable = bytearray(b"before")
-        sender.notify("m", "mutable", [mutable], defer=True)  # sent at once: a bytearray can change
-        mutable[:] = b"after!"
-        owned = b"stays"
-        sender.notify("m", "owned", [owned], defer=True)
-        wait_for(lambda: len(received.bodies()) == 2)
-        assert received.items == [("mutable", [b"before"]), ("owned", [b"stays"])]
-    finally:
-        sender.close()
-        reader.close()
+def test_a_deferred_frame_never_waits_with_memory_the_caller_may_change(connections) -> None:
+    sender, _, received = connections
+    mutable = bytearray(b"before")
+    sender.notify("m", "mutable", [mutable], defer=True)  # sent at once: a bytearray can change
+    mutable[:] = b"after!"
+    owned = b"stays"
+    sender.notify("m", "owned", [owned], defer=True)
+    wait_for(lambda: len(received.bodies()) == 2)
+    assert received.items == [("mutable", [b"before"]), ("owned", [b"stays"])]
 
 
-def test_close_writes_what_is_queued_and_ends_the_writer(tcp_pair) -> None:
-    sender, reader, received = _pair(tcp_pair)
-    try:
-        big = bytes(256 * 1024)  # larger than one coalesced write: goes out from its own memory
-        for i in range(200):
-            sender.notify("m", i, [big] if i % 50 == 0 else [], defer=True)
-        sender.close()
-        wait_for(lambda: len(received.bodies()) == 200, what="every queued frame, written before the close")
-        assert received.bodies() == list(range(200))
-        assert all(buffers == ([big] if body % 50 == 0 else []) for body, buffers in received.items)  # type: ignore[operator]
-        wait_for(lambda: not _writer_threads("sender"), what="the writer thread to end")
-    finally:
-        reader.close()
+def test_close_writes_what_is_queued_and_ends_the_writer(connections) -> None:
+    sender, _, received = connections
+    big = bytes(256 * 1024)  # larger than one coalesced write: goes out from its own memory
+    for i in range(200):
+        sender.notify("m", i, [big] if i % 50 == 0 else [], defer=True)
+    sender.close()
+    wait_for(lambda: len(received.bodies()) == 200, what="every queued frame, written before the close")
+    assert received.bodies() == list(range(200))
+    assert all(buffers == ([big] if body % 50 == 0 else []) for body, buffers in received.items)  # type: ignore[operator]
+    wait_for(lambda: not _writer_threads("sender"), what="the writer thread to end")
 
 
-def test_the_writer_ends_when_the_peer_goes_away(tcp_pair) -> None:
-    sender, reader, received = _pair(tcp_pair)
+def test_the_writer_ends_when_the_peer_goes_away(connections) -> None:
+    sender, reader, received = connections
     sender.notify("m", 1, defer=True)
     wait_for(lambda: received.bodies() == [1])
     assert _writer_threads("sender")
     reader.close()
     wait_for(lambda: sender.closed, what="the sender to see the connection closed")
     wait_for(lambda: not _writer_threads("sender"), what="the writer thread to end")
-    sender.close()
 
 
 def test_close_does_not_wait_for_a_peer_that_stopped_reading(tcp_pair) -> None:
