@@ -76,6 +76,7 @@ def fate_mode(client: Client, *, in_process: bool, owns_cluster: bool) -> FateMo
 
 class LeaseState(enum.Enum):
     NOT_LAUNCHED = "not launched"  # no lease job (yet, or in this mode)
+    LAUNCHING = "launching"  # asked for: its holder may connect before the controller has answered
     LAUNCHED = "launched"  # the lease job exists; the session's jobs are its children
     REFUSED = "refused"  # the controller would not take it: the session's jobs are root jobs
     RELEASED = "released"  # terminated at shutdown
@@ -139,6 +140,9 @@ class SessionLease:
         If it refuses, warn and leave the session's jobs at the root."""
         if not self._launches:
             return
+        with self._lock:
+            if self._state is LeaseState.NOT_LAUNCHED:  # not released meanwhile
+                self._state = LeaseState.LAUNCHING
         try:
             job = self._client.submit(self._request(), adopt_existing=False, parent_job=None)
         except Exception as exc:  # noqa: BLE001 - the session still works, with less protection
@@ -148,6 +152,9 @@ class SessionLease:
             )
             with self._lock:
                 self._state = LeaseState.REFUSED
+                holder, self._holder = self._holder, None
+            if holder is not None:  # the job started after all: with nothing to hold, it ends
+                holder.close()
             return
         with self._lock:
             released = self._state is LeaseState.RELEASED
@@ -175,7 +182,9 @@ class SessionLease:
         """The lease holder introduced itself (authenticated by the session service): keep its
         connection open (the session service owns it) unless this session holds no lease."""
         with self._lock:
-            accepted = self._state is LeaseState.LAUNCHED  # only a session that launched one has a holder
+            # Only a session that launched one has a holder; on a fast cluster it may say hello
+            # before the controller's answer to the launch is back.
+            accepted = self._state in (LeaseState.LAUNCHING, LeaseState.LAUNCHED)
             if accepted:
                 self._holder = connection
             return accepted

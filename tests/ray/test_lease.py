@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fray_ray._private.lease import LEASE_HOLDER_SOURCE
+from fray_ray._private.lease import LEASE_HOLDER_SOURCE, FateMode, SessionLease
 from fray_ray._private.protocol import Connection
 from fray_ray._private.stream_server import StreamServer
 from fray_ray.iris.controller_client import ControllerClient
@@ -289,3 +289,55 @@ def test_terminating_a_driver_job_ends_its_executors_and_actors(
         states = wait_jobs_finished(controller, [job_id, *children], DEADLINE)
         assert set(states.values()) <= ENDED_WITH_THE_DRIVER, states
         assert states[job_id] == JobState.KILLED
+
+
+# ---- the lease's states, with a client that answers the launch late ---------------------------
+
+
+class _LateAnsweringClient:
+    """A Fray client whose `submit` runs `meanwhile` before it answers, as a fast cluster may
+    start the lease job (and its holder connect) before the launch's answer is back."""
+
+    def __init__(self, meanwhile, fail: bool = False) -> None:  # type: ignore[no-untyped-def]
+        self._meanwhile = meanwhile
+        self._fail = fail
+
+    def submit(self, request, **kwargs):  # type: ignore[no-untyped-def]
+        self._meanwhile()
+        if self._fail:
+            raise RuntimeError("the controller refused the job")
+        return type("Job", (), {"job_id": "/user/session-test"})()
+
+
+class _Holder:
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _lease(client) -> SessionLease:  # type: ignore[no-untyped-def]
+    return SessionLease(client, FateMode.LEASE, session_name="session-test", session_address="127.0.0.1:1", token="t")
+
+
+def test_a_holder_that_greets_before_the_launch_is_answered_is_kept() -> None:
+    accepted: list[bool] = []
+    lease = _lease(_LateAnsweringClient(lambda: accepted.append(lease.holder_connected(_Holder()))))  # type: ignore[arg-type]
+    lease.launch()
+    assert accepted == [True]
+    assert lease.covers_children
+    assert lease.children() == {"parent_job": "/user/session-test"}
+
+
+def test_a_holder_of_a_refused_launch_is_closed() -> None:
+    holder = _Holder()
+    accepted: list[bool] = []
+    lease = _lease(_LateAnsweringClient(lambda: accepted.append(lease.holder_connected(holder)), fail=True))  # type: ignore[arg-type]
+    lease.launch()
+    assert accepted == [True] and holder.closed
+    assert not lease.covers_children
+    assert lease.children() == {"parent_job": None}
+
+
+def test_a_holder_of_no_launch_is_refused() -> None:
+    assert not _lease(_LateAnsweringClient(lambda: None)).holder_connected(_Holder())  # type: ignore[arg-type]
