@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from fray_ray._private import actor_restarts as restarts
-from fray_ray._private import messages
+from fray_ray._private import messages, read_hints
 from fray_ray._private.actor_records import ActorRecord, ActorState
 from fray_ray._private.actor_restarts import CallFate, unknown_actor_error
 from fray_ray._private.cancelled_calls import cancelled_call_error
@@ -92,7 +92,9 @@ class ActorCalls:
                     return
             if death is None:
                 # Calls behind others in flight are written together by the connection's writer.
-                self._send_call(connection, call, defer=len(record.in_flight) > 1)
+                alone = len(record.in_flight) == 1
+                self._send_call(connection, call, defer=not alone)
+                read_hints.after_send(call.return_ids, connection, alone)
                 calls_sent(self._events, [call.call_id], int(runs_now), record.host, record.pid)
         if death is not None:
             self._fail_call(call, death)
@@ -179,6 +181,13 @@ class ActorCalls:
             except ConnectionClosed:
                 pass
         return True
+
+    def _forget_cancelled_locked(self, record: ActorRecord) -> None:
+        """Drop from `record` the calls cancelled while they ran: their refs already failed, so
+        the actor's death or restart neither fails them again nor sends them again."""
+        for call_id in [c for c in record.in_flight if c in self._cancelled]:
+            del record.in_flight[call_id]
+            self._cancelled.discard(call_id)
 
     # ---- results -------------------------------------------------------------------------
 

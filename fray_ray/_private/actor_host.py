@@ -163,7 +163,10 @@ class RayActorHost:
             for name, size in groups.items():
                 self._loops[name] = GroupLoop(f"actor-loop-{name}", size)
         else:
-            self._default_pool = CallThreads(max_concurrency, "actor")
+            # One thread and no concurrency groups: that thread reads the session while idle,
+            # so a call runs where it was read (`read_lending`).
+            reader = connection if max_concurrency == 1 and not groups else None
+            self._default_pool = CallThreads(max_concurrency, "actor", reader)
             for name, size in groups.items():
                 self._group_pools[name] = CallThreads(size, f"actor-{name}")
         if self._is_async:  # on the actor's loop, where Ray awaits an `async def __init__`
@@ -391,7 +394,7 @@ class RayActorHost:
             if len(self._running) > 1:
                 return True
         pool = self._pool(call.group)
-        return pool is not None and pool.backlog() > 0
+        return pool is not None and (pool.backlog() > 0 or self._runtime.connection.lender_has_input())
 
     def _exit_requested(self, call: CallMethod) -> None:
         sys.stdout.flush()  # what the method printed reaches the driver before its error

@@ -365,6 +365,7 @@ class ActorManager(ActorCalls, NamedActors):  # ActorCalls first: its _complete_
             if can_restart:
                 record.restarts += 1
                 record.state = ActorState.RESTARTING
+                self._forget_cancelled_locked(record)
                 # Calls in flight go to the next instance while their retries last.
                 dropped = [call for call in record.in_flight.values()
                            if restarts.fate_at_death(self._retries, call.call_id, restarting=True) is not CallFate.SEND]
@@ -413,6 +414,7 @@ class ActorManager(ActorCalls, NamedActors):  # ActorCalls first: its _complete_
             record.state = ActorState.DEAD
             record.death = death
             record.ended = time.time()
+            self._forget_cancelled_locked(record)
             calls = [*record.queued, *record.in_flight.values()]
             record.queued = []
             record.in_flight = {}

@@ -7,6 +7,10 @@ a call's result travels back on its own (`call_done`). This pool keeps what matt
 up to `size` threads, started only as calls need them (an actor with `max_concurrency=1000`
 starts a thousand threads only if it gets that many calls at once), calls taken in arrival
 order, and a shutdown that drops the calls not yet started.
+
+A pool of one thread may be given its connection (`reader`): its thread then reads that
+connection itself while no call waits (see `read_lending`), so a call read there runs at once,
+on the same thread, as every call of that actor does.
 """
 
 from __future__ import annotations
@@ -15,21 +19,32 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 logger = logging.getLogger(__name__)
 
 _STOP = None  # what a thread takes from the queue to end
 
 
+class LendingReader(Protocol):
+    """The part of a `Connection` a pool thread reads through while it waits."""
+
+    def serve_until(self, done: Callable[[], bool]) -> None: ...
+
+    def wake_lender(self) -> None: ...
+
+
 class CallThreads:
     """Runs `submit`ted calls on at most `size` threads named `<name>_<n>`."""
 
-    def __init__(self, size: int, name: str) -> None:
+    def __init__(self, size: int, name: str, reader: LendingReader | None = None) -> None:
         if size < 1:
             raise ValueError("a call pool needs at least one thread")
+        if reader is not None and size != 1:
+            raise ValueError("only a pool of one thread reads its connection")
         self._size = size
         self._name = name
+        self._reader = reader
         self._calls: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()  # guards the three fields below
         self._threads: list[threading.Thread] = []
@@ -54,13 +69,20 @@ class CallThreads:
             self._calls.put((fn, args))
         if start:
             thread.start()
+        elif self._reader is not None:
+            self._reader.wake_lender()  # a call from elsewhere than the connection (or nothing, from it)
 
     def backlog(self) -> int:
         """How many submitted calls no thread has taken yet (a moment ago)."""
         return self._calls.qsize()
 
+    def _has_call(self) -> bool:
+        return not self._calls.empty()
+
     def _work(self) -> None:
         while True:
+            if self._reader is not None:
+                self._reader.serve_until(self._has_call)  # read the connection until a call is there
             item = self._calls.get()
             if item is _STOP:
                 return
@@ -88,3 +110,5 @@ class CallThreads:
                 break
         for _ in range(threads):
             self._calls.put(_STOP)
+        if self._reader is not None:
+            self._reader.wake_lender()

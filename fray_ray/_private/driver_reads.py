@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from fray_ray._private import read_hints
 from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.object_ref import ObjectRef
 from fray_ray._private.serialization import deserialize
@@ -63,15 +65,23 @@ class DriverReads:
                 if finished:
                     event.set()
 
+            source = read_hints.take(pending[0]) if len(pending) == 1 else None
             if len(pending) == 1:  # the commonest wait (get of one ref): its completion ends it
                 def done(object_id: bytes) -> None:  # noqa: F811
                     event.set()
+                    if source is not None:
+                        source.wake_lender()  # in case it arrived another way than `source`
 
             for object_id in pending:
                 self.objects.add_done_callback(object_id, done)
             # Errors already present are raised at once, without waiting for the rest.
             if not any(self.objects.is_error(oid) for oid in object_ids):
-                if not event.wait(timeout):
+                wait_s = timeout
+                if source is not None:  # read its connection here rather than be woken by its reader
+                    started = time.monotonic()
+                    source.serve_until(event.is_set, timeout)
+                    wait_s = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+                if not event.wait(wait_s):
                     for object_id in pending:
                         self.objects.remove_done_callback(object_id, done)
                     raise GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} seconds.")

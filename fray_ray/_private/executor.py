@@ -150,14 +150,19 @@ class Executor:
         with self._condition:
             self._exiting = True
 
+    def _has_work(self) -> bool:
+        return bool(self._queue) or self._exiting
+
     def serve(self) -> None:
         """Run tasks until told to exit, the driver goes away, or max_calls is reached."""
         self._main_thread_id = threading.get_ident()
         self.runtime.connection.add_close_callback(self._session_lost)
         calls = 0
         while True:
+            # This thread reads the session while it waits, so a task runs where it was read.
+            self.runtime.connection.serve_until(self._has_work)
             with self._condition:
-                while not self._queue and not self._exiting:
+                while not self._queue and not self._exiting:  # the session closed: its close callback says what now
                     self._condition.wait()
                 if self._exiting and not self._queue:
                     return

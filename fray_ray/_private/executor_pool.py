@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fray_ray._private import messages
+from fray_ray._private import messages, read_hints
 from fray_ray._private.cluster_ledger import ClusterLedger
 from fray_ray._private.idle_workers import LentWorker
-from fray_ray._private.messages import Exit
+from fray_ray._private.messages import ExecuteTask, Exit
 from fray_ray._private.nodes import placement_needs
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.resources import Holding, Ledger
@@ -28,6 +28,7 @@ from fray_ray._private.timers import TimerQueue
 
 if TYPE_CHECKING:
     from fray_ray._private.launcher import WorkerLauncher
+    from fray_ray._private.object_table import ObjectTable
     from fray_ray._private.scheduler import TaskRecord
 
 #: Idle executors above the warm set are retired after this many seconds.
@@ -71,6 +72,7 @@ class ExecutorPool:
     _ledger: ClusterLedger
     _launcher: WorkerLauncher
     _timers: TimerQueue
+    _objects: ObjectTable
     _warm: int
     _closed: bool
     _maintenance: Any
@@ -82,6 +84,24 @@ class ExecutorPool:
     def _executor_failed_to_start(self, executor: ExecutorRecord, problem: str) -> None:
         """Fail the tasks waiting for an executor that died before connecting (TaskScheduler's)."""
         raise NotImplementedError
+
+    def _send_task(self, executor: ExecutorRecord, record: TaskRecord) -> None:
+        """Send a task assigned to `executor` (its code the first time this executor sees it)."""
+        spec = record.spec
+        message = ExecuteTask.of(
+            spec,
+            self._objects.value,
+            send_code=spec.function.code_id not in executor.sent_code,
+            resources=record.demand,
+            placement_group=record.placement[0].hex() if record.placement else None,
+        )
+        try:
+            assert executor.connection is not None
+            messages.notify(executor.connection, message)
+            executor.sent_code.add(spec.function.code_id)
+            read_hints.after_send(spec.return_ids, executor.connection, alone=len(executor.tasks) == 1)
+        except ConnectionClosed:
+            pass  # the close callback requeues the task
 
     def _drop_locked(self, executor: ExecutorRecord) -> None:
         """Forget an executor that is gone or going (and what it asked the cluster for)."""

@@ -10,8 +10,9 @@ kind REQUEST expects a REPLY (or ERROR) with the same id; NOTIFY expects nothing
 binary values (pickle-5 buffers, numpy data) travel as out-of-band buffers, so they are
 written straight from the caller's memory and read straight into their own bytearray.
 
-Either side may send requests. Handlers run on the reader thread and must not block: slow
-work is handed to another thread, and its reply sent with `reply()` later.
+Either side may send requests. Handlers run on the reader thread, or on a thread that reads
+the connection itself while it waits (`serve_until`, see `read_lending`), and must not block:
+slow work is handed to another thread, and its reply sent with `reply()` later.
 
 A reader trusts no length it is told: a frame's header size, buffer count and buffer sizes are
 checked against the maxima below before anything is allocated, and a large buffer grows as its
@@ -46,6 +47,7 @@ from typing import Any
 import msgpack
 
 from fray_ray._private.buffers import ReceivedBlocks
+from fray_ray._private.read_lending import LendableSocket, ReadLending
 
 logger = logging.getLogger(__name__)
 
@@ -131,18 +133,21 @@ def _read_exactly(reader: io.BufferedReader, size: int, blocks: ReceivedBlocks |
             buffer += _ZEROS[: target - len(buffer)]
 
 
-class Connection:
+class Connection(ReadLending):
     """One framed, multiplexed connection. Thread-safe for senders.
 
     `start(handlers)` spawns the reader thread. `request()` returns a Future for the reply;
-    `notify()` sends and forgets. `on_close` callbacks run once, after the reader stops.
+    `notify()` sends and forgets. `on_close` callbacks run once, after the reader stops. A
+    worker thread may read the connection itself while it waits for work (`serve_until`,
+    see `read_lending`).
     """
 
     def __init__(self, sock: socket.socket, *, name: str = "connection",
                  received_blocks: ReceivedBlocks | None = None) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock
-        self._reader_file = sock.makefile("rb", buffering=_READ_BUFFER_BYTES)
+        self._raw = LendableSocket(sock)
+        self._reader_file = io.BufferedReader(self._raw, _READ_BUFFER_BYTES)
         self.name = name
         self._received_blocks = received_blocks  # where large buffers are read into (workers)
         self._send_lock = threading.Lock()  # held while writing to the socket
@@ -161,6 +166,7 @@ class Connection:
         self._on_close: list[Callable[[Connection], None]] = []
         self._packer_lock = threading.Lock()
         self.peer_info: dict[str, Any] = {}
+        self._init_lending()
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -241,6 +247,7 @@ class Connection:
             pending, self._pending = self._pending, {}
             callbacks, self._on_close = self._on_close, []
         self._wake_writer()  # it sees the connection closed and ends
+        self._end_lending()
         for future in pending.values():
             if not future.done():
                 future.set_exception(ConnectionClosed(f"{self.name}: connection closed"))
@@ -342,6 +349,7 @@ class Connection:
                 future.set_exception(ConnectionClosed(f"{self.name}: connection closed"))
                 return future
             self._pending[message_id] = future
+        self._lender_will_wait()
         try:
             self._send([REQUEST, message_id, method, body], buffers)
         except ConnectionClosed as exc:
@@ -407,14 +415,13 @@ class Connection:
         try:
             if first_frame is not None:
                 self._dispatch(first_frame, [])
-            while True:
+            while self._standby_turn():  # at once, unless a worker thread reads (`serve_until`)
                 header, buffers = self._read_frame()
                 self._dispatch(header, buffers)
                 header = buffers = None  # the frame's memory is its handler's now: hold it no longer
-        except FrameTooLarge as exc:
-            logger.warning("%s: %s; closing the connection", self.name, exc)
-        except (ConnectionClosed, OSError, ValueError, TypeError, msgpack.UnpackException):
-            pass
+                self._standby_read_one()
+        except Exception as exc:  # noqa: BLE001 - whatever a frame did wrong ends the connection
+            self._reading_failed(exc)
         finally:
             self._mark_closed()
             try:
@@ -422,6 +429,13 @@ class Connection:
                 self._sock.close()
             except OSError:
                 pass
+
+    def _reading_failed(self, exc: BaseException) -> None:
+        if isinstance(exc, FrameTooLarge):
+            logger.warning("%s: %s; closing the connection", self.name, exc)
+        elif not isinstance(exc, (ConnectionClosed, OSError, ValueError, TypeError, msgpack.UnpackException)):
+            logger.error("%s: reading failed; closing the connection", self.name, exc_info=exc)
+        self._mark_closed()
 
     def _dispatch(self, header: list[Any], buffers: list[bytearray]) -> None:
         kind, message_id, method, body = header

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from fray_ray._private import messages
 from fray_ray._private.cluster_ledger import ClusterLedger
 from fray_ray._private.executor_pool import IDLE_TIMEOUT_S, ExecutorPool, ExecutorRecord, ExecutorState
-from fray_ray._private.messages import CancelTask, ExecuteTask, Exit, Unqueue
+from fray_ray._private.messages import CancelTask, Exit, Unqueue
 from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.resources import Ledger
@@ -357,22 +357,6 @@ class TaskScheduler(ExecutorPool):
         logger.error(message)
         for record in victims:
             self._finish(record, self._error_for("system", RaySystemError(message)))
-
-    def _send_task(self, executor: ExecutorRecord, record: TaskRecord) -> None:
-        spec = record.spec
-        message = ExecuteTask.of(
-            spec,
-            self._objects.value,
-            send_code=spec.function.code_id not in executor.sent_code,
-            resources=record.demand,
-            placement_group=record.placement[0].hex() if record.placement else None,
-        )
-        try:
-            assert executor.connection is not None
-            messages.notify(executor.connection, message)
-            executor.sent_code.add(spec.function.code_id)
-        except ConnectionClosed:
-            pass  # the close callback requeues the task
 
     # ---- executors -----------------------------------------------------------------------
 
