@@ -18,6 +18,12 @@ while the standby reads, the standby hands the connection back after its next fr
 The worker thread waits in `poll` on the socket and a wake-up socket pair, so an event from
 elsewhere (a call from another driver, a shutdown) reaches it through `wake_lender()`; it only
 waits there at a frame boundary with nothing buffered, so waking it never splits a frame.
+
+A driver thread lends itself the same way for as long as a `get` waits for the answer of a
+call it sent alone (`read_hints` names the connection), with a timeout. One thread serves a
+connection at a time: `serve_until` answers False to another, which waits its own way. On the
+main thread, Ctrl-C is held back while a frame is read and dispatched (`_DeferredInterrupts`),
+so an interrupted `get` leaves the stream whole.
 """
 
 from __future__ import annotations
