@@ -419,7 +419,7 @@ class Connection(ReadLending):
                 header, buffers = self._read_frame()
                 self._dispatch(header, buffers)
                 header = buffers = None  # the frame's memory is its handler's now: hold it no longer
-                self._standby_read_one()
+                self._after_standby_frame()
         except Exception as exc:  # noqa: BLE001 - whatever a frame did wrong ends the connection
             self._reading_failed(exc)
         finally:

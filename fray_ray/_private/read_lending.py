@@ -134,7 +134,7 @@ class ReadLending:
         self._role_lock = threading.Lock()  # guards every field below
         self._role_changed = threading.Condition(self._role_lock)  # the standby handed reading back
         self._standby_reads = True  # else the lender has the connection (reading it, or away)
-        self._lender: int | None = None  # the one thread that lends itself (`serve_until`)
+        self._lender: int | None = None  # the thread that lent itself last (`serve_until`)
         self._lender_present = False  # the lender is in `serve_until`: reading, or waiting its turn
         self._lender_waiting = False  # ...waiting for the standby to hand reading back
         self._times_away = 0  # how often the lender went away: the standby tells one absence from the next
@@ -237,9 +237,14 @@ class ReadLending:
             elif self._raw.interruptible:
                 self._raw.wake()
 
+    def _is_away_lender(self) -> bool:
+        """Whether this thread lent itself last and is away from `serve_until`: a quick look
+        without the lock, which its callers repeat under it."""
+        return self._lender == threading.get_ident() and not self._lender_present
+
     def _lender_will_wait(self) -> None:
         """The lender, away, sends a request whose answer it will wait for: the standby reads now."""
-        if self._lender != threading.get_ident() or self._lender_present:
+        if not self._is_away_lender():
             return
         with self._role_lock:
             if not self._standby_reads and not self._lender_present:
@@ -249,10 +254,10 @@ class ReadLending:
     def lender_has_input(self) -> bool:
         """Whether bytes of a next frame have arrived, asked by the lender while it is away (so
         that nobody else reads): its work may then answer later, with the next one's answer."""
-        if self._lender != threading.get_ident() or self._lender_present:
+        if not self._is_away_lender():
             return False
-        with self._role_lock:  # the standby cannot start reading meanwhile
-            if self._standby_reads:
+        with self._role_lock:  # neither the standby nor another lender can start reading meanwhile
+            if self._standby_reads or self._lender_present:
                 return False
             self._raw.only_ready = True
             try:
@@ -293,7 +298,7 @@ class ReadLending:
                     seen_absence = self._times_away
                     present_looks = 0
 
-    def _standby_read_one(self) -> None:
+    def _after_standby_frame(self) -> None:
         """After a frame the standby dispatched: hand reading back to a lender in `serve_until`."""
         if self._lender is None:
             return  # no thread ever lent itself: this is a plain reader thread
