@@ -92,6 +92,11 @@ class ClusterLedger:
         self._ready.set()
         return changed
 
+    @property
+    def generation(self) -> int:
+        """Counts changes of the nodes (any update that changed something)."""
+        return self._generation
+
     def wait_ready(self, timeout: float | None) -> bool:
         """Block until the first update (at most `timeout` seconds); whether it came."""
         return self._ready.wait(timeout)

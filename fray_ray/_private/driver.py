@@ -173,6 +173,7 @@ class DriverRuntime(DriverReads):
         if not self.launcher.in_process and lending_enabled():  # new actors may take idle executors
             self.actors.lend_worker = lambda spec: self.scheduler.lend_idle(lambda pool: pool_can_host(pool, spec))
         self.ledger.make_room = self.scheduler.make_room  # idle executors give way to new processes
+        self.scheduler.on_launch_refused = self.view.nudge  # a lost node's replacement may be joining
         self.objects.foreign = _ReferenceRouter(self.actors, self.streams)
         self._flush_timer = None
         self._warm_executors = warm_executors

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import logging
 import threading
 import time
 import uuid
@@ -25,6 +26,7 @@ from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.resources import Holding, Ledger
 from fray_ray._private.task_spec import PoolKey
 from fray_ray._private.timers import TimerQueue
+from fray_ray.fray.iris_backend import JobUnschedulable
 
 if TYPE_CHECKING:
     from fray_ray._private.launcher import WorkerLauncher
@@ -35,6 +37,12 @@ if TYPE_CHECKING:
 IDLE_TIMEOUT_S = 30.0
 #: How often executors that have not said hello are checked on.
 STARTUP_CHECK_S = 0.5
+#: After the cluster refuses a pool's executor as unschedulable, the pool asks again after this
+#: long, doubling up to LAUNCH_HOLD_MAX_S, or as soon as the cluster's nodes change.
+LAUNCH_HOLD_S = 0.25
+LAUNCH_HOLD_MAX_S = 8.0
+
+logger = logging.getLogger(__name__)
 
 
 class ExecutorState(enum.Enum):
@@ -63,6 +71,15 @@ class ExecutorRecord:
     host: str | None = None  # the cluster host it runs on, once it said
 
 
+@dataclass(frozen=True)
+class LaunchHold:
+    """A pool whose last executor the cluster could not place: it waits before asking again."""
+
+    until: float  # monotonic time
+    delay: float  # the wait that led here (the next one doubles it)
+    generation: int  # the ledger's node generation then: any change of the nodes ends the hold
+
+
 class ExecutorPool:
     """Launches, admits and retires executors; `TaskScheduler` sets the state below."""
 
@@ -76,6 +93,10 @@ class ExecutorPool:
     _warm: int
     _closed: bool
     _maintenance: Any
+    _launch_holds: dict[PoolKey, LaunchHold]
+    #: called when the cluster refuses an executor as unschedulable (the driver looks at the
+    #: cluster again soon: the node it lost is gone, its replacement may be joining)
+    on_launch_refused: Callable[[], None] | None = None
 
     def schedule(self) -> None:
         """Hand ready tasks to executors (TaskScheduler's)."""
@@ -110,6 +131,9 @@ class ExecutorPool:
 
     def _launch(self, executor: ExecutorRecord) -> None:
         def launched(job: Any, error: BaseException | None) -> None:
+            if isinstance(error, JobUnschedulable):
+                self._launch_refused(executor, error)
+                return
             if error is not None:
                 self._executor_failed_to_start(executor, f"launching it failed: {error}")
                 return
@@ -121,6 +145,32 @@ class ExecutorPool:
         cpu = self._ledger.ask(executor.executor_id, executor.pool.shape.cpu, placement_needs(executor.pool.shape.custom))
         self._launcher.launch_executor(executor.executor_id, executor.pool, launched, cpu=cpu)
         self._timers.call_later(STARTUP_CHECK_S, lambda: self._check_startup(executor))
+
+    def _launch_refused(self, executor: ExecutorRecord, error: JobUnschedulable) -> None:
+        """No live worker can place the executor now, though the tasks waiting for it were
+        feasible when submitted (their node went; a replacement may join). As in Ray, they
+        wait for a node that fits rather than fail; the pool asks the cluster again later."""
+        with self._lock:
+            if executor.state is not ExecutorState.STARTING or self._closed:
+                return
+            executor.state = ExecutorState.DEAD
+            self._drop_locked(executor)
+            previous = self._launch_holds.get(executor.pool)
+            delay = LAUNCH_HOLD_S if previous is None else min(previous.delay * 2, LAUNCH_HOLD_MAX_S)
+            self._launch_holds[executor.pool] = LaunchHold(time.monotonic() + delay, delay, self._ledger.generation)
+        if previous is None:
+            logger.warning("tasks wait for a worker the cluster can place (%s); they start once one that fits joins",
+                           error)
+        if self.on_launch_refused is not None:
+            self.on_launch_refused()
+        self._timers.call_later(delay, self.schedule)
+
+    def _launch_held_locked(self, pool: PoolKey) -> bool:
+        """Whether the pool waits before asking the cluster for another executor."""
+        hold = self._launch_holds.get(pool)
+        if hold is None:
+            return False
+        return time.monotonic() < hold.until and hold.generation == self._ledger.generation
 
     def _check_startup(self, executor: ExecutorRecord) -> None:
         with self._lock:
@@ -141,6 +191,7 @@ class ExecutorPool:
             if executor is None or executor.state is not ExecutorState.STARTING:
                 return False
             executor.connection, executor.pid, executor.host = connection, pid, host
+            self._launch_holds.pop(executor.pool, None)  # the cluster places this pool's executors again
             self._ledger.placed(executor_id, host)
             executor.state = ExecutorState.IDLE
             executor.idle_since = time.monotonic()

@@ -109,6 +109,7 @@ class TaskScheduler(ExecutorPool):
         self._ready: dict[PoolKey, collections.deque[TaskRecord]] = collections.defaultdict(collections.deque)
         self._executors: dict[bytes, ExecutorRecord] = {}
         self._by_connection: dict[Connection, ExecutorRecord] = {}
+        self._launch_holds = {}
         self._closed = False
         self._maintenance = timers.call_later(IDLE_TIMEOUT_S / 3, self._maintain)
 
@@ -300,6 +301,8 @@ class TaskScheduler(ExecutorPool):
         # Tasks wait for executors: launch as many as could run now, within the cap above.
         if room <= 0:
             return []  # at the cap already (the common case while a long queue drains)
+        if self._launch_holds and self._launch_held_locked(pool):
+            return []  # the cluster refused its last executor: asked again later
         wanted = min(self._ledger.count_fits(queue[0].demand, len(queue)) - starting, room)
         launches = []
         for _ in range(max(0, wanted)):

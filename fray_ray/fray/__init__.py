@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         IrisBackendError,
         IrisJobHandle,
         JobRejected,
+        JobUnschedulable,
     )
     from fray_ray.fray.job_listing import JobSummary
     from fray_ray.fray.local_backend import LocalClient
@@ -87,7 +88,7 @@ _MODULE_OF = {
     **dict.fromkeys(("HostInfo", "this_machine"), "hosts"),
     **dict.fromkeys(
         ("ControllerUnavailableError", "CredentialsRejected", "FrayIrisClient", "IrisActorGroup", "IrisActorHandle",
-         "IrisBackendError", "IrisJobHandle", "JobRejected"), "iris_backend"),
+         "IrisBackendError", "IrisJobHandle", "JobRejected", "JobUnschedulable"), "iris_backend"),
     "JobSummary": "job_listing",
     "LocalClient": "local_backend",
     **dict.fromkeys(
@@ -169,6 +170,7 @@ __all__ = [
     "JobRejected",
     "JobRequest",
     "JobStatus",
+    "JobUnschedulable",
     "LocalClient",
     "ResourceConfig",
     "TpuConfig",

@@ -7,7 +7,9 @@ Errors the controller reports are translated here, once, for the whole Iris back
           ├── ControllerUnavailableError (ConnectionError)  nothing answers at the address
           ├── CredentialsRejected (PermissionError)  the controller refused the token
           └── JobRejected (ValueError)   LaunchJob refused the request, e.g. resources no
-                                         worker has, a finished parent, a stale client
+               │                         worker has, a finished parent, a stale client
+               └── JobUnschedulable      ... because no live worker could ever place it: a
+                                         worker that fits may still join (or be added)
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ __all__ = [
     "IrisBackendError",
     "IrisJobHandle",
     "JobRejected",
+    "JobUnschedulable",
     "translate_iris_error",
 ]
 
@@ -76,6 +79,16 @@ class JobRejected(IrisBackendError, ValueError):
     attributes it needs), its parent job has finished, or the request is malformed."""
 
 
+class JobUnschedulable(JobRejected):
+    """LaunchJob refused the job because no live worker (or, with an autoscaler, no scale
+    group) could ever place it. On a cluster whose workers come and go this can pass: a
+    caller that already knows the work is feasible may wait for a worker and ask again."""
+
+
+#: How the controller words a refusal for lack of a fitting worker (Iris: "... is unschedulable ...").
+_UNSCHEDULABLE_WORDS = ("unschedulable", "cannot be scheduled")
+
+
 def translate_iris_error(exc: IrisError, action: str, address: str) -> IrisBackendError:
     """The Fray error for an Iris client error raised while doing `action`."""
     message = exc.message if isinstance(exc, IrisRpcError) else str(exc)
@@ -92,6 +105,8 @@ def translate_iris_error(exc: IrisError, action: str, address: str) -> IrisBacke
             address,
             message,
         )
+    if isinstance(exc, FailedPrecondition) and any(words in message for words in _UNSCHEDULABLE_WORDS):
+        return JobUnschedulable(f"cannot {action}: {message}", address)
     if isinstance(exc, (FailedPrecondition, InvalidArgument)):
         return JobRejected(f"cannot {action}: {message}", address)
     return IrisBackendError(f"cannot {action}: {exc}", address)

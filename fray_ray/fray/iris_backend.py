@@ -16,7 +16,7 @@ instead of the client's. `from_job_info` builds the ambient client of the curren
 
 Errors: `IrisBackendError` and its subclasses `ControllerUnavailableError` (nothing answers),
 `CredentialsRejected` (the token was refused) and `JobRejected` (LaunchJob refused the
-request), defined and translated in `_iris_jobs`.
+request; `JobUnschedulable` when no live worker could place it), defined and translated in `_iris_jobs`.
 `JobAlreadyExists` and `JobFailed` come from the client protocol; actor calls raise
 `ActorUnavailableError` when the actor cannot be reached.
 
@@ -62,6 +62,7 @@ from fray_ray.fray._iris_jobs import (
     IrisBackendError,
     IrisJobHandle,
     JobRejected,
+    JobUnschedulable,
     translate_iris_error,
 )
 from fray_ray.fray._iris_launch import actor_group_request, job_spec
@@ -101,6 +102,7 @@ __all__ = [
     "IrisJobHandle",
     "IrisOperationFuture",
     "JobRejected",
+    "JobUnschedulable",
     "ambient_client",
     "convert_constraints",
     "convert_entrypoint",

@@ -29,6 +29,7 @@ from fray_ray.fray import (
     JobRejected,
     JobRequest,
     JobStatus,
+    JobUnschedulable,
     ResourceConfig,
     wait_all,
 )
@@ -286,8 +287,20 @@ def test_a_wrong_token_is_a_clear_error(cluster: EmbeddedCluster) -> None:
 
 
 def test_a_request_no_worker_can_ever_run_is_rejected_naming_the_resource(iris: FrayIrisClient) -> None:
-    with pytest.raises(JobRejected, match="memory"):
+    with pytest.raises(JobUnschedulable, match="memory") as raised:
         iris.submit(_job(_name("huge"), _say, "x", resources=ResourceConfig(cpu=0, ram="1000t", disk="0")))
+    assert isinstance(raised.value, JobRejected) and isinstance(raised.value, ValueError)
+
+
+def test_a_child_of_a_finished_parent_is_rejected_but_not_as_unschedulable(
+    iris: FrayIrisClient, cluster: EmbeddedCluster
+) -> None:
+    parent = iris.submit(_job(_name("short-parent"), _say, "x"))
+    assert parent.wait(timeout=DEADLINE) is JobStatus.SUCCEEDED
+    with FrayIrisClient(cluster.address, token=cluster.token, parent_job=parent.job_id) as children:
+        with pytest.raises(JobRejected, match="already finished") as raised:
+            children.submit(_job("late-child", _say, "x"))
+    assert not isinstance(raised.value, JobUnschedulable)  # waiting would never help
 
 
 def test_shut_down_client_refuses_work(cluster: EmbeddedCluster) -> None:

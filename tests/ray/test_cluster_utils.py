@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import fray_ray
-from fray_ray._private import cluster_address
+from fray_ray._private import cluster_address, runtime_state
 from fray_ray._private.launcher import resource_config
 from fray_ray._private.task_spec import ResourceShape
 from fray_ray.cluster_utils import AutoscalingCluster, Cluster
+from fray_ray.util.state import list_tasks
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
+
+from waiting import wait_for  # noqa: E402
 
 
 @pytest.fixture
@@ -130,3 +137,35 @@ def test_custom_resources_ask_for_hosts_that_declare_them() -> None:
     shape = ResourceShape(cpu=1, custom=(("special", 1.0), ("node:127.0.0.2", 0.01), ("TPU-v5p-16-head", 1.0)))
     assert resource_config(shape).required_attributes == ("ray-resource:special",)
     assert resource_config(ResourceShape(cpu=1)).required_attributes == ()
+
+
+def test_a_retry_the_cluster_cannot_place_yet_waits_for_a_node_that_fits(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A task's node goes while the driver still counts it (its view of the cluster lags): the
+    retry's worker is refused as unschedulable. The task waits, as Ray's would, and runs on the
+    node that replaces the lost one, instead of failing with a worker that could not start."""
+    doomed = cluster.add_node(num_cpus=1, resources={"special": 1})
+    cluster.connect()
+
+    @fray_ray.remote(resources={"special": 1}, max_retries=3)
+    def where(lost: str) -> str:
+        node = fray_ray.get_runtime_context().get_node_id()
+        if node == lost:
+            time.sleep(600)  # ended by the node's removal
+        return node
+
+    ref = where.remote(doomed.node_id)
+    wait_for(lambda: list_tasks(filters=[("name", "=", "where"), ("state", "=", "RUNNING")]), what="the first attempt")
+    view = runtime_state.current().view
+    view.refresh = lambda max_age=0.0: False  # the driver has not seen the node go
+    try:
+        with caplog.at_level(logging.WARNING, logger="fray_ray._private.executor_pool"):
+            cluster.remove_node(doomed)
+            wait_for(lambda: "tasks wait for a worker the cluster can place" in caplog.text,
+                     what="the retry's worker to be refused")
+    finally:
+        del view.refresh  # the class's method again: the driver sees the cluster as it is
+    assert not fray_ray.wait([ref], timeout=0)[0]  # still waiting, not failed
+    replacement = cluster.add_node(num_cpus=1, resources={"special": 1})
+    assert fray_ray.get(ref, timeout=120) == replacement.node_id
