@@ -12,6 +12,9 @@ ACK answers with its length only. Measured:
   process wake-ups happen (the caller reads its own socket);
 - `floor_socket_threaded_rtt_us`: the same, but a reader thread receives the reply and hands it
   to the waiting caller, as a connection shared by several callers must (one thread hand-off);
+- `floor_socket_spin_rtt_us`: the first round trip, but both ends look for the next frame
+  without blocking for up to 200 µs before they sleep, as fray_ray's waiting threads do
+  (`fray_ray/_private/spin_wait.py`): what is left when no process has to be woken;
 - `floor_socket_100mb_gbps`: one 100 MB frame, acknowledged (GB/s): moving a big argument over
   one stream, without shared memory.
 """
@@ -23,6 +26,7 @@ import json
 import os
 import queue
 import secrets
+import select
 import socket
 import struct
 import subprocess
@@ -38,6 +42,7 @@ SMALL_BYTES = 64
 BIG_BYTES = 100_000_000
 MAX_FRAME_BYTES = 256 * 1024 * 1024
 SECRET_BYTES = 32
+SPIN_S = 200e-6  # as fray_ray's default spin budget
 
 
 def _recv_exactly(sock: socket.socket, view: memoryview) -> None:
@@ -49,15 +54,26 @@ def _recv_exactly(sock: socket.socket, view: memoryview) -> None:
         filled += got
 
 
-def _echo(port: int, secret: bytes) -> None:
+def _spin_until_readable(poller: select.poll, budget_s: float) -> None:
+    """Look for input without blocking for up to `budget_s`, yielding the CPU between looks."""
+    until = time.perf_counter() + budget_s
+    while not poller.poll(0) and time.perf_counter() < until:
+        os.sched_yield()
+
+
+def _echo(port: int, secret: bytes, spin_s: float) -> None:
     """The child: connect, authenticate, answer frames until the parent closes."""
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.sendall(secret)
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
     header = bytearray(HEADER.size)
     small = bytearray(SMALL_BYTES * 16)
     big = bytearray()
     while True:
+        if spin_s:
+            _spin_until_readable(poller, spin_s)
         try:
             _recv_exactly(sock, memoryview(header))
         except ConnectionError:
@@ -80,14 +96,17 @@ def _echo(port: int, secret: bytes) -> None:
 
 
 @contextmanager
-def echo_peer(timeout_s: float = 60.0) -> Iterator[socket.socket]:
-    """A connected, authenticated socket to a fresh echo child; the child ends when we close it."""
+def echo_peer(timeout_s: float = 60.0, spin_s: float = 0.0) -> Iterator[socket.socket]:
+    """A connected, authenticated socket to a fresh echo child (which spins for `spin_s` before
+    each wait); the child ends when we close it."""
     secret = secrets.token_bytes(SECRET_BYTES)
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(timeout_s)
     env = dict(os.environ, FRAY_BENCH_FLOOR_SECRET=secret.hex())
-    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--echo", str(listener.getsockname()[1])],
-                             env=env, stdin=subprocess.DEVNULL)
+    child = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "--echo", str(listener.getsockname()[1]), "--spin-s", str(spin_s)],
+        env=env, stdin=subprocess.DEVNULL,
+    )
     sock: socket.socket | None = None
     try:
         deadline = time.monotonic() + timeout_s
@@ -137,6 +156,32 @@ def socket_rtt_us(sock: socket.socket, warmup_s: float, round_s: float) -> float
     count, start = 0, clock()
     while True:
         _round_trip(sock, frame, reply)
+        count += 1
+        elapsed = clock() - start
+        if elapsed >= round_s:
+            return elapsed / count * 1e6
+
+
+def socket_spin_rtt_us(sock: socket.socket, warmup_s: float, round_s: float, spin_s: float = SPIN_S) -> float:
+    """Microseconds per 64-byte round trip when the caller (and an echo child started with the
+    same `spin_s`) spins before it waits for the reply."""
+    frame = HEADER.pack(SMALL_BYTES, ECHO) + bytes(SMALL_BYTES)
+    reply = memoryview(bytearray(len(frame)))
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+
+    def round_trip() -> None:
+        sock.sendall(frame)
+        _spin_until_readable(poller, spin_s)
+        _recv_exactly(sock, reply)
+
+    clock = time.perf_counter
+    end = clock() + warmup_s
+    while clock() < end:
+        round_trip()
+    count, start = 0, clock()
+    while True:
+        round_trip()
         count += 1
         elapsed = clock() - start
         if elapsed >= round_s:
@@ -206,19 +251,23 @@ def measure(warmup_s: float, round_s: float) -> dict[str, float]:
         rtt = socket_rtt_us(sock, warmup_s, round_s)
         threaded = socket_threaded_rtt_us(sock, warmup_s, round_s)
         big = socket_big_gbps(sock, round_s)
-    return {"floor_socket_rtt_us": rtt, "floor_socket_threaded_rtt_us": threaded, "floor_socket_100mb_gbps": big}
+    with echo_peer(spin_s=SPIN_S) as sock:
+        spin = socket_spin_rtt_us(sock, warmup_s, round_s)
+    return {"floor_socket_rtt_us": rtt, "floor_socket_threaded_rtt_us": threaded, "floor_socket_100mb_gbps": big,
+            "floor_socket_spin_rtt_us": spin}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--echo", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--spin-s", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--seconds", type=float, default=1.0)
     args = parser.parse_args()
     if args.echo is not None:
         secret = bytes.fromhex(os.environ.pop("FRAY_BENCH_FLOOR_SECRET", ""))
         if len(secret) != SECRET_BYTES:
             sys.exit("floor.py --echo is started by floor.py itself")
-        _echo(args.echo, secret)
+        _echo(args.echo, secret, args.spin_s)
         return
     print(json.dumps(measure(0.3, args.seconds)))
 

@@ -155,6 +155,8 @@ def catalog(curves: Curves, timeout_scale: float = 1.0) -> Catalog:
         Metric("floor_socket_rtt_us", "µs", "lower", "64-byte framed message and its echo over loopback TCP", ratio_to_ray=False),
         Metric("floor_socket_threaded_rtt_us", "µs", "lower", "the same, a reader thread handing each reply to the caller",
                ratio_to_ray=False),
+        Metric("floor_socket_spin_rtt_us", "µs", "lower", "the first round trip, both ends spinning up to 200 µs before they sleep",
+               ratio_to_ray=False),
         Metric("floor_socket_100mb_gbps", "GB/s", "higher", "one 100 MB frame over the same socket, acknowledged", ratio_to_ray=False),
         Metric("floor_protocol_rtt_us", "µs", "lower", "the same round trip through fray_ray's stream protocol",
                ratio_to_ray=False, fray_only=True))

@@ -38,7 +38,8 @@ def test_compare_reports_median_spread_targets_and_floor(tmp_path):
     assert report["reps"] == 2
     assert "load average" in report["header"][1] and "2 repetition(s)" in report["header"][1]
     metrics = report["metrics"]
-    for name in ("floor_socket_rtt_us", "floor_socket_threaded_rtt_us", "floor_socket_100mb_gbps", "floor_protocol_rtt_us",
+    for name in ("floor_socket_rtt_us", "floor_socket_threaded_rtt_us", "floor_socket_spin_rtt_us",
+                 "floor_socket_100mb_gbps", "floor_protocol_rtt_us",
                  "actor_calls_sync", "actor_call_sync_vs_floor"):
         row = metrics[name]
         assert row["fray_ray"]["n"] == 2, (name, row)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fray_ray._private import ids
+from fray_ray._private import ids, spin_wait
 from fray_ray._private import ids as ids_module
 from fray_ray._private.actors import ActorManager
 from fray_ray._private.buffers import MIN_POOLED
@@ -139,6 +139,7 @@ class DriverRuntime(DriverReads):
             client, self.session.address, self._token, job_prefix=session_name, owns_cluster=bool(self._owned),
             session_job=dashboard is not None and dashboard.session_job,
         )
+        spin_wait.workers_are_threads_here(self.launcher.in_process)  # then they share this process's GIL
         self.streams = StreamTable(self.objects)
         self.task_events = TaskEvents()  # every task attempt and actor call, for the state API and timeline
         self.placement_groups = PlacementGroupManager(self.ledger, self.objects, on_released=self._resources_released)
@@ -214,6 +215,7 @@ class DriverRuntime(DriverReads):
         self.objects.fail_all_pending(lambda _: serialize_error(RaySystemError("The session was shut down.")))
         self.launcher.shutdown(jobs, wait=True, exiting=self.session.workers_connected)
         self.session.close()
+        spin_wait.workers_are_threads_here(False)
         self.worker_output.close()
         self.timers.stop()
         try:

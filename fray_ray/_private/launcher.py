@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fray_ray._private import user_tracebacks
+from fray_ray._private import spin_wait, user_tracebacks
 from fray_ray._private.actor_host import CheckedActorHost, RayActorHost
 from fray_ray._private.executor import executor_main
 from fray_ray._private.lease import SessionLease, fate_mode
@@ -147,7 +147,9 @@ class WorkerLauncher:
                                       timeout_s=runtime_env.setup_timeout_s)]
         return EnvironmentConfig(
             workspace=runtime_env.working_dir or self._workspace,
-            env_vars={**user_tracebacks.forwarded_settings(), **runtime_env.env_vars_dict},
+            env_vars={
+                **user_tracebacks.forwarded_settings(), **spin_wait.forwarded_settings(), **runtime_env.env_vars_dict
+            },
             workspace_excludes=runtime_env.excludes,
             py_modules=runtime_env.py_modules,
             setup_scripts=setup,

@@ -17,7 +17,8 @@ while the standby reads, the standby hands the connection back after its next fr
 
 The worker thread waits in `poll` on the socket and a wake-up socket pair, so an event from
 elsewhere (a call from another driver, a shutdown) reaches it through `wake_lender()`; it only
-waits there at a frame boundary with nothing buffered, so waking it never splits a frame.
+waits there at a frame boundary with nothing buffered, so waking it never splits a frame. While
+its waits are short it looks for a while before it sleeps (`spin_wait.py`).
 
 A driver thread lends itself the same way for as long as a `get` waits for the answer of a
 call it sent alone (`read_hints` names the connection), with a timeout. One thread serves a
@@ -38,6 +39,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from fray_ray._private.spin_wait import SpinningPoll, spin_budget
+
 #: How long the worker thread may be away (running work) before the standby reads in its place.
 LENDER_AWAY_S = 0.005
 #: Looks in a row that found the worker reading before the standby parks until woken.
@@ -57,7 +60,7 @@ class LendableSocket(io.RawIOBase):
         self.interruptible = False
         self.poll_timeout: float | None = None  # seconds an interruptible read may wait
         self.only_ready = False  # a read returns what has arrived, without waiting
-        self._poll: Any = None
+        self._poll: SpinningPoll | None = None
         self._wake_in: socket.socket | None = None
         self._wake_out: socket.socket | None = None
 
@@ -80,9 +83,10 @@ class LendableSocket(io.RawIOBase):
         self._wake_in, self._wake_out = socket.socketpair()
         self._wake_in.setblocking(False)
         self._wake_out.setblocking(False)
-        self._poll = select.poll()
-        self._poll.register(self._sock.fileno(), select.POLLIN | select.POLLPRI)
-        self._poll.register(self._wake_in.fileno(), select.POLLIN)
+        poller = select.poll()
+        poller.register(self._sock.fileno(), select.POLLIN | select.POLLPRI)
+        poller.register(self._wake_in.fileno(), select.POLLIN)
+        self._poll = SpinningPoll(poller, spin_budget())
 
     def wake(self) -> None:
         try:
@@ -92,7 +96,8 @@ class LendableSocket(io.RawIOBase):
 
     def _wait_readable(self, timeout: float | None) -> None:
         wake_fd = self._wake_in.fileno()
-        ready = self._poll.poll(None if timeout is None else max(0.0, timeout * 1000))
+        assert self._poll is not None
+        ready = self._poll.poll(timeout)
         if not ready:
             raise Woken()  # the time is up: the lender looks at its deadline
         for fd, _ in ready:

@@ -1,0 +1,98 @@
+"""Waiting for a frame by looking for it briefly before falling asleep.
+
+A thread that sends a request and sleeps in `poll` until the answer comes pays for falling
+asleep and for being woken on another CPU. On the 2-core virtual machines fray_ray is measured
+on, that costs about 80 µs of a 90 µs loopback round trip: more than the Python on both sides
+of a synchronous call. So a lending thread (`read_lending.py`: a driver thread waiting for the
+answer of its call, a worker waiting for its next task or call) first polls without blocking
+for up to a budget, yielding its CPU between looks, and sleeps only if nothing came.
+
+The spin is adaptive: after a wait that outlasted the budget, the next wait sleeps at once, so
+a thread whose frames come seldom costs nothing; a wait that ended within the budget turns
+spinning back on. It is off where the process may use only one CPU (the thread it waits for
+would need that CPU) and in a session whose workers are threads of the driver (`local_mode`):
+between its looks the spinning thread takes back the GIL the thread it waits for needs.
+`FRAY_RAY_SPIN_WAIT_US` sets the budget in microseconds (0 turns spinning
+off); the driver passes its setting on to its workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+#: The environment variable that sets the budget, in microseconds.
+SPIN_ENV = "FRAY_RAY_SPIN_WAIT_US"
+#: The budget when the variable is not set: longer than a synchronous call's work on either side.
+DEFAULT_SPIN_US = 200
+
+logger = logging.getLogger(__name__)
+
+_workers_are_threads = False  # set by the driver of a session whose workers run in its process
+
+
+def workers_are_threads_here(flag: bool) -> None:
+    """Whether this process's session runs its workers as threads of it (then nothing spins)."""
+    global _workers_are_threads
+    _workers_are_threads = flag
+
+
+def spin_budget() -> float:
+    """The spin budget of this process, in seconds (0 when spinning is off)."""
+    text = os.environ.get(SPIN_ENV, "").strip()
+    micros: float = DEFAULT_SPIN_US
+    if text:
+        try:
+            micros = float(text)
+        except ValueError:
+            micros = -1
+        if not 0 <= micros < 1e6:
+            logger.warning("%s=%r is not a number of microseconds below 1000000; using %d",
+                           SPIN_ENV, text, DEFAULT_SPIN_US)
+            micros = DEFAULT_SPIN_US
+    if micros and (_workers_are_threads or len(os.sched_getaffinity(0)) < 2):
+        return 0.0
+    return micros / 1e6
+
+
+def forwarded_settings() -> dict[str, str]:
+    """This driver's spin setting, for the environment of its workers."""
+    value = os.environ.get(SPIN_ENV)
+    return {SPIN_ENV: value} if value is not None else {}
+
+
+class SpinningPoll:
+    """A `select.poll` whose `poll(timeout)` first looks without blocking while recent waits
+    were short. For one waiting thread at a time (the connection's lender)."""
+
+    def __init__(self, poller: Any, budget_s: float) -> None:
+        self._poller = poller
+        self.budget_s = budget_s
+        self._last_wait_short = True
+
+    def poll(self, timeout_s: float | None) -> list[tuple[int, int]]:
+        """The ready (fd, events) pairs, or [] once `timeout_s` seconds passed (None: no limit)."""
+        started = time.perf_counter()
+        budget = self.budget_s
+        if budget and self._last_wait_short and timeout_s != 0:
+            if timeout_s is not None:
+                budget = min(budget, timeout_s)
+            look = self._poller.poll
+            until = started + budget
+            while True:
+                ready = look(0)
+                if ready:
+                    return ready  # type: ignore[no-any-return]
+                if time.perf_counter() >= until:
+                    break
+                os.sched_yield()  # a thread runnable on this CPU goes first (it may be the sender)
+        if timeout_s is None:
+            ready = self._poller.poll(None)
+        else:
+            left = timeout_s - (time.perf_counter() - started)
+            ready = self._poller.poll(max(0.0, left * 1000))
+        if budget:
+            self._last_wait_short = time.perf_counter() - started <= self.budget_s
+        return ready  # type: ignore[no-any-return]

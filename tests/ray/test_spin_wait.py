@@ -1,0 +1,162 @@
+"""A lending thread looks for its next frame for a while before it sleeps (`spin_wait.py`):
+only while its waits have been short, never longer than its timeout, not at all when turned
+off, on one CPU or with workers that are threads of the driver; and workers get the driver's
+setting."""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import cloudpickle
+import pytest
+
+import fray_ray
+from fray_ray._private import spin_wait
+from fray_ray._private.spin_wait import SPIN_ENV, SpinningPoll, spin_budget
+
+# This module's functions travel by value: the workers' bundle is a temp dir, not this checkout.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+BUDGET_S = 0.002
+
+
+class _RecordingPoller:
+    """A real `select.poll` that notes the timeout (ms) of every call."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._poller = select.poll()
+        self._poller.register(sock.fileno(), select.POLLIN)
+        self.timeouts: list[float | None] = []
+
+    def poll(self, timeout_ms: float | None = None) -> list[tuple[int, int]]:
+        self.timeouts.append(timeout_ms)
+        return self._poller.poll(timeout_ms)
+
+    def spins(self) -> int:
+        return sum(1 for t in self.timeouts if t == 0)
+
+
+@pytest.fixture
+def sockets() -> Iterator[tuple[socket.socket, socket.socket]]:
+    ours, theirs = socket.socketpair()
+    yield ours, theirs
+    ours.close()
+    theirs.close()
+
+
+def test_a_frame_already_there_is_seen_at_once(sockets: tuple[socket.socket, socket.socket]) -> None:
+    ours, theirs = sockets
+    poller = _RecordingPoller(ours)
+    theirs.send(b"x")
+    ready = SpinningPoll(poller, BUDGET_S).poll(None)
+    assert [fd for fd, _ in ready] == [ours.fileno()]
+    assert poller.timeouts == [0]  # one look, no sleep
+
+
+def test_a_wait_longer_than_the_budget_turns_spinning_off_until_a_short_one(
+    sockets: tuple[socket.socket, socket.socket],
+) -> None:
+    ours, theirs = sockets
+    poller = _RecordingPoller(ours)
+    waiting = SpinningPoll(poller, BUDGET_S)
+    started = time.monotonic()
+    assert waiting.poll(0.05) == []  # nothing came: it looked, then slept out the rest
+    assert time.monotonic() - started >= 0.05
+    assert poller.spins() > 0 and poller.timeouts[-1] > 0
+
+    poller.timeouts.clear()
+    theirs.send(b"x")
+    assert waiting.poll(1.0)  # after a long wait it sleeps at once (and this one was short)
+    assert poller.timeouts and poller.timeouts[0] > 0 and poller.spins() == 0
+    ours.recv(16)
+
+    poller.timeouts.clear()
+    theirs.send(b"y")
+    assert waiting.poll(1.0)
+    assert poller.timeouts == [0]  # the short wait turned spinning back on
+
+
+def test_the_spin_never_outlasts_the_timeout(sockets: tuple[socket.socket, socket.socket]) -> None:
+    ours, _ = sockets
+    poller = _RecordingPoller(ours)
+    started = time.monotonic()
+    assert SpinningPoll(poller, 10.0).poll(0.02) == []
+    assert time.monotonic() - started < 5.0  # the 10 s budget was cut to the 20 ms timeout
+
+
+def test_a_zero_timeout_looks_once(sockets: tuple[socket.socket, socket.socket]) -> None:
+    ours, _ = sockets
+    poller = _RecordingPoller(ours)
+    assert SpinningPoll(poller, BUDGET_S).poll(0) == []
+    assert poller.timeouts == [0]
+
+
+def test_without_a_budget_it_only_sleeps(sockets: tuple[socket.socket, socket.socket]) -> None:
+    ours, theirs = sockets
+    poller = _RecordingPoller(ours)
+    theirs.send(b"x")
+    assert SpinningPoll(poller, 0.0).poll(1.0)
+    assert poller.spins() == 0
+
+
+# ---- the setting -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def two_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(spin_wait, "_workers_are_threads", False)
+
+
+def test_the_budget_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, two_cpus: None) -> None:
+    monkeypatch.delenv(SPIN_ENV, raising=False)
+    assert spin_budget() == spin_wait.DEFAULT_SPIN_US / 1e6
+    monkeypatch.setenv(SPIN_ENV, "50")
+    assert spin_budget() == pytest.approx(50e-6)
+    monkeypatch.setenv(SPIN_ENV, "0")
+    assert spin_budget() == 0.0
+
+
+@pytest.mark.parametrize("value", ["soon", "-5", "1e9", "nan"])
+def test_a_bad_setting_warns_and_keeps_the_default(
+    monkeypatch: pytest.MonkeyPatch, two_cpus: None, caplog: pytest.LogCaptureFixture, value: str
+) -> None:
+    monkeypatch.setenv(SPIN_ENV, value)
+    with caplog.at_level(logging.WARNING, logger="fray_ray._private.spin_wait"):
+        assert spin_budget() == spin_wait.DEFAULT_SPIN_US / 1e6
+    assert SPIN_ENV in caplog.text and repr(value) in caplog.text
+
+
+def test_one_cpu_turns_spinning_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(SPIN_ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    assert spin_budget() == 0.0
+
+
+def test_workers_that_are_threads_of_the_driver_turn_it_off(two_cpus: None, fresh_shutdown: None) -> None:
+    fray_ray.init(local_mode=True, num_cpus=1)
+    assert spin_budget() == 0.0
+    fray_ray.shutdown()
+    assert spin_budget() > 0  # until the next local-mode session
+
+
+def _worker_spin_setting() -> dict[str, Any]:
+    from fray_ray._private import runtime_state
+
+    connection = runtime_state.current().connection
+    poll = getattr(connection._raw, "_poll", None)  # made when the worker first waited on its session
+    return {"env": os.environ.get(SPIN_ENV), "budget": None if poll is None else poll.budget_s}
+
+
+def test_workers_take_the_drivers_setting(monkeypatch: pytest.MonkeyPatch, fresh_shutdown: None) -> None:
+    monkeypatch.setenv(SPIN_ENV, "0")
+    fray_ray.init(num_cpus=1)
+    setting = fray_ray.get(fray_ray.remote(_worker_spin_setting).remote(), timeout=120)
+    assert setting == {"env": "0", "budget": 0.0}
