@@ -23,7 +23,7 @@ from fray_ray._private.messages import CallMethod, CancelCall
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.retry_policy import retries_user_exception
 from fray_ray._private.serialization import SerializedValue, serialize_error
-from fray_ray._private.task_events import call_event, calls_sent
+from fray_ray._private.task_events import TaskStatus, call_event
 from fray_ray._private.task_spec import ActorCallSpec
 from fray_ray.exceptions import ActorDiedError
 
@@ -71,7 +71,7 @@ class ActorCalls:
         if record.remote is not None:
             record.remote.submit(call)
             return
-        self._events.submitted(call_event(call, record.spec))
+        event = self._events.submitted(call_event(call, record.spec))
         retries = record.spec.max_task_retries if call.max_task_retries is None else call.max_task_retries
         self._retries.admit(call.call_id, retries)
         with record.send_lock:
@@ -95,7 +95,9 @@ class ActorCalls:
                 alone = len(record.in_flight) == 1
                 self._send_call(connection, call, defer=not alone)
                 read_hints.after_send(call.return_ids, connection, alone)
-                calls_sent(self._events, [call.call_id], int(runs_now), record.host, record.pid)
+                if event.ended is None:  # its answer may be back already
+                    state = TaskStatus.RUNNING if runs_now else TaskStatus.PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY
+                    self._events.placed(event, state, record.host, None, record.pid)
         if death is not None:
             self._fail_call(call, death)
 

@@ -106,6 +106,8 @@ class RayActorHost:
         #: async actors: one event loop thread per concurrency group (None: the default group)
         self._loops: dict[str | None, GroupLoop] = {}
         self._created = threading.Event()
+        #: a method's (function_name, qualified_name) for its calls' contexts
+        self._call_names: dict[str, tuple[str, str]] = {}
         self._creating: concurrent.futures.Future[None] | None = None  # an `async def __init__` running
         self._creation_error: BaseException | None = None
         self._stopped = threading.Event()
@@ -145,6 +147,7 @@ class RayActorHost:
         self._class_name = create.class_name
         self._display_name = create.class_name
         self._qualified_name = create.qualified_name or create.class_name
+        self._call_names.clear()  # named after the class from now on
         self._placement_group = create.placement_group
         self._capture_child_tasks = bool(create.capture_child_tasks and create.placement_group)
         self._given_name = create.options.name
@@ -242,7 +245,8 @@ class RayActorHost:
 
     def _prepare(self, call: CallMethod) -> tuple[Any, tuple, dict]:
         # Calls in other concurrency groups run on other threads; none may start before __init__ ends.
-        self._created.wait()
+        if not self._created.is_set():
+            self._created.wait()
         if call.method == "__ray_terminate__":
             raise ActorExit()  # a graceful end, queued behind earlier calls
         if self._creation_error is not None or self._instance is None:
@@ -253,9 +257,12 @@ class RayActorHost:
         return method, args, kwargs
 
     def _context(self, call: CallMethod) -> TaskContext:
+        names = self._call_names.get(call.method)
+        if names is None:
+            names = self._call_names[call.method] = (f"{self._class_name}.{call.method}",
+                                                     f"{self._qualified_name}.{call.method}")
         return TaskContext(
-            task_id=call.call, function_name=f"{self._class_name}.{call.method}", actor_id=self._actor_id,
-            qualified_name=f"{self._qualified_name}.{call.method}",
+            task_id=call.call, function_name=names[0], actor_id=self._actor_id, qualified_name=names[1],
             actor_name=self._display_name, actor_handle=self._handle, resources=self._resources,
             placement_group_id=self._placement_group, actor_given_name=self._given_name,
             capture_child_tasks=self._capture_child_tasks,
@@ -390,9 +397,8 @@ class RayActorHost:
     def _has_other_calls(self, call: CallMethod) -> bool:
         """Whether other calls are running or waiting here: then this one's answer can go
         out with theirs, written by the connection's writer thread."""
-        with self._calls_lock:
-            if len(self._running) > 1:
-                return True
+        if len(self._running) > 1:  # a glance without the lock: a stale answer only delays or hurries a write
+            return True
         pool = self._pool(call.group)
         return pool is not None and (pool.backlog() > 0 or self._runtime.connection.lender_has_input())
 

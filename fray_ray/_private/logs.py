@@ -96,6 +96,8 @@ class _Forwarder:
 
     def flush(self) -> None:
         """Send queued lines now (before a task's result, so they print before `get` returns)."""
+        if not self._lines:
+            return  # lines the calling thread printed are there already; nothing to send
         with self._lock:
             lines, self._lines = self._lines, []
             if lines:

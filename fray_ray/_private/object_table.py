@@ -287,6 +287,8 @@ class ObjectTable:
     # ---- references ----------------------------------------------------------------------
 
     def incref(self, object_ids: Iterable[bytes]) -> None:
+        if not object_ids:
+            return  # most calls' arguments hold no refs: no lock for them
         with self._lock:
             foreign = self._incref_all_locked(object_ids)
         self._forward_incref(foreign)
@@ -308,6 +310,8 @@ class ObjectTable:
             self.foreign.incref(foreign)
 
     def decref(self, object_ids: Iterable[bytes]) -> None:
+        if not object_ids:
+            return
         to_free = []
         foreign = []
         with self._lock:

@@ -8,10 +8,25 @@ current task without importing one another.
 from __future__ import annotations
 
 import contextvars
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+
+class CancelFlag:
+    """Set when the running task or call is cancelled (`is_canceled()` reads it). A plain flag,
+    not a `threading.Event`: one is made for every call, and nothing waits on it."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
 
 
 @dataclass
@@ -23,7 +38,7 @@ class TaskContext:
     actor_id: bytes | None = None
     actor_name: str | None = None
     resources: Mapping[str, float] = field(default_factory=dict)
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancelled: CancelFlag = field(default_factory=CancelFlag)
     placement_group_id: str | None = None
     capture_child_tasks: bool = False  # tasks and actors started here join the placement group
     actor_handle: Any = None
