@@ -9,8 +9,11 @@ for up to a budget, yielding its CPU between looks, and sleeps only if nothing c
 
 The spin is adaptive: after a wait that outlasted the budget, the next wait sleeps at once, so
 a thread whose frames come seldom costs nothing; a wait that ended within the budget turns
-spinning back on. It is off where the process may use only one CPU (the thread it waits for
-would need that CPU) and in a session whose workers are threads of the driver (`local_mode`):
+spinning back on. A wait spins only while the machine has no more runnable threads than CPUs
+(the running count of `/proc/loadavg`, about 1 µs to read, looked at between polls): on a busy machine the spin would
+take CPU from a thread that works, perhaps the one that sends the awaited frame (an executor
+waiting for its next task while the driver hands out a batch). It is off where the process may
+use only one CPU (the thread it waits for would need that CPU) and in a session whose workers are threads of the driver (`local_mode`):
 between its looks the spinning thread takes back the GIL the thread it waits for needs.
 `FRAY_RAY_SPIN_WAIT_US` sets the budget in microseconds (0 turns spinning
 off); the driver passes its setting on to its workers.
@@ -57,6 +60,22 @@ def spin_budget() -> float:
     return micros / 1e6
 
 
+_loadavg_fd: int | None = None
+
+
+def machine_has_spare_cpu(cpus: int) -> bool:
+    """Whether no more threads are runnable on this machine than `cpus` (the caller counts as
+    one); True where `/proc/loadavg` cannot be read."""
+    global _loadavg_fd
+    try:
+        if _loadavg_fd is None:
+            _loadavg_fd = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+        running = int(os.pread(_loadavg_fd, 128, 0).split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return True
+    return running <= cpus
+
+
 def forwarded_settings() -> dict[str, str]:
     """This driver's spin setting, for the environment of its workers."""
     value = os.environ.get(SPIN_ENV)
@@ -67,9 +86,10 @@ class SpinningPoll:
     """A `select.poll` whose `poll(timeout)` first looks without blocking while recent waits
     were short. For one waiting thread at a time (the connection's lender)."""
 
-    def __init__(self, poller: Any, budget_s: float) -> None:
+    def __init__(self, poller: Any, budget_s: float, cpus: int | None = None) -> None:
         self._poller = poller
         self.budget_s = budget_s
+        self._cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
         self._last_wait_short = True
 
     def poll(self, timeout_s: float | None) -> list[tuple[int, int]]:
@@ -85,9 +105,9 @@ class SpinningPoll:
                 ready = look(0)
                 if ready:
                     return ready  # type: ignore[no-any-return]
-                if time.perf_counter() >= until:
-                    break
-                os.sched_yield()  # a thread runnable on this CPU goes first (it may be the sender)
+                if time.perf_counter() >= until or not machine_has_spare_cpu(self._cpus):
+                    break  # a thread became runnable that would need this CPU: sleep, let it run
+                os.sched_yield()
         if timeout_s is None:
             ready = self._poller.poll(None)
         else:

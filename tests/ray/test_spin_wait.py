@@ -1,7 +1,7 @@
 """A lending thread looks for its next frame for a while before it sleeps (`spin_wait.py`):
-only while its waits have been short, never longer than its timeout, not at all when turned
-off, on one CPU or with workers that are threads of the driver; and workers get the driver's
-setting."""
+only while its waits have been short and the machine has a CPU to spare, never longer than its
+timeout, not at all when turned off, on one CPU or with workers that are threads of the driver;
+and workers get the driver's setting."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from fray_ray._private.spin_wait import SPIN_ENV, SpinningPoll, spin_budget
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 BUDGET_S = 0.002
+IDLE_MACHINE = 10**6  # CPUs to tell SpinningPoll of: more than threads could ever be runnable
 
 
 class _RecordingPoller:
@@ -55,7 +56,7 @@ def test_a_frame_already_there_is_seen_at_once(sockets: tuple[socket.socket, soc
     ours, theirs = sockets
     poller = _RecordingPoller(ours)
     theirs.send(b"x")
-    ready = SpinningPoll(poller, BUDGET_S).poll(None)
+    ready = SpinningPoll(poller, BUDGET_S, IDLE_MACHINE).poll(None)
     assert [fd for fd, _ in ready] == [ours.fileno()]
     assert poller.timeouts == [0]  # one look, no sleep
 
@@ -65,7 +66,7 @@ def test_a_wait_longer_than_the_budget_turns_spinning_off_until_a_short_one(
 ) -> None:
     ours, theirs = sockets
     poller = _RecordingPoller(ours)
-    waiting = SpinningPoll(poller, BUDGET_S)
+    waiting = SpinningPoll(poller, BUDGET_S, IDLE_MACHINE)
     started = time.monotonic()
     assert waiting.poll(0.05) == []  # nothing came: it looked, then slept out the rest
     assert time.monotonic() - started >= 0.05
@@ -87,14 +88,14 @@ def test_the_spin_never_outlasts_the_timeout(sockets: tuple[socket.socket, socke
     ours, _ = sockets
     poller = _RecordingPoller(ours)
     started = time.monotonic()
-    assert SpinningPoll(poller, 10.0).poll(0.02) == []
+    assert SpinningPoll(poller, 10.0, IDLE_MACHINE).poll(0.02) == []
     assert time.monotonic() - started < 5.0  # the 10 s budget was cut to the 20 ms timeout
 
 
 def test_a_zero_timeout_looks_once(sockets: tuple[socket.socket, socket.socket]) -> None:
     ours, _ = sockets
     poller = _RecordingPoller(ours)
-    assert SpinningPoll(poller, BUDGET_S).poll(0) == []
+    assert SpinningPoll(poller, BUDGET_S, IDLE_MACHINE).poll(0) == []
     assert poller.timeouts == [0]
 
 
@@ -102,8 +103,23 @@ def test_without_a_budget_it_only_sleeps(sockets: tuple[socket.socket, socket.so
     ours, theirs = sockets
     poller = _RecordingPoller(ours)
     theirs.send(b"x")
-    assert SpinningPoll(poller, 0.0).poll(1.0)
+    assert SpinningPoll(poller, 0.0, IDLE_MACHINE).poll(1.0)
     assert poller.spins() == 0
+
+
+def test_a_machine_without_a_spare_cpu_is_not_spun_on(sockets: tuple[socket.socket, socket.socket]) -> None:
+    ours, _ = sockets
+    poller = _RecordingPoller(ours)
+    waiting = SpinningPoll(poller, 1.0, cpus=0)  # the caller alone is more runnable threads than that
+    started = time.monotonic()
+    assert waiting.poll(0.05) == []
+    assert poller.spins() == 1  # one look, then it slept
+    assert time.monotonic() - started < 0.9
+
+
+def test_the_running_count_is_read_from_the_machine() -> None:
+    assert spin_wait.machine_has_spare_cpu(IDLE_MACHINE)
+    assert not spin_wait.machine_has_spare_cpu(0)  # this thread runs while it asks
 
 
 # ---- the setting -----------------------------------------------------------------------------
