@@ -159,8 +159,10 @@ class Executor:
         self.runtime.connection.add_close_callback(self._session_lost)
         calls = 0
         while True:
-            # This thread reads the session while it waits, so a task runs where it was read.
-            self.runtime.connection.serve_until(self._has_work)
+            # This thread reads the session while it waits, so a task runs where it was read. It
+            # does not spin: between the tasks of a batch that would take CPU from the driver
+            # handing them out (1000-task batches ran about 15% slower).
+            self.runtime.connection.serve_until(self._has_work, spin=False)
             with self._condition:
                 while not self._queue and not self._exiting:  # the session closed: its close callback says what now
                     self._condition.wait()

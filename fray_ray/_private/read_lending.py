@@ -60,6 +60,7 @@ class LendableSocket(io.RawIOBase):
         self.interruptible = False
         self.poll_timeout: float | None = None  # seconds an interruptible read may wait
         self.only_ready = False  # a read returns what has arrived, without waiting
+        self.spin = True  # an interruptible read may look for input before it sleeps
         self._poll: SpinningPoll | None = None
         self._wake_in: socket.socket | None = None
         self._wake_out: socket.socket | None = None
@@ -97,7 +98,7 @@ class LendableSocket(io.RawIOBase):
     def _wait_readable(self, timeout: float | None) -> None:
         wake_fd = self._wake_in.fileno()
         assert self._poll is not None
-        ready = self._poll.poll(timeout)
+        ready = self._poll.poll(timeout, spin=self.spin)
         if not ready:
             raise Woken()  # the time is up: the lender looks at its deadline
         for fd, _ in ready:
@@ -153,11 +154,12 @@ class ReadLending:
 
     # ---- the lending thread --------------------------------------------------------------
 
-    def serve_until(self, done: Callable[[], bool], timeout: float | None = None) -> bool:
+    def serve_until(self, done: Callable[[], bool], timeout: float | None = None, *, spin: bool = True) -> bool:
         """Read and dispatch frames on this thread until `done()` (looked at after every frame
         and every `wake_lender()`), `timeout` seconds pass or the connection closes. While the
         standby reads, this waits for it to hand reading back. False, at once, if another
-        thread is serving the connection: the caller then waits its own way."""
+        thread is serving the connection: the caller then waits its own way. `spin=False`:
+        never look for a frame without sleeping (`spin_wait.py`)."""
         me = threading.get_ident()
         with self._role_lock:
             if self._lender_present:
@@ -167,6 +169,7 @@ class ReadLending:
             self._lender = me
             self._lender_present = True
             self._handoff = False  # an earlier absence's request for the standby: back before it came
+            self._raw.spin = spin
         deadline = None if timeout is None else time.monotonic() + timeout
         interrupts = _DeferredInterrupts.on_this_thread()
         try:

@@ -4,8 +4,10 @@ A thread that sends a request and sleeps in `poll` until the answer comes pays f
 asleep and for being woken on another CPU. On the 2-core virtual machines fray_ray is measured
 on, that costs about 80 µs of a 90 µs loopback round trip: more than the Python on both sides
 of a synchronous call. So a lending thread (`read_lending.py`: a driver thread waiting for the
-answer of its call, a worker waiting for its next task or call) first polls without blocking
-for up to a budget, yielding its CPU between looks, and sleeps only if nothing came.
+answer of its call, a synchronous actor's call thread waiting for its next call) first polls
+without blocking for up to a budget, yielding its CPU between looks, and sleeps only if nothing
+came. An executor waiting for its next task does not spin (`serve_until(spin=False)`): between
+the tasks of a batch its spin took CPU from the driver handing them out.
 
 The spin is adaptive: after a wait that outlasted the budget, the next wait sleeps at once, so
 a thread whose frames come seldom costs nothing; a wait that ended within the budget turns
@@ -92,10 +94,11 @@ class SpinningPoll:
         self._cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
         self._last_wait_short = True
 
-    def poll(self, timeout_s: float | None) -> list[tuple[int, int]]:
-        """The ready (fd, events) pairs, or [] once `timeout_s` seconds passed (None: no limit)."""
+    def poll(self, timeout_s: float | None, spin: bool = True) -> list[tuple[int, int]]:
+        """The ready (fd, events) pairs, or [] once `timeout_s` seconds passed (None: no
+        limit); `spin=False` sleeps at once."""
         started = time.perf_counter()
-        budget = self.budget_s
+        budget = self.budget_s if spin else 0.0
         if budget and self._last_wait_short and timeout_s != 0:
             if timeout_s is not None:
                 budget = min(budget, timeout_s)

@@ -176,3 +176,23 @@ def test_workers_take_the_drivers_setting(monkeypatch: pytest.MonkeyPatch, fresh
     fray_ray.init(num_cpus=1)
     setting = fray_ray.get(fray_ray.remote(_worker_spin_setting).remote(), timeout=120)
     assert setting == {"env": "0", "budget": 0.0}
+
+
+def _spins_while_idle() -> bool:
+    from fray_ray._private import runtime_state
+
+    return bool(runtime_state.current().connection._raw.spin)
+
+
+@fray_ray.remote
+class _SyncActor:
+    def spins_while_idle(self) -> bool:
+        return _spins_while_idle()
+
+
+def test_a_sync_actor_spins_for_its_next_call_and_an_executor_not_for_its_next_task(fresh_shutdown: None) -> None:
+    """Between the tasks of a batch an executor's spin would take CPU from the driver."""
+    fray_ray.init(num_cpus=1)
+    assert fray_ray.get(fray_ray.remote(_spins_while_idle).remote(), timeout=120) is False
+    actor = _SyncActor.remote()
+    assert fray_ray.get(actor.spins_while_idle.remote(), timeout=120) is True
