@@ -11,13 +11,12 @@ the tasks of a batch its spin took CPU from the driver handing them out.
 
 The spin is adaptive: after a wait that outlasted the budget, the next wait sleeps at once, so
 a thread whose frames come seldom costs nothing; a wait that ended within the budget turns
-spinning back on. A wait spins only while the machine has no more runnable threads than CPUs
-(the running count of `/proc/loadavg`, about 1 µs to read, looked at between polls): on a busy machine the spin would
-take CPU from a thread that works, perhaps the one that sends the awaited frame (an executor
-waiting for its next task while the driver hands out a batch). It is off where the process may
-use only one CPU (the thread it waits for would need that CPU) and in a session whose workers are threads of the driver (`local_mode`):
-between its looks the spinning thread takes back the GIL the thread it waits for needs.
-`FRAY_RAY_SPIN_WAIT_US` sets the budget in microseconds (0 turns spinning
+spinning back on. A spin also stops as soon as the machine has more runnable threads than CPUs
+(the running count of `/proc/loadavg`, about 1 µs to read, looked at between polls): it would
+take CPU from a thread that works, perhaps the one that sends the awaited frame. Nothing spins
+where the process may use only one CPU, nor in a session whose workers are threads of the
+driver (`local_mode`): between its looks a spinning thread takes back the GIL that the thread
+it waits for needs. `FRAY_RAY_SPIN_WAIT_US` sets the budget in microseconds (0 turns spinning
 off); the driver passes its setting on to its workers.
 """
 
