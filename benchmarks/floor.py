@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 HEADER = struct.Struct("<IB")
@@ -145,21 +145,26 @@ def _round_trip(sock: socket.socket, frame: bytes, reply: memoryview) -> None:
     _recv_exactly(sock, reply)
 
 
-def socket_rtt_us(sock: socket.socket, warmup_s: float, round_s: float) -> float:
-    """Microseconds per 64-byte round trip, over one round after a warm-up."""
-    frame = HEADER.pack(SMALL_BYTES, ECHO) + bytes(SMALL_BYTES)
-    reply = memoryview(bytearray(len(frame)))
+def _us_per_call(call: Callable[[], None], warmup_s: float, round_s: float) -> float:
+    """Microseconds per `call()` over one round of `round_s` after a warm-up of `warmup_s`."""
     clock = time.perf_counter
     end = clock() + warmup_s
     while clock() < end:
-        _round_trip(sock, frame, reply)
+        call()
     count, start = 0, clock()
     while True:
-        _round_trip(sock, frame, reply)
+        call()
         count += 1
         elapsed = clock() - start
         if elapsed >= round_s:
             return elapsed / count * 1e6
+
+
+def socket_rtt_us(sock: socket.socket, warmup_s: float, round_s: float) -> float:
+    """Microseconds per 64-byte round trip, over one round after a warm-up."""
+    frame = HEADER.pack(SMALL_BYTES, ECHO) + bytes(SMALL_BYTES)
+    reply = memoryview(bytearray(len(frame)))
+    return _us_per_call(lambda: _round_trip(sock, frame, reply), warmup_s, round_s)
 
 
 def socket_spin_rtt_us(sock: socket.socket, warmup_s: float, round_s: float, spin_s: float = SPIN_S) -> float:
@@ -175,17 +180,7 @@ def socket_spin_rtt_us(sock: socket.socket, warmup_s: float, round_s: float, spi
         _spin_until_readable(poller, spin_s)
         _recv_exactly(sock, reply)
 
-    clock = time.perf_counter
-    end = clock() + warmup_s
-    while clock() < end:
-        round_trip()
-    count, start = 0, clock()
-    while True:
-        round_trip()
-        count += 1
-        elapsed = clock() - start
-        if elapsed >= round_s:
-            return elapsed / count * 1e6
+    return _us_per_call(round_trip, warmup_s, round_s)
 
 
 def socket_threaded_rtt_us(sock: socket.socket, warmup_s: float, round_s: float) -> float:
@@ -209,20 +204,13 @@ def socket_threaded_rtt_us(sock: socket.socket, warmup_s: float, round_s: float)
 
     thread = threading.Thread(target=reader, name="floor-reader", daemon=True)
     thread.start()
-    clock = time.perf_counter
+
+    def round_trip() -> None:
+        sock.sendall(frame)
+        replies.get()
+
     try:
-        end = clock() + warmup_s
-        while clock() < end:
-            sock.sendall(frame)
-            replies.get()
-        count, start = 0, clock()
-        while True:
-            sock.sendall(frame)
-            replies.get()
-            count += 1
-            elapsed = clock() - start
-            if elapsed >= round_s:
-                return elapsed / count * 1e6
+        return _us_per_call(round_trip, warmup_s, round_s)
     finally:
         sock.sendall(HEADER.pack(1, ECHO) + b"\0")
         thread.join(timeout=10)
