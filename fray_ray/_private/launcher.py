@@ -87,6 +87,15 @@ def resource_config(shape: ResourceShape, accelerator: str | None = None, cpu: f
     return ResourceConfig(cpu=cores, ram=_ram(shape.memory), disk="0", required_attributes=needs)
 
 
+#: Environment variables that set fray_ray's behaviour in the driver and, passed on, in its workers.
+_WORKER_SETTINGS = (user_tracebacks.INTERNALS_ENV, spin_wait.SPIN_ENV)
+
+
+def _driver_settings() -> dict[str, str]:
+    """The driver's values of `_WORKER_SETTINGS` (those it has), for a worker's environment."""
+    return {name: os.environ[name] for name in _WORKER_SETTINGS if name in os.environ}
+
+
 class WorkerLauncher:
     """Launches executors and actor hosts for one session."""
 
@@ -147,9 +156,7 @@ class WorkerLauncher:
                                       timeout_s=runtime_env.setup_timeout_s)]
         return EnvironmentConfig(
             workspace=runtime_env.working_dir or self._workspace,
-            env_vars={
-                **user_tracebacks.forwarded_settings(), **spin_wait.forwarded_settings(), **runtime_env.env_vars_dict
-            },
+            env_vars={**_driver_settings(), **runtime_env.env_vars_dict},
             workspace_excludes=runtime_env.excludes,
             py_modules=runtime_env.py_modules,
             setup_scripts=setup,

@@ -77,12 +77,6 @@ def machine_has_spare_cpu(cpus: int) -> bool:
     return running <= cpus
 
 
-def forwarded_settings() -> dict[str, str]:
-    """This driver's spin setting, for the environment of its workers."""
-    value = os.environ.get(SPIN_ENV)
-    return {SPIN_ENV: value} if value is not None else {}
-
-
 class SpinningPoll:
     """A `select.poll` whose `poll(timeout)` first looks without blocking while recent waits
     were short. For one waiting thread at a time (the connection's lender)."""

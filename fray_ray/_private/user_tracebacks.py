@@ -35,12 +35,6 @@ def show_internals() -> bool:
     return os.environ.get(INTERNALS_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
-def forwarded_settings() -> dict[str, str]:
-    """The traceback setting of this driver, for the environment of its workers."""
-    value = os.environ.get(INTERNALS_ENV)
-    return {INTERNALS_ENV: value} if value is not None else {}
-
-
 def is_internal(filename: str) -> bool:
     """True for a frame in one of fray_ray's own files."""
     return filename.startswith(_PACKAGE_DIR)
