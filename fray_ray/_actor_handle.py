@@ -75,10 +75,15 @@ class ActorHandle(Generic[T]):
     def __getattr__(self, name: str) -> ActorMethod[Any]:
         methods = self.__dict__.get("_methods") or {}
         if name in methods:
-            return ActorMethod(self, name, methods[name])
-        if name in _BUILT_IN_METHODS:
-            return ActorMethod(self, name, {"options": {}, "arguments": None})
-        raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
+            method: ActorMethod[Any] = ActorMethod(self, name, methods[name])
+        elif name in _BUILT_IN_METHODS:
+            method = ActorMethod(self, name, {"options": {}, "arguments": None})
+        else:
+            raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
+        # Kept as an attribute, so the next `handle.name` finds it without calling here again (a
+        # method object holds nothing that changes; `.options()` makes new ones).
+        self.__dict__[name] = method
+        return method
 
     def __dir__(self) -> list[str]:
         return sorted(self._methods)
@@ -129,6 +134,7 @@ class ActorMethod(Generic[R]):
         self._name = name
         self._info = info
         self._options = dict(options or {})
+        self._parsed: MethodOptions | None = None  # the options, once a call has checked them
 
     if not TYPE_CHECKING:  # hidden from type checkers, so they report the call (it always raises)
 
@@ -203,7 +209,10 @@ class ActorMethod(Generic[R]):
 
     def _call_options(self) -> MethodOptions:
         """The method's `@method` keywords with this call's `.options()` on top, checked and
-        converted as Ray does at `.remote()` (integers as C integers: 2.0 is 2, NaN raises)."""
+        converted as Ray does at `.remote()` (integers as C integers: 2.0 is 2, NaN raises).
+        Kept once they pass: neither set of keywords changes for this method object."""
+        if self._parsed is not None:
+            return self._parsed
         # Each value's type is part of the key: 1 and True are equal, but only True is a valid
         # retry_exceptions.
         given = tuple((key, type(value), value) for key, value in {**self._info.get("options", {}), **self._options}.items())
@@ -211,8 +220,11 @@ class ActorMethod(Generic[R]):
         try:
             hash(given)
         except TypeError:  # e.g. retry_exceptions given as a list
-            return _method_call_options(given, is_generator)
-        return _cached_method_call_options(given, is_generator)
+            parsed = _method_call_options(given, is_generator)
+        else:
+            parsed = _cached_method_call_options(given, is_generator)
+        self._parsed = parsed
+        return parsed
 
     def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
         """Ray builds a DAG node here; fray_ray has no DAGs.

@@ -108,39 +108,49 @@ class ActorCalls:
             pass  # the close callback decides about the call
 
     def call_done(self, connection: Connection, call_id: bytes, results: Sequence[SerializedValue]) -> None:
-        if self._retry_exception(connection, call_id, results):
-            return
+        self.calls_done(connection, [(call_id, results)])
+
+    def calls_done(self, connection: Connection, answers: Sequence[tuple[bytes, Sequence[SerializedValue]]]) -> None:
+        """Answers from one actor's host, in the order it sent them: each call completes, or is
+        sent again if it raised an exception its `retry_exceptions` and retries allow."""
+        finished: list[tuple[ActorCallSpec, Sequence[SerializedValue]]] = []
+        again: list[ActorCallSpec] = []
+        now_running: list[bytes] = []
         with self._lock:
             record = self._by_connection.get(connection)
-            call = record.in_flight.pop(call_id, None) if record is not None else None
-            retire = record is not None and record.out_of_scope and not record.in_flight and not record.queued
-            # A call that ended makes room for the oldest one waiting (as far as the driver can tell).
-            now_running = []
-            while record is not None and record.waiting and not now_running:
-                waiting_id = record.waiting.popleft()
-                if waiting_id in record.in_flight:
-                    now_running.append(waiting_id)
-            if call_id in self._cancelled:
-                self._cancelled.discard(call_id)
-                call = None  # already completed as cancelled
+            if record is None:
+                return
+            for call_id, results in answers:
+                call = record.in_flight.get(call_id)
+                if call is not None and call_id in self._cancelled:
+                    self._cancelled.discard(call_id)
+                    call = None  # already completed as cancelled
+                elif call is not None and call.retry_exceptions and self._retries_on(call, results):
+                    again.append(call)  # still in flight
+                    continue
+                record.in_flight.pop(call_id, None)
+                if call is not None:
+                    finished.append((call, results))
+                # A call that ended makes room for the oldest one waiting (as far as the driver can tell).
+                while record.waiting:
+                    waiting_id = record.waiting.popleft()
+                    if waiting_id in record.in_flight:
+                        now_running.append(waiting_id)
+                        break
+            retire = record.out_of_scope and not record.in_flight and not record.queued
+        if again:
+            with record.send_lock:
+                for call in again:
+                    self._send_call(connection, call)
         self._events.running_by_id(now_running)
-        if call is not None:
+        for call, results in finished:
             self._complete_call(call, results)
         if retire:
             self._mark_dead(record, self._death_error(record, "out_of_scope"), terminate=True)
 
-    def _retry_exception(self, connection: Connection, call_id: bytes, results: Sequence[SerializedValue]) -> bool:
-        """Send a call that raised again if its `retry_exceptions` and retries allow."""
-        with self._lock:
-            record = self._by_connection.get(connection)
-            call = record.in_flight.get(call_id) if record is not None else None
-            if call is None or call_id in self._cancelled:
-                return False
-        if not retries_user_exception(call.retry_exceptions, results) or not self._retries.spend(call_id):
-            return False
-        with record.send_lock:
-            self._send_call(connection, call)
-        return True
+    def _retries_on(self, call: ActorCallSpec, results: Sequence[SerializedValue]) -> bool:
+        """Whether a call that raised is sent again (spends one of its retries)."""
+        return retries_user_exception(call.retry_exceptions, results) and self._retries.spend(call.call_id)
 
     # ---- cancel --------------------------------------------------------------------------
 

@@ -281,13 +281,16 @@ class RayActorHost:
         else:
             running.get_loop().call_soon_threadsafe(running.cancel)  # an asyncio.Task
 
-    def _start_call(self, call: CallMethod, handle: Any) -> bool:
-        """Record a call as running; False if it was cancelled before it started."""
+    def _start_call(self, call: CallMethod, handle: Any, thread: int | None = None) -> bool:
+        """Record a call as running (on `thread`, for a sync call); False if it was cancelled
+        before it started."""
         with self._calls_lock:
-            if call.call in self._cancelled:
+            if self._cancelled and call.call in self._cancelled:
                 self._cancelled.discard(call.call)
                 return False
             self._running[call.call] = handle
+            if thread is not None:
+                self._call_threads[call.call] = thread
             return True
 
     def _end_call(self, call: CallMethod) -> None:
@@ -297,10 +300,8 @@ class RayActorHost:
 
     def _run_sync_call(self, call: CallMethod) -> None:
         context = self._context(call)
-        if not self._start_call(call, context):
+        if not self._start_call(call, context, threading.get_ident()):
             return
-        with self._calls_lock:
-            self._call_threads[call.call] = threading.get_ident()
         token = current_task.set(context)
         runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
         try:

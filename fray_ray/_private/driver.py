@@ -284,8 +284,8 @@ class DriverRuntime(DriverReads):
         self.launcher.prepare(spec.pool.runtime_env)  # raises if its code cannot be shipped
         self.references.flush()
         spec.arguments = self._own_arguments(spec.arguments)
-        self.objects.create_pending(spec.return_ids, producer=spec.task_id)
-        refs: list[Any] = [ObjectRef(oid) for oid in spec.return_ids]  # counted before the task can finish
+        self.objects.create_pending(spec.return_ids, producer=spec.task_id, referenced=True)
+        refs: list[Any] = [ObjectRef(oid, _announced=True) for oid in spec.return_ids]  # counted before the task can finish
         if spec.num_returns in ("streaming", "dynamic"):
             self.streams.open(spec.task_id)
             if spec.num_returns == "streaming":
@@ -322,8 +322,8 @@ class DriverRuntime(DriverReads):
     def submit_actor_call(self, spec: ActorCallSpec) -> list[Any]:
         self.references.flush()
         spec.arguments = self._own_arguments(spec.arguments)
-        self.objects.create_pending(spec.return_ids, producer=spec.call_id)
-        refs: list[Any] = [ObjectRef(oid) for oid in spec.return_ids]
+        self.objects.create_pending(spec.return_ids, producer=spec.call_id, referenced=True)
+        refs: list[Any] = [ObjectRef(oid, _announced=True) for oid in spec.return_ids]
         if spec.num_returns == "streaming":
             self.streams.open(spec.call_id)
             refs = [ObjectRefGenerator(spec.call_id)]

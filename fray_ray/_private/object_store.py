@@ -235,6 +235,18 @@ class ObjectStore:
         except FileNotFoundError:
             return None
 
+    def release_all(self, values: list[HeldValue]) -> None:
+        """`release` for many values; those without buffers (small results) under one lock."""
+        plain = 0
+        for held in values:
+            if type(held) is StoredValue and not held.has_buffers:
+                plain += held.size
+            else:
+                self.release(held)
+        if plain:
+            with self._lock:
+                self._used -= plain
+
     def release(self, held: HeldValue) -> None:
         """The value's object was freed: delete its file, or release its memory once unused."""
         if isinstance(held, SpilledValue):

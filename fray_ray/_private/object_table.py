@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from fray_ray._private.ids import OBJECT_ID_SIZE
 from fray_ray._private.object_store import ObjectStore
@@ -45,14 +45,19 @@ class ObjectState(enum.Enum):
     FREED = "freed"  # nothing refers to it; the value is gone
 
 
-@dataclass(eq=False)
 class ObjectEntry:
-    state: ObjectState = ObjectState.PENDING
-    value: HeldValue | None = None
-    references: int = 0
-    callbacks: list[DoneCallback] = field(default_factory=list)
-    #: task that produces this object (for cancel and lineage); None for puts
-    producer: bytes | None = None
+    """One object: a plain class with slots, since every task and call makes one."""
+
+    __slots__ = ("state", "value", "references", "callbacks", "producer")
+
+    def __init__(self, state: ObjectState = ObjectState.PENDING, value: HeldValue | None = None,
+                 producer: bytes | None = None) -> None:
+        self.state = state
+        self.value = value
+        self.references = 0
+        self.callbacks: list[DoneCallback] | None = None  # made when the first one is added
+        #: task that produces this object (for cancel and lineage); None for puts
+        self.producer = producer
 
 
 @dataclass(frozen=True)
@@ -89,10 +94,14 @@ class ObjectTable:
 
     # ---- creation and completion ---------------------------------------------------------
 
-    def create_pending(self, object_ids: Iterable[bytes], producer: bytes | None = None) -> None:
+    def create_pending(self, object_ids: Iterable[bytes], producer: bytes | None = None, *, referenced: bool = False) -> None:
+        """`referenced`: the caller holds one reference to each already (the ObjectRef it makes
+        at once, counted as announced), so the first ref costs no second trip through the table."""
+        references = 1 if referenced else 0
         with self._lock:
             for object_id in object_ids:
-                self._entries[object_id] = ObjectEntry(producer=producer)
+                entry = self._entries[object_id] = ObjectEntry(producer=producer)
+                entry.references = references
 
     def put(self, object_id: bytes, value: SerializedValue, *, copy: bool = True) -> None:
         """Create an entry that is READY at once (ray.put, a generator's item).
@@ -122,12 +131,6 @@ class ObjectTable:
 
     def fulfil(self, object_id: bytes, value: SerializedValue) -> None:
         """Complete a pending object with a value or an error (value.is_error)."""
-        with self._lock:
-            entry = self._entries.get(object_id)
-            if entry is not None and entry.state not in (ObjectState.PENDING, ObjectState.FREED):
-                raise RuntimeError(f"object {object_id.hex()} fulfilled twice")
-            if entry is None or entry.state is ObjectState.FREED:
-                return  # nobody refers to it any more; drop the value (it was never visible)
         held = self._hold_result(object_id, value)
         with self._lock:
             entry = self._entries.get(object_id)
@@ -135,17 +138,21 @@ class ObjectTable:
             if visible:
                 entry.state = ObjectState.FAILED if held.is_error else ObjectState.READY
                 entry.value = held
-                if isinstance(held, StoredValue) and not held.is_error:
+                if not held.is_error and type(held) is StoredValue:
                     self._resident[object_id] = None
-                foreign = self._incref_all_locked(held.contained_refs)
-                callbacks, entry.callbacks = entry.callbacks, []
+                foreign = self._incref_all_locked(held.contained_refs) if held.contained_refs else None
+                callbacks, entry.callbacks = entry.callbacks, None
                 free_now = entry.references <= 0
         if not visible:
-            self.store.release(held)  # freed (or fulfilled by a racing call) while it was stored
+            self.store.release(held)  # nobody refers to it any more: the value was never visible
+            if entry is not None and entry.state is not ObjectState.FREED:
+                raise RuntimeError(f"object {object_id.hex()} fulfilled twice")
             return
-        self._forward_incref(foreign)
-        for callback in callbacks:
-            callback(object_id)
+        if foreign:
+            self._forward_incref(foreign)
+        if callbacks:
+            for callback in callbacks:
+                callback(object_id)
         if free_now:
             self._maybe_free(object_id)
 
@@ -271,14 +278,17 @@ class ObjectTable:
         with self._lock:
             entry = self._entries.get(object_id)
             if entry is not None and entry.state is ObjectState.PENDING:
-                entry.callbacks.append(callback)
+                if entry.callbacks is None:
+                    entry.callbacks = [callback]
+                else:
+                    entry.callbacks.append(callback)
                 return
         callback(object_id)
 
     def remove_done_callback(self, object_id: bytes, callback: DoneCallback) -> None:
         with self._lock:
             entry = self._entries.get(object_id)
-            if entry is not None:
+            if entry is not None and entry.callbacks:
                 try:
                     entry.callbacks.remove(callback)
                 except ValueError:
@@ -327,24 +337,33 @@ class ObjectTable:
                     to_free.append(object_id)
         if foreign and self.foreign is not None:
             self.foreign.decref(foreign)
-        for object_id in to_free:
-            self._maybe_free(object_id)
+        if to_free:
+            self._free(to_free)
 
     def _maybe_free(self, object_id: bytes) -> None:
-        inner: Sequence[bytes] = ()
+        self._free([object_id])
+
+    def _free(self, object_ids: list[bytes]) -> None:
+        """Drop the entries among `object_ids` that nothing refers to any more, and their values
+        (a value that holds refs releases them in turn)."""
+        freed: list[HeldValue] = []
+        inner: list[bytes] = []
         with self._lock:
-            entry = self._entries.get(object_id)
-            if entry is None or entry.references > 0 or entry.state is ObjectState.PENDING:
-                return
-            del self._entries[object_id]
-            self._resident.pop(object_id, None)
-            value = entry.value
-            if value is not None:
-                inner = value.contained_refs
-            entry.state = ObjectState.FREED
-            entry.value = None
-        if value is not None:
-            self.store.release(value)
+            for object_id in object_ids:
+                entry = self._entries.get(object_id)
+                if entry is None or entry.references > 0 or entry.state is ObjectState.PENDING:
+                    continue
+                del self._entries[object_id]
+                self._resident.pop(object_id, None)
+                value = entry.value
+                entry.state = ObjectState.FREED
+                entry.value = None
+                if value is not None:
+                    freed.append(value)
+                    if value.contained_refs:
+                        inner.extend(value.contained_refs)
+        if freed:
+            self.store.release_all(freed)
         if inner:
             self.decref(inner)
 

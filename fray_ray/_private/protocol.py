@@ -24,12 +24,20 @@ has a free one of the right size: faulting in fresh pages costs more than the co
 
 Frames leave in the order they were sent, through one outbox. A plain send writes the outbox
 (its own frame last) before it returns. A *deferred* send (`notify(..., defer=True)`) only
-queues its frame and wakes the connection's writer thread, which writes whatever has queued
-by the time it runs in one `sendall`: a caller that pipelines a thousand calls pays one
-append per call instead of a system call (and a round of the GIL) each, and the peer reads
-them in a few large reads. Deferring is for frames that more are likely to follow soon (calls
-to an actor that is still busy with earlier ones, results while calls wait); a frame that
-someone waits for alone goes out at once, as a plain send.
+queues its notification and wakes the connection's writer thread, which writes whatever has
+queued by the time it runs in one `sendall`: a caller that pipelines a thousand calls pays one
+append per call instead of a system call (and a round of the GIL) each. Deferred notifications
+of one method that follow each other in the outbox leave as one *batch* frame, so the peer
+reads, unpacks and dispatches them once, and a handler that takes batches (`batch` on the
+handler, see `messages.handlers`) handles them together. The sender writes a batch itself once
+it holds `_FLUSH_ITEMS` notifications, so a long run of them reaches the peer while more are
+queued. Deferring is for frames that more are likely to follow soon (calls to an actor that is
+still busy with earlier ones, results while more work waits); a frame that someone waits for
+alone goes out at once, as a plain send.
+
+A batch frame's header is `[BATCH, 0, method, [counts, body, body, ...]]`, where `counts`
+lists how many of the frame's buffers belong to each body, in order. One body alone travels as
+a plain NOTIFY frame.
 """
 
 from __future__ import annotations
@@ -51,7 +59,7 @@ from fray_ray._private.read_lending import LendableSocket, ReadLending
 
 logger = logging.getLogger(__name__)
 
-REQUEST, REPLY, ERROR, NOTIFY = 0, 1, 2, 3
+REQUEST, REPLY, ERROR, NOTIFY, BATCH = 0, 1, 2, 3, 4
 
 #: `<u32 header length><u32 buffer count>`, the start of every frame.
 FRAME_PREFIX = struct.Struct("<II")
@@ -71,10 +79,18 @@ _READ_BUFFER_BYTES = 64 * 1024
 _COALESCE_BYTES = 64 * 1024
 #: How long `close()` may spend writing the frames still queued.
 _CLOSE_WRITE_TIMEOUT_S = 1.0
+#: A batch this long is written by its sender rather than left for the writer thread.
+_FLUSH_ITEMS = 32
+#: Most notifications, header bytes and buffers one batch frame carries.
+_BATCH_ITEMS = 4096
+_BATCH_HEADER_BYTES = 1 << 20
+_BATCH_BUFFERS = 1 << 16
 
 Buffers = Sequence[bytes | bytearray | memoryview]
 #: handler(connection, message_id, body, buffers); message_id is None for notifications.
 Handler = Callable[["Connection", int | None, Any, list[bytearray]], None]
+#: batch(connection, [(body, buffers), ...]): the notifications of one batch frame, in order.
+BatchHandler = Callable[["Connection", list[tuple[Any, list[bytearray]]]], None]
 
 
 class ConnectionClosed(ConnectionError):
@@ -133,6 +149,79 @@ def _read_exactly(reader: io.BufferedReader, size: int, blocks: ReceivedBlocks |
             buffer += _ZEROS[: target - len(buffer)]
 
 
+def _array_header(length: int) -> bytes:
+    """The msgpack header of an array of `length` items."""
+    if length < 16:
+        return bytes((0x90 | length,))
+    if length < 1 << 16:
+        return b"\xdc" + length.to_bytes(2, "big")
+    return b"\xdd" + length.to_bytes(4, "big")
+
+
+class _Batch:
+    """Deferred notifications of one method, queued to leave as one frame. Each body is packed
+    on its sender's thread; the frame is put together when it is written."""
+
+    __slots__ = ("method", "bodies", "counts", "buffers", "header_bytes", "size")
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.bodies: list[bytes] = []  # each packed
+        self.counts: list[int] = []  # how many of `buffers` belong to each body
+        self.buffers: list[bytes] = []
+        self.header_bytes = 0
+        self.size = 0  # bytes of bodies and buffers
+    def has_room(self, packed_body: bytes, buffer_count: int) -> bool:
+        return (len(self.bodies) < _BATCH_ITEMS and self.header_bytes + len(packed_body) <= _BATCH_HEADER_BYTES
+                and len(self.buffers) + buffer_count <= _BATCH_BUFFERS)
+
+    def add(self, packed_body: bytes, buffers: Sequence[bytes]) -> None:
+        self.bodies.append(packed_body)
+        self.counts.append(len(buffers))
+        self.buffers.extend(buffers)
+        self.header_bytes += len(packed_body)
+        self.size += len(packed_body) + sum(len(b) for b in buffers)
+
+    def parts(self) -> list[bytes | memoryview]:
+        """The frame: msgpack arrays are a length and their items, so the header is written by
+        hand around the bodies packed already."""
+        method = msgpack.packb(self.method)
+        if len(self.bodies) == 1:
+            header = b"".join((_NOTIFY_HEAD, method, self.bodies[0]))
+        else:
+            header = b"".join((_BATCH_HEAD, method, _array_header(len(self.bodies) + 1),
+                               msgpack.packb(self.counts), *self.bodies))
+        parts: list[bytes | memoryview] = [FRAME_PREFIX.pack(len(header), len(self.buffers)), header]
+        for buffer in self.buffers:
+            parts.append(_BUFFER_LENGTH.pack(len(buffer)))
+            parts.append(buffer)
+        return parts
+
+
+def _frame_bytes(frame: list[bytes | memoryview] | _Batch) -> int:
+    return frame.size if type(frame) is _Batch else sum(len(part) for part in frame)
+
+
+#: The start of a header `[NOTIFY, 0, ...]` / `[BATCH, 0, ...]`: a 4-item array, the kind, the id 0.
+_NOTIFY_HEAD = bytes((0x94, NOTIFY, 0))
+_BATCH_HEAD = bytes((0x94, BATCH, 0))
+
+
+def _split_batch(body: Any, buffers: list[bytearray]) -> list[tuple[Any, list[bytearray]]]:
+    """A batch frame's notifications as (body, buffers); ValueError if the frame is malformed."""
+    if not isinstance(body, list) or len(body) < 2 or not isinstance(body[0], list):
+        raise ValueError("a malformed batch frame")
+    counts = body[0]
+    if len(counts) != len(body) - 1 or not all(type(c) is int and c >= 0 for c in counts) or sum(counts) != len(buffers):
+        raise ValueError("a batch frame's buffer counts do not match its bodies and buffers")
+    items = []
+    offset = 0
+    for item_body, count in zip(body[1:], counts):
+        items.append((item_body, buffers[offset : offset + count]))
+        offset += count
+    return items
+
+
 class Connection(ReadLending):
     """One framed, multiplexed connection. Thread-safe for senders.
 
@@ -152,7 +241,7 @@ class Connection(ReadLending):
         self._received_blocks = received_blocks  # where large buffers are read into (workers)
         self._send_lock = threading.Lock()  # held while writing to the socket
         self._outbox_lock = threading.Lock()  # guards the three fields below
-        self._outbox: list[list[bytes | memoryview]] = []  # frames not yet written, in order
+        self._outbox: list[list[bytes | memoryview] | _Batch] = []  # frames not yet written, in order
         self._writer_woken = False  # the writer thread will look at the outbox again
         self._writer: threading.Thread | None = None  # started at the first deferred send
         self._writer_wake = threading.Lock()  # locked while the writer has nothing to do
@@ -259,7 +348,7 @@ class Connection(ReadLending):
 
     # ---- sending -------------------------------------------------------------------------
 
-    def _send(self, header: list[Any], buffers: Buffers = (), defer: bool = False) -> None:
+    def _send(self, header: list[Any], buffers: Buffers = ()) -> None:
         packed = msgpack.packb(header, use_bin_type=True)
         parts: list[bytes | memoryview] = [FRAME_PREFIX.pack(len(packed), len(buffers)), packed]
         for buffer in buffers:
@@ -270,11 +359,56 @@ class Connection(ReadLending):
             if self._closed:
                 raise ConnectionClosed(f"{self.name}: connection closed")
             self._outbox.append(parts)
-            # Only immutable buffers may wait: the caller may change its memory once we return.
-            if defer and all(isinstance(b, bytes) for b in buffers):
+        self._flush()
+
+    def _defer(self, method: str, body: Any, buffers: Sequence[bytes]) -> None:
+        """Queue a notification for the writer thread, in the batch of the same method at the
+        end of the outbox if there is one."""
+        packed = msgpack.packb(body, use_bin_type=True)
+        with self._outbox_lock:
+            if self._closed:
+                raise ConnectionClosed(f"{self.name}: connection closed")
+            outbox = self._outbox
+            batch = outbox[-1] if outbox else None
+            if type(batch) is not _Batch or batch.method != method or not batch.has_room(packed, len(buffers)):
+                batch = _Batch(method)
+                outbox.append(batch)
+            batch.add(packed, buffers)
+            if len(batch.bodies) < _FLUSH_ITEMS:
                 self._wake_writer_locked()
                 return
-        self._flush()
+        # A long batch of small frames goes now, from this thread, as far as the socket takes it
+        # without waiting; unless a write is under way (that writer looks at the outbox again).
+        if self._send_lock.acquire(blocking=False):
+            try:
+                self._write_without_waiting()
+            finally:
+                self._send_lock.release()
+        else:
+            with self._outbox_lock:
+                self._wake_writer_locked()
+
+    def _write_without_waiting(self) -> None:
+        """Write what is queued as far as the socket takes it at once (with `_send_lock` held);
+        the rest, and anything large, is left first in the outbox for the writer thread: a
+        deferred send never waits for a peer that reads slowly."""
+        with self._outbox_lock:
+            frames = self._outbox
+            if sum(_frame_bytes(frame) for frame in frames) > _COALESCE_BYTES * 4:
+                self._wake_writer_locked()
+                return
+            self._outbox = []
+        data = b"".join(part for frame in frames for part in (frame.parts() if type(frame) is _Batch else frame))
+        try:
+            sent = self._sock.send(data, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            raise ConnectionClosed(f"{self.name}: {exc}") from exc
+        if sent < len(data):
+            with self._outbox_lock:
+                self._outbox.insert(0, [memoryview(data)[sent:]])
+                self._wake_writer_locked()
 
     def flush(self) -> None:
         """Write every queued (deferred) frame now, on this thread; a closed connection is ignored."""
@@ -297,8 +431,8 @@ class Connection(ReadLending):
         small: list[bytes | memoryview] = []
         small_bytes = 0
         try:
-            for parts in frames:
-                for part in parts:
+            for frame in frames:
+                for part in frame.parts() if type(frame) is _Batch else frame:
                     if len(part) >= _COALESCE_BYTES:  # a large buffer goes out from its own memory
                         if small:
                             self._sock.sendall(b"".join(small))
@@ -365,8 +499,12 @@ class Connection(ReadLending):
 
     def notify(self, method: str, body: Any = None, buffers: Buffers = (), *, defer: bool = False) -> None:
         """Send a message that expects no answer; with `defer`, the writer thread sends it
-        (soon, together with what else has queued by then)."""
-        self._send([NOTIFY, 0, method, body], buffers, defer)
+        (soon, together with what else has queued by then). Only immutable buffers may wait:
+        with others the frame goes at once, since the caller may change their memory."""
+        if defer and all(type(b) is bytes for b in buffers):
+            self._defer(method, body, buffers)  # type: ignore[arg-type]
+        else:
+            self._send([NOTIFY, 0, method, body], buffers)
 
     def reply(self, message_id: int, body: Any = None, buffers: Buffers = ()) -> None:
         """Answer request `message_id`; a closed connection is ignored (the asker is gone)."""
@@ -400,6 +538,8 @@ class Connection(ReadLending):
         else:
             packed = _read_exactly(reader, header_length)
         header = msgpack.unpackb(packed, raw=False, strict_map_key=False)
+        if type(header) is not list or len(header) != 4:
+            raise ValueError("a frame's header must be [kind, id, method, body]")
         buffers = []
         for _ in range(buffer_count):
             length_bytes = reader.read(_BUFFER_LENGTH.size)
@@ -409,6 +549,9 @@ class Connection(ReadLending):
             if length > MAX_BUFFER_BYTES:
                 raise FrameTooLarge(f"frame buffer of {length} bytes exceeds {MAX_BUFFER_BYTES}")
             buffers.append(_read_exactly(reader, length, self._received_blocks))
+        if header[0] == BATCH:
+            header[3] = _split_batch(header[3], buffers)  # checked here: a bad batch ends the connection
+            buffers = []
         return header, buffers
 
     def _read_loop(self, first_frame: list[Any] | None = None) -> None:
@@ -439,6 +582,9 @@ class Connection(ReadLending):
 
     def _dispatch(self, header: list[Any], buffers: list[bytearray]) -> None:
         kind, message_id, method, body = header
+        if kind == BATCH:
+            self._dispatch_batch(method, body)
+            return
         if kind == REPLY or kind == ERROR:
             with self._state_lock:
                 future = self._pending.pop(message_id, None)
@@ -460,3 +606,22 @@ class Connection(ReadLending):
             logger.exception("%s: handler %s failed", self.name, method)
             if kind == REQUEST:
                 self.reply_error(message_id, type(exc).__name__, str(exc))
+
+    def _dispatch_batch(self, method: str, items: list[tuple[Any, list[bytearray]]]) -> None:
+        """The notifications of a batch frame: to the handler's `batch` at once if it has one,
+        else one by one."""
+        handler = self._handlers.get(method)
+        if handler is None:
+            return
+        batch: BatchHandler | None = getattr(handler, "batch", None)
+        if batch is not None:
+            try:
+                batch(self, items)
+            except Exception:  # noqa: BLE001 - a bad message must not kill the connection
+                logger.exception("%s: handler %s failed", self.name, method)
+            return
+        for body, buffers in items:
+            try:
+                handler(self, None, body, buffers)
+            except Exception:  # noqa: BLE001
+                logger.exception("%s: handler %s failed", self.name, method)

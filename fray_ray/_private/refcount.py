@@ -17,22 +17,22 @@ class LocalReferenceCounter:
 
     def __init__(self, on_first: Callable[[list[bytes]], None], on_last: Callable[[list[bytes]], None]) -> None:
         self._lock = threading.Lock()
-        self._counts: collections.Counter[bytes] = collections.Counter()
+        self._counts: dict[bytes, int] = {}
         self._released: collections.deque[bytes] = collections.deque()
         self._on_first = on_first
         self._on_last = on_last
 
     def add(self, object_id: bytes) -> None:
         with self._lock:
-            self._counts[object_id] += 1
-            first = self._counts[object_id] == 1
-        if first:
+            count = self._counts.get(object_id, 0) + 1
+            self._counts[object_id] = count
+        if count == 1:
             self._on_first([object_id])
 
     def add_announced(self, object_id: bytes) -> None:
         """Count a ref the owner already counts for us (we created it through the owner)."""
         with self._lock:
-            self._counts[object_id] += 1
+            self._counts[object_id] = self._counts.get(object_id, 0) + 1
 
     def release_later(self, object_id: bytes) -> None:
         """Safe from `__del__`: only appends to a deque."""
@@ -48,9 +48,11 @@ class LocalReferenceCounter:
                     object_id = self._released.popleft()
                 except IndexError:
                     break
-                self._counts[object_id] -= 1
-                if self._counts[object_id] <= 0:
-                    del self._counts[object_id]
+                count = self._counts.get(object_id, 0) - 1
+                if count > 0:
+                    self._counts[object_id] = count
+                else:
+                    self._counts.pop(object_id, None)
                     lasts.append(object_id)
         if lasts:
             self._on_last(lasts)

@@ -46,30 +46,67 @@ def collecting_refs() -> Iterator[list[bytes]]:
         _contained_refs.reset(token)
 
 
-@dataclass(frozen=True)
 class SerializedValue:
-    """A pickled value: the pickle stream, its out-of-band buffers, and the refs it holds."""
+    """A pickled value: the pickle stream, its out-of-band buffers, and the refs it holds.
 
-    payload: bytes
-    buffers: Sequence[bytes | bytearray | memoryview] = ()
-    contained_refs: tuple[bytes, ...] = ()
-    is_error: bool = False
+    Never changed once made. A plain class with slots rather than a frozen dataclass: every
+    task, call and result makes several, and a frozen dataclass costs four times as much to build.
+    """
+
+    __slots__ = ("payload", "buffers", "contained_refs", "is_error")
+
+    def __init__(
+        self,
+        payload: bytes,
+        buffers: Sequence[bytes | bytearray | memoryview] = (),
+        contained_refs: tuple[bytes, ...] = (),
+        is_error: bool = False,
+    ) -> None:
+        self.payload = payload
+        self.buffers = buffers
+        self.contained_refs = contained_refs
+        self.is_error = is_error
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not SerializedValue:
+            return NotImplemented
+        return (self.payload == other.payload and list(self.buffers) == list(other.buffers)
+                and self.contained_refs == other.contained_refs and self.is_error == other.is_error)
+
+    __hash__ = None  # type: ignore[assignment]  # equal values may hold unhashable buffers
+
+    def __repr__(self) -> str:
+        return (f"SerializedValue(payload={self.payload!r}, buffers={self.buffers!r}, "
+                f"contained_refs={self.contained_refs!r}, is_error={self.is_error!r})")
+
+    def with_buffers(self, buffers: Sequence[bytes | bytearray | memoryview]) -> SerializedValue:
+        """The same value over other buffers (views of the same bytes elsewhere)."""
+        return SerializedValue(self.payload, buffers, self.contained_refs, self.is_error)
 
     @property
     def size(self) -> int:
+        if not self.buffers:
+            return len(self.payload)
         return len(self.payload) + sum(memoryview(b).nbytes for b in self.buffers)
 
     def to_wire(self, buffers: list) -> list[Any]:
         """A msgpack-able description; appends this value's buffers to `buffers`."""
-        buffers.extend(self.buffers)
-        return [self.payload, len(self.buffers), list(self.contained_refs), self.is_error]
+        if self.buffers:
+            buffers.extend(self.buffers)
+        return [self.payload, len(self.buffers), self.contained_refs, self.is_error]
 
     @classmethod
     def from_wire(cls, description: Sequence[Any], buffers: Sequence[bytearray], offset: int) -> tuple[SerializedValue, int]:
         """Rebuild from `to_wire` output; returns the value and the next buffer offset."""
         payload, count, contained, is_error = description
+        if type(payload) is not bytes:
+            payload = bytes(payload)
+        if not count:
+            return cls(payload, (), tuple(contained) if contained else (), bool(is_error)), offset
         own = [memoryview(b).toreadonly() for b in buffers[offset : offset + count]]
-        return cls(bytes(payload), own, tuple(contained), bool(is_error)), offset + count
+        if len(own) != count:
+            raise ValueError(f"a value names {count} buffers, {len(own)} arrived")
+        return cls(payload, own, tuple(contained), bool(is_error)), offset + count
 
 
 #: Values the standard pickler writes exactly as cloudpickle would, holding no ref and no code.

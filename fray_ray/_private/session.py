@@ -94,7 +94,6 @@ class SessionService:
         self._handlers = messages.handlers({
             Hello: self._hello,
             TaskDone: self._task_done,
-            CallDone: self._call_done,
             ActorReady: self._actor_ready,
             ActorFailed: self._actor_failed,
             ActorExiting: self._actor_exiting,
@@ -129,7 +128,7 @@ class SessionService:
             ReleaseGang: self._release_gang,
             GangSize: self._gang_size,
             TasksReturned: self._tasks_returned,
-        })
+        }, batched={CallDone: self._calls_done})
 
     @property
     def address(self) -> str:
@@ -224,8 +223,8 @@ class SessionService:
     def _tasks_returned(self, connection: Connection, message_id: int | None, returned: TasksReturned) -> None:
         self._driver.scheduler.tasks_returned(connection, returned.tasks)
 
-    def _call_done(self, connection: Connection, message_id: int | None, done: CallDone) -> None:
-        self._driver.actors.call_done(connection, done.call, done.results)
+    def _calls_done(self, connection: Connection, answers: list[CallDone]) -> None:
+        self._driver.actors.calls_done(connection, [(done.call, done.results) for done in answers])
 
     def _actor_ready(self, connection: Connection, message_id: int | None, ready: ActorReady) -> None:
         self._driver.actors.ready(ready.actor, ready.pid)

@@ -43,7 +43,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from fray_ray._private.buffers import in_use
@@ -251,7 +251,7 @@ class LentBlocks:
                         buffers[position] = b""
                         changed = True
                 index += len(buffers)
-                sent.append(replace(value, buffers=buffers) if changed else value)
+                sent.append(value.with_buffers(buffers) if changed else value)
         return sent, lent
 
     def returned(self, connection: object, leases: Sequence[Any]) -> None:
@@ -365,7 +365,7 @@ class BorrowedBlocks:
             count = len(value.buffers)
             if any(offset + i in by_index for i in range(count)):
                 buffers = [by_index.get(offset + i, b) for i, b in enumerate(value.buffers)]
-                value = replace(value, buffers=buffers)
+                value = value.with_buffers(buffers)
             attached.append(value)
             offset += count
         return attached

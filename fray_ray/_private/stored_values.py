@@ -27,7 +27,7 @@ def _owned_bytearray(buffer: object) -> bytearray | None:
 class StoredValue:
     """A value held in memory: the pickle stream and private buffers it alone references."""
 
-    __slots__ = ("payload", "_buffers", "_sizes", "contained_refs", "is_error", "size", "_plain")
+    __slots__ = ("payload", "_buffers", "_sizes", "contained_refs", "is_error", "size")
 
     def __init__(
         self,
@@ -43,8 +43,6 @@ class StoredValue:
         self.contained_refs = contained_refs
         self.is_error = is_error
         self.size = len(payload) + sum(self._sizes)
-        #: a value without buffers cannot be pinned: one SerializedValue serves every read
-        self._plain = SerializedValue(payload, (), contained_refs, is_error) if not self._buffers else None
 
     @classmethod
     def copy_of(cls, value: SerializedValue, pool: BufferPool) -> StoredValue:
@@ -56,6 +54,8 @@ class StoredValue:
     @classmethod
     def adopt(cls, value: SerializedValue, pool: BufferPool) -> StoredValue:
         """Take over buffers that arrived in frames (ours already); copy anything else."""
+        if not value.buffers:
+            return cls._without_buffers(value)
         buffers: list[bytes | bytearray] = []
         sizes: list[int] = []
         for buffer in value.buffers:
@@ -64,10 +64,24 @@ class StoredValue:
             sizes.append(memoryview(buffer).nbytes)
         return cls(bytes(value.payload), buffers, sizes, value.contained_refs, value.is_error)
 
+    @classmethod
+    def _without_buffers(cls, value: SerializedValue) -> StoredValue:
+        """The commonest value of all (small results): nothing to copy but the payload, and
+        only if it is not `bytes` already (memory the sender may still change)."""
+        payload = value.payload if type(value.payload) is bytes else bytes(value.payload)
+        stored = cls.__new__(cls)
+        stored.payload = payload
+        stored._buffers = ()
+        stored._sizes = ()
+        stored.contained_refs = value.contained_refs
+        stored.is_error = value.is_error
+        stored.size = len(payload)
+        return stored
+
     def serialized(self) -> SerializedValue:
         """The value to deserialize or send, on fresh read-only views of the buffers."""
-        if self._plain is not None:
-            return self._plain
+        if not self._buffers:  # nothing to pin: made for this read, not kept (one object less per value)
+            return SerializedValue(self.payload, (), self.contained_refs, self.is_error)
         views: list[bytes | memoryview] = []
         for buffer, size in zip(self._buffers, self._sizes):
             if isinstance(buffer, bytes):
@@ -77,6 +91,10 @@ class StoredValue:
             else:
                 views.append(memoryview(buffer)[:size].toreadonly())
         return SerializedValue(self.payload, views, self.contained_refs, self.is_error)
+
+    @property
+    def has_buffers(self) -> bool:
+        return bool(self._buffers)
 
     def pinned(self) -> bool:
         """True while anything outside the table still uses one of the buffers."""

@@ -98,6 +98,25 @@ class TaskEvent:
         self.resources = resources
         self.placement_group_id: str | None = None
 
+    def record(self) -> tuple[Any, ...]:
+        """The attempt as a tuple of plain values, as the history keeps finished ones: unlike
+        an object, such a tuple leaves the garbage collector's lists at its first collection, so
+        a full history costs the collector nothing (it costs one object per attempt otherwise,
+        examined at every full collection)."""
+        return (self.task_id, self.attempt, self.name, self.func_name, self.kind.value, self.actor_id,
+                self.parent_task_id, self.state.value, self.created, self.started, self.ended, self.host,
+                self.worker_id, self.worker_pid, self.error, self.error_kind, self.resources, self.placement_group_id)
+
+    @classmethod
+    def from_record(cls, record: tuple[Any, ...]) -> TaskEvent:
+        event = cls.__new__(cls)
+        (event.task_id, event.attempt, event.name, event.func_name, kind, event.actor_id, event.parent_task_id,
+         state, event.created, event.started, event.ended, event.host, event.worker_id, event.worker_pid,
+         event.error, event.error_kind, event.resources, event.placement_group_id) = record
+        event.kind = TaskType(kind)
+        event.state = TaskStatus(state)
+        return event
+
 
 def first_error(results: SerializedValue | Sequence[SerializedValue] | None) -> SerializedValue | None:
     if results is None:
@@ -116,7 +135,8 @@ class TaskEvents:
     def __init__(self, history: int | None = None) -> None:
         self._lock = threading.Lock()  # guards _live and _finished (membership, not the events)
         self._live: dict[bytes, TaskEvent] = {}
-        self._finished: collections.deque[TaskEvent] = collections.deque(maxlen=history or history_limit())
+        #: finished attempts as `TaskEvent.record()` tuples, oldest first
+        self._finished: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=history or history_limit())
         self.dropped = 0  # finished attempts pushed out of the history
 
     # ---- hooks ---------------------------------------------------------------------------
@@ -165,7 +185,7 @@ class TaskEvents:
                 del self._live[event.task_id]
             if len(self._finished) == self._finished.maxlen:
                 self.dropped += 1
-            self._finished.append(event)
+            self._finished.append(event.record())
 
     def finished_by_id(self, task_id: bytes, results: SerializedValue | Sequence[SerializedValue] | None,
                        error_kind: str | None = None) -> None:
@@ -195,7 +215,9 @@ class TaskEvents:
     def snapshot(self) -> list[TaskEvent]:
         """Every recorded attempt: the finished history (oldest first), then the live ones."""
         with self._lock:
-            return [*self._finished, *self._live.values()]
+            finished = list(self._finished)
+            live = list(self._live.values())
+        return [*map(TaskEvent.from_record, finished), *live]
 
 
 def actor_creation_task_id(actor_id: bytes) -> bytes:

@@ -92,15 +92,17 @@ class Arguments:
     @classmethod
     def pack(cls, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Arguments:
         if not args and not kwargs:
-            return cls(_NO_ARGUMENTS)  # the commonest call of all, pickled once
+            return _NONE  # the commonest call of all, pickled once
         top_level = [a.binary() for a in args if isinstance(a, ObjectRef)]
         if kwargs:
             top_level += [v.binary() for v in kwargs.values() if isinstance(v, ObjectRef)]
         return cls(serialize((tuple(args), dict(kwargs))), tuple(dict.fromkeys(top_level)) if top_level else ())
 
 
-#: `((), {})` pickled: the arguments of a call that has none (values are never mutated).
+#: `((), {})` pickled: the arguments of a call that has none (values are never mutated, and
+#: neither is this: a call that changes its arguments gets a new `Arguments`).
 _NO_ARGUMENTS = serialize(((), {}))
+_NONE = Arguments(_NO_ARGUMENTS)
 
 
 @dataclass

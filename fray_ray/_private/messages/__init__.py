@@ -19,6 +19,7 @@ this package and do not change with it: the greeting is still a `hello` map carr
 from __future__ import annotations
 
 from fray_ray._private.messages._codec import (
+    BatchMessageHandler,
     CallArguments,
     Message,
     MessageError,
@@ -101,6 +102,7 @@ __all__ = [
     "ActorExiting",
     "ActorFailed",
     "ActorReady",
+    "BatchMessageHandler",
     "Borrow",
     "CallArguments",
     "CallDone",

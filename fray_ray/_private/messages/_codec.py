@@ -6,6 +6,8 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import enum
+import logging
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -15,6 +17,8 @@ import cloudpickle
 from fray_ray._private.protocol import Connection, Handler
 from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue
 from fray_ray._private.task_spec import Arguments, CodeBlob
+
+logger = logging.getLogger(__name__)
 
 
 class MessageError(ValueError):
@@ -146,17 +150,35 @@ def _layout(cls: type[Message]) -> _Layout:
 
 # ---- argument values -----------------------------------------------------------------------
 
+#: The `inlined` of arguments that inline nothing (shared: never changed).
+_NOTHING_INLINED: Mapping[bytes, SerializedValue] = types.MappingProxyType({})
 
-@dataclass(frozen=True)
+
 class CallArguments:
     """A call's pickled arguments, the ids of its top-level ref arguments, and the values of
     those small enough to travel with the call (the worker fetches the others). `stored`: the
-    object that holds the pickled arguments instead of `value` (`task_spec.Arguments`)."""
+    object that holds the pickled arguments instead of `value` (`task_spec.Arguments`). Never
+    changed once made (a plain class: every task and call makes one)."""
 
-    value: SerializedValue
-    top_level: Sequence[bytes] = ()
-    inlined: Mapping[bytes, SerializedValue] = field(default_factory=dict)
-    stored: bytes | None = None
+    __slots__ = ("value", "top_level", "inlined", "stored")
+
+    def __init__(self, value: SerializedValue, top_level: Sequence[bytes] = (),
+                 inlined: Mapping[bytes, SerializedValue] = _NOTHING_INLINED, stored: bytes | None = None) -> None:
+        self.value = value
+        self.top_level = top_level
+        self.inlined = inlined
+        self.stored = stored
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not CallArguments:
+            return NotImplemented
+        return (self.value == other.value and list(self.top_level) == list(other.top_level)
+                and dict(self.inlined) == dict(other.inlined) and self.stored == other.stored)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"CallArguments({self.value!r}, {self.top_level!r}, {dict(self.inlined)!r}, {self.stored!r})"
 
 
 def inline_arguments(
@@ -164,6 +186,8 @@ def inline_arguments(
 ) -> CallArguments:
     """`arguments` with the stored values of its top-level refs that are ready and at most
     `limit` bytes (None: any size), so the worker need not ask for them."""
+    if not arguments.top_level and arguments.stored is None:
+        return CallArguments(arguments.value)  # the commonest call: no ref arguments at all
     inlined: dict[bytes, SerializedValue] = {}
     wanted = arguments.top_level if arguments.stored is None else (*arguments.top_level, arguments.stored)
     for object_id in wanted:
@@ -208,7 +232,7 @@ def encode(message: Message) -> tuple[dict[str, Any], list[Any]]:
 
 def decode(cls: type[M], body: Any, buffers: Sequence[bytearray]) -> M:
     """The message of type `cls` a frame's body and buffers describe; MessageError if they do not."""
-    if not isinstance(body, Mapping):
+    if type(body) is not dict and not isinstance(body, Mapping):
         raise MessageError(f"a {cls.__name__} must be a map, not {type(body).__name__}")
     layout = _layout(cls)
     missing = layout.required.difference(body)
@@ -326,16 +350,52 @@ def reply(connection: Connection, message_id: int, answer: Message) -> None:
 
 #: handler(connection, message_id, message); message_id is None for notifications.
 MessageHandler = Callable[[Connection, "int | None", Any], None]
+#: handler(connection, messages): notifications of one type that arrived together, in order.
+BatchMessageHandler = Callable[[Connection, list[Any]], None]
 
 
-def handlers(table: Mapping[type[Message], MessageHandler]) -> dict[str, Handler]:
+class _Dispatch:
+    """A Connection handler for one message type: decodes each frame's body and hands the
+    message on. With `batch`, the notifications of a batch frame go to it as one list."""
+
+    def __init__(self, cls: type[Message], handle: MessageHandler | None, batch: BatchMessageHandler | None) -> None:
+        self._cls = cls
+        self._handle = handle
+        if batch is not None:
+            self._batch_handle = batch
+            self.batch = self._on_batch
+
+    def __call__(self, connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        message = decode(self._cls, body, buffers)
+        if self._handle is not None:
+            self._handle(connection, message_id, message)
+        else:
+            self._batch_handle(connection, [message])
+
+    def _on_batch(self, connection: Connection, items: list[tuple[Any, list[bytearray]]]) -> None:
+        decoded = []
+        for body, buffers in items:
+            try:
+                decoded.append(decode(self._cls, body, buffers))
+            except MessageError:
+                logger.exception("%s: a malformed %s in a batch", connection.name, self._cls.__name__)
+        if decoded:
+            self._batch_handle(connection, decoded)
+
+
+def handlers(
+    table: Mapping[type[Message], MessageHandler], batched: Mapping[type[Message], BatchMessageHandler] | None = None,
+) -> dict[str, Handler]:
     """A Connection's handler table from one handler per message type. A frame whose body does
-    not decode is answered (if it is a request) with a MessageError and handled no further."""
+    not decode is answered (if it is a request) with a MessageError and handled no further.
 
-    def dispatch(cls: type[Message], handle: MessageHandler) -> Handler:
-        def on_frame(connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-            handle(connection, message_id, decode(cls, body, buffers))
-
-        return on_frame
-
-    return {cls.KIND: dispatch(cls, handle) for cls, handle in table.items()}
+    `batched`: notification types whose handler takes a list of messages, those of a batch
+    frame together (a lone frame's message as a list of one); a type may not be in both tables.
+    """
+    batched = batched or {}
+    both = set(table) & set(batched)
+    if both:
+        raise TypeError(f"{sorted(c.__name__ for c in both)} have both a handler and a batch handler")
+    dispatch: dict[str, Handler] = {cls.KIND: _Dispatch(cls, handle, None) for cls, handle in table.items()}
+    dispatch.update({cls.KIND: _Dispatch(cls, None, handle) for cls, handle in batched.items()})
+    return dispatch
