@@ -48,61 +48,50 @@ class DriverReads:
                 if value.is_error:
                     raise deserialize(value)
             return [deserialize(v) for v in ready]
-        pending = [oid for oid in dict.fromkeys(object_ids) if not self.objects.is_done(oid)]
-        for object_id in pending:
-            if not self.objects.known(object_id):
+        event = threading.Event()
+        remaining: set[bytes] = set()
+        lock = threading.Lock()
+
+        def done(object_id: bytes) -> None:
+            failed = self.objects.is_error(object_id)
+            with lock:
+                remaining.discard(object_id)
+                finished = not remaining or failed
+            if finished:
+                event.set()
+
+        source = read_hints.take(object_ids[0]) if len(object_ids) == 1 else None
+        if len(object_ids) == 1:  # the commonest wait (get of one ref): its completion ends it
+            def done(object_id: bytes) -> None:  # noqa: F811
+                event.set()
+                if source is not None:
+                    source.wake_lender()  # in case it arrived another way than `source`
+
+        with lock:  # a completion that comes while the callbacks are registered waits for `remaining`
+            pending, unknown, failed = self.objects.watch(object_ids, done)
+            remaining.update(pending)
+        if unknown is not None:
+            raise self._lost(unknown)
+        # Errors already present are raised at once, without waiting for the rest.
+        if pending and not failed and remaining:
+            wait_s = timeout
+            if source is not None:  # read its connection here rather than be woken by its reader
+                started = time.monotonic()
+                source.serve_until(event.is_set, timeout)
+                wait_s = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+            if not event.wait(wait_s):
+                for object_id in pending:
+                    self.objects.remove_done_callback(object_id, done)
+                raise GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} seconds.")
+        values = self.objects.values(object_ids)
+        assert values is not None
+        for value in values:
+            if value is not None and value.is_error:
+                raise deserialize(value)  # the first error among them, in the order asked
+        for object_id, value in zip(object_ids, values):
+            if value is None:  # freed meanwhile (pending ones end the wait only with an error)
                 raise self._lost(object_id)
-        if pending:
-            event = threading.Event()
-            remaining = set(pending)
-            lock = threading.Lock()
-
-            def done(object_id: bytes) -> None:
-                failed = self.objects.is_error(object_id)
-                with lock:
-                    remaining.discard(object_id)
-                    finished = not remaining or failed
-                if finished:
-                    event.set()
-
-            source = read_hints.take(pending[0]) if len(pending) == 1 else None
-            if len(pending) == 1:  # the commonest wait (get of one ref): its completion ends it
-                def done(object_id: bytes) -> None:  # noqa: F811
-                    event.set()
-                    if source is not None:
-                        source.wake_lender()  # in case it arrived another way than `source`
-
-            for object_id in pending:
-                self.objects.add_done_callback(object_id, done)
-            # Errors already present are raised at once, without waiting for the rest.
-            if not any(self.objects.is_error(oid) for oid in object_ids):
-                wait_s = timeout
-                if source is not None:  # read its connection here rather than be woken by its reader
-                    started = time.monotonic()
-                    source.serve_until(event.is_set, timeout)
-                    wait_s = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-                if not event.wait(wait_s):
-                    for object_id in pending:
-                        self.objects.remove_done_callback(object_id, done)
-                    raise GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} seconds.")
-        values = []
-        for object_id in object_ids:
-            value = self.objects.value(object_id)
-            if value is None:
-                # Pending (an earlier error ended the wait) or freed meanwhile.
-                if self.objects.known(object_id):
-                    continue
-                raise self._lost(object_id)
-            if value.is_error:
-                raise deserialize(value)
-            values.append(value)
-        if len(values) != len(object_ids):
-            # An error among pending objects ended the wait; find and raise it.
-            for object_id in object_ids:
-                value = self.objects.value(object_id)
-                if value is not None and value.is_error:
-                    raise deserialize(value)
-        return [deserialize(v) for v in values]
+        return [deserialize(v) for v in values]  # type: ignore[arg-type]
 
     def wait_async(
         self,

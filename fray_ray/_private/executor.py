@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
@@ -171,12 +172,14 @@ class Executor:
                 if self._exiting and self.runtime.connection.closed:
                     return
                 task = self._queue.popleft()
+            started = time.perf_counter()
             done = self._run(task)
+            ran_s = time.perf_counter() - started
             # The task's arguments are dropped before its result goes: the next task's arguments,
             # which may follow at once, can then be read into their memory (`buffers`).
             del task
             self.runtime.return_shared()  # before the result: the driver may reuse the block at once
-            self._send_done(*done)
+            self._send_done(*done, ran_s=ran_s)
             del done
             # What the task dropped (refs and actor handles among its arguments) is released now,
             # not at the next task's first call: an actor whose last handle was here ends.
@@ -260,11 +263,12 @@ class Executor:
         refs = [ObjectRef(object_id_for(task_id, i), _register=False) for i in range(1, len(items) + 1)]
         return serialize(DynamicObjectRefGenerator(refs))
 
-    def _send_done(self, task_id: bytes, results: list[SerializedValue] | None, error: BaseException | None, count: int) -> None:
+    def _send_done(self, task_id: bytes, results: list[SerializedValue] | None, error: BaseException | None, count: int,
+                   ran_s: float | None = None) -> None:
         values = error_results(error, count) if error is not None else list(results or [])
         user_error = error is not None or any(r.is_error for r in values)
         try:
-            messages.notify(self.runtime.connection, TaskDone(task_id, values, user_error))
+            messages.notify(self.runtime.connection, TaskDone(task_id, values, user_error, ran_s))
         except ConnectionClosed:
             pass
         except Exception as exc:  # noqa: BLE001 - e.g. a result msgpack cannot carry

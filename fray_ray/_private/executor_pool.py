@@ -106,8 +106,34 @@ class ExecutorPool:
         """Fail the tasks waiting for an executor that died before connecting (TaskScheduler's)."""
         raise NotImplementedError
 
-    def _send_task(self, executor: ExecutorRecord, record: TaskRecord) -> None:
-        """Send a task assigned to `executor` (its code the first time this executor sees it)."""
+    def _prefetch_target_locked(
+        self, members: list[ExecutorRecord], record: TaskRecord, ledger: Ledger | ClusterLedger, depth: int
+    ) -> ExecutorRecord | None:
+        """A busy executor that can queue `record` behind its work, or None.
+
+        Only plain tasks (the session's ledger) are queued so, and not while executors of the
+        pool are still starting (they will want the work).
+        """
+        if ledger is not self._ledger or any(e.state is ExecutorState.STARTING for e in members):
+            return None
+        candidates = [
+            e for e in members
+            if e.state is ExecutorState.BUSY and e.lease is not None and 0 < len(e.tasks) <= depth
+            and not e.tasks[0].blocked
+        ]
+        return min(candidates, key=lambda e: len(e.tasks), default=None)
+
+    def _send_tasks(self, dispatches: list[tuple[ExecutorRecord, TaskRecord]]) -> None:
+        """Send the tasks of a scheduling round; each executor's leave together, in one frame."""
+        for executor, record in dispatches:
+            self._send_task(executor, record, hold=True)
+        for connection in {executor.connection for executor, _ in dispatches}:
+            if connection is not None:
+                connection.flush()
+
+    def _send_task(self, executor: ExecutorRecord, record: TaskRecord, hold: bool = False) -> None:
+        """Send a task assigned to `executor` (its code the first time this executor sees it);
+        `hold`: queued until the caller flushes the connection."""
         spec = record.spec
         message = ExecuteTask.of(
             spec,
@@ -118,7 +144,7 @@ class ExecutorPool:
         )
         try:
             assert executor.connection is not None
-            messages.notify(executor.connection, message)
+            messages.notify(executor.connection, message, hold=hold)
             executor.sent_code.add(spec.function.code_id)
             read_hints.after_send(spec.return_ids, executor.connection, alone=len(executor.tasks) == 1)
         except ConnectionClosed:

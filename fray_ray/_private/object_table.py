@@ -183,6 +183,12 @@ class ObjectTable:
 
     def ready_values(self, object_ids: Sequence[bytes]) -> list[SerializedValue] | None:
         """Every object's value or error if all are done (one lock for all), else None."""
+        values = self.values(object_ids, all_or_none=True)
+        return None if values is None else values  # type: ignore[return-value]
+
+    def values(self, object_ids: Sequence[bytes], *, all_or_none: bool = False) -> list[SerializedValue | None] | None:
+        """Each object's value or error, None for those pending, unknown or freed (one lock for
+        all); with `all_or_none`, None at once unless every one is there."""
         values: list[SerializedValue | None] = []
         spilled = []
         with self._lock:
@@ -190,17 +196,45 @@ class ObjectTable:
                 entry = self._entries.get(object_id)
                 held = None if entry is None else entry.value
                 if held is None:
-                    return None
-                if isinstance(held, StoredValue):
+                    if all_or_none:
+                        return None
+                    values.append(None)
+                elif type(held) is StoredValue:
                     values.append(held.serialized())
                 else:
                     spilled.append((len(values), held))
                     values.append(None)
         for index, held in spilled:
             values[index] = self.store.read(held)
-            if values[index] is None:
+            if values[index] is None and all_or_none:
                 return None  # freed meanwhile
-        return values  # type: ignore[return-value]
+        return values
+
+    def watch(self, object_ids: Sequence[bytes], callback: DoneCallback) -> tuple[list[bytes], bytes | None, bool]:
+        """Call `callback(object_id)` when each of `object_ids` still pending is done (one lock
+        for all). Returns those pending (each once), the first id this table does not know (no
+        callback is left registered then), and whether an error is among those done already."""
+        pending: list[bytes] = []
+        failed = False
+        with self._lock:
+            entries = self._entries
+            for object_id in object_ids:
+                entry = entries.get(object_id)
+                if entry is None or entry.state is ObjectState.FREED:
+                    for registered in pending:
+                        entries[registered].callbacks.remove(callback)  # type: ignore[union-attr]
+                    return [], object_id, failed
+                if entry.state is ObjectState.PENDING:
+                    if entry.callbacks is None:
+                        entry.callbacks = [callback]
+                    elif callback in entry.callbacks:
+                        continue  # the same id twice
+                    else:
+                        entry.callbacks.append(callback)
+                    pending.append(object_id)
+                elif entry.state is ObjectState.FAILED:
+                    failed = True
+        return pending, None, failed
 
     def is_error(self, object_id: bytes) -> bool:
         """True if the object holds an error (cheaper than `value` for spilled objects)."""

@@ -361,9 +361,10 @@ class Connection(ReadLending):
             self._outbox.append(parts)
         self._flush()
 
-    def _defer(self, method: str, body: Any, buffers: Sequence[bytes]) -> None:
-        """Queue a notification for the writer thread, in the batch of the same method at the
-        end of the outbox if there is one."""
+    def _defer(self, method: str, body: Any, buffers: Sequence[bytes], wake_writer: bool = True) -> None:
+        """Queue a notification for the writer thread (or, without `wake_writer`, for the
+        caller's own `flush()`), in the batch of the same method at the end of the outbox if
+        there is one."""
         packed = msgpack.packb(body, use_bin_type=True)
         with self._outbox_lock:
             if self._closed:
@@ -375,7 +376,8 @@ class Connection(ReadLending):
                 outbox.append(batch)
             batch.add(packed, buffers)
             if len(batch.bodies) < _FLUSH_ITEMS:
-                self._wake_writer_locked()
+                if wake_writer:
+                    self._wake_writer_locked()
                 return
         # A long batch of small frames goes now, from this thread, as far as the socket takes it
         # without waiting; unless a write is under way (that writer looks at the outbox again).
@@ -497,12 +499,14 @@ class Connection(ReadLending):
         """request() and wait for the reply."""
         return self.request(method, body, buffers).result(timeout)
 
-    def notify(self, method: str, body: Any = None, buffers: Buffers = (), *, defer: bool = False) -> None:
+    def notify(self, method: str, body: Any = None, buffers: Buffers = (), *, defer: bool = False,
+               hold: bool = False) -> None:
         """Send a message that expects no answer; with `defer`, the writer thread sends it
-        (soon, together with what else has queued by then). Only immutable buffers may wait:
-        with others the frame goes at once, since the caller may change their memory."""
-        if defer and all(type(b) is bytes for b in buffers):
-            self._defer(method, body, buffers)  # type: ignore[arg-type]
+        (soon, together with what else has queued by then); with `hold`, the caller's next
+        `flush()` does (it sends more first). Only immutable buffers may wait: with others the
+        frame goes at once, since the caller may change their memory."""
+        if (defer or hold) and all(type(b) is bytes for b in buffers):
+            self._defer(method, body, buffers, wake_writer=not hold)  # type: ignore[arg-type]
         else:
             self._send([NOTIFY, 0, method, body], buffers)
 
@@ -559,9 +563,7 @@ class Connection(ReadLending):
             if first_frame is not None:
                 self._dispatch(first_frame, [])
             while self._standby_turn():  # at once, unless a worker thread reads (`serve_until`)
-                header, buffers = self._read_frame()
-                self._dispatch(header, buffers)
-                header = buffers = None  # the frame's memory is its handler's now: hold it no longer
+                self._read_and_dispatch()
                 self._after_standby_frame()
         except Exception as exc:  # noqa: BLE001 - whatever a frame did wrong ends the connection
             self._reading_failed(exc)
@@ -572,6 +574,41 @@ class Connection(ReadLending):
                 self._sock.close()
             except OSError:
                 pass
+
+    def _read_and_dispatch(self) -> None:
+        """Read a frame and dispatch it. Notifications of one method that arrived one after
+        another, for a handler that takes batches, are dispatched together, as far as they are
+        here already: a reader that falls behind catches up in batches."""
+        header, buffers = self._read_frame()
+        if header[0] != NOTIFY or getattr(self._handlers.get(header[2]), "batch", None) is None or not self._input_ready():
+            self._dispatch(header, buffers)
+            return
+        method = header[2]
+        items = [(header[3], buffers)]
+        header = buffers = None  # the frames' memory is their handler's: held by `items` alone
+        while len(items) < _BATCH_ITEMS and self._input_ready():
+            header, buffers = self._read_frame()
+            if header[0] == NOTIFY and header[2] == method:
+                items.append((header[3], buffers))
+            elif header[0] == BATCH and header[2] == method:
+                items.extend(header[3])
+            else:
+                break
+            header = buffers = None
+        self._dispatch_batch(method, items)
+        if header is not None:
+            items = []
+            self._dispatch(header, buffers)
+
+    def _input_ready(self) -> bool:
+        """Whether bytes of a next frame are here (buffered, or arrived on the socket)."""
+        self._raw.only_ready = True
+        try:
+            return bool(self._reader_file.peek(1))
+        except (OSError, ValueError):
+            return False
+        finally:
+            self._raw.only_ready = False
 
     def _reading_failed(self, exc: BaseException) -> None:
         if isinstance(exc, FrameTooLarge):

@@ -118,7 +118,7 @@ class LendableSocket(io.RawIOBase):
 
 
 class ReadLending:
-    """The lending state of a `Connection`, which supplies `_read_frame`, `_dispatch`,
+    """The lending state of a `Connection`, which supplies `_read_and_dispatch`,
     `_reading_failed`, `_mark_closed`, `_closed`, `_raw` and `_reader_file`, and calls
     `_init_lending` in its constructor."""
 
@@ -128,9 +128,7 @@ class ReadLending:
 
     if TYPE_CHECKING:  # supplied by Connection
 
-        def _read_frame(self) -> tuple[list[Any], list[bytearray]]: ...
-
-        def _dispatch(self, header: list[Any], buffers: list[bytearray]) -> None: ...
+        def _read_and_dispatch(self) -> None: ...
 
         def _mark_closed(self) -> None: ...
 
@@ -226,12 +224,10 @@ class ReadLending:
                 interrupts.clean = False
                 self._raw.interruptible = False
             try:
-                header, buffers = self._read_frame()
+                self._read_and_dispatch()
             except Exception as exc:  # noqa: BLE001 - what the reader thread's loop does with it
                 self._reading_failed(exc)
                 return
-            self._dispatch(header, buffers)
-            header = buffers = None  # the frame's memory is its handler's now
             interrupts.deliver_pending()
 
     def wake_lender(self) -> None:

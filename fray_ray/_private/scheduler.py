@@ -3,7 +3,9 @@
 A task waits until its top-level ref arguments are ready, then queues in the pool for its
 resource shape. An executor takes a lease on the ledger for its shape when it gets work (on
 the node it runs on, when that node has room) and holds it while it has work; it runs one
-task at a time, and up to PREFETCH more wait in its own queue so it never idles between tasks.
+task at a time, and a few more wait in its own queue so it never idles between tasks (more
+for short tasks, see `prefetch`). The tasks a scheduling round gives one executor leave in
+one frame, and answers that arrive together are handled together (`tasks_done`).
 When no executor is idle, a new one is launched (an Iris job through the Fray client), up to
 what the cluster's nodes have room for. A task blocked in `get`
 lends its lease back and its executor hands its queued tasks back, so a parent waiting on
@@ -30,6 +32,7 @@ from fray_ray._private.cluster_ledger import ClusterLedger
 from fray_ray._private.executor_pool import IDLE_TIMEOUT_S, ExecutorPool, ExecutorRecord, ExecutorState
 from fray_ray._private.messages import CancelTask, Exit, Unqueue
 from fray_ray._private.object_table import ObjectTable
+from fray_ray._private.prefetch import PrefetchDepth
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.resources import Ledger
 from fray_ray._private.retry_policy import retries_user_exception, within_retries
@@ -44,9 +47,6 @@ if TYPE_CHECKING:
     from fray_ray._private.launcher import WorkerLauncher
 
 logger = logging.getLogger(__name__)
-
-#: Tasks an executor may hold queued behind the one it runs (hides the round trip per task).
-PREFETCH = 2
 
 
 class TaskState(enum.Enum):
@@ -110,6 +110,7 @@ class TaskScheduler(ExecutorPool):
         self._executors: dict[bytes, ExecutorRecord] = {}
         self._by_connection: dict[Connection, ExecutorRecord] = {}
         self._launch_holds = {}
+        self._prefetch = PrefetchDepth()  # how many tasks an executor of each pool may hold queued
         self._closed = False
         self._maintenance = timers.call_later(IDLE_TIMEOUT_S / 3, self._maintain)
 
@@ -140,7 +141,7 @@ class TaskScheduler(ExecutorPool):
             for object_id in list(record.waiting_on):
                 self._objects.add_done_callback(object_id, lambda oid, r=record: self._dependency_done(r, oid))
         self._check_failed_dependencies(record)
-        self.schedule()
+        self.schedule(queue_behind=False)
 
     def _dependency_done(self, record: TaskRecord, object_id: bytes) -> None:
         with self._lock:
@@ -195,8 +196,11 @@ class TaskScheduler(ExecutorPool):
         record.placement = (group_id, position)
         return ledger
 
-    def schedule(self) -> None:
-        """Match ready tasks with idle executors; launch executors where the ledger allows."""
+    def schedule(self, *, queue_behind: bool = True) -> None:
+        """Match ready tasks with idle executors; launch executors where the ledger allows.
+        `queue_behind`: busy executors may take tasks into their queues too. A submission does
+        not ask that: the answers of busy executors top their queues up, several tasks in one
+        frame, where each submission would send one."""
         self._before_schedule()
         dispatches: list[tuple[ExecutorRecord, TaskRecord]] = []
         launches: list[ExecutorRecord] = []
@@ -206,11 +210,11 @@ class TaskScheduler(ExecutorPool):
                 return
             for pool, queue in self._ready.items():
                 if queue:
-                    launches += self._schedule_pool_locked(pool, queue, dispatches, failures)
+                    launches += self._schedule_pool_locked(pool, queue, dispatches, failures, queue_behind)
         for record, error in failures:
             self._finish(record, self._error_for("system", error))
-        for executor, record in dispatches:
-            self._send_task(executor, record)
+        if dispatches:
+            self._send_tasks(dispatches)
         for executor in launches:
             self._launch(executor)
 
@@ -220,6 +224,7 @@ class TaskScheduler(ExecutorPool):
         queue: collections.deque[TaskRecord],
         dispatches: list[tuple[ExecutorRecord, TaskRecord]],
         failures: list[tuple[TaskRecord, BaseException]],
+        queue_behind: bool = True,
     ) -> list[ExecutorRecord]:
         """Assign a pool's ready tasks to its executors; returns executors to launch.
 
@@ -231,6 +236,7 @@ class TaskScheduler(ExecutorPool):
         members: list[ExecutorRecord] = []
         idle: list[ExecutorRecord] = []
         starting = blocked = prefetch_slots = 0
+        depth = self._prefetch.depth(pool)
         for executor in self._executors.values():
             if executor.pool is not pool and executor.pool != pool:
                 continue
@@ -243,8 +249,8 @@ class TaskScheduler(ExecutorPool):
             elif tasks and tasks[0].blocked:
                 blocked += 1
             elif state is ExecutorState.BUSY and executor.lease is not None and tasks:
-                prefetch_slots += PREFETCH + 1 - len(tasks)
-        if starting:
+                prefetch_slots += depth + 1 - len(tasks)
+        if starting or not queue_behind:
             prefetch_slots = 0
         # Live processes are capped at the ledger's CPUs plus those lent by blocked tasks.
         cap = max(1, int(self._ledger.total("CPU", 1.0))) + blocked
@@ -285,7 +291,7 @@ class TaskScheduler(ExecutorPool):
             # of it); those beyond them may queue behind busy executors meanwhile.
             fits_now = room > 0 and ledger is self._ledger and self._ledger.count_fits(record.demand, 1) > 0
             for_new_processes = room if fits_now else 0
-            feeder = (self._prefetch_target_locked(members, record, ledger)
+            feeder = (self._prefetch_target_locked(members, record, ledger, depth)
                       if prefetch_slots > 0 and len(queue) >= for_new_processes else None)
             if feeder is not None:
                 self._assign_locked(feeder, record, ledger)
@@ -320,23 +326,6 @@ class TaskScheduler(ExecutorPool):
         record.executor = executor
         record.ledger = ledger
         executor.tasks.append(record)
-
-    def _prefetch_target_locked(
-        self, members: list[ExecutorRecord], record: TaskRecord, ledger: Ledger | ClusterLedger
-    ) -> ExecutorRecord | None:
-        """A busy executor that can queue `record` behind its work, or None.
-
-        Only plain tasks (the session's ledger) are queued so, and not while executors of the
-        pool are still starting (they will want the work).
-        """
-        if ledger is not self._ledger or any(e.state is ExecutorState.STARTING for e in members):
-            return None
-        candidates = [
-            e for e in members
-            if e.state is ExecutorState.BUSY and e.lease is not None and 0 < len(e.tasks) <= PREFETCH
-            and not e.tasks[0].blocked
-        ]
-        return min(candidates, key=lambda e: len(e.tasks), default=None)
 
     def _executor_failed_to_start(self, executor: ExecutorRecord, problem: str) -> None:
         """An executor died before connecting: fail the tasks that were waiting for it."""
@@ -406,45 +395,62 @@ class TaskScheduler(ExecutorPool):
             self._finish(failed, self._error_for("system", TaskCancelledError(failed.spec.task_id.hex())))
         self.schedule()
 
-    def task_done(self, connection: Connection, task_id: bytes, results: Sequence[SerializedValue], user_error: bool) -> None:
+    def tasks_done(
+        self, connection: Connection, answers: Sequence[tuple[bytes, Sequence[SerializedValue], bool, float | None]]
+    ) -> None:
+        """Answers from one executor, in the order it sent them: (task id, results, whether the
+        task failed, how long it ran); then one scheduling round for whatever they freed."""
+        finished: list[tuple[TaskRecord, Sequence[SerializedValue]]] = []
         with self._lock:
             executor = self._by_connection.get(connection)
-            record = self._tasks.get(task_id)
-            if executor is not None and record is not None and record in executor.tasks:
-                was_running = executor.tasks[0] is record
-                executor.tasks.remove(record)
-                if was_running:
-                    executor.calls += 1
-                    if record.blocked:  # its lease was lent out; take it back for the next task
-                        record.blocked = False
-                        if executor.lease is not None:
-                            executor.lease[0].retake(executor.lease[1])
-                if executor.tasks:
-                    executor.tasks[0].state = TaskState.RUNNING
-                    if executor.tasks[0].event is not None:
-                        self._events.running(executor.tasks[0].event)
-                elif executor.pool.max_calls and executor.calls >= executor.pool.max_calls:
-                    self._release_lease_locked(executor)
-                    executor.state = ExecutorState.DEAD  # it exits by itself
-                    self._drop_locked(executor)
-                    self._by_connection.pop(connection, None)
-                else:
-                    self._release_lease_locked(executor)
-                    executor.state = ExecutorState.IDLE
-                    executor.idle_since = time.monotonic()
-            retry = False
-            if record is not None and record.state in (TaskState.RUNNING, TaskState.ASSIGNED):
-                record.executor = None
-                if user_error and not record.cancelled and self._should_retry_exception(record, results):
-                    record.user_failures += 1
-                    record.event = self._events.retried(record.event, results)
-                    self._make_ready_locked(record)
-                    retry = True
-                else:
-                    record.state = TaskState.DONE
-        if record is not None and not retry and record.state is TaskState.DONE:
+            for task_id, results, user_error, ran_s in answers:
+                record = self._task_done_locked(connection, executor, task_id, results, user_error)
+                if record is not None:
+                    finished.append((record, results))
+                if executor is not None and isinstance(ran_s, (int, float)):
+                    self._prefetch.ran(executor.pool, float(ran_s))
+        for record, results in finished:
             self._finish(record, results)
         self.schedule()
+
+    def _task_done_locked(
+        self, connection: Connection, executor: ExecutorRecord | None, task_id: bytes,
+        results: Sequence[SerializedValue], user_error: bool,
+    ) -> TaskRecord | None:
+        """Take one answer into the executor's and the task's state; the task if it is done."""
+        record = self._tasks.get(task_id)
+        if executor is not None and record is not None and record in executor.tasks:
+            was_running = executor.tasks[0] is record
+            executor.tasks.remove(record)
+            if was_running:
+                executor.calls += 1
+                if record.blocked:  # its lease was lent out; take it back for the next task
+                    record.blocked = False
+                    if executor.lease is not None:
+                        executor.lease[0].retake(executor.lease[1])
+            if executor.tasks:
+                executor.tasks[0].state = TaskState.RUNNING
+                if executor.tasks[0].event is not None:
+                    self._events.running(executor.tasks[0].event)
+            elif executor.pool.max_calls and executor.calls >= executor.pool.max_calls:
+                self._release_lease_locked(executor)
+                executor.state = ExecutorState.DEAD  # it exits by itself
+                self._drop_locked(executor)
+                self._by_connection.pop(connection, None)
+            else:
+                self._release_lease_locked(executor)
+                executor.state = ExecutorState.IDLE
+                executor.idle_since = time.monotonic()
+        if record is None or record.state not in (TaskState.RUNNING, TaskState.ASSIGNED):
+            return None
+        record.executor = None
+        if user_error and not record.cancelled and self._should_retry_exception(record, results):
+            record.user_failures += 1
+            record.event = self._events.retried(record.event, results)
+            self._make_ready_locked(record)
+            return None
+        record.state = TaskState.DONE
+        return record
 
     def tasks_returned(self, connection: Connection, task_ids: Sequence[bytes]) -> None:
         """An executor handed back queued tasks it had not started: queue them again, first."""

@@ -93,7 +93,6 @@ class SessionService:
         self._server = StreamServer(self._accept, token=token, host=host, name="session")
         self._handlers = messages.handlers({
             Hello: self._hello,
-            TaskDone: self._task_done,
             ActorReady: self._actor_ready,
             ActorFailed: self._actor_failed,
             ActorExiting: self._actor_exiting,
@@ -128,7 +127,7 @@ class SessionService:
             ReleaseGang: self._release_gang,
             GangSize: self._gang_size,
             TasksReturned: self._tasks_returned,
-        }, batched={CallDone: self._calls_done})
+        }, batched={CallDone: self._calls_done, TaskDone: self._tasks_done})
 
     @property
     def address(self) -> str:
@@ -214,11 +213,12 @@ class SessionService:
 
     # ---- results -------------------------------------------------------------------------
 
-    def _task_done(self, connection: Connection, message_id: int | None, done: TaskDone) -> None:
+    def _tasks_done(self, connection: Connection, answers: list[TaskDone]) -> None:
         if connection.peer_info.get("kind") == "gang":
-            self._driver.gangs.task_done(connection, done.task, done.results, done.user_error)
+            for done in answers:
+                self._driver.gangs.task_done(connection, done.task, done.results, done.user_error)
         else:
-            self._driver.scheduler.task_done(connection, done.task, done.results, done.user_error)
+            self._driver.scheduler.tasks_done(connection, [(d.task, d.results, d.user_error, d.ran_s) for d in answers])
 
     def _tasks_returned(self, connection: Connection, message_id: int | None, returned: TasksReturned) -> None:
         self._driver.scheduler.tasks_returned(connection, returned.tasks)

@@ -148,7 +148,7 @@ class FakeHost:
     def add_close_callback(self, callback) -> None:
         self._callbacks.append(callback)
 
-    def notify(self, method: str, body: Any = None, buffers: Any = (), *, defer: bool = False) -> None:
+    def notify(self, method: str, body: Any = None, buffers: Any = (), *, defer: bool = False, hold: bool = False) -> None:
         if self.closed:
             raise ConnectionClosed("closed")
         self.sent.append((method, body))

@@ -319,10 +319,10 @@ def _unpack_spec(raw: Sequence[Any], buffers: Sequence[bytearray], offset: int) 
 # ---- sending and receiving -----------------------------------------------------------------
 
 
-def notify(connection: Connection, message: Message, *, defer: bool = False) -> None:
-    """Send a notification; ConnectionClosed if the peer is gone. `defer`: see `Connection.notify`."""
+def notify(connection: Connection, message: Message, *, defer: bool = False, hold: bool = False) -> None:
+    """Send a notification; ConnectionClosed if the peer is gone. `defer`, `hold`: see `Connection.notify`."""
     body, buffers = encode(message)
-    connection.notify(message.KIND, body, buffers, defer=defer)
+    connection.notify(message.KIND, body, buffers, defer=defer, hold=hold)
 
 
 def request(connection: Connection, message: Message) -> concurrent.futures.Future:

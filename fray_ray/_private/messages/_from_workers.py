@@ -128,6 +128,7 @@ class TaskDone(Message):
     task: bytes
     results: list[SerializedValue] = values()
     user_error: bool = False
+    ran_s: float | None = None  # how long the task ran, as the executor measured it
 
 
 @_message
