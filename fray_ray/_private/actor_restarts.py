@@ -66,6 +66,8 @@ class RetryBudget:
         self._left: dict[bytes, int] = {}
 
     def admit(self, call_id: bytes, retries: int) -> None:
+        if retries == 0:
+            return  # a call it does not know has none left: most calls cost nothing here
         with self._lock:
             self._left[call_id] = retries
 
@@ -84,6 +86,8 @@ class RetryBudget:
             return True
 
     def forget(self, call_id: bytes) -> None:
+        if not self._left:
+            return  # a glance: admitted calls are there before they can be forgotten
         with self._lock:
             self._left.pop(call_id, None)
 

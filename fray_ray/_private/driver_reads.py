@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fray_ray._private import read_hints
 from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.protocol import flush_deferred
 from fray_ray._private.serialization import deserialize
 from fray_ray._private.streams import END, StreamTable
 from fray_ray.exceptions import GetTimeoutError, ObjectFreedError
@@ -48,6 +49,7 @@ class DriverReads:
                 if value.is_error:
                     raise deserialize(value)
             return [deserialize(v) for v in ready]
+        flush_deferred()  # calls this thread queued may be what the results wait for
         event = threading.Event()
         remaining: set[bytes] = set()
         lock = threading.Lock()
@@ -169,6 +171,7 @@ class DriverReads:
         keys = [_wait_key(r) for r in refs]
         streams = {r._stream_id: r._next_index for r in refs if isinstance(r, ObjectRefGenerator)}
         self.wait_async(keys, num_returns, timeout, answer, streams)
+        flush_deferred()
         done_event.wait()
         ready_keys = set(result[0])
         ready = [r for r, k in zip(refs, keys) if k in ready_keys][:num_returns]
@@ -195,6 +198,7 @@ class DriverReads:
             del keep_alive_box[:]
 
         keep_alive_box = [keep_alive]
+        flush_deferred()  # the future is awaited next
         if not self.objects.known(ref.binary()):
             future.set_exception(self._lost(ref.binary()))
             return future

@@ -49,6 +49,8 @@ import logging
 import socket
 import struct
 import threading
+import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -81,6 +83,8 @@ _COALESCE_BYTES = 64 * 1024
 _CLOSE_WRITE_TIMEOUT_S = 1.0
 #: A batch this long is written by its sender rather than left for the writer thread.
 _FLUSH_ITEMS = 32
+#: How long the writer thread lets a sender that is still deferring write its own batches.
+_WRITER_DELAY_S = 0.005
 #: Most notifications, header bytes and buffers one batch frame carries.
 _BATCH_ITEMS = 4096
 _BATCH_HEADER_BYTES = 1 << 20
@@ -91,6 +95,27 @@ Buffers = Sequence[bytes | bytearray | memoryview]
 Handler = Callable[["Connection", int | None, Any, list[bytearray]], None]
 #: batch(connection, [(body, buffers), ...]): the notifications of one batch frame, in order.
 BatchHandler = Callable[["Connection", list[tuple[Any, list[bytearray]]]], None]
+
+
+_this_thread = threading.local()
+
+
+def _deferred_by_thread(connection: Connection) -> None:
+    """This thread deferred frames on `connection` (`flush_deferred` writes them)."""
+    connections = getattr(_this_thread, "connections", None)
+    if connections is None:
+        connections = _this_thread.connections = weakref.WeakSet()
+    connections.add(connection)
+
+
+def flush_deferred() -> None:
+    """Write what this thread deferred, on every connection: before it waits for answers,
+    which those frames may be what the peer needs to send them."""
+    connections = getattr(_this_thread, "connections", None)
+    if connections:
+        _this_thread.connections = weakref.WeakSet()
+        for connection in list(connections):
+            connection.flush_if_deferred()
 
 
 class ConnectionClosed(ConnectionError):
@@ -236,6 +261,7 @@ class Connection(ReadLending):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock
         self._raw = LendableSocket(sock)
+        self._raw.before_sleep = self._flush_before_sleep
         self._reader_file = io.BufferedReader(self._raw, _READ_BUFFER_BYTES)
         self.name = name
         self._received_blocks = received_blocks  # where large buffers are read into (workers)
@@ -243,6 +269,7 @@ class Connection(ReadLending):
         self._outbox_lock = threading.Lock()  # guards the three fields below
         self._outbox: list[list[bytes | memoryview] | _Batch] = []  # frames not yet written, in order
         self._writer_woken = False  # the writer thread will look at the outbox again
+        self._sender_writes = 0  # writes by senders of their own deferred frames, as the writer counts them
         self._writer: threading.Thread | None = None  # started at the first deferred send
         self._writer_wake = threading.Lock()  # locked while the writer has nothing to do
         self._writer_wake.acquire()
@@ -374,6 +401,8 @@ class Connection(ReadLending):
             if type(batch) is not _Batch or batch.method != method or not batch.has_room(packed, len(buffers)):
                 batch = _Batch(method)
                 outbox.append(batch)
+                if wake_writer:
+                    _deferred_by_thread(self)
             batch.add(packed, buffers)
             if len(batch.bodies) < _FLUSH_ITEMS:
                 if wake_writer:
@@ -383,6 +412,7 @@ class Connection(ReadLending):
         # without waiting; unless a write is under way (that writer looks at the outbox again).
         if self._send_lock.acquire(blocking=False):
             try:
+                self._sender_writes += 1
                 self._write_without_waiting()
             finally:
                 self._send_lock.release()
@@ -467,6 +497,15 @@ class Connection(ReadLending):
     def _write_loop(self) -> None:
         while True:
             self._writer_wake.acquire()
+            # A sender still deferring writes its own batches (`_FLUSH_ITEMS`, and before it
+            # waits): this thread writes only what one left behind, once it has been quiet a
+            # while. Writing beside an active sender would hold the send lock while waiting for
+            # the GIL the sender holds, and stall the sender's writes until the GIL switches.
+            while True:
+                seen = self._sender_writes
+                time.sleep(_WRITER_DELAY_S)
+                if self._sender_writes == seen or self._closed:
+                    break
             with self._outbox_lock:
                 self._writer_woken = False
                 if self._closed:
@@ -475,6 +514,18 @@ class Connection(ReadLending):
                 self._flush()
             except ConnectionClosed:
                 return  # the reader sees the socket fail and closes the connection
+
+    def flush_if_deferred(self) -> None:
+        """Write deferred frames now, if any (before this thread sleeps: nobody else may)."""
+        if self._outbox:
+            self._sender_writes += 1
+            self.flush()
+
+    def _flush_before_sleep(self) -> None:
+        """A thread that reads this connection itself found nothing to read and will sleep:
+        what it deferred (answers, while more calls were queued) goes first."""
+        if self._outbox and not self._closed:
+            self.flush_if_deferred()
 
     def request(self, method: str, body: Any = None, buffers: Buffers = ()) -> concurrent.futures.Future:
         """Send a request; the Future resolves to `(body, buffers)` of the reply."""

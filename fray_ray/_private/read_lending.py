@@ -61,6 +61,8 @@ class LendableSocket(io.RawIOBase):
         self.poll_timeout: float | None = None  # seconds an interruptible read may wait
         self.only_ready = False  # a read returns what has arrived, without waiting
         self.spin = True  # an interruptible read may look for input before it sleeps
+        #: called when an interruptible read finds nothing to read, before it waits
+        self.before_sleep: Callable[[], None] | None = None
         self._poll: SpinningPoll | None = None
         self._wake_in: socket.socket | None = None
         self._wake_out: socket.socket | None = None
@@ -79,13 +81,14 @@ class LendableSocket(io.RawIOBase):
         return self._sock.recv_into(buffer)
 
     def make_wakeable(self) -> None:
+        """Make reads interruptible; ValueError if the socket is closed already."""
         if self._poll is not None:
             return
+        poller = select.poll()
+        poller.register(self._sock.fileno(), select.POLLIN | select.POLLPRI)  # -1 once closed: ValueError
         self._wake_in, self._wake_out = socket.socketpair()
         self._wake_in.setblocking(False)
         self._wake_out.setblocking(False)
-        poller = select.poll()
-        poller.register(self._sock.fileno(), select.POLLIN | select.POLLPRI)
         poller.register(self._wake_in.fileno(), select.POLLIN)
         self._poll = SpinningPoll(poller, spin_budget())
 
@@ -98,6 +101,8 @@ class LendableSocket(io.RawIOBase):
     def _wait_readable(self, timeout: float | None) -> None:
         wake_fd = self._wake_in.fileno()
         assert self._poll is not None
+        if self.before_sleep is not None and not self._poll.ready_now():
+            self.before_sleep()
         ready = self._poll.poll(timeout, spin=self.spin)
         if not ready:
             raise Woken()  # the time is up: the lender looks at its deadline
@@ -160,10 +165,13 @@ class ReadLending:
         never look for a frame without sleeping (`spin_wait.py`)."""
         me = threading.get_ident()
         with self._role_lock:
-            if self._lender_present:
+            if self._lender_present or self._closed:
                 return False
             if self._lender is None:
-                self._raw.make_wakeable()
+                try:
+                    self._raw.make_wakeable()
+                except (OSError, ValueError):
+                    return False  # the socket closed meanwhile: its close wakes whoever waits
             self._lender = me
             self._lender_present = True
             self._handoff = False  # an earlier absence's request for the standby: back before it came

@@ -87,6 +87,10 @@ class SpinningPoll:
         self._cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
         self._last_wait_short = True
 
+    def ready_now(self) -> bool:
+        """Whether anything is ready, without waiting."""
+        return bool(self._poller.poll(0))
+
     def poll(self, timeout_s: float | None, spin: bool = True) -> list[tuple[int, int]]:
         """The ready (fd, events) pairs, or [] once `timeout_s` seconds passed (None: no
         limit); `spin=False` sleeps at once."""

@@ -235,11 +235,15 @@ def decode(cls: type[M], body: Any, buffers: Sequence[bytearray]) -> M:
     if type(body) is not dict and not isinstance(body, Mapping):
         raise MessageError(f"a {cls.__name__} must be a map, not {type(body).__name__}")
     layout = _layout(cls)
-    missing = layout.required.difference(body)
-    if missing:
-        raise MessageError(f"a {cls.__name__} needs {sorted(missing)[0]!r}")
+    # Every field there and nothing else (the usual body): the message is built without its
+    # __init__, which would only check again what the layout says.
+    complete = len(body) == len(layout.names) and layout.names.issuperset(body)
+    if not complete:
+        missing = layout.required.difference(body)
+        if missing:
+            raise MessageError(f"a {cls.__name__} needs {sorted(missing)[0]!r}")
     # Keys this version does not know are left out: a newer peer may send more.
-    fields: dict[str, Any] = dict(body) if layout.names.issuperset(body) else {
+    fields: dict[str, Any] = dict(body) if complete or layout.names.issuperset(body) else {
         name: raw for name, raw in body.items() if name in layout.names
     }
     offset = 0
@@ -286,6 +290,10 @@ def decode(cls: type[M], body: Any, buffers: Sequence[bytearray]) -> M:
         raise MessageError(f"a malformed {cls.__name__}: {exc}") from exc
     if offset != len(buffers):
         raise MessageError(f"a {cls.__name__} describes {offset} buffers but its frame carries {len(buffers)}")
+    if complete:
+        message = cls.__new__(cls)
+        message.__dict__.update(fields)
+        return message
     return cls(**fields)
 
 
