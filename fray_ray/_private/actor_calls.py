@@ -143,8 +143,7 @@ class ActorCalls:
                 for call in again:
                     self._send_call(connection, call)
         self._events.running_by_id(now_running)
-        for call, results in finished:
-            self._complete_call(call, results)
+        self._complete_calls(finished)
         if retire:
             self._mark_dead(record, self._death_error(record, "out_of_scope"), terminate=True)
 
@@ -202,6 +201,20 @@ class ActorCalls:
             self._cancelled.discard(call_id)
 
     # ---- results -------------------------------------------------------------------------
+
+    def _complete_calls(self, finished: Sequence[tuple[ActorCallSpec, Sequence[SerializedValue]]]) -> None:
+        """Calls that answered together: `_complete_call` for each, one pass over the tables."""
+        if any(call.num_returns == "streaming" or len(results) != len(call.return_ids) for call, results in finished):
+            for call, results in finished:  # the uncommon shapes, one at a time
+                self._complete_call(call, results)
+            return
+        for call, _ in finished:
+            self._retries.forget(call.call_id)
+        self._events.finished_all((call.call_id, results) for call, results in finished)
+        self._objects.fulfil_all([(object_id, value) for call, results in finished
+                                  for object_id, value in zip(call.return_ids, results)])
+        for call, _ in finished:
+            self._objects.decref(call.arguments.value.contained_refs)
 
     def _complete_call(self, call: ActorCallSpec, results: SerializedValue | Sequence[SerializedValue]) -> None:
         self._retries.forget(call.call_id)

@@ -131,30 +131,47 @@ class ObjectTable:
 
     def fulfil(self, object_id: bytes, value: SerializedValue) -> None:
         """Complete a pending object with a value or an error (value.is_error)."""
-        held = self._hold_result(object_id, value)
+        self.fulfil_all([(object_id, value)])
+
+    def fulfil_all(self, results: Sequence[tuple[bytes, SerializedValue]]) -> None:
+        """`fulfil` for several objects: one lock for all. RuntimeError (after completing the
+        others) if one was fulfilled already."""
+        held_values = [self._hold_result(object_id, value) for object_id, value in results]
+        unwanted: list[HeldValue] = []
+        done: list[tuple[bytes, list[DoneCallback] | None]] = []
+        to_free: list[bytes] = []
+        foreign: list[bytes] = []
+        twice: bytes | None = None
         with self._lock:
-            entry = self._entries.get(object_id)
-            visible = entry is not None and entry.state is ObjectState.PENDING
-            if visible:
+            for (object_id, _), held in zip(results, held_values):
+                entry = self._entries.get(object_id)
+                if entry is None or entry.state is not ObjectState.PENDING:
+                    unwanted.append(held)  # nobody refers to it any more: the value was never visible
+                    if entry is not None and entry.state is not ObjectState.FREED:
+                        twice = object_id
+                    continue
                 entry.state = ObjectState.FAILED if held.is_error else ObjectState.READY
                 entry.value = held
                 if not held.is_error and type(held) is StoredValue:
                     self._resident[object_id] = None
-                foreign = self._incref_all_locked(held.contained_refs) if held.contained_refs else None
-                callbacks, entry.callbacks = entry.callbacks, None
-                free_now = entry.references <= 0
-        if not visible:
-            self.store.release(held)  # nobody refers to it any more: the value was never visible
-            if entry is not None and entry.state is not ObjectState.FREED:
-                raise RuntimeError(f"object {object_id.hex()} fulfilled twice")
-            return
+                if held.contained_refs:
+                    foreign += self._incref_all_locked(held.contained_refs)
+                done.append((object_id, entry.callbacks))
+                entry.callbacks = None
+                if entry.references <= 0:
+                    to_free.append(object_id)
+        if unwanted:
+            self.store.release_all(unwanted)
         if foreign:
             self._forward_incref(foreign)
-        if callbacks:
-            for callback in callbacks:
-                callback(object_id)
-        if free_now:
-            self._maybe_free(object_id)
+        for object_id, callbacks in done:
+            if callbacks:
+                for callback in callbacks:
+                    callback(object_id)
+        if to_free:
+            self._free(to_free)
+        if twice is not None:
+            raise RuntimeError(f"object {twice.hex()} fulfilled twice")
 
     # ---- reading -------------------------------------------------------------------------
 

@@ -174,18 +174,31 @@ class TaskEvents:
         error_kind: str | None = None,
     ) -> None:
         """The attempt ended: FINISHED, or FAILED with the first error among its results."""
-        if event is None:
-            return
-        event.ended = time.time()
-        event.error = first_error(results)
-        event.error_kind = error_kind
-        event.state = TaskStatus.FAILED if event.error is not None or error_kind else TaskStatus.FINISHED
+        if event is not None:
+            self._finish_all([(event, results)], error_kind)
+
+    def finished_all(self, answers: Iterable[tuple[bytes, SerializedValue | Sequence[SerializedValue] | None]]) -> None:
+        """Attempts that ended together (task id, results): `finished` for each, one lock for all."""
+        live = self._live
+        self._finish_all([(event, results) for task_id, results in answers if (event := live.get(task_id)) is not None])
+
+    def _finish_all(self, ended: list[tuple[TaskEvent, SerializedValue | Sequence[SerializedValue] | None]],
+                    error_kind: str | None = None) -> None:
+        now = time.time()
+        records = []
+        for event, results in ended:
+            event.ended = now
+            event.error = first_error(results)
+            event.error_kind = error_kind
+            event.state = TaskStatus.FAILED if event.error is not None or error_kind else TaskStatus.FINISHED
+            records.append(event.record())
         with self._lock:
-            if self._live.get(event.task_id) is event:
-                del self._live[event.task_id]
-            if len(self._finished) == self._finished.maxlen:
-                self.dropped += 1
-            self._finished.append(event.record())
+            for (event, _), record in zip(ended, records):
+                if self._live.get(event.task_id) is event:
+                    del self._live[event.task_id]
+                if len(self._finished) == self._finished.maxlen:
+                    self.dropped += 1
+                self._finished.append(record)
 
     def finished_by_id(self, task_id: bytes, results: SerializedValue | Sequence[SerializedValue] | None,
                        error_kind: str | None = None) -> None:
