@@ -125,11 +125,12 @@ class ExecutorPool:
 
     def _send_tasks(self, dispatches: list[tuple[ExecutorRecord, TaskRecord]]) -> None:
         """Send the tasks of a scheduling round; each executor's leave together, in one frame."""
+        counts = collections.Counter(executor.executor_id for executor, _ in dispatches)
         for executor, record in dispatches:
-            self._send_task(executor, record, hold=True)
-        for connection in {executor.connection for executor, _ in dispatches}:
-            if connection is not None:
-                connection.flush()
+            self._send_task(executor, record, hold=counts[executor.executor_id] > 1)
+        for executor in {executor.executor_id: executor for executor, _ in dispatches}.values():
+            if counts[executor.executor_id] > 1 and executor.connection is not None:
+                executor.connection.flush()
 
     def _send_task(self, executor: ExecutorRecord, record: TaskRecord, hold: bool = False) -> None:
         """Send a task assigned to `executor` (its code the first time this executor sees it);

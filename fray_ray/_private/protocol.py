@@ -614,7 +614,7 @@ class Connection(ReadLending):
             if first_frame is not None:
                 self._dispatch(first_frame, [])
             while self._standby_turn():  # at once, unless a worker thread reads (`serve_until`)
-                self._read_and_dispatch()
+                self._read_and_dispatch(gather=True)
                 self._after_standby_frame()
         except Exception as exc:  # noqa: BLE001 - whatever a frame did wrong ends the connection
             self._reading_failed(exc)
@@ -626,12 +626,14 @@ class Connection(ReadLending):
             except OSError:
                 pass
 
-    def _read_and_dispatch(self) -> None:
-        """Read a frame and dispatch it. Notifications of one method that arrived one after
-        another, for a handler that takes batches, are dispatched together, as far as they are
-        here already: a reader that falls behind catches up in batches."""
+    def _read_and_dispatch(self, gather: bool = False) -> None:
+        """Read a frame and dispatch it. With `gather` (the reader thread), notifications of one
+        method that arrived one after another, for a handler that takes batches, are dispatched
+        together, as far as they are here already: a reader that falls behind catches up in
+        batches. A thread that waits for one answer (`serve_until`) does not look further."""
         header, buffers = self._read_frame()
-        if header[0] != NOTIFY or getattr(self._handlers.get(header[2]), "batch", None) is None or not self._input_ready():
+        if (not gather or header[0] != NOTIFY or getattr(self._handlers.get(header[2]), "batch", None) is None
+                or not self._input_ready()):
             self._dispatch(header, buffers)
             return
         method = header[2]
