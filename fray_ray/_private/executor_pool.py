@@ -22,6 +22,7 @@ from fray_ray._private.cluster_ledger import ClusterLedger
 from fray_ray._private.idle_workers import LentWorker
 from fray_ray._private.messages import ExecuteTask, Exit
 from fray_ray._private.nodes import placement_needs
+from fray_ray._private.prefetch import DEPTH, LONG_RUNNING_S
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.resources import Holding, Ledger
 from fray_ray._private.task_spec import PoolKey
@@ -66,6 +67,7 @@ class ExecutorRecord:
     sent_code: set[bytes] = field(default_factory=set)
     calls: int = 0
     idle_since: float = 0.0
+    head_started: float = 0.0  # monotonic time its running task started, as far as the driver knows
     launched_at: float = field(default_factory=time.monotonic)
     pid: int | None = None
     host: str | None = None  # the cluster host it runs on, once it said
@@ -116,12 +118,15 @@ class ExecutorPool:
         """
         if ledger is not self._ledger or any(e.state is ExecutorState.STARTING for e in members):
             return None
+        long_since = time.monotonic() - LONG_RUNNING_S  # a head task started before this is a long one
         candidates = [
             e for e in members
-            if e.state is ExecutorState.BUSY and e.lease is not None and 0 < len(e.tasks) <= depth
-            and not e.tasks[0].blocked
+            if e.state is ExecutorState.BUSY and e.lease is not None and e.tasks and not e.tasks[0].blocked
+            and len(e.tasks) <= (depth if e.head_started > long_since else DEPTH)
         ]
-        return min(candidates, key=lambda e: len(e.tasks), default=None)
+        # Executors whose running task is still young first: one stuck in a long task takes work
+        # only when the others are full.
+        return min(candidates, key=lambda e: (e.head_started <= long_since, len(e.tasks)), default=None)
 
     def _send_tasks(self, dispatches: list[tuple[ExecutorRecord, TaskRecord]]) -> None:
         """Send the tasks of a scheduling round; each executor's leave together, in one frame."""

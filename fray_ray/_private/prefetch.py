@@ -7,7 +7,8 @@ them, and each would travel, and be answered, in a frame of its own. So the dept
 pool's tasks get shorter, up to `MAX_DEPTH`: the driver then sends several at once, in one
 frame, and takes their answers in batches. What deeper queues cost is balance at the end of a
 batch: at most `MAX_DEPTH` short tasks (a few milliseconds in all) wait behind a busy executor
-while another is idle. A task that blocks in `get` hands its queue back either way.
+while another is idle. A long task among short ones keeps at most `DEPTH` behind it once it
+has run `LONG_RUNNING_S`; a task that blocks in `get` hands its queue back either way.
 
 Run times are what executors measure (`TaskDone.ran_s`), averaged per pool.
 """
@@ -23,6 +24,9 @@ DEPTH = 2
 MAX_DEPTH = 16
 #: Tasks that run this long or longer get `DEPTH`; shorter ones proportionally more.
 SHORT_TASK_S = 0.001
+#: A running task the driver has seen run this long is not a short one, whatever its pool's
+#: average says: its executor takes no more than `DEPTH` queued tasks behind it.
+LONG_RUNNING_S = 0.01
 #: Weight of the newest run time in a pool's running average.
 _NEWEST_WEIGHT = 0.2
 

@@ -325,6 +325,8 @@ class TaskScheduler(ExecutorPool):
             record.event.placement_group_id = record.placement[0].hex() if record.placement else None
         record.executor = executor
         record.ledger = ledger
+        if not executor.tasks:
+            executor.head_started = time.monotonic()
         executor.tasks.append(record)
 
     def _executor_failed_to_start(self, executor: ExecutorRecord, problem: str) -> None:
@@ -429,6 +431,7 @@ class TaskScheduler(ExecutorPool):
                     if executor.lease is not None:
                         executor.lease[0].retake(executor.lease[1])
             if executor.tasks:
+                executor.head_started = time.monotonic()
                 executor.tasks[0].state = TaskState.RUNNING
                 if executor.tasks[0].event is not None:
                     self._events.running(executor.tasks[0].event)

@@ -58,3 +58,32 @@ def test_a_task_does_not_wait_behind_a_long_one_while_the_cluster_has_room(four_
     done, _ = fray_ray.wait([long_running], timeout=0)
     assert not done  # it still runs: the short task had a process of its own
     fray_ray.cancel(long_running, force=True)
+
+
+@fray_ray.remote
+def spin_for(seconds: float) -> int:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        pass
+    return os.getpid()
+
+
+def test_short_tasks_queue_deep_but_not_behind_a_long_one(fresh_shutdown: None) -> None:
+    from fray_ray._private import runtime_state
+    from fray_ray._private.prefetch import DEPTH
+
+    fray_ray.init(num_cpus=2)  # two executors at most: queues are where work waits
+    fray_ray.get([quick.remote() for _ in range(200)], timeout=120)
+    scheduler = runtime_state.current().scheduler
+    pool = next(iter(scheduler._executors.values())).pool
+    assert scheduler._prefetch.depth(pool) > DEPTH, "executors report run times, and short tasks queue deeper"
+    long_running = spin_for.remote(SPIN_S)
+    wait_for(lambda: list_tasks(filters=[("name", "=", "spin_for"), ("state", "=", "RUNNING")]),
+             what="the long task to run")
+    short = [quick.remote() for _ in range(40)]
+    # All but the few an executor may hold behind its running task finish while the long one runs.
+    ready, _ = fray_ray.wait(short, num_returns=len(short) - DEPTH, timeout=SPIN_S / 2)
+    assert len(ready) >= len(short) - DEPTH
+    done, _ = fray_ray.wait([long_running], timeout=0)
+    assert not done
+    fray_ray.cancel(long_running, force=True)
