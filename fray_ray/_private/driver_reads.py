@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fray_ray._private import read_hints
 from fray_ray._private.generators import ObjectRefGenerator
 from fray_ray._private.object_ref import ObjectRef
-from fray_ray._private.protocol import flush_deferred
+from fray_ray._private.outbox import flush_deferred
 from fray_ray._private.serialization import deserialize
 from fray_ray._private.streams import END, StreamTable
 from fray_ray.exceptions import GetTimeoutError, ObjectFreedError

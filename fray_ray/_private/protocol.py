@@ -4,40 +4,27 @@ Connect RPC costs ~500 µs per call here; the paths between fray_ray's own proce
 to executors, calls to actors, results, object fetches) need far less, so they use one
 persistent, pipelined, bidirectional connection per worker.
 
-A frame is `<u32 header length><u32 buffer count>` then the msgpack header, then for each
-out-of-band buffer `<u64 length><bytes>`. The header is `[kind, message id, method, body]`:
-kind REQUEST expects a REPLY (or ERROR) with the same id; NOTIFY expects nothing. Large
-binary values (pickle-5 buffers, numpy data) travel as out-of-band buffers, so they are
-written straight from the caller's memory and read straight into their own bytearray.
+Frames (`frames`) are msgpack headers `[kind, message id, method, body]` plus out-of-band
+buffers: large binary values (pickle-5 buffers, numpy data) are written straight from the
+caller's memory and read straight into their own bytearray. Either side may send requests
+(answered by a REPLY or ERROR with the same id) and notifications; frames leave in order
+through one outbox (`outbox`), and notifications that follow each other may leave as one batch.
 
 Either side may send requests. Handlers run on the reader thread, or on a thread that reads
 the connection itself while it waits (`serve_until`, see `read_lending`), and must not block:
-slow work is handed to another thread, and its reply sent with `reply()` later.
+slow work is handed to another thread, and its reply sent with `reply()` later. A handler that
+takes batches (`batch` on it, see `messages.handlers`) gets the notifications of a batch frame
+together, and the reader thread gathers consecutive notifications of one method that have
+arrived already into one batch as well: a reader that falls behind catches up in batches.
 
 A reader trusts no length it is told: a frame's header size, buffer count and buffer sizes are
-checked against the maxima below before anything is allocated, and a large buffer grows as its
-bytes arrive, so a peer that announces 2 GiB and sends nothing costs at most `EAGER_READ_BYTES`.
-Who may speak at all is decided before a `Connection` exists (see `stream_server`).
+checked against the maxima in `frames` before anything is allocated, and a large buffer grows
+as its bytes arrive, so a peer that announces 2 GiB and sends nothing costs at most
+`EAGER_READ_BYTES`. A malformed batch ends the connection before any of it is dispatched. Who
+may speak at all is decided before a `Connection` exists (see `stream_server`).
 
 A worker's connection reads large buffers into reused blocks (`buffers.ReceivedBlocks`) when it
 has a free one of the right size: faulting in fresh pages costs more than the copy itself.
-
-Frames leave in the order they were sent, through one outbox. A plain send writes the outbox
-(its own frame last) before it returns. A *deferred* send (`notify(..., defer=True)`) only
-queues its notification and wakes the connection's writer thread, which writes whatever has
-queued by the time it runs in one `sendall`: a caller that pipelines a thousand calls pays one
-append per call instead of a system call (and a round of the GIL) each. Deferred notifications
-of one method that follow each other in the outbox leave as one *batch* frame, so the peer
-reads, unpacks and dispatches them once, and a handler that takes batches (`batch` on the
-handler, see `messages.handlers`) handles them together. The sender writes a batch itself once
-it holds `_FLUSH_ITEMS` notifications, so a long run of them reaches the peer while more are
-queued. Deferring is for frames that more are likely to follow soon (calls to an actor that is
-still busy with earlier ones, results while more work waits); a frame that someone waits for
-alone goes out at once, as a plain send.
-
-A batch frame's header is `[BATCH, 0, method, [counts, body, body, ...]]`, where `counts`
-lists how many of the frame's buffers belong to each body, in order. One body alone travels as
-a plain NOTIFY frame.
 """
 
 from __future__ import annotations
@@ -47,79 +34,46 @@ import io
 import itertools
 import logging
 import socket
-import struct
 import threading
-import time
-import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
 
 from fray_ray._private.buffers import ReceivedBlocks
+from fray_ray._private.frames import (
+    BATCH,
+    BATCH_ITEMS,
+    BUFFER_LENGTH,
+    ERROR,
+    FRAME_PREFIX,
+    MAX_BUFFER_BYTES,
+    MAX_BUFFERS_PER_FRAME,
+    MAX_HEADER_BYTES,
+    NOTIFY,
+    REPLY,
+    REQUEST,
+    ConnectionClosed,
+    FrameTooLarge,
+    split_batch,
+)
+from fray_ray._private.outbox import Buffers, Outbox
 from fray_ray._private.read_lending import LendableSocket, ReadLending
 
 logger = logging.getLogger(__name__)
 
-REQUEST, REPLY, ERROR, NOTIFY, BATCH = 0, 1, 2, 3, 4
-
-#: `<u32 header length><u32 buffer count>`, the start of every frame.
-FRAME_PREFIX = struct.Struct("<II")
-_BUFFER_LENGTH = struct.Struct("<Q")
-#: Largest msgpack header a frame may announce (small values travel inside it).
-MAX_HEADER_BYTES = 64 * 1024 * 1024
-#: Most out-of-band buffers one frame may carry.
-MAX_BUFFERS_PER_FRAME = 1 << 20
-#: Largest single out-of-band buffer.
-MAX_BUFFER_BYTES = 64 * 1024 * 1024 * 1024
 #: Reads up to this size are allocated at once; larger ones grow as bytes arrive.
 EAGER_READ_BYTES = 1 << 20
 _ZEROS = memoryview(bytes(EAGER_READ_BYTES))
 #: Bytes the reader buffers from the socket, so a small frame costs one system call.
 _READ_BUFFER_BYTES = 64 * 1024
-#: Frame parts below this size are joined into one write; larger ones go out from their own memory.
-_COALESCE_BYTES = 64 * 1024
 #: How long `close()` may spend writing the frames still queued.
 _CLOSE_WRITE_TIMEOUT_S = 1.0
-#: A batch this long is written by its sender rather than left for the writer thread.
-_FLUSH_ITEMS = 32
-#: How long the writer thread lets a sender that is still deferring write its own batches.
-_WRITER_DELAY_S = 0.005
-#: Most notifications, header bytes and buffers one batch frame carries.
-_BATCH_ITEMS = 4096
-_BATCH_HEADER_BYTES = 1 << 20
-_BATCH_BUFFERS = 1 << 16
 
-Buffers = Sequence[bytes | bytearray | memoryview]
 #: handler(connection, message_id, body, buffers); message_id is None for notifications.
 Handler = Callable[["Connection", int | None, Any, list[bytearray]], None]
 #: batch(connection, [(body, buffers), ...]): the notifications of one batch frame, in order.
 BatchHandler = Callable[["Connection", list[tuple[Any, list[bytearray]]]], None]
-
-
-_this_thread = threading.local()
-
-
-def _deferred_by_thread(connection: Connection) -> None:
-    """This thread deferred frames on `connection` (`flush_deferred` writes them)."""
-    connections = getattr(_this_thread, "connections", None)
-    if connections is None:
-        connections = _this_thread.connections = weakref.WeakSet()
-    connections.add(connection)
-
-
-def flush_deferred() -> None:
-    """Write what this thread deferred, on every connection: before it waits for answers,
-    which those frames may be what the peer needs to send them."""
-    connections = getattr(_this_thread, "connections", None)
-    if connections:
-        _this_thread.connections = weakref.WeakSet()
-        for connection in list(connections):
-            connection.flush_if_deferred()
-
-
-class ConnectionClosed(ConnectionError):
-    """The peer went away (or we closed the connection) before a reply arrived."""
 
 
 class RemoteError(Exception):
@@ -129,10 +83,6 @@ class RemoteError(Exception):
         super().__init__(f"{kind}: {message}")
         self.kind = kind
         self.message = message
-
-
-class FrameTooLarge(ConnectionClosed):
-    """A peer announced more than a frame may carry; the connection is closed."""
 
 
 def _fill(reader: io.BufferedReader, view: memoryview) -> None:
@@ -174,80 +124,7 @@ def _read_exactly(reader: io.BufferedReader, size: int, blocks: ReceivedBlocks |
             buffer += _ZEROS[: target - len(buffer)]
 
 
-def _array_header(length: int) -> bytes:
-    """The msgpack header of an array of `length` items."""
-    if length < 16:
-        return bytes((0x90 | length,))
-    if length < 1 << 16:
-        return b"\xdc" + length.to_bytes(2, "big")
-    return b"\xdd" + length.to_bytes(4, "big")
-
-
-class _Batch:
-    """Deferred notifications of one method, queued to leave as one frame. Each body is packed
-    on its sender's thread; the frame is put together when it is written."""
-
-    __slots__ = ("method", "bodies", "counts", "buffers", "header_bytes", "size")
-
-    def __init__(self, method: str) -> None:
-        self.method = method
-        self.bodies: list[bytes] = []  # each packed
-        self.counts: list[int] = []  # how many of `buffers` belong to each body
-        self.buffers: list[bytes] = []
-        self.header_bytes = 0
-        self.size = 0  # bytes of bodies and buffers
-    def has_room(self, packed_body: bytes, buffer_count: int) -> bool:
-        return (len(self.bodies) < _BATCH_ITEMS and self.header_bytes + len(packed_body) <= _BATCH_HEADER_BYTES
-                and len(self.buffers) + buffer_count <= _BATCH_BUFFERS)
-
-    def add(self, packed_body: bytes, buffers: Sequence[bytes]) -> None:
-        self.bodies.append(packed_body)
-        self.counts.append(len(buffers))
-        self.buffers.extend(buffers)
-        self.header_bytes += len(packed_body)
-        self.size += len(packed_body) + sum(len(b) for b in buffers)
-
-    def parts(self) -> list[bytes | memoryview]:
-        """The frame: msgpack arrays are a length and their items, so the header is written by
-        hand around the bodies packed already."""
-        method = msgpack.packb(self.method)
-        if len(self.bodies) == 1:
-            header = b"".join((_NOTIFY_HEAD, method, self.bodies[0]))
-        else:
-            header = b"".join((_BATCH_HEAD, method, _array_header(len(self.bodies) + 1),
-                               msgpack.packb(self.counts), *self.bodies))
-        parts: list[bytes | memoryview] = [FRAME_PREFIX.pack(len(header), len(self.buffers)), header]
-        for buffer in self.buffers:
-            parts.append(_BUFFER_LENGTH.pack(len(buffer)))
-            parts.append(buffer)
-        return parts
-
-
-def _frame_bytes(frame: list[bytes | memoryview] | _Batch) -> int:
-    return frame.size if type(frame) is _Batch else sum(len(part) for part in frame)
-
-
-#: The start of a header `[NOTIFY, 0, ...]` / `[BATCH, 0, ...]`: a 4-item array, the kind, the id 0.
-_NOTIFY_HEAD = bytes((0x94, NOTIFY, 0))
-_BATCH_HEAD = bytes((0x94, BATCH, 0))
-
-
-def _split_batch(body: Any, buffers: list[bytearray]) -> list[tuple[Any, list[bytearray]]]:
-    """A batch frame's notifications as (body, buffers); ValueError if the frame is malformed."""
-    if not isinstance(body, list) or len(body) < 2 or not isinstance(body[0], list):
-        raise ValueError("a malformed batch frame")
-    counts = body[0]
-    if len(counts) != len(body) - 1 or not all(type(c) is int and c >= 0 for c in counts) or sum(counts) != len(buffers):
-        raise ValueError("a batch frame's buffer counts do not match its bodies and buffers")
-    items = []
-    offset = 0
-    for item_body, count in zip(body[1:], counts):
-        items.append((item_body, buffers[offset : offset + count]))
-        offset += count
-    return items
-
-
-class Connection(ReadLending):
+class Connection(Outbox, ReadLending):
     """One framed, multiplexed connection. Thread-safe for senders.
 
     `start(handlers)` spawns the reader thread. `request()` returns a Future for the reply;
@@ -265,14 +142,6 @@ class Connection(ReadLending):
         self._reader_file = io.BufferedReader(self._raw, _READ_BUFFER_BYTES)
         self.name = name
         self._received_blocks = received_blocks  # where large buffers are read into (workers)
-        self._send_lock = threading.Lock()  # held while writing to the socket
-        self._outbox_lock = threading.Lock()  # guards the three fields below
-        self._outbox: list[list[bytes | memoryview] | _Batch] = []  # frames not yet written, in order
-        self._writer_woken = False  # the writer thread will look at the outbox again
-        self._sender_writes = 0  # writes by senders of their own deferred frames, as the writer counts them
-        self._writer: threading.Thread | None = None  # started at the first deferred send
-        self._writer_wake = threading.Lock()  # locked while the writer has nothing to do
-        self._writer_wake.acquire()
         self._state_lock = threading.Lock()  # guards _pending and _closed
         self._pending: dict[int, concurrent.futures.Future] = {}
         self._closed = False
@@ -282,6 +151,7 @@ class Connection(ReadLending):
         self._on_close: list[Callable[[Connection], None]] = []
         self._packer_lock = threading.Lock()
         self.peer_info: dict[str, Any] = {}
+        self._init_outbox()
         self._init_lending()
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -375,158 +245,6 @@ class Connection(ReadLending):
 
     # ---- sending -------------------------------------------------------------------------
 
-    def _send(self, header: list[Any], buffers: Buffers = ()) -> None:
-        packed = msgpack.packb(header, use_bin_type=True)
-        parts: list[bytes | memoryview] = [FRAME_PREFIX.pack(len(packed), len(buffers)), packed]
-        for buffer in buffers:
-            view = memoryview(buffer).cast("B") if not isinstance(buffer, bytes) else buffer
-            parts.append(_BUFFER_LENGTH.pack(len(view)))
-            parts.append(view)
-        with self._outbox_lock:
-            if self._closed:
-                raise ConnectionClosed(f"{self.name}: connection closed")
-            self._outbox.append(parts)
-        self._flush()
-
-    def _defer(self, method: str, body: Any, buffers: Sequence[bytes], wake_writer: bool = True) -> None:
-        """Queue a notification for the writer thread (or, without `wake_writer`, for the
-        caller's own `flush()`), in the batch of the same method at the end of the outbox if
-        there is one."""
-        packed = msgpack.packb(body, use_bin_type=True)
-        with self._outbox_lock:
-            if self._closed:
-                raise ConnectionClosed(f"{self.name}: connection closed")
-            outbox = self._outbox
-            batch = outbox[-1] if outbox else None
-            if type(batch) is not _Batch or batch.method != method or not batch.has_room(packed, len(buffers)):
-                batch = _Batch(method)
-                outbox.append(batch)
-                if wake_writer:
-                    _deferred_by_thread(self)
-            batch.add(packed, buffers)
-            if len(batch.bodies) < _FLUSH_ITEMS:
-                if wake_writer:
-                    self._wake_writer_locked()
-                return
-        # A long batch of small frames goes now, from this thread, as far as the socket takes it
-        # without waiting; unless a write is under way (that writer looks at the outbox again).
-        if self._send_lock.acquire(blocking=False):
-            try:
-                self._sender_writes += 1
-                self._write_without_waiting()
-            finally:
-                self._send_lock.release()
-        else:
-            with self._outbox_lock:
-                self._wake_writer_locked()
-
-    def _write_without_waiting(self) -> None:
-        """Write what is queued as far as the socket takes it at once (with `_send_lock` held);
-        the rest, and anything large, is left first in the outbox for the writer thread: a
-        deferred send never waits for a peer that reads slowly."""
-        with self._outbox_lock:
-            frames = self._outbox
-            if sum(_frame_bytes(frame) for frame in frames) > _COALESCE_BYTES * 4:
-                self._wake_writer_locked()
-                return
-            self._outbox = []
-        data = b"".join(part for frame in frames for part in (frame.parts() if type(frame) is _Batch else frame))
-        try:
-            sent = self._sock.send(data, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            sent = 0
-        except OSError as exc:
-            raise ConnectionClosed(f"{self.name}: {exc}") from exc
-        if sent < len(data):
-            with self._outbox_lock:
-                self._outbox.insert(0, [memoryview(data)[sent:]])
-                self._wake_writer_locked()
-
-    def flush(self) -> None:
-        """Write every queued (deferred) frame now, on this thread; a closed connection is ignored."""
-        try:
-            self._flush()
-        except ConnectionClosed:
-            pass
-
-    def _flush(self) -> None:
-        """Write every queued frame; ConnectionClosed if the socket fails."""
-        with self._send_lock:
-            self._write_queued()
-
-    def _write_queued(self) -> None:
-        """`_flush` with `_send_lock` held."""
-        with self._outbox_lock:
-            frames, self._outbox = self._outbox, []
-        if not frames:
-            return  # another thread wrote them
-        small: list[bytes | memoryview] = []
-        small_bytes = 0
-        try:
-            for frame in frames:
-                for part in frame.parts() if type(frame) is _Batch else frame:
-                    if len(part) >= _COALESCE_BYTES:  # a large buffer goes out from its own memory
-                        if small:
-                            self._sock.sendall(b"".join(small))
-                            small, small_bytes = [], 0
-                        self._sock.sendall(part)
-                    else:
-                        small.append(part)
-                        small_bytes += len(part)
-                        if small_bytes >= _COALESCE_BYTES:
-                            self._sock.sendall(b"".join(small))
-                            small, small_bytes = [], 0
-            if small:
-                self._sock.sendall(b"".join(small))
-        except OSError as exc:
-            raise ConnectionClosed(f"{self.name}: {exc}") from exc
-
-    def _wake_writer(self) -> None:
-        with self._outbox_lock:
-            if self._writer is not None:
-                self._wake_writer_locked()
-
-    def _wake_writer_locked(self) -> None:
-        if not self._writer_woken:
-            self._writer_woken = True
-            self._writer_wake.release()
-        if self._writer is None:
-            self._writer = threading.Thread(target=self._write_loop, name=f"{self.name}-writer", daemon=True)
-            self._writer.start()
-
-    def _write_loop(self) -> None:
-        while True:
-            self._writer_wake.acquire()
-            # A sender still deferring writes its own batches (`_FLUSH_ITEMS`, and before it
-            # waits): this thread writes only what one left behind, once it has been quiet a
-            # while. Writing beside an active sender would hold the send lock while waiting for
-            # the GIL the sender holds, and stall the sender's writes until the GIL switches.
-            while True:
-                seen = self._sender_writes
-                time.sleep(_WRITER_DELAY_S)
-                if self._sender_writes == seen or self._closed:
-                    break
-            with self._outbox_lock:
-                self._writer_woken = False
-                if self._closed:
-                    return
-            try:
-                self._flush()
-            except ConnectionClosed:
-                return  # the reader sees the socket fail and closes the connection
-
-    def flush_if_deferred(self) -> None:
-        """Write deferred frames now, if any (before this thread sleeps: nobody else may)."""
-        if self._outbox:
-            self._sender_writes += 1
-            self.flush()
-
-    def _flush_before_sleep(self) -> None:
-        """A thread that reads this connection itself found nothing to read and will sleep:
-        what it deferred (answers, while more calls were queued) goes first."""
-        if self._outbox and not self._closed:
-            self.flush_if_deferred()
-
     def request(self, method: str, body: Any = None, buffers: Buffers = ()) -> concurrent.futures.Future:
         """Send a request; the Future resolves to `(body, buffers)` of the reply."""
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -597,15 +315,15 @@ class Connection(ReadLending):
             raise ValueError("a frame's header must be [kind, id, method, body]")
         buffers = []
         for _ in range(buffer_count):
-            length_bytes = reader.read(_BUFFER_LENGTH.size)
-            if len(length_bytes) < _BUFFER_LENGTH.size:
+            length_bytes = reader.read(BUFFER_LENGTH.size)
+            if len(length_bytes) < BUFFER_LENGTH.size:
                 raise ConnectionClosed("connection closed by peer")
-            (length,) = _BUFFER_LENGTH.unpack(length_bytes)
+            (length,) = BUFFER_LENGTH.unpack(length_bytes)
             if length > MAX_BUFFER_BYTES:
                 raise FrameTooLarge(f"frame buffer of {length} bytes exceeds {MAX_BUFFER_BYTES}")
             buffers.append(_read_exactly(reader, length, self._received_blocks))
         if header[0] == BATCH:
-            header[3] = _split_batch(header[3], buffers)  # checked here: a bad batch ends the connection
+            header[3] = split_batch(header[3], buffers)  # checked here: a bad batch ends the connection
             buffers = []
         return header, buffers
 
@@ -639,7 +357,7 @@ class Connection(ReadLending):
         method = header[2]
         items = [(header[3], buffers)]
         header = buffers = None  # the frames' memory is their handler's: held by `items` alone
-        while len(items) < _BATCH_ITEMS and self._input_ready():
+        while len(items) < BATCH_ITEMS and self._input_ready():
             header, buffers = self._read_frame()
             if header[0] == NOTIFY and header[2] == method:
                 items.append((header[3], buffers))

@@ -33,7 +33,8 @@ from typing import Any
 import msgpack
 
 from fray_ray._private.buffers import ReceivedBlocks
-from fray_ray._private.protocol import ERROR, FRAME_PREFIX, REQUEST, Connection, ConnectionClosed, RemoteError
+from fray_ray._private.frames import ERROR, FRAME_PREFIX, REQUEST
+from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError
 
 logger = logging.getLogger(__name__)
 

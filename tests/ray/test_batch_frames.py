@@ -16,8 +16,10 @@ from collections.abc import Iterator
 import msgpack
 import pytest
 
-from fray_ray._private import protocol
-from fray_ray._private.protocol import BATCH, NOTIFY, Connection, flush_deferred
+from fray_ray._private import outbox
+from fray_ray._private.frames import BATCH, NOTIFY
+from fray_ray._private.outbox import flush_deferred
+from fray_ray._private.protocol import Connection
 from tests.waiting import wait_for
 
 PREFIX = struct.Struct("<II")
@@ -155,13 +157,12 @@ def test_a_single_deferred_notification_travels_as_a_plain_frame(tcp_pair) -> No
 def test_a_sender_writes_a_long_batch_itself(pair, monkeypatch) -> None:
     sender, _, batches, _ = pair
     monkeypatch.setattr(Connection, "_wake_writer_locked", lambda self: None)  # no writer thread at all
-    for i in range(protocol._FLUSH_ITEMS - 1):
+    for i in range(outbox._FLUSH_ITEMS - 1):
         sender.notify("b", i, defer=True)
     assert sender._outbox, "a short batch waits for the writer thread"
-    sender.notify("b", protocol._FLUSH_ITEMS - 1, defer=True)
+    sender.notify("b", outbox._FLUSH_ITEMS - 1, defer=True)
     assert not sender._outbox
-    wait_for(lambda: len(batches.bodies()) == protocol._FLUSH_ITEMS, what="the batch the sender wrote itself")
-    wait_for(lambda: len(batches.bodies()) == protocol._FLUSH_ITEMS, what="the batch the sender wrote itself")
+    wait_for(lambda: len(batches.bodies()) == outbox._FLUSH_ITEMS, what="the batch the sender wrote itself")
 
 
 def test_what_a_thread_deferred_goes_before_it_waits(pair, monkeypatch) -> None:
