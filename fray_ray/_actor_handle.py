@@ -75,15 +75,10 @@ class ActorHandle(Generic[T]):
     def __getattr__(self, name: str) -> ActorMethod[Any]:
         methods = self.__dict__.get("_methods") or {}
         if name in methods:
-            method: ActorMethod[Any] = ActorMethod(self, name, methods[name])
-        elif name in _BUILT_IN_METHODS:
-            method = ActorMethod(self, name, {"options": {}, "arguments": None})
-        else:
-            raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
-        # Kept as an attribute, so the next `handle.name` finds it without calling here again (a
-        # method object holds nothing that changes; `.options()` makes new ones).
-        self.__dict__[name] = method
-        return method
+            return ActorMethod(self, name, methods[name])
+        if name in _BUILT_IN_METHODS:
+            return ActorMethod(self, name, {"options": {}, "arguments": None})
+        raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
 
     def __dir__(self) -> list[str]:
         return sorted(self._methods)

@@ -35,6 +35,7 @@ import itertools
 import logging
 import socket
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -138,7 +139,7 @@ class Connection(Outbox, ReadLending):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock
         self._raw = LendableSocket(sock)
-        self._raw.before_sleep = self._flush_before_sleep
+        self._raw.before_sleep = weakref.WeakMethod(self._flush_before_sleep)  # no cycle through the socket
         self._reader_file = io.BufferedReader(self._raw, _READ_BUFFER_BYTES)
         self.name = name
         self._received_blocks = received_blocks  # where large buffers are read into (workers)

@@ -61,8 +61,9 @@ class LendableSocket(io.RawIOBase):
         self.poll_timeout: float | None = None  # seconds an interruptible read may wait
         self.only_ready = False  # a read returns what has arrived, without waiting
         self.spin = True  # an interruptible read may look for input before it sleeps
-        #: called when an interruptible read finds nothing to read, before it waits
-        self.before_sleep: Callable[[], None] | None = None
+        #: (a weak reference to) what to call when an interruptible read finds nothing to read,
+        #: before it waits
+        self.before_sleep: Callable[[], Callable[[], None] | None] | None = None
         self._poll: SpinningPoll | None = None
         self._wake_in: socket.socket | None = None
         self._wake_out: socket.socket | None = None
@@ -101,8 +102,9 @@ class LendableSocket(io.RawIOBase):
     def _wait_readable(self, timeout: float | None) -> None:
         wake_fd = self._wake_in.fileno()
         assert self._poll is not None
-        if self.before_sleep is not None and not self._poll.ready_now():
-            self.before_sleep()
+        before_sleep = self.before_sleep() if self.before_sleep is not None else None
+        if before_sleep is not None and not self._poll.ready_now():
+            before_sleep()
         ready = self._poll.poll(timeout, spin=self.spin)
         if not ready:
             raise Woken()  # the time is up: the lender looks at its deadline

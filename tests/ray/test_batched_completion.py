@@ -198,3 +198,29 @@ def test_run_times_that_say_nothing_are_ignored() -> None:
     depth.ran("pool", float("nan"))
     depth.ran("pool", -1.0)
     assert depth.depth("pool") == DEPTH
+
+
+# ---- handles -------------------------------------------------------------------------------
+
+
+def test_reading_a_method_leaves_no_cycle_through_the_handle(cluster_session) -> None:
+    """A method object must not be kept on its handle: it refers to the handle, and the cycle
+    would keep the handle (so the actor) alive until a garbage collection, not its last `del`."""
+    import weakref
+
+    import fray_ray
+
+    @fray_ray.remote
+    class Counter:
+        def one(self) -> int:
+            return 1
+
+    gc.disable()  # what frees the handle must be its reference count, not a collection
+    try:
+        actor = Counter.remote()
+        assert fray_ray.get([actor.one.remote() for _ in range(3)], timeout=60) == [1, 1, 1]
+        gone = weakref.ref(actor)
+        del actor
+        assert gone() is None
+    finally:
+        gc.enable()
