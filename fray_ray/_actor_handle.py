@@ -61,6 +61,9 @@ class ActorHandle(Generic[T]):
         self._methods = methods
         self._is_async = is_async
         self._counter = None  # the reference counter this handle is counted in
+        #: each method's options once a call checked them (a handle makes a new method object
+        #: per `handle.method`; keeping those objects here would make a cycle that holds the actor)
+        self._checked_options: dict[str, MethodOptions] = {}
         if _register:
             runtime = runtime_state.current_or_none()
             if runtime is not None:
@@ -208,6 +211,12 @@ class ActorMethod(Generic[R]):
         Kept once they pass: neither set of keywords changes for this method object."""
         if self._parsed is not None:
             return self._parsed
+        plain = not self._options  # options of the method alone, the same for every call through the handle
+        if plain:
+            parsed = self._handle._checked_options.get(self._name)
+            if parsed is not None:
+                self._parsed = parsed
+                return parsed
         # Each value's type is part of the key: 1 and True are equal, but only True is a valid
         # retry_exceptions.
         given = tuple((key, type(value), value) for key, value in {**self._info.get("options", {}), **self._options}.items())
@@ -219,6 +228,8 @@ class ActorMethod(Generic[R]):
         else:
             parsed = _cached_method_call_options(given, is_generator)
         self._parsed = parsed
+        if plain:
+            self._handle._checked_options[self._name] = parsed
         return parsed
 
     def bind(self, *args: Any, **kwargs: Any) -> NoReturn:

@@ -1,4 +1,8 @@
-"""An event loop on a thread of its own for one concurrency group of an async actor."""
+"""An event loop on a thread of its own for one concurrency group of an async actor.
+
+The loop waits in a `SpinningSelector`: calls reach it from the connection's reader thread, and
+while they come often it looks for the next one before it sleeps (`spin_wait.py`).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,14 @@ import asyncio
 import threading
 from typing import Any
 
+from fray_ray._private.spin_wait import SpinningSelector
+
 
 class GroupLoop:
     """An event loop on its own thread, with a limit on coroutines running at once."""
 
     def __init__(self, name: str, max_concurrency: int) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = asyncio.SelectorEventLoop(SpinningSelector())
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 

@@ -18,14 +18,20 @@ where the process may use only one CPU, nor in a session whose workers are threa
 driver (`local_mode`): between its looks a spinning thread takes back the GIL that the thread
 it waits for needs. `FRAY_RAY_SPIN_WAIT_US` sets the budget in microseconds (0 turns spinning
 off); the driver passes its setting on to its workers.
+
+An async actor's event loop waits the same way (`SpinningSelector`): each call reaches it from
+the connection's reader thread, which wakes the loop through its self-pipe, and that wake-up
+on another CPU cost a synchronous call to an async actor about a third of its time.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import selectors
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 #: The environment variable that sets the budget, in microseconds.
 SPIN_ENV = "FRAY_RAY_SPIN_WAIT_US"
@@ -33,6 +39,8 @@ SPIN_ENV = "FRAY_RAY_SPIN_WAIT_US"
 DEFAULT_SPIN_US = 200
 
 logger = logging.getLogger(__name__)
+
+Ready = TypeVar("Ready")
 
 _workers_are_threads = False  # set by the driver of a session whose workers run in its process
 
@@ -77,6 +85,16 @@ def machine_has_spare_cpu(cpus: int) -> bool:
     return running <= cpus
 
 
+def look_until(look: Callable[[], Ready], until: float, cpus: int) -> Ready:
+    """Call `look()` until it finds something, `until` (a `perf_counter` time) passes, or the
+    machine has no CPU to spare; returns what the last look found."""
+    while True:
+        ready = look()
+        if ready or time.perf_counter() >= until or not machine_has_spare_cpu(cpus):
+            return ready  # a runnable thread may need this CPU: sleep, let it run
+        os.sched_yield()
+
+
 class SpinningPoll:
     """A `select.poll` whose `poll(timeout)` first looks without blocking while recent waits
     were short. For one waiting thread at a time (the connection's lender)."""
@@ -99,15 +117,9 @@ class SpinningPoll:
         if budget and self._last_wait_short and timeout_s != 0:
             if timeout_s is not None:
                 budget = min(budget, timeout_s)
-            look = self._poller.poll
-            until = started + budget
-            while True:
-                ready = look(0)
-                if ready:
-                    return ready  # type: ignore[no-any-return]
-                if time.perf_counter() >= until or not machine_has_spare_cpu(self._cpus):
-                    break  # a thread became runnable that would need this CPU: sleep, let it run
-                os.sched_yield()
+            ready = look_until(lambda: self._poller.poll(0), started + budget, self._cpus)
+            if ready:
+                return ready  # type: ignore[no-any-return]
         if timeout_s is None:
             ready = self._poller.poll(None)
         else:
@@ -116,3 +128,29 @@ class SpinningPoll:
         if budget:
             self._last_wait_short = time.perf_counter() - started <= self.budget_s
         return ready  # type: ignore[no-any-return]
+
+
+class SpinningSelector(selectors.DefaultSelector):
+    """The selector of an async actor's event loop: while the loop's recent waits were short,
+    it looks for events without blocking for up to the budget before it sleeps."""
+
+    def __init__(self, budget_s: float | None = None, cpus: int | None = None) -> None:
+        super().__init__()
+        self.budget_s = spin_budget() if budget_s is None else budget_s
+        self._cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
+        self._last_wait_short = True
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if not self.budget_s or (timeout is not None and timeout <= 0):
+            return super().select(timeout)
+        started = time.perf_counter()
+        if self._last_wait_short:
+            budget = self.budget_s if timeout is None else min(self.budget_s, timeout)
+            ready = look_until(lambda: super(SpinningSelector, self).select(0), started + budget, self._cpus)
+            if ready:
+                return ready
+            if timeout is not None:
+                timeout = max(0.0, timeout - (time.perf_counter() - started))
+        ready = super().select(timeout)
+        self._last_wait_short = time.perf_counter() - started <= self.budget_s
+        return ready

@@ -224,3 +224,30 @@ def test_reading_a_method_leaves_no_cycle_through_the_handle(cluster_session) ->
         assert gone() is None
     finally:
         gc.enable()
+
+
+def test_a_handle_keeps_each_methods_checked_options_and_options_still_apply(cluster_session) -> None:
+    """The options of `handle.method` are checked once per handle; `.options()` on top of them
+    applies to its own calls only."""
+    import fray_ray
+
+    @fray_ray.remote
+    class Pairs:
+        @fray_ray.method(num_returns=2)
+        def pair(self) -> tuple[int, int]:
+            return 1, 2
+
+        def one(self) -> int:
+            return 1
+
+    actor = Pairs.remote()
+    first, second = actor.pair.remote()
+    assert fray_ray.get([first, second], timeout=60) == [1, 2]
+    assert set(actor._checked_options) == {"pair"}
+    assert fray_ray.get(list(actor.pair.remote()), timeout=60) == [1, 2]  # from the kept options
+    three = actor.pair.options(num_returns=3).remote
+    with pytest.raises(fray_ray.exceptions.RayTaskError):
+        fray_ray.get(three(), timeout=60)  # two values for three returns
+    assert fray_ray.get(list(actor.pair.remote()), timeout=60) == [1, 2]  # unchanged by .options()
+    assert isinstance(actor.one.remote(), fray_ray.ObjectRef)
+    assert set(actor._checked_options) == {"pair", "one"}

@@ -1,15 +1,20 @@
 """A lending thread looks for its next frame for a while before it sleeps (`spin_wait.py`):
 only while its waits have been short and the machine has a CPU to spare, never longer than its
 timeout, not at all when turned off, on one CPU or with workers that are threads of the driver;
-and workers get the driver's setting."""
+and workers get the driver's setting. An async actor's event loop waits the same way
+(`SpinningSelector`)."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import os
 import select
+import selectors
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +24,7 @@ import pytest
 
 import fray_ray
 from fray_ray._private import spin_wait
-from fray_ray._private.spin_wait import SPIN_ENV, SpinningPoll, spin_budget
+from fray_ray._private.spin_wait import SPIN_ENV, SpinningPoll, SpinningSelector, spin_budget
 
 # This module's functions travel by value: the workers' bundle is a temp dir, not this checkout.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -122,6 +127,94 @@ def test_the_running_count_is_read_from_the_machine() -> None:
     assert not spin_wait.machine_has_spare_cpu(0)  # this thread runs while it asks
 
 
+# ---- an event loop's selector -----------------------------------------------------------------
+
+
+@pytest.fixture
+def selector_timeouts(monkeypatch: pytest.MonkeyPatch) -> list[float | None]:
+    """The timeout of every select the SpinningSelector makes of the real selector under it."""
+    timeouts: list[float | None] = []
+    underlying = SpinningSelector.__mro__[1]
+    real_select = underlying.select
+
+    def recording_select(self: selectors.BaseSelector, timeout: float | None = None) -> Any:
+        timeouts.append(timeout)
+        return real_select(self, timeout)
+
+    monkeypatch.setattr(underlying, "select", recording_select)
+    return timeouts
+
+
+def test_the_selector_sees_an_event_already_there_at_once(
+    sockets: tuple[socket.socket, socket.socket], selector_timeouts: list[float | None]
+) -> None:
+    ours, theirs = sockets
+    with SpinningSelector(BUDGET_S, IDLE_MACHINE) as selector:
+        selector.register(ours, selectors.EVENT_READ)
+        theirs.send(b"x")
+        assert [key.fileobj for key, _ in selector.select(None)] == [ours]
+    assert selector_timeouts == [0]  # one look, no sleep
+
+
+def test_the_selector_sleeps_at_once_after_a_long_wait_until_a_short_one(
+    sockets: tuple[socket.socket, socket.socket], selector_timeouts: list[float | None]
+) -> None:
+    ours, theirs = sockets
+    with SpinningSelector(BUDGET_S, IDLE_MACHINE) as selector:
+        selector.register(ours, selectors.EVENT_READ)
+        started = time.monotonic()
+        assert selector.select(0.05) == []  # it looked, then slept out the rest of its timeout
+        assert time.monotonic() - started >= 0.05
+        assert selector_timeouts[0] == 0 and selector_timeouts[-1] is not None and selector_timeouts[-1] > 0
+
+        selector_timeouts.clear()
+        theirs.send(b"x")
+        assert selector.select(1.0)
+        assert selector_timeouts == [1.0]  # asleep at once, and this wait was short
+        ours.recv(16)
+
+        selector_timeouts.clear()
+        theirs.send(b"y")
+        assert selector.select(1.0)
+        assert selector_timeouts == [0]
+
+
+def test_the_selector_without_a_budget_and_with_a_zero_timeout_never_spins(
+    sockets: tuple[socket.socket, socket.socket], selector_timeouts: list[float | None]
+) -> None:
+    ours, theirs = sockets
+    with SpinningSelector(0.0, IDLE_MACHINE) as selector:
+        selector.register(ours, selectors.EVENT_READ)
+        theirs.send(b"x")
+        assert selector.select(1.0)
+    with SpinningSelector(10.0, IDLE_MACHINE) as selector:
+        selector.register(ours, selectors.EVENT_READ)
+        ours.recv(16)
+        assert selector.select(0) == []
+    assert selector_timeouts == [1.0, 0]
+
+
+def test_an_event_loop_on_the_selector_runs_callbacks_from_other_threads_and_timers() -> None:
+    loop = asyncio.SelectorEventLoop(SpinningSelector(BUDGET_S, IDLE_MACHINE))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        for index in range(20):  # some within the spin, the first after a sleep
+            done: concurrent.futures.Future[int] = concurrent.futures.Future()
+            loop.call_soon_threadsafe(done.set_result, index)
+            assert done.result(timeout=30) == index
+
+        async def after_a_timer() -> str:
+            await asyncio.sleep(0.01)
+            return "timer"
+
+        assert asyncio.run_coroutine_threadsafe(after_a_timer(), loop).result(timeout=30) == "timer"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+        loop.close()
+
+
 # ---- the setting -----------------------------------------------------------------------------
 
 
@@ -196,3 +289,17 @@ def test_a_sync_actor_spins_for_its_next_call_and_an_executor_not_for_its_next_t
     assert fray_ray.get(fray_ray.remote(_spins_while_idle).remote(), timeout=120) is False
     actor = _SyncActor.remote()
     assert fray_ray.get(actor.spins_while_idle.remote(), timeout=120) is True
+
+
+@fray_ray.remote
+class _AsyncActor:
+    async def loop_spin_budget(self) -> float:
+        selector = asyncio.get_running_loop()._selector  # type: ignore[attr-defined]
+        return selector.budget_s if isinstance(selector, SpinningSelector) else -1.0
+
+
+def test_an_async_actors_loop_spins_with_the_drivers_setting(monkeypatch: pytest.MonkeyPatch, fresh_shutdown: None) -> None:
+    monkeypatch.setenv(SPIN_ENV, "150")
+    fray_ray.init(num_cpus=1)
+    actor = _AsyncActor.remote()
+    assert fray_ray.get(actor.loop_spin_budget.remote(), timeout=120) == pytest.approx(150e-6)
