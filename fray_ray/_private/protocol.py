@@ -372,16 +372,6 @@ class Connection(Outbox, ReadLending):
             items = []
             self._dispatch(header, buffers)
 
-    def _input_ready(self) -> bool:
-        """Whether bytes of a next frame are here (buffered, or arrived on the socket)."""
-        self._raw.only_ready = True
-        try:
-            return bool(self._reader_file.peek(1))
-        except (OSError, ValueError):
-            return False
-        finally:
-            self._raw.only_ready = False
-
     def _reading_failed(self, exc: BaseException) -> None:
         if isinstance(exc, FrameTooLarge):
             logger.warning("%s: %s; closing the connection", self.name, exc)

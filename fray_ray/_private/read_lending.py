@@ -273,13 +273,18 @@ class ReadLending:
         with self._role_lock:  # neither the standby nor another lender can start reading meanwhile
             if self._standby_reads or self._lender_present:
                 return False
-            self._raw.only_ready = True
-            try:
-                return bool(self._reader_file.peek(1))
-            except (OSError, ValueError):
-                return False
-            finally:
-                self._raw.only_ready = False
+            return self._input_ready()
+
+    def _input_ready(self) -> bool:
+        """Whether bytes of a next frame are here (buffered, or arrived on the socket); for the
+        thread whose turn it is to read, or one that holds the others off."""
+        self._raw.only_ready = True
+        try:
+            return bool(self._reader_file.peek(1))
+        except (OSError, ValueError):
+            return False
+        finally:
+            self._raw.only_ready = False
 
     # ---- the standby (the connection's reader thread) ------------------------------------
 
