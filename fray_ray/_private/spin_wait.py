@@ -21,7 +21,7 @@ off); the driver passes its setting on to its workers.
 
 An async actor's event loop waits the same way (`SpinningSelector`): each call reaches it from
 the connection's reader thread, which wakes the loop through its self-pipe, and that wake-up
-on another CPU cost a synchronous call to an async actor about a third of its time.
+on another CPU cost a synchronous call to an async actor about a quarter of its time.
 """
 
 from __future__ import annotations
