@@ -202,30 +202,26 @@ class ActorCalls:
 
     # ---- results -------------------------------------------------------------------------
 
-    def _complete_calls(self, finished: Sequence[tuple[ActorCallSpec, Sequence[SerializedValue]]]) -> None:
-        """Calls that answered together: `_complete_call` for each, one pass over the tables."""
-        if any(call.num_returns == "streaming" or len(results) != len(call.return_ids) for call, results in finished):
-            for call, results in finished:  # the uncommon shapes, one at a time
-                self._complete_call(call, results)
-            return
+    def _complete_calls(self, finished: Sequence[tuple[ActorCallSpec, SerializedValue | Sequence[SerializedValue]]]) -> None:
+        """Calls that ended together, each with its results (or one error for all its returns):
+        their events, streams and return objects, one pass over each table."""
         for call, _ in finished:
             self._retries.forget(call.call_id)
         self._events.finished_all((call.call_id, results) for call, results in finished)
-        self._objects.fulfil_all([(object_id, value) for call, results in finished
-                                  for object_id, value in zip(call.return_ids, results)])
+        for call, results in finished:
+            if call.num_returns == "streaming":
+                error = results if isinstance(results, SerializedValue) else next((r for r in results if r.is_error), None)
+                self._streams.finish(call.call_id, error)
+        self._objects.fulfil_all([
+            (object_id, value) for call, results in finished
+            for object_id, value in zip(call.return_ids, [results] * len(call.return_ids)
+                                        if isinstance(results, SerializedValue) else results)
+        ])
         for call, _ in finished:
             self._objects.decref(call.arguments.value.contained_refs)
 
     def _complete_call(self, call: ActorCallSpec, results: SerializedValue | Sequence[SerializedValue]) -> None:
-        self._retries.forget(call.call_id)
-        self._events.finished_by_id(call.call_id, results)
-        if call.num_returns == "streaming":
-            error = results if isinstance(results, SerializedValue) else next((r for r in results if r.is_error), None)
-            self._streams.finish(call.call_id, error)
-        values = [results] * len(call.return_ids) if isinstance(results, SerializedValue) else list(results)
-        for object_id, value in zip(call.return_ids, values):
-            self._objects.fulfil(object_id, value)
-        self._objects.decref(call.arguments.value.contained_refs)
+        self._complete_calls([(call, results)])
 
     def _fail_call(self, call: ActorCallSpec, error: SerializedValue | None) -> None:
         self._complete_call(call, error or serialize_error(ActorDiedError()))

@@ -200,8 +200,7 @@ class ObjectTable:
 
     def ready_values(self, object_ids: Sequence[bytes]) -> list[SerializedValue] | None:
         """Every object's value or error if all are done (one lock for all), else None."""
-        values = self.values(object_ids, all_or_none=True)
-        return None if values is None else values  # type: ignore[return-value]
+        return self.values(object_ids, all_or_none=True)  # type: ignore[return-value]  # all or none: no None among them
 
     def values(self, object_ids: Sequence[bytes], *, all_or_none: bool = False) -> list[SerializedValue | None] | None:
         """Each object's value or error, None for those pending, unknown or freed (one lock for
