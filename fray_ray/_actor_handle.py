@@ -199,6 +199,8 @@ class ActorMethod(Generic[R]):
             concurrency_group=options.concurrency_group,
             max_task_retries=None if options.max_task_retries is UNSET else options.max_task_retries,
             retry_exceptions=options.retry_exceptions,
+            task_events=None if options.enable_task_events is UNSET else options.enable_task_events,
+            name=options.name,
         )
         refs: Any = runtime_state.current().submit_actor_call(spec)
         if isinstance(num_returns, str) or count == 1:

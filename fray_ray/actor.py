@@ -337,6 +337,7 @@ class ActorClass(Generic[T]):
             concurrency_groups=dict(options.concurrency_groups),
             max_restarts=options.max_restarts,
             max_task_retries=options.max_task_retries,
+            task_events=options.enable_task_events,
             name=options.name,
             namespace=options.namespace,
             get_if_exists=options.get_if_exists,

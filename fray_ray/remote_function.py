@@ -202,6 +202,7 @@ class RemoteFunction(Generic[P, R]):
             pool=plan.pool,
             max_retries=options.max_retries,
             retry_exceptions=options.retry_exceptions,
+            task_events=options.enable_task_events,
             scheduling_strategy=effective_strategy(options),
             runtime_env=plan.runtime_env,
             parent_task_id=context.task_id if context else None,

@@ -11,6 +11,7 @@ become when an actor dies or restarts is `actors.py`'s (by the rules in `actor_r
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,7 @@ from fray_ray._private.messages import CallMethod, CancelCall
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.retry_policy import retries_user_exception
 from fray_ray._private.serialization import SerializedValue, serialize_error
-from fray_ray._private.task_events import TaskStatus, call_event
+from fray_ray._private.task_events import TaskEvent, call_event, finished_call_record
 from fray_ray._private.task_spec import ActorCallSpec
 from fray_ray.exceptions import ActorDiedError
 
@@ -65,13 +66,15 @@ class ActorCalls:
                 death = record.death
             else:
                 death = None
+        if record is not None and record.remote is None and (
+                record.spec.task_events if call.task_events is None else call.task_events):
+            call.submitted_at = time.time()  # listed by the state API from now on
         if death is not None:
             self._fail_call(call, death)
             return
         if record.remote is not None:
             record.remote.submit(call)
             return
-        event = self._events.submitted(call_event(call, record.spec))
         retries = record.spec.max_task_retries if call.max_task_retries is None else call.max_task_retries
         self._retries.admit(call.call_id, retries)
         with record.send_lock:
@@ -84,8 +87,9 @@ class ActorCalls:
                 elif record.state is not ActorState.STARTING and record.connection is not None:
                     record.in_flight[call.call_id] = call  # a restarting host runs it after __init__
                     connection = record.connection
-                    runs_now = len(record.in_flight) <= record.spec.max_concurrency
-                    if not runs_now:
+                    if len(record.in_flight) <= record.spec.max_concurrency:
+                        call.started_at = call.submitted_at
+                    else:
                         record.waiting.append(call.call_id)
                 else:
                     record.queued.append(call)
@@ -95,9 +99,6 @@ class ActorCalls:
                 alone = len(record.in_flight) == 1
                 self._send_call(connection, call, defer=not alone)
                 read_hints.after_send(call.return_ids, connection, alone)
-                if event.ended is None:  # its answer may be back already
-                    state = TaskStatus.RUNNING if runs_now else TaskStatus.PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY
-                    self._events.placed(event, state, record.host, None, record.pid)
         if death is not None:
             self._fail_call(call, death)
 
@@ -115,7 +116,6 @@ class ActorCalls:
         sent again if it raised an exception its `retry_exceptions` and retries allow."""
         finished: list[tuple[ActorCallSpec, Sequence[SerializedValue]]] = []
         again: list[ActorCallSpec] = []
-        now_running: list[bytes] = []
         with self._lock:
             record = self._by_connection.get(connection)
             if record is None:
@@ -133,16 +133,15 @@ class ActorCalls:
                     finished.append((call, results))
                 # A call that ended makes room for the oldest one waiting (as far as the driver can tell).
                 while record.waiting:
-                    waiting_id = record.waiting.popleft()
-                    if waiting_id in record.in_flight:
-                        now_running.append(waiting_id)
+                    now_running = record.in_flight.get(record.waiting.popleft())
+                    if now_running is not None:
+                        now_running.started_at = time.time()
                         break
             retire = record.out_of_scope and not record.in_flight and not record.queued
         if again:
             with record.send_lock:
                 for call in again:
                     self._send_call(connection, call)
-        self._events.running_by_id(now_running)
         self._complete_calls(finished)
         if retire:
             self._mark_dead(record, self._death_error(record, "out_of_scope"), terminate=True)
@@ -150,6 +149,19 @@ class ActorCalls:
     def _retries_on(self, call: ActorCallSpec, results: Sequence[SerializedValue]) -> bool:
         """Whether a call that raised is sent again (spends one of its retries)."""
         return retries_user_exception(call.retry_exceptions, results) and self._retries.spend(call.call_id)
+
+    def live_call_events(self) -> list[TaskEvent]:
+        """The calls not yet ended, as the state API lists them (a live source of `TaskEvents`):
+        calls keep no event while they run, so that a call costs the driver less."""
+        with self._lock:
+            sent = [(call, record) for record in self._actors.values() for call in record.in_flight.values()
+                    if call.submitted_at is not None]
+            queued = [(call, record) for record in self._actors.values() for call in record.queued
+                      if call.submitted_at is not None]
+        return [
+            *(call_event(call, record.spec.class_name, record.host, record.pid) for call, record in sent),
+            *(call_event(call, record.spec.class_name, None, None) for call, record in queued),
+        ]
 
     # ---- cancel --------------------------------------------------------------------------
 
@@ -204,10 +216,16 @@ class ActorCalls:
 
     def _complete_calls(self, finished: Sequence[tuple[ActorCallSpec, SerializedValue | Sequence[SerializedValue]]]) -> None:
         """Calls that ended together, each with its results (or one error for all its returns):
-        their events, streams and return objects, one pass over each table."""
-        for call, _ in finished:
+        their records for the state API, streams and return objects, one pass over each table."""
+        now = time.time()
+        records = []
+        for call, results in finished:
             self._retries.forget(call.call_id)
-        self._events.finished_all((call.call_id, results) for call, results in finished)
+            if call.submitted_at is not None:  # it reached its actor's queue (see `live_call_events`)
+                actor = self._actors.get(call.actor_id)
+                if actor is not None:
+                    records.append(finished_call_record(call, actor.spec.class_name, actor.host, actor.pid, results, now))
+        self._events.add_finished(records)
         for call, results in finished:
             if call.num_returns == "streaming":
                 error = results if isinstance(results, SerializedValue) else next((r for r in results if r.is_error), None)

@@ -36,7 +36,7 @@ from fray_ray._private.object_table import ObjectTable
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize_error
 from fray_ray._private.streams import StreamTable
-from fray_ray._private.task_events import TaskEvents, TaskStatus, actor_creation_task_id, calls_sent, creation_event
+from fray_ray._private.task_events import TaskEvents, TaskStatus, actor_creation_task_id, creation_event
 from fray_ray._private.task_spec import ActorCreationSpec, gang_member_id
 from fray_ray.exceptions import ActorAlreadyExistsError, ActorDiedError, RayTaskError
 
@@ -117,7 +117,8 @@ class ActorManager(ActorCalls, NamedActors):  # ActorCalls first: its _complete_
             self._actors[spec.actor_id] = record
             if spec.name:
                 self._names[(namespace, spec.name)] = spec.actor_id
-        self._events.submitted(creation_event(spec))
+        if spec.task_events:
+            self._events.submitted(creation_event(spec))
         # What the constructor's arguments refer to stays alive until the constructor has run.
         self._objects.incref(spec.arguments.value.contained_refs)
         group, bundle = getattr(spec.scheduling_strategy, "placement_group", None), None
@@ -251,12 +252,14 @@ class ActorManager(ActorCalls, NamedActors):  # ActorCalls first: its _complete_
                 for call in queued:
                     record.in_flight[call.call_id] = call
                 record.waiting = collections.deque(itertools.islice(record.in_flight, record.spec.max_concurrency, None))
+                now = time.time()
+                for call in itertools.islice(record.in_flight.values(), record.spec.max_concurrency):
+                    call.started_at = call.started_at or now
             connection.add_close_callback(self._host_disconnected)
             creation = self._events.live(actor_creation_task_id(actor_id))
             if creation is not None:
                 self._events.placed(creation, TaskStatus.RUNNING, host, None, pid)
             self._send_create(record, connection)
-            calls_sent(self._events, [c.call_id for c in [*resend, *queued]], record.spec.max_concurrency, host, pid)
             for call in [*resend, *queued]:
                 self._send_call(connection, call)
         return True

@@ -137,7 +137,7 @@ def object_rows(driver: DriverRuntime) -> list[dict[str, Any]]:
     captured: set[bytes] = set()
     for entry in entries:
         captured.update(entry.contained)
-    live = driver.task_events
+    live = {event.task_id: event for event in driver.task_events.live_events()}
     pid, ip = os.getpid(), driver.node_ip
     rows = []
     for entry in entries:
@@ -152,7 +152,7 @@ def object_rows(driver: DriverRuntime) -> list[dict[str, Any]]:
         if entry.producer is None:
             status, attempt = "NIL", 0
         elif entry.state is ObjectLifecycle.PENDING:
-            event = live.live(entry.producer)
+            event = live.get(entry.producer)
             status = str(event.state) if event is not None else "PENDING_NODE_ASSIGNMENT"
             attempt = event.attempt if event is not None else 0
         else:

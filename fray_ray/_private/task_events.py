@@ -1,10 +1,12 @@
 """Task events: what the driver records of each task attempt, for the state API and the timeline.
 
-The scheduler and the actor manager call the hooks below as a task (or an actor call, or an
-actor's creation) moves on; each hook is a few attribute writes, and a lock is taken only when
-an attempt starts or ends, to move it between the live table and the history. Finished
-attempts are kept in a bounded history (oldest dropped first), as Ray's GCS bounds its task
-events; `RAY_task_events_max_num_task_in_gcs` sets the bound, as in Ray.
+The scheduler and the actor manager call the hooks below as a task (or an actor's creation)
+moves on; each hook is a few attribute writes, and a lock is taken only when an attempt starts
+or ends, to move it between the live table and the history. Actor calls, the most frequent,
+keep no event while they are live: the actor manager describes them from its own table of
+calls when asked (a live source), and each finished call adds one record to the history.
+Finished attempts are kept in a bounded history (oldest dropped first), as Ray's GCS bounds
+its task events; `RAY_task_events_max_num_task_in_gcs` sets the bound, as in Ray.
 
 Times are wall-clock seconds as the driver sees them: a task is RUNNING from the moment its
 executor has it at the head of its queue (or an actor call is among the calls the actor may run
@@ -18,13 +20,16 @@ import enum
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fray_ray._private.serialization import SerializedValue
 
 if TYPE_CHECKING:
     from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec
+
+#: Describes live attempts kept elsewhere (the actor manager's calls), when asked.
+LiveSource = Callable[[], list["TaskEvent"]]
 
 #: Finished attempts kept when `RAY_task_events_max_num_task_in_gcs` is not set.
 DEFAULT_HISTORY = 10_000
@@ -138,6 +143,7 @@ class TaskEvents:
         #: finished attempts as `TaskEvent.record()` tuples, oldest first
         self._finished: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=history or history_limit())
         self.dropped = 0  # finished attempts pushed out of the history
+        self._live_sources: list[LiveSource] = []
 
     # ---- hooks ---------------------------------------------------------------------------
 
@@ -162,43 +168,24 @@ class TaskEvents:
             event.state = TaskStatus.RUNNING
             event.started = time.time()
 
-    def running_by_id(self, task_ids: Iterable[bytes]) -> None:
-        for task_id in task_ids:
-            event = self._live.get(task_id)
-            if event is not None and event.state is not TaskStatus.RUNNING:
-                event.state = TaskStatus.RUNNING
-                event.started = time.time()
-
     def finished(
         self, event: TaskEvent | None, results: SerializedValue | Sequence[SerializedValue] | None,
         error_kind: str | None = None,
     ) -> None:
         """The attempt ended: FINISHED, or FAILED with the first error among its results."""
-        if event is not None:
-            self._finish_all([(event, results)], error_kind)
-
-    def finished_all(self, answers: Iterable[tuple[bytes, SerializedValue | Sequence[SerializedValue] | None]]) -> None:
-        """Attempts that ended together (task id, results): `finished` for each, one lock for all."""
-        live = self._live
-        self._finish_all([(event, results) for task_id, results in answers if (event := live.get(task_id)) is not None])
-
-    def _finish_all(self, ended: list[tuple[TaskEvent, SerializedValue | Sequence[SerializedValue] | None]],
-                    error_kind: str | None = None) -> None:
-        now = time.time()
-        records = []
-        for event, results in ended:
-            event.ended = now
-            event.error = first_error(results)
-            event.error_kind = error_kind
-            event.state = TaskStatus.FAILED if event.error is not None or error_kind else TaskStatus.FINISHED
-            records.append(event.record())
+        if event is None:
+            return
+        event.ended = time.time()
+        event.error = first_error(results)
+        event.error_kind = error_kind
+        event.state = TaskStatus.FAILED if event.error is not None or error_kind else TaskStatus.FINISHED
+        record = event.record()
         with self._lock:
-            for (event, _), record in zip(ended, records):
-                if self._live.get(event.task_id) is event:
-                    del self._live[event.task_id]
-                if len(self._finished) == self._finished.maxlen:
-                    self.dropped += 1
-                self._finished.append(record)
+            if self._live.get(event.task_id) is event:
+                del self._live[event.task_id]
+            if len(self._finished) == self._finished.maxlen:
+                self.dropped += 1
+            self._finished.append(record)
 
     def finished_by_id(self, task_id: bytes, results: SerializedValue | Sequence[SerializedValue] | None,
                        error_kind: str | None = None) -> None:
@@ -220,17 +207,38 @@ class TaskEvents:
         again.placement_group_id = event.placement_group_id
         return self.submitted(again)
 
+    def add_finished(self, records: Sequence[tuple[Any, ...]]) -> None:
+        """Attempts a live source kept, as they end: their records join the history."""
+        with self._lock:
+            history = self._finished
+            room = history.maxlen - len(history) if history.maxlen is not None else len(records)
+            self.dropped += max(0, len(records) - room)
+            history.extend(records)
+
     def live(self, task_id: bytes) -> TaskEvent | None:
         return self._live.get(task_id)
 
+    def add_live_source(self, source: LiveSource) -> None:
+        self._live_sources.append(source)
+
     # ---- reading -------------------------------------------------------------------------
+
+    def live_events(self) -> list[TaskEvent]:
+        """Every attempt that has not ended, its own and its sources'."""
+        with self._lock:
+            live = list(self._live.values())
+        for source in self._live_sources:
+            live.extend(source())
+        return live
 
     def snapshot(self) -> list[TaskEvent]:
         """Every recorded attempt: the finished history (oldest first), then the live ones."""
+        live = self.live_events()
         with self._lock:
             finished = list(self._finished)
-            live = list(self._live.values())
-        return [*map(TaskEvent.from_record, finished), *live]
+        # An attempt that ended after its source described it is listed once, as ended.
+        ended = {(record[0], record[1]) for record in finished} if live else set()
+        return [*map(TaskEvent.from_record, finished), *(e for e in live if (e.task_id, e.attempt) not in ended)]
 
 
 def actor_creation_task_id(actor_id: bytes) -> bytes:
@@ -282,17 +290,32 @@ def creation_event(spec: ActorCreationSpec) -> TaskEvent:
     )
 
 
-def call_event(call: ActorCallSpec, spec: ActorCreationSpec) -> TaskEvent:
-    """The event of an actor call, waiting for its actor."""
-    name = f"{spec.class_name}.{call.method}"
-    return TaskEvent(call.call_id, name, name, TaskType.ACTOR_TASK, TaskStatus.PENDING_NODE_ASSIGNMENT,
-                     actor_id=call.actor_id)
+def call_event(call: ActorCallSpec, class_name: str, host: str | None, pid: int | None) -> TaskEvent:
+    """A live actor call as an event: RUNNING once it began (as far as the driver can tell),
+    waiting behind earlier calls once sent, waiting for its actor before that."""
+    func_name = f"{class_name}.{call.method}"
+    if call.started_at is not None:
+        state = TaskStatus.RUNNING
+    elif host is not None:
+        state = TaskStatus.PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY
+    else:
+        state = TaskStatus.PENDING_NODE_ASSIGNMENT
+    event = TaskEvent(call.call_id, call.name or func_name, func_name, TaskType.ACTOR_TASK, state, actor_id=call.actor_id)
+    event.created = call.submitted_at or event.created
+    event.started = call.started_at
+    if host is not None:
+        event.host, event.worker_pid = host, pid
+    return event
 
 
-def calls_sent(events: TaskEvents, call_ids: Sequence[bytes], running: int, host: str | None, pid: int | None) -> None:
-    """Calls just sent to an actor host: the first `running` may run now, the rest wait behind them."""
-    for index, call_id in enumerate(call_ids):
-        event = events.live(call_id)
-        if event is not None and event.state is not TaskStatus.RUNNING:
-            state = TaskStatus.RUNNING if index < running else TaskStatus.PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY
-            events.placed(event, state, host, None, pid)
+def finished_call_record(
+    call: ActorCallSpec, class_name: str, host: str | None, pid: int | None,
+    results: SerializedValue | Sequence[SerializedValue] | None, ended: float,
+) -> tuple[Any, ...]:
+    """The history's record of an actor call that ended (the fields of `TaskEvent.record`, in
+    its order), made without an event."""
+    func_name = f"{class_name}.{call.method}"
+    error = first_error(results)
+    state = TaskStatus.FINISHED if error is None else TaskStatus.FAILED
+    return (call.call_id, 0, call.name or func_name, func_name, TaskType.ACTOR_TASK.value, call.actor_id, None, state.value,
+            call.submitted_at, call.started_at, ended, host, None, pid, error, None, None, None)

@@ -118,6 +118,8 @@ class TaskSpec:
     retry_exceptions: bool | tuple[type, ...] = False
     scheduling_strategy: Any = None
     runtime_env: Mapping[str, Any] = field(default_factory=dict)
+    #: False: its attempts are not recorded for the state API (`enable_task_events`)
+    task_events: bool = True
     #: the task (if any) that submitted this one, for recursive cancel
     parent_task_id: bytes | None = None
     #: a gang call runs on every host of `gang` (a GangShape), or of the reserved gang `gang_id`
@@ -149,6 +151,8 @@ class ActorCreationSpec:
     concurrency_groups: Mapping[str, int] = field(default_factory=dict)
     max_restarts: int = default(Kind.ACTOR, "max_restarts")
     max_task_retries: int = default(Kind.ACTOR, "max_task_retries")
+    #: False: its creation and its calls are not recorded for the state API, unless a method says otherwise
+    task_events: bool = True
     name: str | None = None
     namespace: str | None = None
     get_if_exists: bool = False
@@ -184,3 +188,11 @@ class ActorCallSpec:
     #: None: the actor's max_task_retries
     max_task_retries: int | None = None
     retry_exceptions: bool | tuple[type, ...] = False
+    #: None: the actor's `enable_task_events`
+    task_events: bool | None = None
+    #: the name the state API shows (None: `Class.method`)
+    name: str | None = None
+    #: when the driver accepted the call and when it began to run, as far as the driver can
+    #: tell (wall-clock seconds; None: not yet), for the state API while it is live
+    submitted_at: float | None = field(default=None, compare=False)
+    started_at: float | None = field(default=None, compare=False)

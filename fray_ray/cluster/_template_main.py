@@ -267,13 +267,15 @@ class _Template:
             request = json.loads(data)
             op = request["op"]
             if op == "fork":
-                self.fork(request, fds)
-                fds = []
+                given, fds = fds, []  # `fork` closes them, whatever happens
+                self.fork(request, given)
             elif op == "reap":
                 pid = int(request["pid"])
                 if pid in self.zombies:
                     self.zombies.discard(pid)
                     os.waitpid(pid, 0)
+        except ConnectionError:  # the cluster closed the control socket while we answered
+            return False
         finally:
             for fd in fds:
                 os.close(fd)

@@ -336,3 +336,36 @@ def test_a_forked_task_is_held_to_its_memory_request(make_cluster) -> None:
     status, task, lines = _run_job(cluster, _allocate_past_the_limit, memory_bytes=64 * 1024 * 1024)
     assert status.state == JobState.FAILED and f"parent {template}" in lines
     assert task.exit_code == 137 and task.error.startswith(OOM_HEADLINE)
+
+
+def test_a_template_whose_cluster_stops_listening_mid_fork_exits_cleanly(tmp_path: Path) -> None:
+    """The answer to a fork cannot be sent: the template stops its child and exits, and the
+    child's descriptors are closed once (a second close could hit a reused number)."""
+    import socket
+
+    from fray_ray.cluster import _template
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    main = Path(_template.__file__).with_name("_template_main.py")
+    template = subprocess.Popen([sys.executable, str(main), str(theirs.fileno()), '["json"]'],
+                                pass_fds=[theirs.fileno()], stderr=subprocess.PIPE)
+    theirs.close()
+    read_end, write_end = os.pipe()
+    try:
+        assert json.loads(ours.recv(1 << 16))["op"] == "ready"
+        ours.shutdown(socket.SHUT_RD)  # every answer from now on fails with EPIPE
+        (tmp_path / "child.py").write_text("import time\ntime.sleep(600)\n")
+        request = {"op": "fork", "id": 1, "script": str(tmp_path / "child.py"), "args": [], "unbuffered": False,
+                   "cgroup_procs": None, "env": {}, "cwd": str(tmp_path)}
+        socket.send_fds(ours, [json.dumps(request).encode()], [write_end, write_end])
+        os.close(write_end)
+        _, stderr = template.communicate(timeout=60)
+        assert template.returncode == 0, stderr.decode()
+        assert b"Traceback" not in stderr, stderr.decode()
+        assert os.read(read_end, 1) == b""  # the child, the pipe's last writer, is gone
+    finally:
+        if template.poll() is None:
+            template.kill()
+            template.wait()
+        ours.close()
+        os.close(read_end)

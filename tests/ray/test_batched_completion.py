@@ -16,7 +16,8 @@ from fray_ray._private.object_store import ObjectStore, ObjectStoreConfig
 from fray_ray._private.object_table import ObjectState, ObjectTable
 from fray_ray._private.prefetch import DEPTH, MAX_DEPTH, SHORT_TASK_S, PrefetchDepth
 from fray_ray._private.serialization import SerializedValue, deserialize, serialize, serialize_error
-from fray_ray._private.task_events import TaskEvent, TaskEvents, TaskStatus, TaskType
+from fray_ray._private.task_events import TaskEvent, TaskEvents, TaskStatus, TaskType, call_event, finished_call_record
+from fray_ray._private.task_spec import ActorCallSpec, Arguments
 
 
 @pytest.fixture
@@ -108,17 +109,43 @@ def _event(index: int) -> TaskEvent:
                      actor_id=b"a" * 16)
 
 
-def test_events_that_end_together_are_recorded_as_each_would_be() -> None:
+def _call(index: int, *, started: bool) -> ActorCallSpec:
+    call = ActorCallSpec(b"a" * 16, bytes([index]) * 24, f"m{index}", Arguments.pack((), {}), (bytes([index]) * 28,), 1)
+    call.submitted_at = 100.0 + index
+    call.started_at = 200.0 + index if started else None
+    return call
+
+
+def test_live_calls_come_from_their_source_and_end_as_one_record_each() -> None:
     events = TaskEvents(history=10)
-    first, second = events.submitted(_event(1)), events.submitted(_event(2))
-    events.placed(first, TaskStatus.RUNNING, "host", None, 7)
-    events.finished_all([(first.task_id, [serialize(1)]), (second.task_id, [serialize_error(KeyError("k"))]),
-                         (b"not live" * 3, [serialize(3)])])
+    running, waiting, queued = _call(1, started=True), _call(2, started=False), _call(3, started=False)
+    live = [call_event(running, "A", "host-1", 7), call_event(waiting, "A", "host-1", 7), call_event(queued, "A", None, None)]
+    events.add_live_source(lambda: live)
+    assert [(e.name, e.state) for e in events.snapshot()] == [
+        ("A.m1", TaskStatus.RUNNING),
+        ("A.m2", TaskStatus.PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY),
+        ("A.m3", TaskStatus.PENDING_NODE_ASSIGNMENT),
+    ]
+    assert (live[0].created, live[0].started, live[0].host, live[0].worker_pid) == (101.0, 201.0, "host-1", 7)
+    # The first two end after the source described them: each is listed once, as it ended.
+    events.add_finished([finished_call_record(running, "A", "host-1", 7, [serialize(1)], 300.0),
+                         finished_call_record(waiting, "A", "host-1", 7, [serialize_error(KeyError("k"))], 301.0)])
     kept = events.snapshot()
-    assert [e.name for e in kept] == ["A.m1", "A.m2"]
-    assert kept[0].state is TaskStatus.FINISHED and kept[0].host == "host" and kept[0].worker_pid == 7
-    assert kept[1].state is TaskStatus.FAILED and kept[1].error is not None and kept[1].kind is TaskType.ACTOR_TASK
-    assert kept[0].ended == kept[1].ended and kept[0].started is not None
+    assert [(e.name, e.state) for e in kept] == [
+        ("A.m1", TaskStatus.FINISHED), ("A.m2", TaskStatus.FAILED), ("A.m3", TaskStatus.PENDING_NODE_ASSIGNMENT),
+    ]
+    assert (kept[0].created, kept[0].started, kept[0].ended, kept[0].kind) == (101.0, 201.0, 300.0, TaskType.ACTOR_TASK)
+    assert kept[1].error is not None and kept[1].started is None and kept[1].actor_id == b"a" * 16
+    assert TaskEvent.from_record(kept[0].record()).record() == kept[0].record()
+
+
+def test_records_added_past_the_bound_push_out_the_oldest() -> None:
+    events = TaskEvents(history=3)
+    events.add_finished([finished_call_record(_call(i, started=True), "A", None, None, [serialize(i)], 1.0)
+                         for i in range(1, 6)])
+    assert [e.name for e in events.snapshot()] == ["A.m3", "A.m4", "A.m5"] and events.dropped == 2
+    events.add_finished([])
+    assert events.dropped == 2
 
 
 def test_the_history_of_finished_attempts_is_not_tracked_by_the_collector() -> None:

@@ -64,6 +64,35 @@ class Counter:
 
 
 @fray_ray.remote
+class Turnstile:
+    """A synchronous actor (one call at a time) whose `through` holds it until a gate opens."""
+
+    def through(self, gate: Any) -> bool:
+        return bool(fray_ray.get(gate.wait.remote()))
+
+    def after(self) -> str:
+        return "after"
+
+    def refuse(self) -> None:
+        raise KeyError("refused")
+
+
+@fray_ray.remote(enable_task_events=False)
+def unrecorded() -> int:
+    return 1
+
+
+@fray_ray.remote(enable_task_events=False)
+class Quiet:
+    def hidden(self) -> int:
+        return 1
+
+    @fray_ray.method(enable_task_events=True)
+    def shown(self) -> int:
+        return 2
+
+
+@fray_ray.remote
 def ask_state() -> str:
     try:
         state.list_tasks()
@@ -260,6 +289,69 @@ def test_retried_attempts_are_separate_records(busy_session: dict[str, Any]) -> 
         fray_ray.get(ref)
     attempts = state.get_task(ref)
     assert [(a.attempt_number, a.state) for a in attempts] == [(0, "FAILED"), (1, "FAILED")]
+
+
+# These add failed tasks and actors: they run after the tests that count the fixture's.
+
+
+def test_actor_calls_are_listed_running_waiting_and_ended(busy_session: dict[str, Any]) -> None:
+    gate, turnstile = Gate.remote(), Turnstile.remote()
+    first, second, third = turnstile.through.remote(gate), turnstile.after.remote(), turnstile.refuse.remote()
+    unlisted = turnstile.after.options(enable_task_events=False).remote()
+    wait_for(lambda: state.list_tasks(filters=[("name", "=", "Turnstile.through"), ("state", "=", "RUNNING")]))
+    live = {t.name: t for t in state.list_tasks(filters=[("type", "=", "ACTOR_TASK")], detail=True)}
+    assert live["Turnstile.after"].state == "PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY"
+    assert live["Turnstile.refuse"].state == "PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY"
+    assert live["Turnstile.through"].task_id == first.task_id()
+    assert live["Turnstile.through"].actor_id == turnstile._actor_id.hex()
+    assert live["Turnstile.through"].node_id == live["Turnstile.after"].node_id is not None
+    assert live["Turnstile.through"].start_time_ms is not None and live["Turnstile.after"].start_time_ms is None
+    assert len(state.list_tasks(filters=[("name", "=", "Turnstile.after")])) == 1  # not the unlisted one
+    fray_ray.get(gate.open.remote())
+    assert fray_ray.get([first, second, unlisted]) == [True, "after", "after"]
+    with pytest.raises(KeyError):
+        fray_ray.get(third)
+    ended = {t.name: t for t in state.list_tasks(filters=[("type", "=", "ACTOR_TASK")], detail=True)
+             if t.name.startswith("Turnstile.")}
+    assert {name: t.state for name, t in ended.items()} == {
+        "Turnstile.through": "FINISHED", "Turnstile.after": "FINISHED", "Turnstile.refuse": "FAILED",
+    }
+    through, after = ended["Turnstile.through"], ended["Turnstile.after"]
+    assert through.creation_time_ms <= through.start_time_ms <= after.start_time_ms <= after.end_time_ms
+    assert ended["Turnstile.refuse"].error_type == "TASK_EXECUTION_EXCEPTION"
+    assert "refused" in ended["Turnstile.refuse"].error_message
+    assert len(state.list_tasks(filters=[("name", "=", "Turnstile.after")])) == 1  # listed once
+
+
+def test_calls_to_an_actor_still_starting_wait_and_fail_with_it(busy_session: dict[str, Any]) -> None:
+    stuck = Turnstile.options(num_cpus=2).remote()  # waits: the running `hold` task has one of the two CPUs
+    call = stuck.after.remote()
+    (waiting,) = state.list_tasks(filters=[("task_id", "=", call.task_id())], detail=True)
+    assert waiting.state == "PENDING_NODE_ASSIGNMENT" and waiting.type == "ACTOR_TASK" and waiting.node_id is None
+    fray_ray.kill(stuck)
+    with pytest.raises(fray_ray.exceptions.RayActorError):
+        fray_ray.get(call)
+    late = stuck.after.remote()  # to the dead actor: it fails at once, and is listed so
+    with pytest.raises(fray_ray.exceptions.RayActorError):
+        fray_ray.get(late)
+    for ref in (call, late):
+        (failed,) = state.list_tasks(filters=[("task_id", "=", ref.task_id())], detail=True)
+        assert failed.state == "FAILED" and failed.error_type == "ACTOR_DIED" and failed.name == "Turnstile.after"
+
+
+def test_enable_task_events_false_leaves_tasks_and_calls_out(busy_session: dict[str, Any]) -> None:
+    quiet, counter = Quiet.remote(), busy_session["live"]
+    refs = [unrecorded.remote(), quiet.hidden.remote(), quiet.shown.remote(),
+            counter.incr.options(enable_task_events=False).remote(), counter.incr.options(name="counted").remote()]
+    assert fray_ray.get(refs[:3]) == [1, 1, 2]
+    fray_ray.get(refs[3:])
+    listed = {t.task_id: t for t in state.list_tasks(detail=True)}
+    assert not {ref.task_id() for ref in refs[:2]} & set(listed)
+    assert refs[3].task_id() not in listed
+    assert "Quiet.__init__" not in {t.name for t in listed.values()}  # the actor's creation is left out too
+    assert listed[refs[2].task_id()].name == "Quiet.shown"  # a method's own value wins over its actor's
+    counted = listed[refs[4].task_id()]
+    assert (counted.name, counted.func_or_class_name, counted.state) == ("counted", "Counter.incr", "FINISHED")
 
 
 # ---- the recorder alone --------------------------------------------------------------------

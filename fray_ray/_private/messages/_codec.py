@@ -211,10 +211,11 @@ def encode(message: Message) -> tuple[dict[str, Any], list[Any]]:
         elif codec is _Codec.VALUES:
             body[name] = [v.to_wire(buffers) for v in item]
         elif codec is _Codec.ARGUMENTS:
+            inlined = item.inlined
             body[name] = [
                 item.value.to_wire(buffers),
                 list(item.top_level),
-                [[object_id, v.to_wire(buffers)] for object_id, v in item.inlined.items()],
+                [[object_id, v.to_wire(buffers)] for object_id, v in inlined.items()] if inlined else [],
                 item.stored,
             ]
         elif codec is _Codec.SPEC:

@@ -70,6 +70,7 @@ class Where(enum.Enum):
     ACTOR_HOST = "actor host"
     GANG_PLACEMENT = "gang placement"
     WORKER_PROCESS = "worker process"
+    TASK_EVENTS = "task events"
     VALIDATED_ONLY = "validated only"
 
     @property
@@ -118,6 +119,10 @@ _MEANINGS: Final[dict[Where, str]] = {
     Where.WORKER_PROCESS: (
         "Applied in the process that runs the code: environment variables, working directory, "
         "packages (`_private/runtime_env.py`, `_private/launcher.py`)."
+    ),
+    Where.TASK_EVENTS: (
+        "Whether the driver records the task's attempts for the state API, the timeline and "
+        "the dashboard (`_private/task_events.py`)."
     ),
     Where.VALIDATED_ONLY: (
         "Checked as Ray checks it, then not acted on; the note says why. Nothing is dropped "

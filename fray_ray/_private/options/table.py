@@ -64,7 +64,7 @@ _ACTOR_STORE: Final = Option(
 _NO_LABELS: Final = (
     "fray_ray does not schedule by node labels; NodeAffinitySchedulingStrategy pins a node."
 )
-_NO_EVENTS: Final = "fray_ray keeps no task event store (no Ray dashboard or state API)."
+_EVENTS: Final = "False: its attempts are left out of list_tasks, the timeline and the dashboard."
 _NO_BACKPRESSURE: Final = "Streamed items are sent as they are produced; there is no backpressure."
 _PLACED: Final = (Where.DRIVER_SCHEDULER,)
 _DEPRECATED_PG: Final = (
@@ -121,7 +121,8 @@ COMMON: Final[tuple[Option, ...]] = (
            note="env_vars, working_dir, py_modules, pip/uv are applied where the code runs."),
     Option("scheduling_strategy", _BOTH, _STRATEGIES, checks.scheduling_strategy,
            where=(Where.DRIVER_SCHEDULER,)),
-    Option("enable_task_events", _BOTH, (bool,), default=Default(True), note=_NO_EVENTS),
+    Option("enable_task_events", _BOTH, (bool,), default=Default(True), where=(Where.TASK_EVENTS,),
+           note=_EVENTS + " An actor's value is its methods' default."),
     Option("_labels", _BOTH, _DICT, note="Ray's private task and actor labels; fray_ray records none."),
 )
 
@@ -181,11 +182,12 @@ METHOD: Final[tuple[Option, ...]] = (
     Option("_generator_backpressure_num_objects", _METHOD, _INT, checks.generator_backpressure,
            note=_NO_BACKPRESSURE),
     Option("_num_objects_per_yield", _METHOD, _INT, checks.objects_per_yield, note=_NO_BACKPRESSURE),
-    Option("enable_task_events", _METHOD, (bool,), default=Default(True), note=_NO_EVENTS),
+    Option("enable_task_events", _METHOD, (bool,), default=Default(UNSET, shown="the actor's enable_task_events"),
+           where=(Where.TASK_EVENTS,), note=_EVENTS),
     Option("tensor_transport", _METHOD, _STR, note="No device-to-device object transport."),
 )
 METHOD_CALL_ONLY: Final[tuple[Option, ...]] = (
-    Option("name", _METHOD, _STR, note="A call's display name; calls are not listed anywhere."),
+    Option("name", _METHOD, _STR, where=(Where.DRIVER_SUBMIT,), note="The call's name in list_tasks and the timeline."),
 )
 
 # fray_ray's own keywords (gangs of hosts); accepted everywhere, not listed in Ray's messages.

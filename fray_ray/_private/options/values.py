@@ -318,7 +318,8 @@ class MethodOptions:
     max_task_retries: int | Unset = _default(Kind.METHOD, "max_task_retries")
     """UNSET means the actor's `max_task_retries`."""
     retry_exceptions: RetryExceptions = _default(Kind.METHOD, "retry_exceptions")
-    enable_task_events: bool = _default(Kind.METHOD, "enable_task_events")
+    enable_task_events: bool | Unset = _default(Kind.METHOD, "enable_task_events")
+    """UNSET means the actor's `enable_task_events`."""
     tensor_transport: str | None = _default(Kind.METHOD, "tensor_transport")
     name: str | None = _default(Kind.METHOD, "name")
     generator_backpressure_num_objects: int | None = _default(Kind.METHOD, "_generator_backpressure_num_objects")
