@@ -115,7 +115,7 @@ class ActorCalls:
         """Answers from one actor's host, in the order it sent them: each call completes, or is
         sent again if it raised an exception its `retry_exceptions` and retries allow."""
         finished: list[tuple[ActorCallSpec, Sequence[SerializedValue]]] = []
-        again: list[ActorCallSpec] = []
+        again: list[tuple[ActorCallSpec, Sequence[SerializedValue]]] = []
         with self._lock:
             record = self._by_connection.get(connection)
             if record is None:
@@ -126,7 +126,7 @@ class ActorCalls:
                     self._cancelled.discard(call_id)
                     call = None  # already completed as cancelled
                 elif call is not None and call.retry_exceptions and self._retries_on(call, results):
-                    again.append(call)  # still in flight
+                    again.append((call, results))  # still in flight
                     continue
                 record.in_flight.pop(call_id, None)
                 if call is not None:
@@ -139,8 +139,9 @@ class ActorCalls:
                         break
             retire = record.out_of_scope and not record.in_flight and not record.queued
         if again:
+            self._attempts_ended(record, again, running=True)
             with record.send_lock:
-                for call in again:
+                for call, _ in again:
                     self._send_call(connection, call)
         self._complete_calls(finished)
         if retire:
@@ -149,6 +150,22 @@ class ActorCalls:
     def _retries_on(self, call: ActorCallSpec, results: Sequence[SerializedValue]) -> bool:
         """Whether a call that raised is sent again (spends one of its retries)."""
         return retries_user_exception(call.retry_exceptions, results) and self._retries.spend(call.call_id)
+
+    def _attempts_ended(self, record: ActorRecord, ended: Sequence[tuple[ActorCallSpec, Sequence[SerializedValue] | None]],
+                        *, running: bool, error_kind: str | None = None) -> None:
+        """Calls that run again (an exception they retry, or their actor restarting): the attempt
+        that ended joins the history, and each call goes on as its next attempt, `running` at
+        once or waiting for its actor's next instance."""
+        now = time.time()
+        self._events.add_finished([
+            finished_call_record(call, record.spec.class_name, record.host, record.pid, results, now, error_kind)
+            for call, results in ended if call.submitted_at is not None
+        ])
+        for call, _ in ended:
+            call.attempt += 1
+            if call.submitted_at is not None:
+                call.submitted_at = now
+            call.started_at = now if running else None
 
     def live_call_events(self) -> list[TaskEvent]:
         """The calls not yet ended, as the state API lists them (a live source of `TaskEvents`):

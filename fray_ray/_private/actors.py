@@ -375,7 +375,9 @@ class ActorManager(ActorCalls, NamedActors):  # ActorCalls first: its _complete_
                 for call in dropped:
                     del record.in_flight[call.call_id]
                 attempt = record.restarts
+                again = list(record.in_flight.values())
         if can_restart:
+            self._attempts_ended(record, [(call, None) for call in again], running=False, error_kind="ACTOR_DIED")
             error = restarts.unavailable_error(record.spec.actor_id, restarts.DIED_IN_FLIGHT_REASON)
             for call in dropped:
                 self._fail_call(call, error)

@@ -300,7 +300,8 @@ def call_event(call: ActorCallSpec, class_name: str, host: str | None, pid: int 
         state = TaskStatus.PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY
     else:
         state = TaskStatus.PENDING_NODE_ASSIGNMENT
-    event = TaskEvent(call.call_id, call.name or func_name, func_name, TaskType.ACTOR_TASK, state, actor_id=call.actor_id)
+    event = TaskEvent(call.call_id, call.name or func_name, func_name, TaskType.ACTOR_TASK, state,
+                      attempt=call.attempt, actor_id=call.actor_id)
     event.created = call.submitted_at or event.created
     event.started = call.started_at
     if host is not None:
@@ -310,12 +311,12 @@ def call_event(call: ActorCallSpec, class_name: str, host: str | None, pid: int 
 
 def finished_call_record(
     call: ActorCallSpec, class_name: str, host: str | None, pid: int | None,
-    results: SerializedValue | Sequence[SerializedValue] | None, ended: float,
+    results: SerializedValue | Sequence[SerializedValue] | None, ended: float, error_kind: str | None = None,
 ) -> tuple[Any, ...]:
-    """The history's record of an actor call that ended (the fields of `TaskEvent.record`, in
-    its order), made without an event."""
+    """The history's record of an attempt of an actor call that ended (the fields of
+    `TaskEvent.record`, in its order), made without an event."""
     func_name = f"{class_name}.{call.method}"
     error = first_error(results)
-    state = TaskStatus.FINISHED if error is None else TaskStatus.FAILED
-    return (call.call_id, 0, call.name or func_name, func_name, TaskType.ACTOR_TASK.value, call.actor_id, None, state.value,
-            call.submitted_at, call.started_at, ended, host, None, pid, error, None, None, None)
+    state = TaskStatus.FAILED if error is not None or error_kind else TaskStatus.FINISHED
+    return (call.call_id, call.attempt, call.name or func_name, func_name, TaskType.ACTOR_TASK.value, call.actor_id,
+            None, state.value, call.submitted_at, call.started_at, ended, host, None, pid, error, error_kind, None, None)

@@ -196,3 +196,5 @@ class ActorCallSpec:
     #: tell (wall-clock seconds; None: not yet), for the state API while it is live
     submitted_at: float | None = field(default=None, compare=False)
     started_at: float | None = field(default=None, compare=False)
+    #: which attempt this is: a call sent again (a retried exception, its actor restarting) is the next
+    attempt: int = field(default=0, compare=False)

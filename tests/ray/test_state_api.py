@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import warnings
 from collections.abc import Iterator
@@ -90,6 +91,23 @@ class Quiet:
     @fray_ray.method(enable_task_events=True)
     def shown(self) -> int:
         return 2
+
+
+@fray_ray.remote(max_restarts=1, max_task_retries=1)
+class Flaky:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def fail_once(self) -> int:
+        self.calls += 1
+        if self.calls == 1:
+            raise ValueError("the first time")
+        return self.calls
+
+    def die_once(self) -> bool:
+        if not fray_ray.get_runtime_context().was_current_actor_reconstructed:
+            os._exit(1)
+        return True
 
 
 @fray_ray.remote
@@ -337,6 +355,22 @@ def test_calls_to_an_actor_still_starting_wait_and_fail_with_it(busy_session: di
     for ref in (call, late):
         (failed,) = state.list_tasks(filters=[("task_id", "=", ref.task_id())], detail=True)
         assert failed.state == "FAILED" and failed.error_type == "ACTOR_DIED" and failed.name == "Turnstile.after"
+
+
+def test_an_actor_call_sent_again_is_a_new_attempt(busy_session: dict[str, Any]) -> None:
+    flaky = Flaky.remote()
+    retried = flaky.fail_once.options(retry_exceptions=True).remote()
+    assert fray_ray.get(retried) == 2
+    first, second = state.get_task(retried)
+    assert [(first.attempt_number, first.state), (second.attempt_number, second.state)] == [(0, "FAILED"), (1, "FINISHED")]
+    assert first.error_type == "TASK_EXECUTION_EXCEPTION" and "the first time" in first.error_message
+    assert first.end_time_ms <= second.start_time_ms <= second.end_time_ms
+    survived = flaky.die_once.remote()  # its process dies; the restarted actor runs it again
+    assert fray_ray.get(survived) is True
+    died, ran = state.get_task(survived)
+    assert [(died.attempt_number, died.state, died.error_type), (ran.attempt_number, ran.state)] == [
+        (0, "FAILED", "ACTOR_DIED"), (1, "FINISHED")]
+    assert died.worker_pid != ran.worker_pid
 
 
 def test_enable_task_events_false_leaves_tasks_and_calls_out(busy_session: dict[str, Any]) -> None:
