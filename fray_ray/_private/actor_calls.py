@@ -170,15 +170,11 @@ class ActorCalls:
     def live_call_events(self) -> list[TaskEvent]:
         """The calls not yet ended, as the state API lists them (a live source of `TaskEvents`):
         calls keep no event while they run, so that a call costs the driver less."""
-        with self._lock:
-            sent = [(call, record) for record in self._actors.values() for call in record.in_flight.values()
-                    if call.submitted_at is not None]
-            queued = [(call, record) for record in self._actors.values() for call in record.queued
-                      if call.submitted_at is not None]
-        return [
-            *(call_event(call, record.spec.class_name, record.host, record.pid) for call, record in sent),
-            *(call_event(call, record.spec.class_name, None, None) for call, record in queued),
-        ]
+        with self._lock:  # a call is queued, or waits for a restarting actor, while its actor has no connection
+            calls = [(call, record, record.connection is not None) for record in self._actors.values()
+                     for call in (*record.in_flight.values(), *record.queued) if call.submitted_at is not None]
+        return [call_event(call, record.spec.class_name, *((record.host, record.pid) if connected else (None, None)))
+                for call, record, connected in calls]
 
     # ---- cancel --------------------------------------------------------------------------
 
