@@ -21,6 +21,11 @@ def _square(x):
     return x * x
 
 
+@ray.remote(num_returns=2)
+def _pair(x):
+    return x, x * x
+
+
 @ray.remote(num_cpus=0)
 def _wait_then_return(signal, value):
     ray.get(signal.wait.remote())
@@ -53,6 +58,18 @@ def test_object_ref__hex_binary_and_repr(ray_start_regular_shared):
     assert repr(ref) == f"ObjectRef({hex_id})"
     assert ray.put(0).hex() != ray.put(0).hex()
     assert ray.get(ref) == 9
+
+
+def test_object_ref__task_and_job_ids(ray_start_regular_shared):
+    first, second = _pair.remote(3)
+    task_id = first.task_id()
+    assert isinstance(task_id, ray.TaskID) and task_id == second.task_id()
+    assert re.fullmatch(r"[0-9a-f]{48}", task_id.hex()) and first.hex().startswith(task_id.hex())
+    assert task_id != _square.remote(3).task_id()
+    job_id = first.job_id()
+    assert isinstance(job_id, ray.JobID) and job_id == ray.put(1).job_id()
+    assert job_id.hex() == ray.get_runtime_context().get_job_id()
+    assert ray.get([first, second]) == [3, 9]
 
 
 def test_object_ref__types(ray_start_regular_shared):

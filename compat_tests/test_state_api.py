@@ -45,6 +45,33 @@ class _Counter:
         return "pong"
 
 
+@ray.remote(enable_task_events=False)
+def _unlisted_task():
+    return "unlisted"
+
+
+@ray.remote(enable_task_events=False)
+class _QuietActor:
+    def hidden(self):
+        return "hidden"
+
+    @ray.method(enable_task_events=True)
+    def shown(self):
+        return "shown"
+
+
+@ray.remote
+class _FailsOnce:
+    def __init__(self):
+        self.calls = 0
+
+    def flaky(self):
+        self.calls += 1
+        if self.calls == 1:
+            raise ValueError("the first call fails")
+        return self.calls
+
+
 def _state_api_or_skip():
     try:
         state.list_nodes()
@@ -144,3 +171,44 @@ def test_timeline__chrome_trace_of_finished_tasks(ray_start_regular_shared, tmp_
     assert ray.timeline(filename=str(target)) is None
     written = json.loads(target.read_text())
     assert isinstance(written, list) and any(e.get("cat") == "task::_plus_one" for e in written)
+
+
+def test_state_api__enable_task_events_and_call_names(ray_start_regular_shared):
+    _state_api_or_skip()
+    quiet = _QuietActor.remote()
+    counter = _Counter.remote()
+    refs = [_unlisted_task.remote(), quiet.hidden.remote(), counter.ping.options(enable_task_events=False).remote()]
+    assert ray.get(refs) == ["unlisted", "hidden", "pong"]
+    shown = quiet.shown.remote()
+    named = counter.ping.options(name="compat_named_call").remote()
+    assert ray.get([shown, named]) == ["shown", "pong"]
+
+    def both_listed():
+        finished = {t.task_id for t in state.list_tasks(filters=[("state", "=", "FINISHED")], limit=10_000)}
+        return {shown.task_id().hex(), named.task_id().hex()} <= finished
+
+    wait_for_condition(both_listed, timeout=60)
+    listed = {t.task_id: t for t in state.list_tasks(limit=10_000, detail=True)}
+    assert not {ref.task_id().hex() for ref in refs} & set(listed)
+    assert listed[shown.task_id().hex()].name == "_QuietActor.shown"
+    row = listed[named.task_id().hex()]
+    assert (row.name, row.func_or_class_name, row.type) == ("compat_named_call", "_Counter.ping", "ACTOR_TASK")
+    ray.kill(quiet)
+    ray.kill(counter)
+
+
+def test_state_api__a_retried_actor_call_is_a_new_attempt(ray_start_regular_shared):
+    _state_api_or_skip()
+    actor = _FailsOnce.options(max_task_retries=1).remote()
+    ref = actor.flaky.options(retry_exceptions=True).remote()
+    assert ray.get(ref) == 2
+    task_id = ref.task_id().hex()
+
+    def both_attempts():
+        attempts = state.list_tasks(filters=[("task_id", "=", task_id)], detail=True)
+        return sorted((a.attempt_number, a.state) for a in attempts) == [(0, "FAILED"), (1, "FINISHED")]
+
+    wait_for_condition(both_attempts, timeout=60)
+    (failed,) = [a for a in state.list_tasks(filters=[("task_id", "=", task_id)], detail=True) if a.attempt_number == 0]
+    assert failed.error_type == "TASK_EXECUTION_EXCEPTION" and "the first call fails" in failed.error_message
+    ray.kill(actor)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from fray_ray._private import runtime_state
 from fray_ray._private.ids import JOB_ID_HEX
 from fray_ray._private.serialization import note_contained_ref
+from fray_ray._private.unique_ids import JobID, TaskID
 
 if TYPE_CHECKING:
     import asyncio  # imported on first use: `import fray_ray` does not load asyncio
@@ -71,17 +72,18 @@ class ObjectRef(Generic[T]):
         """
         return self._id.hex()
 
-    def task_id(self) -> str:
+    def task_id(self) -> TaskID:
         """Returns:
-            The hex id of the task that produces this object (its first 24 bytes).
+            The id of the task that produces this object (its first 24 bytes); `.hex()` is
+            how the state API shows it.
         """
-        return self._id[:24].hex()
+        return TaskID(self._id[:24])
 
-    def job_id(self) -> str:
+    def job_id(self) -> JobID:
         """Returns:
-            The hex id of the job (driver) the object belongs to.
+            The id of the job (driver) the object belongs to.
         """
-        return JOB_ID_HEX
+        return JobID.from_hex(JOB_ID_HEX)
 
     def is_nil(self) -> bool:
         """Returns:

@@ -165,7 +165,7 @@ def test_tasks_keep_state_timings_node_and_error(busy_session: dict[str, Any]) -
     (failed,) = by_name(tasks, "explode")
     (running,) = by_name(tasks, "hold")
     assert (done.state, failed.state, running.state) == ("FINISHED", "FAILED", "RUNNING")
-    assert done.task_id == busy_session["done"].task_id()
+    assert done.task_id == busy_session["done"].task_id().hex()
     assert done.type == "NORMAL_TASK" and done.error_type is None
     assert failed.error_type == "TASK_EXECUTION_EXCEPTION"
     assert "boom from explode" in failed.error_message
@@ -260,7 +260,7 @@ def test_summaries(busy_session: dict[str, Any]) -> None:
 def test_get_task_by_id_and_ref(busy_session: dict[str, Any]) -> None:
     by_ref = state.get_task(busy_session["running"])
     assert by_ref.state == "RUNNING" and by_ref.start_time_ms is not None  # get_task is detailed
-    assert state.get_task(busy_session["done"].task_id()).state == "FINISHED"
+    assert state.get_task(busy_session["done"].task_id().hex()).state == "FINISHED"
     assert state.get_task("ff" * 24) is None
 
 
@@ -320,7 +320,7 @@ def test_actor_calls_are_listed_running_waiting_and_ended(busy_session: dict[str
     live = {t.name: t for t in state.list_tasks(filters=[("type", "=", "ACTOR_TASK")], detail=True)}
     assert live["Turnstile.after"].state == "PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY"
     assert live["Turnstile.refuse"].state == "PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY"
-    assert live["Turnstile.through"].task_id == first.task_id()
+    assert live["Turnstile.through"].task_id == first.task_id().hex()
     assert live["Turnstile.through"].actor_id == turnstile._actor_id.hex()
     assert live["Turnstile.through"].node_id == live["Turnstile.after"].node_id is not None
     assert live["Turnstile.through"].start_time_ms is not None and live["Turnstile.after"].start_time_ms is None
@@ -344,7 +344,7 @@ def test_actor_calls_are_listed_running_waiting_and_ended(busy_session: dict[str
 def test_calls_to_an_actor_still_starting_wait_and_fail_with_it(busy_session: dict[str, Any]) -> None:
     stuck = Turnstile.options(num_cpus=2).remote()  # waits: the running `hold` task has one of the two CPUs
     call = stuck.after.remote()
-    (waiting,) = state.list_tasks(filters=[("task_id", "=", call.task_id())], detail=True)
+    (waiting,) = state.list_tasks(filters=[("task_id", "=", call.task_id().hex())], detail=True)
     assert waiting.state == "PENDING_NODE_ASSIGNMENT" and waiting.type == "ACTOR_TASK" and waiting.node_id is None
     fray_ray.kill(stuck)
     with pytest.raises(fray_ray.exceptions.RayActorError):
@@ -353,7 +353,7 @@ def test_calls_to_an_actor_still_starting_wait_and_fail_with_it(busy_session: di
     with pytest.raises(fray_ray.exceptions.RayActorError):
         fray_ray.get(late)
     for ref in (call, late):
-        (failed,) = state.list_tasks(filters=[("task_id", "=", ref.task_id())], detail=True)
+        (failed,) = state.list_tasks(filters=[("task_id", "=", ref.task_id().hex())], detail=True)
         assert failed.state == "FAILED" and failed.error_type == "ACTOR_DIED" and failed.name == "Turnstile.after"
 
 
@@ -380,11 +380,11 @@ def test_enable_task_events_false_leaves_tasks_and_calls_out(busy_session: dict[
     assert fray_ray.get(refs[:3]) == [1, 1, 2]
     fray_ray.get(refs[3:])
     listed = {t.task_id: t for t in state.list_tasks(detail=True)}
-    assert not {ref.task_id() for ref in refs[:2]} & set(listed)
-    assert refs[3].task_id() not in listed
+    assert not {ref.task_id().hex() for ref in refs[:2]} & set(listed)
+    assert refs[3].task_id().hex() not in listed
     assert "Quiet.__init__" not in {t.name for t in listed.values()}  # the actor's creation is left out too
-    assert listed[refs[2].task_id()].name == "Quiet.shown"  # a method's own value wins over its actor's
-    counted = listed[refs[4].task_id()]
+    assert listed[refs[2].task_id().hex()].name == "Quiet.shown"  # a method's own value wins over its actor's
+    counted = listed[refs[4].task_id().hex()]
     assert (counted.name, counted.func_or_class_name, counted.state) == ("counted", "Counter.incr", "FINISHED")
 
 

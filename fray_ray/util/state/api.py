@@ -200,7 +200,7 @@ def get_task(id: Any, address: str | None = None, timeout: int = DEFAULT_RPC_TIM
              _explain: bool = False) -> TaskState | list[TaskState] | None:
     """The task with this hex id (or producing this ObjectRef): None if unknown, its record if
     it ran once, the list of its attempts if it was retried (as Ray returns)."""
-    task_id = id if isinstance(id, str) else id.task_id()
+    task_id = id if isinstance(id, str) else id.task_id().hex()
     if not isinstance(task_id, str):
         task_id = task_id.hex()
     found = _list(state_source.task_rows, TaskState, "task_id", [("task_id", "=", task_id)], 10_000, True)
