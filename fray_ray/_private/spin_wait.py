@@ -95,15 +95,46 @@ def look_until(look: Callable[[], Ready], until: float, cpus: int) -> Ready:
         os.sched_yield()
 
 
+class ShortWaits:
+    """The rule every spinning wait follows: while its recent waits were short, look without
+    blocking for up to the budget before sleeping; a wait longer than the budget turns the
+    looking off until a short one."""
+
+    def __init__(self, budget_s: float, cpus: int | None = None) -> None:
+        self.budget_s = budget_s
+        self._cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
+        self._last_wait_short = True
+
+    def wait(self, look: Callable[[], Ready], block: Callable[[float | None], Ready], timeout_s: float | None,
+             spin: bool = True) -> Ready:
+        """What `look()` finds, or else what `block(seconds left)` returns once `timeout_s`
+        seconds passed (None: no limit); `spin=False` sleeps at once."""
+        started = time.perf_counter()
+        budget = self.budget_s if spin else 0.0
+        left = timeout_s
+        if budget and self._last_wait_short and timeout_s != 0:
+            ready = look_until(look, started + (budget if timeout_s is None else min(budget, timeout_s)), self._cpus)
+            if ready:
+                return ready
+            if timeout_s is not None:
+                left = max(0.0, timeout_s - (time.perf_counter() - started))
+        ready = block(left)
+        if budget:
+            self._last_wait_short = time.perf_counter() - started <= self.budget_s
+        return ready
+
+
 class SpinningPoll:
     """A `select.poll` whose `poll(timeout)` first looks without blocking while recent waits
     were short. For one waiting thread at a time (the connection's lender)."""
 
     def __init__(self, poller: Any, budget_s: float, cpus: int | None = None) -> None:
         self._poller = poller
-        self.budget_s = budget_s
-        self._cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
-        self._last_wait_short = True
+        self._waits = ShortWaits(budget_s, cpus)
+
+    @property
+    def budget_s(self) -> float:
+        return self._waits.budget_s
 
     def ready_now(self) -> bool:
         """Whether anything is ready, without waiting."""
@@ -112,22 +143,9 @@ class SpinningPoll:
     def poll(self, timeout_s: float | None, spin: bool = True) -> list[tuple[int, int]]:
         """The ready (fd, events) pairs, or [] once `timeout_s` seconds passed (None: no
         limit); `spin=False` sleeps at once."""
-        started = time.perf_counter()
-        budget = self.budget_s if spin else 0.0
-        if budget and self._last_wait_short and timeout_s != 0:
-            if timeout_s is not None:
-                budget = min(budget, timeout_s)
-            ready = look_until(lambda: self._poller.poll(0), started + budget, self._cpus)
-            if ready:
-                return ready  # type: ignore[no-any-return]
-        if timeout_s is None:
-            ready = self._poller.poll(None)
-        else:
-            left = timeout_s - (time.perf_counter() - started)
-            ready = self._poller.poll(max(0.0, left * 1000))
-        if budget:
-            self._last_wait_short = time.perf_counter() - started <= self.budget_s
-        return ready  # type: ignore[no-any-return]
+        poll = self._poller.poll
+        return self._waits.wait(  # type: ignore[no-any-return]
+            lambda: poll(0), lambda left: poll(None if left is None else left * 1000), timeout_s, spin)
 
 
 class SpinningSelector(selectors.DefaultSelector):
@@ -136,21 +154,14 @@ class SpinningSelector(selectors.DefaultSelector):
 
     def __init__(self, budget_s: float | None = None, cpus: int | None = None) -> None:
         super().__init__()
-        self.budget_s = spin_budget() if budget_s is None else budget_s
-        self._cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
-        self._last_wait_short = True
+        self._waits = ShortWaits(spin_budget() if budget_s is None else budget_s, cpus)
+
+    @property
+    def budget_s(self) -> float:
+        return self._waits.budget_s
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        select = super().select
         if not self.budget_s or (timeout is not None and timeout <= 0):
-            return super().select(timeout)
-        started = time.perf_counter()
-        if self._last_wait_short:
-            budget = self.budget_s if timeout is None else min(self.budget_s, timeout)
-            ready = look_until(lambda: super(SpinningSelector, self).select(0), started + budget, self._cpus)
-            if ready:
-                return ready
-            if timeout is not None:
-                timeout = max(0.0, timeout - (time.perf_counter() - started))
-        ready = super().select(timeout)
-        self._last_wait_short = time.perf_counter() - started <= self.budget_s
-        return ready
+            return select(timeout)  # a loop with work to do: no wait, and no change to the rule
+        return self._waits.wait(lambda: select(0), select, timeout)
