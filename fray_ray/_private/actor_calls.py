@@ -24,7 +24,7 @@ from fray_ray._private.messages import CallMethod, CancelCall
 from fray_ray._private.protocol import Connection, ConnectionClosed
 from fray_ray._private.retry_policy import retries_user_exception
 from fray_ray._private.serialization import SerializedValue, serialize_error
-from fray_ray._private.task_events import TaskEvent, call_event, finished_call_record
+from fray_ray._private.task_events import TaskEvent, call_event, finished_call_record, first_error
 from fray_ray._private.task_spec import ActorCallSpec
 from fray_ray.exceptions import ActorDiedError
 
@@ -170,11 +170,14 @@ class ActorCalls:
     def live_call_events(self) -> list[TaskEvent]:
         """The calls not yet ended, as the state API lists them (a live source of `TaskEvents`):
         calls keep no event while they run, so that a call costs the driver less."""
-        with self._lock:  # a call is queued, or waits for a restarting actor, while its actor has no connection
-            calls = [(call, record, record.connection is not None) for record in self._actors.values()
-                     for call in (*record.in_flight.values(), *record.queued) if call.submitted_at is not None]
-        return [call_event(call, record.spec.class_name, *((record.host, record.pid) if connected else (None, None)))
-                for call, record, connected in calls]
+        with self._lock:
+            calls = [
+                # Without a connection, a call is queued or waits for its restarting actor: on no host.
+                (call, record.spec.class_name, *((record.host, record.pid) if record.connection is not None else (None, None)))
+                for record in self._actors.values()
+                for call in (*record.in_flight.values(), *record.queued) if call.submitted_at is not None
+            ]
+        return [call_event(call, class_name, host, pid) for call, class_name, host, pid in calls]
 
     # ---- cancel --------------------------------------------------------------------------
 
@@ -241,8 +244,7 @@ class ActorCalls:
         self._events.add_finished(records)
         for call, results in finished:
             if call.num_returns == "streaming":
-                error = results if isinstance(results, SerializedValue) else next((r for r in results if r.is_error), None)
-                self._streams.finish(call.call_id, error)
+                self._streams.finish(call.call_id, first_error(results))
         self._objects.fulfil_all([
             (object_id, value) for call, results in finished
             for object_id, value in zip(call.return_ids, [results] * len(call.return_ids)
