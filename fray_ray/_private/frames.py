@@ -102,6 +102,11 @@ def frame_bytes(frame: list[bytes | memoryview] | Batch) -> int:
     return frame.size if type(frame) is Batch else sum(len(part) for part in frame)
 
 
+def frame_parts(frame: list[bytes | memoryview] | Batch) -> list[bytes | memoryview]:
+    """What to write for a queued frame: its parts, or a batch's put together now."""
+    return frame.parts() if type(frame) is Batch else frame
+
+
 #: The start of a header `[NOTIFY, 0, ...]` / `[BATCH, 0, ...]`: a 4-item array, the kind, the id 0.
 _NOTIFY_HEAD = bytes((0x94, NOTIFY, 0))
 _BATCH_HEAD = bytes((0x94, BATCH, 0))

@@ -32,7 +32,7 @@ from typing import Any
 
 import msgpack
 
-from fray_ray._private.frames import BUFFER_LENGTH, FRAME_PREFIX, Batch, ConnectionClosed, frame_bytes
+from fray_ray._private.frames import BUFFER_LENGTH, FRAME_PREFIX, Batch, ConnectionClosed, frame_bytes, frame_parts
 
 #: Frame parts below this size are joined into one write; larger ones go out from their own memory.
 _COALESCE_BYTES = 64 * 1024
@@ -138,7 +138,7 @@ class Outbox:
                 self._wake_writer_locked()
                 return
             self._outbox = []
-        data = b"".join(part for frame in frames for part in (frame.parts() if type(frame) is Batch else frame))
+        data = b"".join(part for frame in frames for part in frame_parts(frame))
         try:
             sent = self._sock.send(data, socket.MSG_DONTWAIT)
         except BlockingIOError:
@@ -172,7 +172,7 @@ class Outbox:
         small_bytes = 0
         try:
             for frame in frames:
-                for part in frame.parts() if type(frame) is Batch else frame:
+                for part in frame_parts(frame):
                     if len(part) >= _COALESCE_BYTES:  # a large buffer goes out from its own memory
                         if small:
                             self._sock.sendall(b"".join(small))
