@@ -46,6 +46,16 @@ class FrameTooLarge(ConnectionClosed):
     """A peer announced more than a frame may carry; the connection is closed."""
 
 
+def frame_of(header: bytes, buffers: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
+    """The parts of a frame whose msgpack header is packed already: prefix, header, and each
+    buffer after its length."""
+    parts: list[bytes | memoryview] = [FRAME_PREFIX.pack(len(header), len(buffers)), header]
+    for buffer in buffers:
+        parts.append(BUFFER_LENGTH.pack(len(buffer)))
+        parts.append(buffer)
+    return parts
+
+
 def _array_header(length: int) -> bytes:
     """The msgpack header of an array of `length` items."""
     if length < 16:
@@ -91,11 +101,7 @@ class Batch:
         else:
             header = b"".join((_BATCH_HEAD, method, _array_header(len(self.bodies) + 1),
                                msgpack.packb(self.counts), *self.bodies))
-        parts: list[bytes | memoryview] = [FRAME_PREFIX.pack(len(header), len(self.buffers)), header]
-        for buffer in self.buffers:
-            parts.append(BUFFER_LENGTH.pack(len(buffer)))
-            parts.append(buffer)
-        return parts
+        return frame_of(header, self.buffers)
 
 
 def frame_bytes(frame: list[bytes | memoryview] | Batch) -> int:

@@ -32,7 +32,7 @@ from typing import Any
 
 import msgpack
 
-from fray_ray._private.frames import BUFFER_LENGTH, FRAME_PREFIX, Batch, ConnectionClosed, frame_bytes, frame_parts
+from fray_ray._private.frames import Batch, ConnectionClosed, frame_bytes, frame_of, frame_parts
 
 #: Frame parts below this size are joined into one write; larger ones go out from their own memory.
 _COALESCE_BYTES = 64 * 1024
@@ -85,11 +85,8 @@ class Outbox:
 
     def _send(self, header: list[Any], buffers: Buffers = ()) -> None:
         packed = msgpack.packb(header, use_bin_type=True)
-        parts: list[bytes | memoryview] = [FRAME_PREFIX.pack(len(packed), len(buffers)), packed]
-        for buffer in buffers:
-            view = memoryview(buffer).cast("B") if not isinstance(buffer, bytes) else buffer
-            parts.append(BUFFER_LENGTH.pack(len(view)))
-            parts.append(view)
+        # Lengths in bytes: a buffer of another item size is written as its bytes.
+        parts = frame_of(packed, [b if isinstance(b, bytes) else memoryview(b).cast("B") for b in buffers])
         with self._outbox_lock:
             if self._closed:
                 raise ConnectionClosed(f"{self.name}: connection closed")
