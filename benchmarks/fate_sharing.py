@@ -80,7 +80,7 @@ CRASH = textwrap.dedent(
     actor = Actor.remote()
     # Another resource shape is another pool: an executor of its own, idle once it answered.
     pids = [int(open(pid_file).read()), ray.get(pid.options(num_cpus=0.5).remote()), ray.get(actor.pid.remote())]
-    session = ray._private.runtime_state.current().session_name
+    session = ray._private.core.runtime_state.current().session_name
     print(json.dumps({"pids": pids, "session": session}), flush=True)
     time.sleep(600)
     """

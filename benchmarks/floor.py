@@ -14,7 +14,7 @@ ACK answers with its length only. Measured:
   to the waiting caller, as a connection shared by several callers must (one thread hand-off);
 - `floor_socket_spin_rtt_us`: the first round trip, but both ends look for the next frame
   without blocking for up to 200 µs before they sleep, as fray_ray's waiting threads do
-  (`fray_ray/_private/spin_wait.py`): what is left when no process has to be woken;
+  (`fray_ray/_private/stream/spin_wait.py`): what is left when no process has to be woken;
 - `floor_socket_100mb_gbps`: one 100 MB frame, acknowledged (GB/s): moving a big argument over
   one stream, without shared memory.
 """

@@ -2,7 +2,7 @@
 
     python benchmarks/stream_roundtrip.py [--seconds 2] [--repeat 3]
 
-The two ends are `fray_ray._private.protocol.Connection`s on one loopback TCP connection; the child process
+The two ends are `fray_ray._private.stream.protocol.Connection`s on one loopback TCP connection; the child process
 echoes what it receives. Nothing else of fray_ray runs, so this isolates the cost of framing,
 frame checks and receive buffers from scheduling. Prints, per shape, the best and median of
 `--repeat` runs:
@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from fray_ray._private.protocol import Connection
+from fray_ray._private.stream.protocol import Connection
 
 
 def _echo_child(sock: socket.socket) -> None:

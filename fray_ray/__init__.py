@@ -32,9 +32,9 @@ from fray_ray._api import (
     wait,
 )
 from fray_ray._install import install, uninstall
-from fray_ray._private.generators import DynamicObjectRefGenerator, ObjectRefGenerator
-from fray_ray._private.object_ref import ObjectID, ObjectRef
-from fray_ray._private.unique_ids import ActorClassID, ActorID, FunctionID, JobID, NodeID, TaskID, UniqueID, WorkerID
+from fray_ray._private.core.generators import DynamicObjectRefGenerator, ObjectRefGenerator
+from fray_ray._private.core.object_ref import ObjectID, ObjectRef
+from fray_ray._private.objects.unique_ids import ActorClassID, ActorID, FunctionID, JobID, NodeID, TaskID, UniqueID, WorkerID
 from fray_ray._version import __version__
 from fray_ray.actor import method
 from fray_ray.runtime_context import get_runtime_context
@@ -50,7 +50,7 @@ def __getattr__(name: str) -> object:
 
         return importlib.import_module(f"fray_ray.{name}")
     if name == "PlacementGroupID":
-        from fray_ray._private.placement_group_handle import PlacementGroupID
+        from fray_ray._private.core.placement_group_handle import PlacementGroupID
 
         return PlacementGroupID
     raise AttributeError(f"module 'fray_ray' has no attribute {name!r}")

@@ -14,12 +14,13 @@ import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeAlias, TypeVar, cast
 
-from fray_ray._private import ids, runtime_state
-from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.core import runtime_state
+from fray_ray._private.core.object_ref import ObjectRef
+from fray_ray._private.core.task_spec import ActorCallSpec
+from fray_ray._private.objects import ids
+from fray_ray._private.objects.serialization import note_contained_ref
 from fray_ray._private.options import UNSET, MethodOptions, check_method_call_keys, validate_method_options
 from fray_ray._private.options.quantities import method_call_integer, method_num_returns
-from fray_ray._private.serialization import note_contained_ref
-from fray_ray._private.task_spec import ActorCallSpec
 from fray_ray.remote_function import pack_arguments, return_ids_for
 
 __all__ = ["ActorHandle", "ActorMethod", "ActorProxy"]

@@ -1,6 +1,6 @@
 """The top-level functions: init and shutdown, get, put, wait, remote, kill, cancel, ...
 
-Each is a few lines handing off to the process's runtime (`fray_ray._private.runtime_state`).
+Each is a few lines handing off to the process's runtime (`fray_ray._private.core.runtime_state`).
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 
-from fray_ray._private import interpreter_exit, runtime_state, user_tracebacks
 from fray_ray._private import options as options_model
-from fray_ray._private.exit_drain import wait_for_started_work
-from fray_ray._private.generators import ObjectRefGenerator
-from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.core import excepthook, runtime_state
+from fray_ray._private.core.generators import ObjectRefGenerator
+from fray_ray._private.core.object_ref import ObjectRef
+from fray_ray._private.core.task_context import current_task
+from fray_ray._private.driver import interpreter_exit
+from fray_ray._private.driver.exit_drain import wait_for_started_work
 from fray_ray._private.options import rendering as options_text
-from fray_ray._private.task_context import current_task
 from fray_ray._version import __version__
 from fray_ray.actor import ActorClass, ActorHandle, ActorProxy
 from fray_ray.exceptions import RaySystemError
@@ -226,7 +227,7 @@ def init(
         # Registered last, so it runs before the exit hook of an embedded cluster it started.
         atexit.unregister(_shutdown_at_exit)
         atexit.register(_shutdown_at_exit)
-        user_tracebacks.install_excepthook()  # uncaught errors print without fray_ray's frames
+        excepthook.install_excepthook()  # uncaught errors print without fray_ray's frames
         # Local mode's executors and actors are threads Python joins before atexit runs.
         interpreter_exit.before_thread_join(_shutdown_at_exit if local_mode else None)
         return _context
@@ -585,7 +586,7 @@ def timeline(filename: str | None = None) -> list[Any] | None:
     >>> import fray_ray as ray
     >>> ray.timeline("/tmp/trace.json")  # doctest: +SKIP
     """
-    from fray_ray._private import timeline as chrome
+    from fray_ray._private.driver import timeline as chrome
 
     runtime = runtime_state.current()
     if not runtime.is_driver:

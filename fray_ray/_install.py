@@ -64,9 +64,7 @@ def install() -> None:
     for name in list(sys.modules):
         if (name == "ray" or name.startswith("ray.")) and not getattr(sys.modules[name], "__name__", "").startswith("fray_ray"):
             del sys.modules[name]  # a real Ray imported earlier would shadow the alias
-    import fray_ray
-
-    sys.modules["ray"] = fray_ray
+    sys.modules["ray"] = sys.modules["fray_ray"]  # loaded: this module is part of it
 
 
 def uninstall() -> None:

@@ -7,9 +7,9 @@ the rest of `_raylet` (the core worker, GCS clients, serialization internals) ha
 counterpart and is missing.
 """
 
-from fray_ray._private.generators import DynamicObjectRefGenerator, ObjectRefGenerator
-from fray_ray._private.object_ref import ObjectID, ObjectRef
-from fray_ray._private.unique_ids import (
+from fray_ray._private.core.generators import DynamicObjectRefGenerator, ObjectRefGenerator
+from fray_ray._private.core.object_ref import ObjectID, ObjectRef
+from fray_ray._private.objects.unique_ids import (
     ActorClassID,
     ActorID,
     BaseID,

@@ -21,10 +21,15 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, NoReturn, ParamSpec, Protocol, TypeVar, cast, overload
 
 from fray_ray._actor_handle import ActorHandle, ActorMethod, ActorProxy
-from fray_ray._private import actor_handles, ids, runtime_state
-from fray_ray._private.argument_checks import ArgumentCheck
-from fray_ray._private.code_size import check_code_size
-from fray_ray._private.function_names import qualified_name
+from fray_ray._private.core import actor_handles, runtime_state
+from fray_ray._private.core.argument_checks import ArgumentCheck
+from fray_ray._private.core.code_size import check_code_size
+from fray_ray._private.core.function_names import qualified_name
+from fray_ray._private.core.placement_capture import effective_strategy
+from fray_ray._private.core.runtime_state import effective_runtime_env
+from fray_ray._private.core.task_context import current_task
+from fray_ray._private.core.task_spec import ActorCreationSpec, CodeBlob, ResourceShape
+from fray_ray._private.objects import ids
 from fray_ray._private.options import (
     UNSET,
     ActorOptions,
@@ -32,10 +37,6 @@ from fray_ray._private.options import (
     validate_actor_options,
 )
 from fray_ray._private.options.quantities import check_c_integers
-from fray_ray._private.placement_capture import effective_strategy
-from fray_ray._private.runtime_env import effective_runtime_env
-from fray_ray._private.task_context import current_task
-from fray_ray._private.task_spec import ActorCreationSpec, CodeBlob, ResourceShape
 from fray_ray.remote_function import pack_arguments
 
 __all__ = [
@@ -317,7 +318,7 @@ class ActorClass(Generic[T]):
         elif args or kwargs:
             raise TypeError(f"{self._cls.__name__}() takes no arguments")
         options = typed()  # an empty name or namespace raises here
-        from fray_ray._private.gangs import shape_for  # the gang scheduler loads on first call
+        from fray_ray._private.driver.gangs import shape_for  # the gang scheduler loads on first call
 
         runtime = runtime_state.current()
         gang = shape_for(options)
@@ -404,7 +405,7 @@ def exit_actor() -> NoReturn:
     Raises:
         TypeError: called outside an actor.
     """
-    from fray_ray._private.actor_host import ActorExit  # loaded in actors only, where it already is
+    from fray_ray._private.workers.actor_host import ActorExit  # loaded in actors only, where it already is
 
     context = current_task.get()
     if context is None or context.actor_id is None:

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 def _address(options: argparse.Namespace) -> str:
     """--address, else $FRAY_RAY_ADDRESS/$RAY_ADDRESS, else the cluster `fray-ray start` recorded."""
-    from fray_ray._private import cluster_address
+    from fray_ray._private.driver import cluster_address
 
     address = options.address or os.environ.get("FRAY_RAY_ADDRESS") or os.environ.get("RAY_ADDRESS")
     if address and address != "auto":
@@ -47,7 +47,7 @@ def _address(options: argparse.Namespace) -> str:
 
 def _token(options: argparse.Namespace) -> str | None:
     """--token, else $FRAY_RAY_TOKEN/$IRIS_AUTH_TOKEN, else the recorded cluster's when it is that one."""
-    from fray_ray._private import cluster_address
+    from fray_ray._private.driver import cluster_address
 
     token = options.token or os.environ.get("FRAY_RAY_TOKEN") or os.environ.get("IRIS_AUTH_TOKEN")
     return token or cluster_address.token_for(_address(options))
@@ -114,7 +114,7 @@ def _cmd_start(options: argparse.Namespace, rest: Sequence[str]) -> int:
     runs, so later commands and `init(address="auto")` on this machine find it: in the
     background by default (returns once it serves), in the foreground with --block."""
     from fray_ray._cli.background import start_background
-    from fray_ray._private import cluster_address
+    from fray_ray._private.driver import cluster_address
     from fray_ray.cluster._cli import main as cluster_main
 
     record = argparse.ArgumentParser(add_help=False)

@@ -58,7 +58,7 @@ class ClusterNode:
     @property
     def node_id(self) -> str:
         """The node id in hex, as `ray.nodes()` and `get_runtime_context().get_node_id()` show it."""
-        from fray_ray._private.nodes import node_id_for
+        from fray_ray._private.driver.nodes import node_id_for
 
         return node_id_for(self.worker_id).hex()
 
@@ -158,7 +158,7 @@ class Cluster:
         return node
 
     def _host_spec(self, worker_id: str, args: Mapping[str, Any]) -> Any:
-        from fray_ray._private.nodes import resource_attributes
+        from fray_ray._private.driver.nodes import resource_attributes
         from fray_ray.cluster import cpu_worker, gpu_host
 
         attributes = resource_attributes(args.get("resources"))
@@ -170,7 +170,7 @@ class Cluster:
         return cpu_worker(worker_id, cpu=cpu, memory=memory, attributes=attributes)
 
     def _start_head(self, spec: Any, resources: Mapping[str, float]) -> ClusterNode:
-        from fray_ray._private import cluster_address
+        from fray_ray._private.driver import cluster_address
         from fray_ray.cluster import ClusterConfig, EmbeddedCluster
 
         embedded = EmbeddedCluster(ClusterConfig(workers=(spec,))).start()
@@ -202,7 +202,7 @@ class Cluster:
     def _refresh_driver(self) -> None:
         """Make this process's driver, if it runs on this cluster, see the nodes as they are now
         (as Ray's driver does once `add_node` returns), instead of at its next poll."""
-        from fray_ray._private import runtime_state
+        from fray_ray._private.core import runtime_state
 
         runtime = runtime_state.current_or_none()
         if runtime is not None and self._address is not None and _driver_address() == self._address:
@@ -225,7 +225,7 @@ class Cluster:
         deadline = time.monotonic() + timeout
         while True:
             expected = {n.node_id for n in self.list_all_nodes()}
-            from fray_ray._private.nodes import node_id_for
+            from fray_ray._private.driver.nodes import node_id_for
 
             live = {node_id_for(w.spec.worker_id).hex() for w in self._workers() if w.alive}
             seen = live
@@ -267,7 +267,7 @@ class Cluster:
         """Stop every node, and first this process's driver if it runs on this cluster (its
         connections would break anyway); idempotent."""
         import fray_ray
-        from fray_ray._private import cluster_address
+        from fray_ray._private.driver import cluster_address
 
         with self._lock:
             embedded, self._embedded = self._embedded, None
@@ -294,7 +294,7 @@ def _resources_of(args: Mapping[str, Any]) -> dict[str, float]:
 
 def _driver_address() -> str | None:
     """The controller address this process's driver uses, if it has one."""
-    from fray_ray._private import runtime_state
+    from fray_ray._private.core import runtime_state
 
     runtime = runtime_state.current_or_none()
     info = getattr(runtime, "address_info", None) or {}

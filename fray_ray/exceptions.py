@@ -54,7 +54,7 @@ it; `as_instanceof_cause()` upgrades a plain `RayTaskError`. When `E` cannot be 
 `RayTaskError` (its metaclass, `__init_subclass__`, layout or `__new__` refuses), the plain
 `RayTaskError` is used and `.cause` still holds the user's exception. Both forms pickle (with
 `pickle` and cloudpickle) and keep their type across the round trip; a cause that cannot be
-pickled or rebuilt still leaves its class name and traceback text (`_private/task_errors.py`).
+pickled or rebuilt still leaves its class name and traceback text (`pack_cause`, below).
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ import enum
 import functools
 import logging
 import os
+import pickle
 import socket
 import threading
 import types
@@ -190,7 +191,7 @@ def _innermost_cause(cause: object) -> object:
 def _user_traceback(exc: BaseException) -> str:
     """Format `exc` like the interpreter would, without fray_ray's own frames (unless
     FRAY_RAY_BACKTRACE_INTERNALS=1)."""
-    from fray_ray._private.user_tracebacks import format_task_traceback
+    from fray_ray._private.core.user_tracebacks import format_task_traceback
 
     return format_task_traceback(exc)
 
@@ -373,8 +374,6 @@ class RayTaskError(RayError):
     def __reduce__(self) -> tuple[Any, ...]:
         # The cause travels as a pickle of its own: if its class cannot be pickled or rebuilt,
         # the reader still gets the function, the class name and the traceback text.
-        from fray_ray._private.task_errors import pack_cause
-
         fields = self._fields()
         extra = {k: v for k, v in self.__dict__.items() if k not in fields}
         packed = pack_cause(fields.pop("cause"), extra)
@@ -384,8 +383,6 @@ class RayTaskError(RayError):
 def _rebuild_task_error(fields: dict[str, Any], dual: bool, packed: Any = None) -> RayTaskError:
     """Unpickle a RayTaskError, restoring its dual type when it had one."""
     if packed is not None:
-        from fray_ray._private.task_errors import rebuild_task_error
-
         return rebuild_task_error(fields, dual, packed)
     plain = RayTaskError(**fields)
     return plain.as_instanceof_cause() if dual else plain
@@ -1017,3 +1014,98 @@ RAY_EXCEPTION_TYPES: Final[list[type[BaseException]]] = [
     AuthenticationError,
 ]
 """The exception types Ray 2.60 lists in `ray.exceptions.RAY_EXCEPTION_TYPES`, same order."""
+
+
+# ---- how a task's error crosses processes ---------------------------------------------------
+#
+# A task's exception crosses processes even when its class cannot.
+#
+# A RayTaskError carries its cause (the user's exception) as a pickle of its own, next to the
+# cause's class name, so a cause that fails to load does not take the whole error with it:
+#
+# - A cause that cannot be pickled where it was raised (it holds a lock, its `__reduce__`
+#   raises, ...) is replaced there by a RayError holding its text, and the reader gets a plain
+#   RayTaskError, as in Ray 2.60.
+# - A cause that cannot be rebuilt where the error is read (its `__init__` wants other
+#   arguments, its module is not importable there, ...) arrives as _UnrebuildableTaskError: Ray's
+#   UnserializableException (what Ray raises then), and also a RayTaskError with the function
+#   name, the class name and the traceback text.
+
+#: (the cause's class as "module.qualname", its pickle with the wrapper's extra attributes or
+#: None when it could not be pickled, why it could not be)
+PackedCause = tuple[str, bytes | None, str | None]
+
+
+def pack_cause(cause: Any, extra: dict[str, Any] | None) -> PackedCause:
+    """Pickle a RayTaskError's cause (and the wrapper's other attributes) on their own."""
+    kind = type(cause)
+    type_name = f"{kind.__module__}.{kind.__qualname__}"
+    try:
+        return type_name, _cloudpickle().dumps((cause, extra or None)), None
+    except Exception as exc:  # noqa: BLE001 - any refusal: the text of the cause still travels
+        return type_name, None, f"{type(exc).__name__}: {exc}"
+
+
+def rebuild_task_error(fields: dict[str, Any], dual: bool, packed: PackedCause) -> RayTaskError:
+    """The reader's RayTaskError: with its cause when the cause can be rebuilt here."""
+    type_name, blob, problem = packed
+    if blob is None:
+        cause = RayError(
+            f"Exception {type_name} isn't serializable: {problem}.\n"
+            f"Original exception details:\n{fields['traceback_str']}"
+        )
+        return RayTaskError(cause=cause, **fields)
+    try:
+        cause, extra = pickle.loads(blob)
+    except Exception as exc:  # noqa: BLE001 - whatever the class needs, it is not here
+        return _UnrebuildableTaskError(type_name, f"{type(exc).__name__}: {exc}", **fields)
+    error = RayTaskError(cause=cause, **fields)
+    if dual:
+        error = error.as_instanceof_cause()
+    if extra:
+        error.__dict__.update(extra)
+    return error
+
+
+class _UnrebuildableTaskError(UnserializableException, RayTaskError):
+    """A task raised an exception whose class cannot be rebuilt here.
+
+    It is Ray's UnserializableException (its message starts "Failed to deserialize exception")
+    and a RayTaskError: `function_name`, `traceback_str` (ending with the original class name
+    and message) and `type_name` (the class as "module.qualname") are kept; `cause` is a
+    RayError with that text.
+    """
+
+    def __init__(
+        self,
+        type_name: str,
+        problem: str,
+        function_name: str,
+        traceback_str: str,
+        proctitle: str | None = None,
+        pid: int | None = None,
+        ip: str | None = None,
+        actor_repr: str | None = None,
+        actor_id: str | None = None,
+    ) -> None:
+        cause = RayError(
+            f"Exception {type_name} could not be rebuilt here ({problem}).\n"
+            f"Original exception details:\n{traceback_str}"
+        )
+        RayTaskError.__init__(self, function_name, traceback_str, cause, proctitle, pid, ip, actor_repr, actor_id)
+        self.type_name = type_name
+        self.problem = problem
+        self._original_stack_trace = RayTaskError.__str__(self)
+
+    def as_instanceof_cause(self) -> RayTaskError:
+        return self  # there is no cause type to combine with
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.type_name, self.problem, self.function_name, self.traceback_str,
+                             self.proctitle, self.pid, self.ip, self.actor_repr, self.actor_id))
+
+
+def _cloudpickle() -> Any:
+    import cloudpickle  # loaded with the first error that travels, not with this module
+
+    return cloudpickle

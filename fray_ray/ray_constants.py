@@ -16,7 +16,7 @@ import logging
 import os
 from typing import Final
 
-from fray_ray._private import code_size
+from fray_ray._private.core import code_size
 
 logger = logging.getLogger(__name__)
 

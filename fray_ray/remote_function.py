@@ -15,17 +15,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar, cast
 
-from fray_ray._private import ids, runtime_state
-from fray_ray._private.argument_checks import ArgumentCheck
-from fray_ray._private.code_size import check_code_size
-from fray_ray._private.function_names import qualified_name
-from fray_ray._private.object_ref import ObjectRef
+from fray_ray._private.core import runtime_state
+from fray_ray._private.core.argument_checks import ArgumentCheck
+from fray_ray._private.core.code_size import check_code_size
+from fray_ray._private.core.function_names import qualified_name
+from fray_ray._private.core.object_ref import ObjectRef
+from fray_ray._private.core.placement_capture import effective_strategy
+from fray_ray._private.core.runtime_state import effective_runtime_env
+from fray_ray._private.core.task_context import current_task
+from fray_ray._private.core.task_spec import Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec, canonical_pool
+from fray_ray._private.objects import ids
 from fray_ray._private.options import TaskOptions, validate_task_options
 from fray_ray._private.options.quantities import check_c_integers
-from fray_ray._private.placement_capture import effective_strategy
-from fray_ray._private.runtime_env import effective_runtime_env
-from fray_ray._private.task_context import current_task
-from fray_ray._private.task_spec import Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec, canonical_pool
 
 __all__ = ["RemoteFunction"]
 
@@ -237,7 +238,7 @@ class _CallPlan:
 
     @classmethod
     def of(cls, options: TaskOptions, runtime: Any, display_name: str) -> _CallPlan:
-        from fray_ray._private.gangs import shape_for  # the gang scheduler loads on first call
+        from fray_ray._private.driver.gangs import shape_for  # the gang scheduler loads on first call
 
         gang = shape_for(options)
         num_returns = cast("int | str", options.num_returns)  # parsing resolves it (never UNSET)

@@ -7,9 +7,9 @@ import tempfile
 import warnings
 from typing import Any
 
-from fray_ray._private import runtime_state
-from fray_ray._private.task_context import current_task
-from fray_ray._private.unique_ids import ActorID, JobID, NodeID, TaskID
+from fray_ray._private.core import runtime_state
+from fray_ray._private.core.task_context import current_task
+from fray_ray._private.objects.unique_ids import ActorID, JobID, NodeID, TaskID
 from fray_ray.util.annotations import RayDeprecationWarning
 
 __all__ = ["RuntimeContext", "get_runtime_context"]

@@ -28,7 +28,7 @@ DRIVER = textwrap.dedent(
     """
     import json, os, sys, time
     import fray_ray as ray
-    from fray_ray._private import runtime_state
+    from fray_ray._private.core import runtime_state
 
     address, scratch, detached_name, mode = sys.argv[1:5]
     ray.init(address, namespace="fate")

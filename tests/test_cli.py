@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fray_ray._private import cluster_address
+from fray_ray._private.driver import cluster_address
 from fray_ray.iris.controller_client import ControllerClient
 from fray_ray.iris.entrypoint import command_entrypoint
 from fray_ray.iris.names import JobName

@@ -42,16 +42,16 @@ def nothing() -> None:
 reveal_type(ray.get(f.remote(1)))  # R: int
 reveal_type(ray.get(g.remote(1, suffix="!")))  # R: str
 reveal_type(ray.get(nothing.remote()))  # R: None
-reveal_type(f.remote(1))  # R: fray_ray._private.object_ref.ObjectRef[int]
+reveal_type(f.remote(1))  # R: fray_ray._private.core.object_ref.ObjectRef[int]
 # a ref stands for its value as an argument, as in Ray
 reveal_type(ray.get(g.remote(f.remote(1))))  # R: str
 reveal_type(ray.get(f.options(num_cpus=2).remote(1)))  # R: int
 reveal_type(ray.get([f.remote(1), f.remote(2)]))  # R: list[int]
 reveal_type(ray.get(f.remote(1), timeout=5.0))  # R: int
-reveal_type(ray.put([1.5]))  # R: fray_ray._private.object_ref.ObjectRef[list[float]]
+reveal_type(ray.put([1.5]))  # R: fray_ray._private.core.object_ref.ObjectRef[list[float]]
 reveal_type(ray.get(ray.put("s")))  # R: str
 ready, pending = ray.wait([f.remote(1), f.remote(2)], num_returns=1)
-reveal_type(ready)  # R: list[fray_ray._private.object_ref.ObjectRef[int]]
+reveal_type(ready)  # R: list[fray_ray._private.core.object_ref.ObjectRef[int]]
 annotated: ObjectRef[int] = f.remote(1)
 value: int = ray.get(annotated)
 """
@@ -117,7 +117,7 @@ ray.get(counter.add.remote(1)).upper()  # E: union-attr
 counter.add.remote(1) + 1  # E: operator
 ray.kill(counter)
 looked_up = ray.get_actor("c")
-reveal_type(looked_up.anything.remote())  # R: fray_ray._private.object_ref.ObjectRef[Any]
+reveal_type(looked_up.anything.remote())  # R: fray_ray._private.core.object_ref.ObjectRef[Any]
 """
 
 MYPY_CONFIG = """

@@ -4,7 +4,7 @@ The background cluster is `python -m fray_ray start --block --json ...` in a new
 Ctrl-C or a closed terminal does not reach it), its stderr in `cluster.log` beside the address
 file. `start` returns once the controller answers its health check, after printing the address
 and token; the cluster records itself (address, token, pid) in the per-user address file
-(`fray_ray._private.cluster_address`) before it says it is ready, so later commands and
+(`fray_ray._private.driver.cluster_address`) before it says it is ready, so later commands and
 `init(address="auto")` find it. A start while a recorded cluster is alive is refused, under a
 lock so two starts at once cannot both pass the check.
 
@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 
-from fray_ray._private import cluster_address
+from fray_ray._private.driver import cluster_address
 
 #: How long `start` waits for the cluster to serve, and `down` for it to stop.
 START_TIMEOUT_S = 120.0

@@ -3,7 +3,7 @@ Ray session on a cluster, as `ray list` and `ray summary` do.
 
 Tasks, actors, objects and placement groups live in the sessions' drivers: the controller
 lists the sessions' dashboard feeds (Iris endpoints named `<job>/fray-ray-dashboard`) and each
-feed answers `GET /state/<kind>` with its rows (see `fray_ray._private.state_feed`); a session
+feed answers `GET /state/<kind>` with its rows (see `fray_ray._private.driver.state_feed`); a session
 that does not answer in time is reported, not fatal. Nodes and jobs come from the controller
 itself. Rows keep Ray's columns plus `session`; filters are Ray's (`key=value`, `key!=value`,
 strings compared case-insensitively, only filterable columns); the table never cuts a cell.
@@ -177,7 +177,7 @@ def node_rows(controller: ControllerClient) -> list[dict[str, Any]]:
     the worker), with what `fray-ray status` computes of their use. `is_head_node` is false:
     which host is the head depends on the driver, and no driver answers here."""
     from fray_ray._cli.status import read_status
-    from fray_ray._private.nodes import node_id_for
+    from fray_ray._private.driver.nodes import node_id_for
 
     return [
         {

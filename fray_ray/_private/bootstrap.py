@@ -8,6 +8,9 @@
 - an address: a running Iris controller (ours or a real one). Its workers are the session's
   capacity; num_cpus/num_gpus/resources raise, as Ray's do for an existing cluster.
 - inside an Iris task: the task's controller, with the task's job as parent.
+
+It is the top of the runtime: the one module that imports both the driver's package and the
+worker's, to hand the driver the worker's entry points (`WORKER_ENTRY_POINTS`).
 """
 
 from __future__ import annotations
@@ -19,15 +22,24 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from fray_ray._private.dashboard_feed import DashboardSettings
-from fray_ray._private.driver import DriverRuntime
-from fray_ray._private.object_store import SYSTEM_CONFIG_KEYS, ObjectStoreConfig
-from fray_ray._private.output_folding import FoldSettings
+from fray_ray._private.driver.dashboard_feed import DashboardSettings
+from fray_ray._private.driver.launcher import WorkerEntryPoints
+from fray_ray._private.driver.runtime import DriverRuntime
+from fray_ray._private.objects.object_store import SYSTEM_CONFIG_KEYS, ObjectStoreConfig
+from fray_ray._private.observe.output_folding import FoldSettings
+from fray_ray._private.workers.actor_host import CheckedActorHost, RayActorHost
+from fray_ray._private.workers.executor import executor_main, start_executor
 
 if TYPE_CHECKING:
     from fray_ray.fray.iris_backend import FrayIrisClient
 
 logger = logging.getLogger(__name__)
+
+#: What the driver's launcher starts: this module sits above the driver and worker packages,
+#: which never import each other, so it is where the two meet.
+WORKER_ENTRY_POINTS = WorkerEntryPoints(
+    executor=executor_main, checked_executor=start_executor, actor_host=RayActorHost, checked_actor_host=CheckedActorHost
+)
 
 
 def _check_sizes(num_cpus: float | None, num_gpus: float | None, resources: Mapping[str, float] | None) -> None:
@@ -109,7 +121,7 @@ def start_driver(
     dashboard_host: str | None = None,
     dashboard_port: int | None = None,
 ) -> DriverRuntime:
-    from fray_ray._private.runtime_env import parse_runtime_env
+    from fray_ray._private.core.runtime_env import parse_runtime_env
 
     _check_token(token)
     _check_dashboard(include_dashboard, dashboard_host, dashboard_port)
@@ -130,13 +142,14 @@ def start_driver(
         logger.warning("local_mode runs no cluster, so there is no dashboard: include_dashboard, dashboard_host and "
                        "dashboard_port are ignored")
     if local_mode:
-        from fray_ray._private.nodes import resource_attributes
+        from fray_ray._private.driver.nodes import resource_attributes
         from fray_ray.fray import this_machine
         from fray_ray.fray.local_backend import LocalClient
 
         host = this_machine(cpu=num_cpus, gpus=int(num_gpus or 0), attributes=resource_attributes(resources))
         runtime = DriverRuntime(
             LocalClient(max_threads=256, host=host),
+            WORKER_ENTRY_POINTS,
             host_id=host.host_id,
             namespace=namespace,
             session_name=session_name,
@@ -205,6 +218,7 @@ def start_driver(
         address_info["webui_url"] = _host_port(address)
     runtime = DriverRuntime(
         client,
+        WORKER_ENTRY_POINTS,
         host_id=host_id,
         namespace=namespace,
         session_name=session_name,
@@ -272,7 +286,7 @@ def _connect(address: str, token: str | None) -> FrayIrisClient:
 
 def _known_token(address: str, temp_dir: str | None) -> str | None:
     """The token of a cluster this process started, or of the one `fray-ray start` recorded."""
-    from fray_ray._private import cluster_address
+    from fray_ray._private.driver import cluster_address
 
     return cluster_address.token_for(address, temp_dir=temp_dir)
 
@@ -283,7 +297,7 @@ def client_address(client: FrayIrisClient) -> str:
 
 def _recorded_cluster(temp_dir: str | None) -> str:
     """The address of the cluster `fray-ray start` recorded last (Ray's address file)."""
-    from fray_ray._private import cluster_address
+    from fray_ray._private.driver import cluster_address
 
     record = cluster_address.read(temp_dir=temp_dir)
     if record is None:
@@ -362,7 +376,7 @@ def _start_embedded_cluster(
 def _sized_host(num_cpus: float | None, num_gpus: float | None, resources: Mapping[str, float] | None) -> Any:
     """The embedded cluster's one host (this machine): its cores and memory, or init's sizes;
     GPUs make it a GPU host, custom resources become its `ray-resource:` attributes."""
-    from fray_ray._private.nodes import resource_attributes
+    from fray_ray._private.driver.nodes import resource_attributes
     from fray_ray.cluster import cpu_worker, gpu_host
 
     host = cpu_worker("cpu-0", cpu=num_cpus, attributes=resource_attributes(resources))

@@ -35,10 +35,10 @@ _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 #: IDNA codec for host names: 20 ms and 1 MiB of every actor otherwise), and numpy. A module
 #: that is not installed is skipped. Names only: the cluster never imports them itself.
 DEFAULT_TEMPLATE_PRELOAD = (
-    "fray_ray._private.worker_start",
+    "fray_ray._private.workers.worker_start",
     "cloudpickle",
     "msgpack",
-    "fray_ray._private.actor_host",
+    "fray_ray._private.workers.actor_host",
     "fray_ray.fray.iris_backend",
     "fray_ray.iris.actor_server",
     "fray_ray.iris.endpoints",

@@ -3,7 +3,7 @@
 `tqdm` has the small part of tqdm's interface Ray's has (iterate, `update`, `set_description`,
 `refresh`, `close`, `n`, `total`). In a worker, a bar prints its state as one JSON line at most
 every `flush_interval_s` (and when it closes); the driver takes those lines out of the task
-output and draws the bars (see `fray_ray._private.progress_bars`). In the driver, or in a task
+output and draws the bars (see `fray_ray._private.observe.progress_bars`). In the driver, or in a task
 of a local-mode session, the bar is drawn at once.
 """
 
@@ -17,9 +17,9 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from fray_ray._private import runtime_state
-from fray_ray._private.execution import node_ip
-from fray_ray._private.progress_bars import MAGIC, driver_bars
+from fray_ray._private.core import runtime_state
+from fray_ray._private.core.execution import node_ip
+from fray_ray._private.observe.progress_bars import MAGIC, driver_bars
 
 __all__ = ["RAY_TQDM_MAGIC", "safe_print", "tqdm"]
 

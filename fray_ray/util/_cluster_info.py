@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Final
 
-from fray_ray._private import runtime_state
+from fray_ray._private.core import runtime_state
 
 __all__ = ["get_node_instance_id", "get_node_ip_address", "list_named_actors"]
 

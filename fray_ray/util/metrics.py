@@ -4,7 +4,7 @@
 recorded in a task or actor reach the driver within about a second and are merged there
 (counters and histograms add up, a gauge keeps the last value set); the session's metrics are
 served in Prometheus's text format, names prefixed `ray_` as Ray exports them (see
-`fray_ray._private.metrics`).
+`fray_ray._private.observe.metrics`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fray_ray._private import runtime_state
-from fray_ray._private.metrics import MetricKind, MetricSpec, process_registry, report_from
+from fray_ray._private.core import runtime_state
+from fray_ray._private.observe.metrics import MetricKind, MetricSpec, process_registry, report_from
 
 __all__ = ["Counter", "Gauge", "Histogram", "Metric"]
 

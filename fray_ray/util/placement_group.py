@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fray_ray._private import runtime_state
-from fray_ray._private.cluster_ledger import STRATEGIES
-from fray_ray._private.placement_group_handle import PlacementGroup, PlacementGroupID
-from fray_ray._private.placement_groups import validate_bundles
+from fray_ray._private.core import runtime_state
+from fray_ray._private.core.placement_group_handle import PlacementGroup, PlacementGroupID
+from fray_ray._private.driver.cluster_ledger import STRATEGIES
+from fray_ray._private.driver.placement_groups import validate_bundles
 
 __all__ = [
     "PlacementGroup",

@@ -230,7 +230,7 @@ class SlicePlacementGroup:
         pg_per_slice: bool = False,
         tpu_resource_per_chip: int | None = None,
     ) -> None:
-        from fray_ray._private import runtime_state
+        from fray_ray._private.core import runtime_state
 
         self.topology = topology
         self.accelerator_version = accelerator_version
@@ -253,7 +253,7 @@ class SlicePlacementGroup:
 
     def shutdown(self) -> None:
         """Release the reserved hosts."""
-        from fray_ray._private import runtime_state
+        from fray_ray._private.core import runtime_state
 
         runtime = runtime_state.current_or_none()
         if runtime is not None and self._gang_id is not None:

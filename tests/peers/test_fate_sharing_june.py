@@ -108,7 +108,7 @@ def test_a_detached_actor_outlives_crashes_and_a_shutdown_until_killed(june: str
 SUBMITTED = """
 import json, os, sys, time
 import fray_ray as ray
-from fray_ray._private import runtime_state
+from fray_ray._private.core import runtime_state
 
 ray.init()
 

@@ -7,7 +7,7 @@ import ast
 import inspect
 import textwrap
 
-from fray_ray._private.actor_host import RayActorHost
+from fray_ray._private.workers.actor_host import RayActorHost
 
 
 def _assigned_attributes(statement: ast.stmt) -> set[str]:

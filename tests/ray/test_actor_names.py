@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import fray_ray as ray
-from fray_ray._private.launcher import WorkerLauncher
+from fray_ray._private.driver.launcher import WorkerLauncher
 from fray_ray.iris.names import validate_segment
 
 pytestmark = pytest.mark.usefixtures("cluster_session")

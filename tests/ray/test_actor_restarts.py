@@ -14,19 +14,19 @@ import pytest
 
 import fray_ray as ray
 from fray_ray import exceptions
-from fray_ray._private import actor_restarts as rules
-from fray_ray._private import ids
-from fray_ray._private.actor_restarts import CallFate, RetryBudget
-from fray_ray._private.actors import ActorManager
-from fray_ray._private.cluster_ledger import ClusterLedger
-from fray_ray._private.execution import make_task_error
-from fray_ray._private.object_store import ObjectStore, ObjectStoreConfig
-from fray_ray._private.object_table import ObjectTable
-from fray_ray._private.protocol import ConnectionClosed
-from fray_ray._private.serialization import deserialize, serialize, serialize_error
-from fray_ray._private.streams import StreamTable
-from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, Arguments, CodeBlob, ResourceShape
-from fray_ray._private.timers import TimerQueue
+from fray_ray._private.core.execution import make_task_error
+from fray_ray._private.core.task_spec import ActorCallSpec, ActorCreationSpec, Arguments, CodeBlob, ResourceShape
+from fray_ray._private.driver import actor_restarts as rules
+from fray_ray._private.driver.actor_restarts import CallFate, RetryBudget
+from fray_ray._private.driver.actors import ActorManager
+from fray_ray._private.driver.cluster_ledger import ClusterLedger
+from fray_ray._private.driver.streams import StreamTable
+from fray_ray._private.driver.timers import TimerQueue
+from fray_ray._private.objects import ids
+from fray_ray._private.objects.object_store import ObjectStore, ObjectStoreConfig
+from fray_ray._private.objects.object_table import ObjectTable
+from fray_ray._private.objects.serialization import deserialize, serialize, serialize_error
+from fray_ray._private.stream.protocol import ConnectionClosed
 
 
 def wait_for(predicate, timeout: float = 60.0, interval: float = 0.02):
@@ -447,7 +447,7 @@ def test_an_actor_whose_greeting_the_driver_answers_late_lives_on(fresh_shutdown
     """A driver too busy to answer a new actor's greeting within 10 s (a loaded machine) must not
     make the actor connect a second time: the first connection's close would then look like the
     actor's death, and the actor would be killed while it serves."""
-    from fray_ray._private.session import SessionService
+    from fray_ray._private.driver.session import SessionService
 
     answer = SessionService._hello
     delayed: list[bytes] = []  # the one greeting answered late

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from fray_ray._private.argument_checks import ArgumentCheck
+from fray_ray._private.core.argument_checks import ArgumentCheck
 
 
 def plain(a, b, c=3): ...

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 import msgpack
 import pytest
 
-from fray_ray._private import outbox
-from fray_ray._private.frames import BATCH, NOTIFY
-from fray_ray._private.outbox import flush_deferred
-from fray_ray._private.protocol import Connection
+from fray_ray._private.stream import outbox
+from fray_ray._private.stream.frames import BATCH, NOTIFY
+from fray_ray._private.stream.outbox import flush_deferred
+from fray_ray._private.stream.protocol import Connection
 from tests.waiting import wait_for
 
 PREFIX = struct.Struct("<II")

@@ -11,13 +11,13 @@ from collections.abc import Iterator
 import pytest
 
 from fray_ray._private import messages
+from fray_ray._private.core.task_spec import ActorCallSpec, Arguments
+from fray_ray._private.driver.prefetch import DEPTH, MAX_DEPTH, SHORT_TASK_S, PrefetchDepth
 from fray_ray._private.messages import CallDone, MessageError, TaskDone, encode
-from fray_ray._private.object_store import ObjectStore, ObjectStoreConfig
-from fray_ray._private.object_table import ObjectState, ObjectTable
-from fray_ray._private.prefetch import DEPTH, MAX_DEPTH, SHORT_TASK_S, PrefetchDepth
-from fray_ray._private.serialization import SerializedValue, deserialize, serialize, serialize_error
-from fray_ray._private.task_events import TaskEvent, TaskEvents, TaskStatus, TaskType, call_event, finished_call_record
-from fray_ray._private.task_spec import ActorCallSpec, Arguments
+from fray_ray._private.objects.object_store import ObjectStore, ObjectStoreConfig
+from fray_ray._private.objects.object_table import ObjectState, ObjectTable
+from fray_ray._private.objects.serialization import SerializedValue, deserialize, serialize, serialize_error
+from fray_ray._private.observe.task_events import TaskEvent, TaskEvents, TaskStatus, TaskType, call_event, finished_call_record
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ import threading
 import numpy as np
 
 import fray_ray as ray
-from fray_ray._private import runtime_state
-from fray_ray._private.buffers import MIN_POOLED, BufferPool, ReceivedBlocks
-from fray_ray._private.protocol import Connection
-from fray_ray._private.shared_memory import SHARED_MEMORY_DIR_ENV
+from fray_ray._private.core import runtime_state
+from fray_ray._private.objects.shared_memory import SHARED_MEMORY_DIR_ENV
+from fray_ray._private.stream.buffers import MIN_POOLED, BufferPool, ReceivedBlocks
+from fray_ray._private.stream.protocol import Connection
 
 
 def test_a_block_is_reused_only_when_nothing_uses_it() -> None:
@@ -148,7 +148,7 @@ def test_a_worker_reuses_the_block_of_an_argument_it_has_dropped(cluster_session
             self.kept: np.ndarray | None = None
 
         def take(self, array: np.ndarray, keep: bool) -> tuple[int, int, bool, int]:
-            from fray_ray._private.buffers import WORKER_BLOCKS as blocks
+            from fray_ray._private.stream.buffers import WORKER_BLOCKS as blocks
 
             block = array.base
             while isinstance(block, np.ndarray):
@@ -179,7 +179,7 @@ def test_an_executor_reads_each_task_argument_into_the_block_the_last_one_freed(
     # Shared memory turned off: the arguments come down the executor's stream (another host's way).
     @ray.remote(runtime_env={"env_vars": {SHARED_MEMORY_DIR_ENV: ""}})
     def summed(array: np.ndarray) -> tuple[int, int, int]:
-        from fray_ray._private.buffers import WORKER_BLOCKS
+        from fray_ray._private.stream.buffers import WORKER_BLOCKS
 
         return os.getpid(), WORKER_BLOCKS.kept, int(array.sum())
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import fray_ray
-from fray_ray._private import cluster_address
+from fray_ray._private.driver import cluster_address
 from fray_ray.cluster import ClusterConfig, EmbeddedCluster, cpu_worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers

@@ -6,9 +6,9 @@ import logging
 
 import pytest
 
-from fray_ray._private.cluster_ledger import ClusterLedger
-from fray_ray._private.nodes import HEAD_RESOURCE, node_from_host, node_id_for, nodes_from_hosts, resource_attributes
-from fray_ray._private.resources import Ledger
+from fray_ray._private.driver.cluster_ledger import ClusterLedger
+from fray_ray._private.driver.nodes import HEAD_RESOURCE, node_from_host, node_id_for, nodes_from_hosts, resource_attributes
+from fray_ray._private.driver.resources import Ledger
 from fray_ray.fray import HostInfo
 
 

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 import fray_ray
-from fray_ray._private import cluster_address, runtime_state
-from fray_ray._private.launcher import resource_config
-from fray_ray._private.task_spec import ResourceShape
+from fray_ray._private.core import runtime_state
+from fray_ray._private.core.task_spec import ResourceShape
+from fray_ray._private.driver import cluster_address
+from fray_ray._private.driver.launcher import resource_config
 from fray_ray.cluster_utils import AutoscalingCluster, Cluster
 from fray_ray.util.state import list_tasks
 
@@ -160,7 +161,7 @@ def test_a_retry_the_cluster_cannot_place_yet_waits_for_a_node_that_fits(
     view = runtime_state.current().view
     view.refresh = lambda max_age=0.0: False  # the driver has not seen the node go
     try:
-        with caplog.at_level(logging.WARNING, logger="fray_ray._private.executor_pool"):
+        with caplog.at_level(logging.WARNING, logger="fray_ray._private.driver.executor_pool"):
             cluster.remove_node(doomed)
             wait_for(lambda: "tasks wait for a worker the cluster can place" in caplog.text,
                      what="the retry's worker to be refused")

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from fray_ray._private.cluster_ledger import ClusterLedger
-from fray_ray._private.cluster_view import ClusterView
-from fray_ray._private.nodes import node_id_for
+from fray_ray._private.driver.cluster_ledger import ClusterLedger
+from fray_ray._private.driver.cluster_view import ClusterView
+from fray_ray._private.driver.nodes import node_id_for
 from fray_ray.fray import HostInfo
 from fray_ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

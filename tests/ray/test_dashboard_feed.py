@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 import pytest
 
 import fray_ray
-from fray_ray._private import runtime_state
-from fray_ray._private.dashboard_feed import FEED_ENDPOINT, DashboardFeed
+from fray_ray._private.core import runtime_state
+from fray_ray._private.driver.dashboard_feed import FEED_ENDPOINT, DashboardFeed
 from fray_ray.cluster import ClusterConfig, EmbeddedCluster, cpu_worker
 
 T = TypeVar("T")
@@ -113,7 +113,7 @@ def test_a_feed_without_a_state_reader_answers_404() -> None:
 
 
 def test_the_state_reader_reads_the_drivers_rows_by_kind() -> None:
-    from fray_ray._private.state_feed import STATE_KINDS, state_kind, state_reader
+    from fray_ray._private.driver.state_feed import STATE_KINDS, state_kind, state_reader
 
     class Driver:
         pass

@@ -21,7 +21,7 @@ import fray_ray as ray
 
 spill = json.dumps({"type": "filesystem", "params": {"directory_path": sys.argv[1]}})
 ray.init(num_cpus=1, _system_config={"object_spilling_config": spill})
-from fray_ray._private import runtime_state
+from fray_ray._private.core import runtime_state
 limit = ray.cluster_resources()["object_store_memory"]
 refs = [ray.put(np.full(50 * 1024 * 1024 // 8, i, dtype=np.int64)) for i in range(20)]  # 1000 MiB
 values = [int(ray.get(ref)[-1]) for ref in refs]

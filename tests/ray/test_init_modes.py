@@ -73,7 +73,7 @@ def test_a_function_runs_in_each_session_and_keeps_none_of_them_alive() -> None:
     import gc
     import weakref
 
-    from fray_ray._private import runtime_state
+    from fray_ray._private.core import runtime_state
 
     for mode in ({"local_mode": True}, {"num_cpus": 1}):
         ray.init(**mode)

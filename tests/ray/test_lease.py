@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from fray_ray._private.lease import LEASE_HOLDER_SOURCE, FateMode, SessionLease
-from fray_ray._private.protocol import Connection
-from fray_ray._private.stream_server import StreamServer
+from fray_ray._private.driver.lease import LEASE_HOLDER_SOURCE, FateMode, SessionLease
+from fray_ray._private.stream.protocol import Connection
+from fray_ray._private.stream.stream_server import StreamServer
 from fray_ray.iris.controller_client import ControllerClient
 from fray_ray.iris.types import JobState
 
@@ -219,7 +219,7 @@ def test_a_detached_actor_outlives_crashes_and_a_shutdown_until_killed(
 SUBMITTED = """
 import json, os, sys, time
 import fray_ray as ray
-from fray_ray._private import runtime_state
+from fray_ray._private.core import runtime_state
 
 ray.init()
 

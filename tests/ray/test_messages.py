@@ -10,9 +10,18 @@ import msgpack
 import numpy as np
 import pytest
 
-from fray_ray._private import ids, messages
-from fray_ray._private.messages import (
+from fray_ray._private import messages
+from fray_ray._private.core.task_spec import (
+    ActorCallSpec,
+    Arguments,
     CallArguments,
+    CodeBlob,
+    PoolKey,
+    ResourceShape,
+    TaskSpec,
+    inline_arguments,
+)
+from fray_ray._private.messages import (
     CallMethod,
     CreateInstance,
     ExecuteTask,
@@ -23,11 +32,10 @@ from fray_ray._private.messages import (
     Stored,
     SubmitTask,
     TaskDone,
-    inline_arguments,
 )
-from fray_ray._private.protocol import Connection, RemoteError
-from fray_ray._private.serialization import INLINE_LIMIT, deserialize, serialize
-from fray_ray._private.task_spec import ActorCallSpec, Arguments, CodeBlob, PoolKey, ResourceShape, TaskSpec
+from fray_ray._private.objects import ids
+from fray_ray._private.objects.serialization import INLINE_LIMIT, deserialize, serialize
+from fray_ray._private.stream.protocol import Connection, RemoteError
 
 
 def _through_the_wire(message: messages.Message) -> messages.Message:

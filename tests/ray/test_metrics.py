@@ -6,7 +6,7 @@ import time
 import uuid
 
 import fray_ray
-from fray_ray._private.metrics import MetricKind, MetricSpec, Registry, process_registry, prometheus_text
+from fray_ray._private.observe.metrics import MetricKind, MetricSpec, Registry, process_registry, prometheus_text
 from fray_ray.util import metrics
 
 DEADLINE_S = 120

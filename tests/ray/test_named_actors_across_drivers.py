@@ -132,7 +132,7 @@ def test_a_second_driver_whose_gate_connection_is_refused_calls_through_actor_se
     ray.get(counter.incr.remote())
     out = _other_driver(cluster.address, cluster.token, f"""
         import threading
-        from fray_ray._private import remote_actors
+        from fray_ray._private.driver import remote_actors
 
         def with_a_wrong_token(init):
             def init_(self, *args):

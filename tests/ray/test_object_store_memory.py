@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import fray_ray as ray
-from fray_ray._private import runtime_state
-from fray_ray._private.object_store import ObjectStoreConfig
-from fray_ray._private.spilling import OWNER_FILE, SPILL_PREFIX
+from fray_ray._private.core import runtime_state
+from fray_ray._private.objects.object_store import ObjectStoreConfig
+from fray_ray._private.objects.spilling import OWNER_FILE, SPILL_PREFIX
 from fray_ray.exceptions import ObjectStoreFullError, RayTaskError
 
 MiB = 1024 * 1024

@@ -656,3 +656,15 @@ def test_accelerators_tpu_is_util_tpu() -> None:
     import fray_ray.util.tpu
 
     assert accelerators.tpu is fray_ray.util.tpu
+
+
+def test_an_actor_spec_made_without_options_has_the_tables_defaults() -> None:
+    # ActorCreationSpec sits below the options table, so it spells Ray's defaults out itself.
+    from fray_ray._private.core.task_spec import ActorCreationSpec
+    from fray_ray._private.options.model import Context, Kind
+    from fray_ray._private.options.table import default
+
+    fields = {f.name: f.default for f in dataclasses.fields(ActorCreationSpec)}
+    assert fields["max_concurrency"] == default(Kind.ACTOR, "max_concurrency", Context())
+    assert fields["max_restarts"] == default(Kind.ACTOR, "max_restarts")
+    assert fields["max_task_retries"] == default(Kind.ACTOR, "max_task_retries")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import fray_ray
-from fray_ray._private.output_folding import HINT, FoldSettings, OutputFolder, pattern_of
+from fray_ray._private.observe.output_folding import HINT, FoldSettings, OutputFolder, pattern_of
 
 DEADLINE_S = 180.0
 

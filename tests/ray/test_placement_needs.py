@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fray_ray._private.cluster_ledger import ClusterLedger
-from fray_ray._private.nodes import nodes_from_hosts, placement_needs, resource_attributes
+from fray_ray._private.driver.cluster_ledger import ClusterLedger
+from fray_ray._private.driver.nodes import nodes_from_hosts, placement_needs, resource_attributes
 from fray_ray.fray import HostInfo
 
 

@@ -10,8 +10,8 @@ import tracemalloc
 import msgpack
 import pytest
 
-from fray_ray._private import protocol
-from fray_ray._private.protocol import Connection, ConnectionClosed, RemoteError
+from fray_ray._private.stream import protocol
+from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 
 PREFIX = struct.Struct("<II")
 LENGTH = struct.Struct("<Q")

@@ -1,172 +1,200 @@
-"""The Ray layer's private package sits below the API it serves.
+"""The Ray layer's runtime (`fray_ray._private`) is a stack of packages, read from the bottom up.
 
-`fray_ray._private` never imports the public modules (`fray_ray._api`, `fray_ray.actor`,
-`fray_ray.remote_function`, `fray_ray.util`): what it needs from them is handed to it (the
-auto-init hook, the actor-handle factory). So no import cycle runs through those modules, and
-the private package can be read, and imported, on its own.
+- `stream` (every process): the stream protocol: frames, outbox, connection, read lending,
+  spinning waits, the authenticating front door.
+- `objects` (every process): ids, serialization, reference counts, the object table, its
+  store, shared memory and spilling.
+- `core` (every process): what the API hands out and what a call carries: refs, generators,
+  placement group handles, runtime envs, task specs and context, the `CoreRuntime` interface
+  and the process's runtime.
+- `options` (every process): Ray's options: one table, checked keywords, typed values.
+- `messages` (every process): what a driver and its workers say to each other on the stream.
+- `observe` (every process): what a run records for people to see: task events, metrics,
+  worker logs, folded output, progress bars.
+- `driver` (the driver only): session service, scheduler, executor pools, actors, gangs,
+  placement groups, launcher, lease, cluster view and ledger, the state API's sources.
+- `workers` (a worker only): executors, actor hosts, the worker runtime, worker start-up.
+- `bootstrap` (a module; the driver): builds the driver for `init()`, handing it the
+  workers' entry points.
+
+Each package imports only those named for it in `MAY_IMPORT`; the driver and the workers never
+import each other. Every import counts: at module level, inside functions and under
+`TYPE_CHECKING`. No import cycle runs anywhere through the Ray layer (the runtime, the API and
+`fray_ray.exceptions`), and the runtime never imports the public API modules: what it needs
+from them is handed to it (the auto-init hook, the actor-handle factory).
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+import sys
 from pathlib import Path
 
 import fray_ray
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for import_graph
+from import_graph import import_cycles, import_graph, module_names  # noqa: E402
+
 PACKAGE = Path(fray_ray.__file__).parent
-#: The public modules the private package must not reach (`fray_ray._actor_handle` holds the
-#: classes `fray_ray.actor` exports for calling actors).
+RUNTIME = "fray_ray._private"
+#: Runtime package -> the runtime packages it may import (besides itself).
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "stream": frozenset(),
+    "objects": frozenset({"stream"}),
+    "core": frozenset({"stream", "objects"}),
+    "options": frozenset({"stream", "objects", "core"}),
+    "messages": frozenset({"stream", "objects", "core"}),
+    "observe": frozenset({"stream", "objects", "core", "messages"}),
+    "driver": frozenset({"stream", "objects", "core", "options", "messages", "observe"}),
+    "workers": frozenset({"stream", "objects", "core", "options", "messages", "observe"}),
+    "bootstrap": frozenset({"stream", "objects", "core", "options", "messages", "observe", "driver", "workers"}),
+}
+#: Packages that may import the layers below the Ray layer (the Fray client, the embedded
+#: cluster, Iris); the others know no cluster. `options` checks a TPU variant against Fray's
+#: table of TPU topologies.
+CLUSTER_AWARE = frozenset({"driver", "workers", "bootstrap", "options"})
+CLUSTER = ("fray_ray.fray", "fray_ray.cluster", "fray_ray.iris")
+#: The public modules the runtime must not reach (`fray_ray._actor_handle` holds the classes
+#: `fray_ray.actor` exports for calling actors).
 API = ("fray_ray._api", "fray_ray._actor_handle", "fray_ray.actor", "fray_ray.remote_function", "fray_ray.util")
 #: Layers below the Ray layer, with layering tests of their own.
 LOWER_LAYERS = ("fray_ray.fray", "fray_ray.iris", "fray_ray.cluster")
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
 
 
-def _modules() -> dict[str, Path]:
-    modules = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
-    return {name: path for name, path in modules.items() if not name.startswith(LOWER_LAYERS)}
-
-
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _runtime_imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement that runs (at import time or in a function), not those that
-    only type checkers see."""
-    for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            yield from (n for child in node.orelse for n in _runtime_imports_of(child))
-            continue
-        yield from _runtime_imports_of(node)
-
-
-def _runtime_imports_of(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-        yield node
-    else:
-        yield from _runtime_imports(node)
-
-
-def _targets(module: str, path: Path, node: ast.Import | ast.ImportFrom, known: set[str]) -> list[str]:
-    """The fray_ray modules an import statement loads: `from package import name` loads the
-    package (its `__init__` runs), and the submodule too when `name` is one."""
-    if isinstance(node, ast.Import):
-        return [alias.name for alias in node.names if alias.name.startswith("fray_ray")]
-    base = node.module or ""
-    if node.level:
-        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-        package = package[: len(package) - (node.level - 1)]
-        base = ".".join(package + ([node.module] if node.module else []))
-    if not base.startswith("fray_ray"):
-        return []
-    submodules = [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known]
-    return [base, *submodules]
+def runtime_package(module: str) -> str | None:
+    """The runtime package a module belongs to (`driver` for `fray_ray._private.driver.actors`);
+    None outside the runtime and for `fray_ray._private` itself."""
+    if not module.startswith(RUNTIME + "."):
+        return None
+    return module[len(RUNTIME) + 1 :].split(".")[0]
 
 
 def _graph() -> dict[str, set[str]]:
-    """Module -> the fray_ray modules it imports at run time."""
-    modules = _modules()
-    everything = {_module_name(path) for path in PACKAGE.rglob("*.py")}
-    graph: dict[str, set[str]] = {name: set() for name in modules}
-    for name, path in modules.items():
-        for node in _runtime_imports(ast.parse(path.read_text())):
-            graph[name].update(t for t in _targets(name, path, node, everything) if t != name)
-    return graph
+    return import_graph(PACKAGE, "fray_ray")
 
 
-def _is_api(module: str) -> bool:
-    return any(module == api or module.startswith(api + ".") for api in API)
+def layer_violations(graph: dict[str, set[str]], may_import: dict[str, frozenset[str]]) -> list[str]:
+    """Imports from one runtime package into another it may not import."""
+    found = []
+    for module, targets in graph.items():
+        source = runtime_package(module)
+        if source is None:
+            continue
+        for target in targets:
+            package = runtime_package(target)
+            if package is not None and package != source and package not in may_import.get(source, frozenset()):
+                found.append(f"{module} imports {target}")
+    return sorted(found)
 
 
-def test_the_private_package_never_imports_the_api() -> None:
+def test_every_runtime_module_is_in_a_known_package() -> None:
+    # A new package must say where it stands before it can hold code.
+    packages = {runtime_package(name) for name in module_names(PACKAGE, "fray_ray")} - {None}
+    assert packages == set(MAY_IMPORT)
+
+
+def test_runtime_packages_import_only_the_packages_below_them() -> None:
+    assert layer_violations(_graph(), MAY_IMPORT) == []
+
+
+def test_the_driver_and_the_workers_never_import_each_other() -> None:
+    assert "workers" not in MAY_IMPORT["driver"] and "driver" not in MAY_IMPORT["workers"]
+    graph = _graph()
+    crossing = sorted(
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if {runtime_package(module), runtime_package(target)} == {"driver", "workers"}
+    )
+    assert crossing == []
+
+
+def test_only_the_driver_and_the_workers_reach_the_cluster() -> None:
     offenders = sorted(
         f"{module} imports {target}"
         for module, targets in _graph().items()
-        if module.startswith("fray_ray._private")
+        if runtime_package(module) not in (None, *CLUSTER_AWARE)
         for target in targets
-        if _is_api(target) or target == "fray_ray"
+        if any(_within(target, layer) for layer in CLUSTER)
     )
     assert offenders == []
 
 
-def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
-    """Strongly connected components with more than one module (Tarjan, iteratively)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    components: list[set[str]] = []
-    counter = 0
-    for root in graph:
-        if root in index:
+def test_package_inits_import_nothing_but_their_own_modules() -> None:
+    # Importing one module of a package must not load its siblings or other packages: a
+    # package's __init__ may only gather its own modules (options and messages do, as their
+    # public face); the others hold a docstring alone.
+    offenders = []
+    for name, path in module_names(PACKAGE / "_private", RUNTIME).items():
+        if path.name != "__init__.py":
             continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, successors = work[-1]
-            advanced = False
-            for successor in successors:
-                if successor not in graph:
-                    continue
-                if successor not in index:
-                    index[successor] = low[successor] = counter
-                    counter += 1
-                    stack.append(successor)
-                    on_stack.add(successor)
-                    work.append((successor, iter(sorted(graph[successor]))))
-                    advanced = True
-                    break
-                if successor in on_stack:
-                    low[node] = min(low[node], index[successor])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = set()
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.add(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    components.append(component)
-    return components
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fray_ray"):
+                if not _within(node.module, name) or node.module == name:
+                    offenders.append(f"{name} imports {node.module}")
+    assert offenders == []
 
 
-def test_no_import_cycle_runs_through_the_api() -> None:
-    through_api = [sorted(c) for c in _cycles(_graph()) if any(_is_api(m) for m in c)]
-    assert through_api == []
+def test_the_runtime_never_imports_the_api() -> None:
+    offenders = sorted(
+        f"{module} imports {target}"
+        for module, targets in _graph().items()
+        if _within(module, RUNTIME)
+        for target in targets
+        if target == "fray_ray" or any(_within(target, api) for api in API)
+    )
+    assert offenders == []
 
 
-def test_the_cycle_finder_finds_a_cycle() -> None:
-    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
-    assert _cycles(graph) == [{"a", "b", "c"}]
+def test_exceptions_reach_into_the_runtime_only_for_traceback_text() -> None:
+    # The runtime raises fray_ray.exceptions everywhere; the exceptions format a task's
+    # traceback with `core.user_tracebacks`, which imports nothing of fray_ray.
+    graph = _graph()
+    runtime_targets = {t for t in graph["fray_ray.exceptions"] if _within(t, RUNTIME)}
+    assert runtime_targets <= {RUNTIME, f"{RUNTIME}.core", f"{RUNTIME}.core.user_tracebacks"}
+    assert not graph[f"{RUNTIME}.core.user_tracebacks"]
 
 
-def test_naming_the_package_depends_on_its_init() -> None:
+def test_no_import_cycle_in_the_ray_layer() -> None:
+    # Module-level, function-level and TYPE_CHECKING imports alike, across the runtime, the
+    # public API and fray_ray.exceptions (the layers below have tests of their own).
+    cycles = [c for c in import_cycles(PACKAGE, "fray_ray") if not any(_within(m, low) for low in LOWER_LAYERS for m in c)]
+    assert cycles == []
+
+
+def test_the_layer_rule_finds_a_violation() -> None:
+    graph = {
+        f"{RUNTIME}.stream.protocol": {f"{RUNTIME}.objects.serialization"},  # upward
+        f"{RUNTIME}.driver.scheduler": {f"{RUNTIME}.workers.executor", f"{RUNTIME}.core.task_spec"},
+        f"{RUNTIME}.core.task_spec": {f"{RUNTIME}.objects.serialization", "fray_ray.exceptions"},
+    }
+    assert layer_violations(graph, MAY_IMPORT) == [
+        f"{RUNTIME}.driver.scheduler imports {RUNTIME}.workers.executor",
+        f"{RUNTIME}.stream.protocol imports {RUNTIME}.objects.serialization",
+    ]
+
+
+def test_the_graph_counts_function_and_type_checking_imports(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("def f():\n    from pkg import b\n")
+    (package / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import f\n")
+    assert import_graph(package, "pkg") == {"pkg": set(), "pkg.a": {"pkg", "pkg.b"}, "pkg.b": {"pkg.a"}}
+    assert import_cycles(package, "pkg") == [["pkg.a", "pkg.b"]]
+
+
+def test_naming_the_package_depends_on_its_init(tmp_path: Path) -> None:
     # `from fray_ray import exceptions` runs fray_ray/__init__.py, which imports the API: in
     # an API module that is a cycle through the package, and the graph must show it.
-    known = {"fray_ray", "fray_ray.exceptions", "fray_ray._api"}
-    statement = ast.parse("from fray_ray import exceptions").body[0]
-    assert isinstance(statement, ast.ImportFrom)
-    targets = _targets("fray_ray._api", PACKAGE / "_api.py", statement, known)
-    assert sorted(targets) == ["fray_ray", "fray_ray.exceptions"]
-    graph = {"fray_ray": {"fray_ray._api"}, "fray_ray._api": set(targets), "fray_ray.exceptions": set()}
-    assert _cycles(graph) == [{"fray_ray", "fray_ray._api"}]
+    package = tmp_path / "top"
+    package.mkdir()
+    (package / "__init__.py").write_text("from top import api\n")
+    (package / "api.py").write_text("from top import errors\n")
+    (package / "errors.py").write_text("")
+    assert import_graph(package, "top")["top.api"] == {"top", "top.errors"}
+    assert import_cycles(package, "top") == [["top", "top.api"]]

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from fray_ray._private import read_lending
-from fray_ray._private.protocol import Connection
+from fray_ray._private.stream import read_lending
+from fray_ray._private.stream.protocol import Connection
 from tests.waiting import wait_for
 
 

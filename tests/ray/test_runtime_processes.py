@@ -157,7 +157,7 @@ def test_large_arguments_and_results_cross_processes() -> None:
 
 
 def test_objects_are_freed_when_no_ref_remains() -> None:
-    runtime = ray._private.runtime_state.current()  # type: ignore[attr-defined]
+    runtime = ray._private.core.runtime_state.current()  # type: ignore[attr-defined]
     ref = ray.put(np.zeros(1_000_000))
     object_id = ref.binary()
     assert runtime.objects.known(object_id)

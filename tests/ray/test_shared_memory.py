@@ -15,12 +15,11 @@ import numpy as np
 import pytest
 
 import fray_ray as ray
-from fray_ray._private import messages, runtime_state
-from fray_ray._private.buffers import MIN_POOLED, BufferPool, in_use
+from fray_ray._private import messages
+from fray_ray._private.core import runtime_state
 from fray_ray._private.messages import GetObjects, Objects, ReturnShared
-from fray_ray._private.protocol import Connection
-from fray_ray._private.serialization import SerializedValue, deserialize, serialize
-from fray_ray._private.shared_memory import (
+from fray_ray._private.objects.serialization import SerializedValue, deserialize, serialize
+from fray_ray._private.objects.shared_memory import (
     SHARED_MEMORY_DIR_ENV,
     WORKER_BORROWS,
     BorrowedBlocks,
@@ -29,7 +28,9 @@ from fray_ray._private.shared_memory import (
     allocator,
     host_identity,
 )
-from fray_ray._private.worker import WorkerRuntime
+from fray_ray._private.stream.buffers import MIN_POOLED, BufferPool, in_use
+from fray_ray._private.stream.protocol import Connection
+from fray_ray._private.workers.runtime import WorkerRuntime
 
 SIZE = 8 << 20  # well above MIN_POOLED, small enough for a loaded 2-core machine
 

@@ -23,8 +23,8 @@ import cloudpickle
 import pytest
 
 import fray_ray
-from fray_ray._private import spin_wait
-from fray_ray._private.spin_wait import SPIN_ENV, SpinningPoll, SpinningSelector, spin_budget
+from fray_ray._private.stream import spin_wait
+from fray_ray._private.stream.spin_wait import SPIN_ENV, SpinningPoll, SpinningSelector, spin_budget
 
 # This module's functions travel by value: the workers' bundle is a temp dir, not this checkout.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -238,7 +238,7 @@ def test_a_bad_setting_warns_and_keeps_the_default(
     monkeypatch: pytest.MonkeyPatch, two_cpus: None, caplog: pytest.LogCaptureFixture, value: str
 ) -> None:
     monkeypatch.setenv(SPIN_ENV, value)
-    with caplog.at_level(logging.WARNING, logger="fray_ray._private.spin_wait"):
+    with caplog.at_level(logging.WARNING, logger="fray_ray._private.stream.spin_wait"):
         assert spin_budget() == spin_wait.DEFAULT_SPIN_US / 1e6
     assert SPIN_ENV in caplog.text and repr(value) in caplog.text
 
@@ -257,7 +257,7 @@ def test_workers_that_are_threads_of_the_driver_turn_it_off(two_cpus: None, fres
 
 
 def _worker_spin_setting() -> dict[str, Any]:
-    from fray_ray._private import runtime_state
+    from fray_ray._private.core import runtime_state
 
     connection = runtime_state.current().connection
     poll = getattr(connection._raw, "_poll", None)  # made when the worker first waited on its session
@@ -272,7 +272,7 @@ def test_workers_take_the_drivers_setting(monkeypatch: pytest.MonkeyPatch, fresh
 
 
 def _spins_while_idle() -> bool:
-    from fray_ray._private import runtime_state
+    from fray_ray._private.core import runtime_state
 
     return bool(runtime_state.current().connection._raw.spin)
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import fray_ray
-from fray_ray._private.serialization import serialize_error
-from fray_ray._private.task_events import TaskEvent, TaskEvents, TaskStatus, TaskType
+from fray_ray._private.objects.serialization import serialize_error
+from fray_ray._private.observe.task_events import TaskEvent, TaskEvents, TaskStatus, TaskType
 from fray_ray.util import state
 from fray_ray.util.state import RayStateApiException
 
@@ -406,7 +406,7 @@ def test_history_is_bounded_and_live_attempts_stay() -> None:
 
 
 def test_history_limit_follows_rays_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fray_ray._private.task_events import DEFAULT_HISTORY, history_limit
+    from fray_ray._private.observe.task_events import DEFAULT_HISTORY, history_limit
 
     monkeypatch.setenv("RAY_task_events_max_num_task_in_gcs", "7")
     assert history_limit() == 7

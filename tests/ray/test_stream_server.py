@@ -12,8 +12,8 @@ from typing import Any
 import msgpack
 import pytest
 
-from fray_ray._private.protocol import Connection, RemoteError
-from fray_ray._private.stream_server import GateStats, StreamLimits, StreamServer, introduce
+from fray_ray._private.stream.protocol import Connection, RemoteError
+from fray_ray._private.stream.stream_server import GateStats, StreamLimits, StreamServer, introduce
 
 TOKEN = "s" * 32
 PREFIX = struct.Struct("<II")

@@ -69,8 +69,8 @@ def spin_for(seconds: float) -> int:
 
 
 def test_short_tasks_queue_deep_but_not_behind_a_long_one(fresh_shutdown: None) -> None:
-    from fray_ray._private import runtime_state
-    from fray_ray._private.prefetch import DEPTH
+    from fray_ray._private.core import runtime_state
+    from fray_ray._private.driver.prefetch import DEPTH
 
     fray_ray.init(num_cpus=2)  # two executors at most: queues are where work waits
     fray_ray.get([quick.remote() for _ in range(200)], timeout=120)

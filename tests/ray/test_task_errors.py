@@ -12,9 +12,9 @@ import pytest
 
 import fray_ray as ray
 from fray_ray import exceptions
-from fray_ray._private.execution import make_task_error
-from fray_ray._private.serialization import SerializedValue, deserialize, serialize_error
-from fray_ray._private.task_errors import UnrebuildableTaskError
+from fray_ray._private.core.execution import make_task_error
+from fray_ray._private.objects.serialization import SerializedValue, deserialize, serialize_error
+from fray_ray.exceptions import _UnrebuildableTaskError
 
 
 class NeedsTwo(Exception):
@@ -62,7 +62,7 @@ def test_ordinary_cause_keeps_its_type_and_attributes() -> None:
 
 def test_cause_that_cannot_be_rebuilt_becomes_unrebuildable_task_error() -> None:
     error = _round_trip(NeedsTwo(7, "the detail"))
-    assert type(error) is UnrebuildableTaskError
+    assert type(error) is _UnrebuildableTaskError
     assert isinstance(error, exceptions.RayTaskError)
     assert isinstance(error, exceptions.UnserializableException)
     assert error.type_name == f"{__name__}.NeedsTwo"
@@ -75,7 +75,7 @@ def test_cause_that_cannot_be_rebuilt_becomes_unrebuildable_task_error() -> None
     assert "ray::job.step()" in text and "NeedsTwo: 7" in text
     assert isinstance(error.cause, exceptions.RayError) and "NeedsTwo" in str(error.cause)
     again = pickle.loads(pickle.dumps(error))  # it travels on as itself
-    assert type(again) is UnrebuildableTaskError and str(again) == text
+    assert type(again) is _UnrebuildableTaskError and str(again) == text
 
 
 @pytest.mark.parametrize("cause", [HoldsALock("holds a lock"), RefusesPickling("refuses")], ids=["lock", "reduce"])

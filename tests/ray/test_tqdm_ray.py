@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fray_ray._private.progress_bars import MAGIC, ProgressBars, render
+from fray_ray._private.observe.progress_bars import MAGIC, ProgressBars, render
 from fray_ray.experimental.tqdm_ray import tqdm
 
 DEADLINE_S = 300

@@ -19,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from fray_ray._private import code_source, user_tracebacks
+import fray_ray
+from fray_ray._private.core import excepthook, user_tracebacks
+from fray_ray._private.objects import code_source
 
 DEADLINE_S = 180.0
-FRAY_RAY_DIR = os.path.dirname(os.path.dirname(os.path.abspath(user_tracebacks.__file__))) + os.sep
+FRAY_RAY_DIR = os.path.dirname(os.path.abspath(fray_ray.__file__)) + os.sep
 
 SCRIPT = '''
 import os
@@ -265,7 +267,7 @@ def test_excepthook_another_program_set_is_left_alone(monkeypatch: pytest.Monkey
         pass
 
     monkeypatch.setattr(sys, "excepthook", theirs)
-    user_tracebacks.install_excepthook()
+    excepthook.install_excepthook()
     assert sys.excepthook is theirs
 
 

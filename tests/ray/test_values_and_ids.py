@@ -9,9 +9,9 @@ import pickle
 import cloudpickle
 import pytest
 
-from fray_ray._private import ids
-from fray_ray._private.object_ref import ObjectRef
-from fray_ray._private.serialization import deserialize, serialize
+from fray_ray._private.core.object_ref import ObjectRef
+from fray_ray._private.objects import ids
+from fray_ray._private.objects.serialization import deserialize, serialize
 
 PLAIN = [
     ((1, "two", 3.0, None, True, b"\x00"), {"key": [1, 2]}),

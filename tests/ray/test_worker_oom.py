@@ -8,8 +8,8 @@ import signal
 import pytest
 
 import fray_ray as ray
-from fray_ray._private.launcher import WORKER_MEMORY_OVERHEAD
-from fray_ray._private.worker_exits import worker_death_error
+from fray_ray._private.driver.launcher import WORKER_MEMORY_OVERHEAD
+from fray_ray._private.driver.worker_exits import worker_death_error
 from fray_ray.cluster._cgroups import MemoryCgroups
 from fray_ray.exceptions import OutOfMemoryError, RayError, WorkerCrashedError
 

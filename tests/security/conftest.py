@@ -25,7 +25,7 @@ def driver() -> Iterator[Target]:
     if fray_ray.is_initialized():
         fray_ray.shutdown()
     fray_ray.init(num_cpus=2, namespace="security")
-    from fray_ray._private import runtime_state
+    from fray_ray._private.core import runtime_state
 
     runtime: Any = runtime_state.current()
     cluster = runtime._owned[0]  # the embedded cluster this driver started

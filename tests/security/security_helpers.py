@@ -34,7 +34,7 @@ class Target:
 
 
 def session_gate_stats() -> Any:
-    from fray_ray._private import runtime_state
+    from fray_ray._private.core import runtime_state
 
     return runtime_state.current().session.gate_stats()
 

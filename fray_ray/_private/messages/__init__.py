@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from fray_ray._private.messages._codec import (
     BatchMessageHandler,
-    CallArguments,
     Message,
     MessageError,
     MessageHandler,
@@ -28,7 +27,6 @@ from fray_ray._private.messages._codec import (
     decode,
     encode,
     handlers,
-    inline_arguments,
     notify,
     reply,
     reply_of,
@@ -104,7 +102,6 @@ __all__ = [
     "ActorReady",
     "BatchMessageHandler",
     "Borrow",
-    "CallArguments",
     "CallDone",
     "CallMethod",
     "Cancel",
@@ -165,7 +162,6 @@ __all__ = [
     "decode",
     "encode",
     "handlers",
-    "inline_arguments",
     "notify",
     "reply",
     "reply_of",

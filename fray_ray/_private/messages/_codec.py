@@ -7,16 +7,15 @@ import concurrent.futures
 import dataclasses
 import enum
 import logging
-import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 import cloudpickle
 
-from fray_ray._private.protocol import Connection, Handler
-from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue
-from fray_ray._private.task_spec import Arguments, CodeBlob
+from fray_ray._private.core.task_spec import CallArguments, CodeBlob
+from fray_ray._private.objects.serialization import SerializedValue
+from fray_ray._private.stream.protocol import Connection, Handler
 
 logger = logging.getLogger(__name__)
 
@@ -146,55 +145,6 @@ def _layout(cls: type[Message]) -> _Layout:
         layout = _Layout(frozenset(f.name for f in fields), required, special)
         _LAYOUTS[cls] = layout
     return layout
-
-
-# ---- argument values -----------------------------------------------------------------------
-
-#: The `inlined` of arguments that inline nothing (shared: never changed).
-_NOTHING_INLINED: Mapping[bytes, SerializedValue] = types.MappingProxyType({})
-
-
-class CallArguments:
-    """A call's pickled arguments, the ids of its top-level ref arguments, and the values of
-    those small enough to travel with the call (the worker fetches the others). `stored`: the
-    object that holds the pickled arguments instead of `value` (`task_spec.Arguments`). Never
-    changed once made (a plain class: every task and call makes one)."""
-
-    __slots__ = ("value", "top_level", "inlined", "stored")
-
-    def __init__(self, value: SerializedValue, top_level: Sequence[bytes] = (),
-                 inlined: Mapping[bytes, SerializedValue] = _NOTHING_INLINED, stored: bytes | None = None) -> None:
-        self.value = value
-        self.top_level = top_level
-        self.inlined = inlined
-        self.stored = stored
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not CallArguments:
-            return NotImplemented
-        return (self.value == other.value and list(self.top_level) == list(other.top_level)
-                and dict(self.inlined) == dict(other.inlined) and self.stored == other.stored)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"CallArguments({self.value!r}, {self.top_level!r}, {dict(self.inlined)!r}, {self.stored!r})"
-
-
-def inline_arguments(
-    arguments: Arguments, stored: Callable[[bytes], SerializedValue | None], limit: int | None = INLINE_LIMIT
-) -> CallArguments:
-    """`arguments` with the stored values of its top-level refs that are ready and at most
-    `limit` bytes (None: any size), so the worker need not ask for them."""
-    if not arguments.top_level and arguments.stored is None:
-        return CallArguments(arguments.value)  # the commonest call: no ref arguments at all
-    inlined: dict[bytes, SerializedValue] = {}
-    wanted = arguments.top_level if arguments.stored is None else (*arguments.top_level, arguments.stored)
-    for object_id in wanted:
-        found = stored(object_id)
-        if found is not None and (limit is None or found.size <= limit):
-            inlined[object_id] = found
-    return CallArguments(arguments.value, list(arguments.top_level), inlined, arguments.stored)
 
 
 # ---- encoding ------------------------------------------------------------------------------

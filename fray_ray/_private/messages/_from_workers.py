@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from fray_ray._private.core.task_spec import ActorCallSpec, ActorCreationSpec, TaskSpec
 from fray_ray._private.messages._codec import Message, _message, pickled, spec, value, values
-from fray_ray._private.serialization import SerializedValue
-from fray_ray._private.stream_server import HELLO
-from fray_ray._private.task_spec import ActorCallSpec, ActorCreationSpec, TaskSpec
+from fray_ray._private.objects.serialization import SerializedValue
+from fray_ray._private.stream.stream_server import HELLO
 
 # ---- replies -------------------------------------------------------------------------------
 

@@ -6,17 +6,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from fray_ray._private.messages._codec import (
-    CallArguments,
-    Message,
-    _message,
-    arguments,
-    blob,
-    inline_arguments,
-    record,
-)
-from fray_ray._private.serialization import INLINE_LIMIT, SerializedValue
-from fray_ray._private.task_spec import ActorCallSpec, TaskSpec
+from fray_ray._private.core.task_spec import ActorCallSpec, CallArguments, TaskSpec, inline_arguments
+from fray_ray._private.messages._codec import Message, _message, arguments, blob, record
+from fray_ray._private.objects.serialization import INLINE_LIMIT, SerializedValue
 
 # ---- driver to executor --------------------------------------------------------------------
 

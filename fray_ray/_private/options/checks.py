@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from types import FrameType
 from typing import Any, Final
 
-from fray_ray._private import runtime_state
+from fray_ray._private.core import runtime_state
+from fray_ray._private.core.runtime_env import parse_runtime_env
 from fray_ray._private.options.model import Check, Context
 from fray_ray._private.options.quantities import check_quantity
-from fray_ray._private.runtime_env import parse_runtime_env
 
 _PACKAGE_DIR: Final = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 """fray_ray's own directory: frames inside it are not the user's."""

@@ -82,7 +82,7 @@ class Where(enum.Enum):
 _MEANINGS: Final[dict[Where, str]] = {
     Where.DRIVER_RETRY_LOOP: (
         "The driver resubmits a failed task or actor call itself; Iris is told not to retry "
-        "(`_private/scheduler.py`, `_private/gangs.py`, `_private/actor_restarts.py`)."
+        "(`_private/driver/scheduler.py`, `_private/driver/gangs.py`, `_private/driver/actor_restarts.py`)."
     ),
     Where.EXECUTOR_POOL_KEY: (
         "Part of the key that picks the warm worker processes a task runs in "
@@ -90,11 +90,11 @@ _MEANINGS: Final[dict[Where, str]] = {
     ),
     Where.RESOURCE_LEDGER: (
         "Reserved in the session's ledger of what each host has free while the task or actor "
-        "holds it (`_private/resources.py`, `_private/cluster_ledger.py`)."
+        "holds it (`_private/driver/resources.py`, `_private/driver/cluster_ledger.py`)."
     ),
     Where.IRIS_JOB_FIELD: (
         "Sent to Iris in the request that starts the process: its resources, restarts, parent "
-        "(`_private/launcher.py`)."
+        "(`_private/driver/launcher.py`)."
     ),
     Where.DRIVER_SUBMIT: (
         "Read by the driver when the call is submitted: return ids, display names "
@@ -102,27 +102,27 @@ _MEANINGS: Final[dict[Where, str]] = {
     ),
     Where.DRIVER_SCHEDULER: (
         "Chooses the host or placement-group bundle a task or actor runs on "
-        "(`_private/scheduler.py`, `_private/placement_groups.py`)."
+        "(`_private/driver/scheduler.py`, `_private/driver/placement_groups.py`)."
     ),
     Where.ACTOR_REGISTRY: (
         "Names, namespaces, lifetimes and restarts of actors, kept by the driver and the "
-        "session (`_private/actors.py`)."
+        "session (`_private/driver/actors.py`)."
     ),
     Where.ACTOR_HOST: (
         "The process that runs the actor: its call queues, threads and event loop "
-        "(`_private/actor_host.py`)."
+        "(`_private/workers/actor_host.py`)."
     ),
     Where.GANG_PLACEMENT: (
         "Reserves every host of a TPU slice or GPU group and runs one member on each "
-        "(`_private/gangs.py`)."
+        "(`_private/driver/gangs.py`)."
     ),
     Where.WORKER_PROCESS: (
         "Applied in the process that runs the code: environment variables, working directory, "
-        "packages (`_private/runtime_env.py`, `_private/launcher.py`)."
+        "packages (`_private/core/runtime_env.py`, `_private/driver/launcher.py`)."
     ),
     Where.TASK_EVENTS: (
         "Whether the driver records the task's attempts for the state API, the timeline and "
-        "the dashboard (`_private/task_events.py`)."
+        "the dashboard (`_private/observe/task_events.py`)."
     ),
     Where.VALIDATED_ONLY: (
         "Checked as Ray checks it, then not acted on; the note says why. Nothing is dropped "

@@ -17,14 +17,15 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
-from fray_ray._private.options import checks, labels
-from fray_ray._private.options.model import UNSET, Context, Default, Kind, Option, Where
-from fray_ray._private.placement_group_handle import PlacementGroup
-from fray_ray._private.scheduling_strategies import (
+import fray_ray._private.options.checks as checks
+import fray_ray._private.options.labels as labels
+from fray_ray._private.core.placement_group_handle import PlacementGroup
+from fray_ray._private.core.scheduling_strategies import (
     NodeAffinitySchedulingStrategy,
     NodeLabelSchedulingStrategy,
     PlacementGroupSchedulingStrategy,
 )
+from fray_ray._private.options.model import UNSET, Context, Default, Kind, Option, Where
 
 __all__ = [
     "ACTOR_OPTION_KEYS",
@@ -70,7 +71,7 @@ _PLACED: Final = (Where.DRIVER_SCHEDULER,)
 _DEPRECATED_PG: Final = (
     "Ray's deprecated placement-group keyword: without a scheduling_strategy it places the call "
     "as PlacementGroupSchedulingStrategy(placement_group, placement_group_bundle_index, "
-    "placement_group_capture_child_tasks) would (`_private/placement_capture.py`)."
+    "placement_group_capture_child_tasks) would (`_private/core/placement_capture.py`)."
 )
 
 

@@ -19,7 +19,9 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
-from fray_ray._private.options import checks
+import fray_ray._private.options.checks as checks
+from fray_ray._private.core.placement_group_handle import PlacementGroup
+from fray_ray._private.core.scheduling_strategies import SchedulingStrategyT
 from fray_ray._private.options.model import UNSET, Context, Kind, NumReturns, RetryExceptions, Unset
 from fray_ray._private.options.quantities import check_quantity
 from fray_ray._private.options.table import default
@@ -28,8 +30,6 @@ from fray_ray._private.options.validation import (
     validate_method_options,
     validate_task_options,
 )
-from fray_ray._private.placement_group_handle import PlacementGroup
-from fray_ray._private.scheduling_strategies import SchedulingStrategyT
 
 __all__ = ["ActorOptions", "MethodOptions", "TaskOptions"]
 
@@ -166,7 +166,7 @@ class TaskOptions(_Placement):
     gpu: str | None = _default(Kind.TASK, "gpu")
     num_hosts: int = _default(Kind.TASK, "num_hosts")
     gang: bytes | None = _default(Kind.TASK, "_gang")
-    """fray_ray's own keywords: a gang of hosts (see `fray_ray._private.gangs`)."""
+    """fray_ray's own keywords: a gang of hosts (see `fray_ray._private.driver.gangs`)."""
 
     def __post_init__(self) -> None:
         if self.num_returns is UNSET or self.num_returns is None:
@@ -244,7 +244,7 @@ class ActorOptions(_Placement):
     gpu: str | None = _default(Kind.ACTOR, "gpu")
     num_hosts: int = _default(Kind.ACTOR, "num_hosts")
     gang: bytes | None = _default(Kind.ACTOR, "_gang")
-    """fray_ray's own keywords: a gang of hosts (see `fray_ray._private.gangs`)."""
+    """fray_ray's own keywords: a gang of hosts (see `fray_ray._private.driver.gangs`)."""
 
     def __post_init__(self) -> None:
         if self.max_concurrency is UNSET or self.max_concurrency == 0:

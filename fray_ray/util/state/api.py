@@ -23,7 +23,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fray_ray._private import runtime_state, state_source
+from fray_ray._private.core import runtime_state
+from fray_ray._private.driver import state_source
 from fray_ray.util.state.common import (
     DEFAULT_LIMIT,
     DEFAULT_RPC_TIMEOUT,

@@ -1,0 +1,147 @@
+"""Streams in the driver: the items of streaming generator tasks and actor methods.
+
+A generator task (or method) sends each yielded value as it is produced; the driver stores it
+as object `object_id_for(stream_id, i)` and wakes whoever waits for item i. The stream holds a
+reference to each item until the consumer has taken a ref to it, so items nobody consumed
+are freed when the generator is dropped. An error ends the stream with one last item that
+raises it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fray_ray._private.objects.ids import object_id_for
+from fray_ray._private.objects.object_table import ObjectTable
+from fray_ray._private.objects.serialization import SerializedValue, serialize_error
+
+#: What `next_item` returns when the stream has ended.
+END = b""
+
+ChangeCallback = Callable[[], None]
+
+
+@dataclass(eq=False)
+class _Stream:
+    produced: int = 0  # items stored so far (item ids 1..produced)
+    handed_out: int = 0  # items the consumer has taken
+    finished: bool = False
+    released: bool = False
+    handles: int = 0  # live ObjectRefGenerators for this stream
+    callbacks: list[ChangeCallback] = field(default_factory=list)
+
+
+class StreamTable:
+    """Thread-safe state of every open stream, keyed by the producing task or call id."""
+
+    def __init__(self, objects: ObjectTable) -> None:
+        self._objects = objects
+        self._lock = threading.Lock()
+        self._streams: dict[bytes, _Stream] = {}
+
+    def open(self, stream_id: bytes) -> None:
+        with self._lock:
+            self._streams.setdefault(stream_id, _Stream())
+
+    def is_stream(self, stream_id: bytes) -> bool:
+        with self._lock:
+            return stream_id in self._streams
+
+    def add_item(self, stream_id: bytes, index: int, value: SerializedValue) -> None:
+        """Store item `index` (1-based). Items a retry replays (already stored) are dropped."""
+        with self._lock:
+            stream = self._streams.get(stream_id)
+            if stream is None or stream.finished or index != stream.produced + 1:
+                return
+            stream.produced = index
+            callbacks, stream.callbacks = stream.callbacks, []
+            released = stream.released
+        object_id = object_id_for(stream_id, index)
+        try:
+            self._objects.put(object_id, value, copy=False)
+        except Exception as exc:  # noqa: BLE001 - ObjectStoreFullError: the consumer reads it as the item
+            self._objects.put(object_id, serialize_error(exc), copy=False)
+        if not released:
+            self._objects.incref([object_id])  # the stream's hold until the consumer takes it
+        for callback in callbacks:
+            callback()
+
+    def finish(self, stream_id: bytes, error: SerializedValue | None = None) -> None:
+        """End the stream; an error becomes one last item that raises it."""
+        if error is not None:
+            with self._lock:
+                stream = self._streams.get(stream_id)
+                index = None if stream is None or stream.finished else stream.produced + 1
+            if index is not None:
+                self.add_item(stream_id, index, error)
+        with self._lock:
+            stream = self._streams.get(stream_id)
+            if stream is None or stream.finished:
+                return
+            stream.finished = True
+            callbacks, stream.callbacks = stream.callbacks, []
+            if stream.released:
+                del self._streams[stream_id]
+        for callback in callbacks:
+            callback()
+
+    def poll(self, stream_id: bytes, index: int) -> bytes | None:
+        """The id of item `index` if produced, END if the stream ended before it, else None."""
+        with self._lock:
+            stream = self._streams.get(stream_id)
+            if stream is None:
+                return END
+            if index <= stream.produced:
+                return object_id_for(stream_id, index)
+            return END if stream.finished else None
+
+    def on_change(self, stream_id: bytes, callback: ChangeCallback) -> None:
+        """Call `callback()` once the stream gets a new item or ends (now, if it has ended)."""
+        with self._lock:
+            stream = self._streams.get(stream_id)
+            if stream is not None and not stream.finished:
+                stream.callbacks.append(callback)
+                return
+        callback()
+
+    def taken(self, stream_id: bytes, index: int) -> None:
+        """The consumer now holds its own ref to item `index`: drop the stream's hold."""
+        with self._lock:
+            stream = self._streams.get(stream_id)
+            if stream is None or index <= stream.handed_out:
+                return
+            stream.handed_out = index
+        self._objects.decref([object_id_for(stream_id, index)])
+
+    def incref(self, stream_ids: list[bytes]) -> None:
+        with self._lock:
+            for stream_id in stream_ids:
+                stream = self._streams.get(stream_id)
+                if stream is not None:
+                    stream.handles += 1
+
+    def decref(self, stream_ids: list[bytes]) -> None:
+        for stream_id in stream_ids:
+            with self._lock:
+                stream = self._streams.get(stream_id)
+                if stream is None:
+                    continue
+                stream.handles -= 1
+                last = stream.handles <= 0
+            if last:
+                self.release(stream_id)
+
+    def release(self, stream_id: bytes) -> None:
+        """The generator is gone: free items it never handed out."""
+        with self._lock:
+            stream = self._streams.get(stream_id)
+            if stream is None or stream.released:
+                return
+            stream.released = True
+            pending = list(range(stream.handed_out + 1, stream.produced + 1))
+            stream.handed_out = stream.produced
+            if stream.finished:
+                del self._streams[stream_id]
+        self._objects.decref([object_id_for(stream_id, i) for i in pending])

@@ -1,0 +1,107 @@
+"""Calls to an actor from drivers other than its owner, over the stream protocol.
+
+An actor's owner sends calls over its session connection. Another driver of the cluster finds
+a named actor through the endpoint registry and asks its ActorService to `describe` it; the
+answer names this gate (an address and a secret of its own, so only a caller that could
+already reach the actor's ActorService learns it). The caller then sends the same `CallMethod`
+messages the owner does, with every top-level argument value inlined, and gets `CallDone`
+back on its own connection, pipelined and without an HTTP request per call.
+
+The gate starts on the first `describe`, so actors nobody looks up pay nothing for it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from fray_ray._private import messages
+from fray_ray._private.messages import CallDone, CallMethod
+from fray_ray._private.stream.protocol import Connection, ConnectionClosed
+from fray_ray._private.stream.stream_server import HELLO, StreamServer
+
+#: Runs a call that arrived from another driver (the host's own `CallMethod` handler).
+RunCall = Callable[[Connection, int | None, CallMethod], None]
+
+
+class ForeignCallGate:
+    """The stream server other drivers send an actor's calls to, and where each call's answer
+    goes back. Thread-safe."""
+
+    def __init__(self, run_call: RunCall, *, bind_host: str, advertise_host: str) -> None:
+        self._run_call = run_call
+        self._bind_host = bind_host
+        self._advertise_host = advertise_host
+        self._lock = threading.Lock()  # guards everything below
+        self._server: StreamServer | None = None
+        self._token = ""
+        self._callers: dict[bytes, Connection] = {}  # call id -> the connection it came on
+        self._connections: set[Connection] = set()
+        self._closed = False
+        self._handlers = {
+            HELLO: _welcome,
+            **messages.handlers({CallMethod: self._on_call}),
+        }
+
+    def open(self) -> dict[str, str] | None:
+        """{"address", "token"} of the gate, started on first use; None once closed."""
+        with self._lock:
+            if self._closed:
+                return None
+            if self._server is None:
+                self._token = secrets.token_hex(16)
+                self._server = StreamServer(
+                    self._accept, token=self._token, host=self._bind_host, name="actor-calls"
+                ).start()
+            port = self._server.port
+        return {"address": f"{self._advertise_host}:{port}", "token": self._token}
+
+    def _accept(self, connection: Connection, greeting: list[Any]) -> None:
+        with self._lock:
+            if self._closed:
+                connection.close()
+                return
+            self._connections.add(connection)
+        connection.add_close_callback(self._forget)
+        connection.start(self._handlers, first_frame=greeting)
+
+    def _forget(self, connection: Connection) -> None:
+        with self._lock:
+            self._connections.discard(connection)
+            for call_id in [c for c, caller in self._callers.items() if caller is connection]:
+                del self._callers[call_id]
+
+    def _on_call(self, connection: Connection, message_id: int | None, call: CallMethod) -> None:
+        with self._lock:
+            self._callers[call.call] = connection
+        self._run_call(connection, message_id, call)
+
+    def answer(self, done: CallDone) -> bool:
+        """Send `done` to the driver its call came from; False if it came from the owner."""
+        with self._lock:
+            caller = self._callers.pop(done.call, None)
+        if caller is None:
+            return False
+        try:
+            messages.notify(caller, done)
+        except ConnectionClosed:
+            pass  # that driver is gone; nobody waits for the answer
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            server, self._server = self._server, None
+            connections = list(self._connections)
+        if server is not None:
+            server.close()
+        for connection in connections:
+            connection.close()
+
+
+def _welcome(connection: Connection, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+    """The gate checked the greeting's token; say so."""
+    if message_id is not None:
+        connection.reply(message_id, {})
