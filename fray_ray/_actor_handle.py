@@ -164,6 +164,13 @@ class ActorMethod(Generic[R]):
             raise ValueError(f"num_returns must be >= 0, but got {count}.")
         return ActorMethod(self._handle, self._name, self._info, {**self._options, **options})
 
+    def _remote(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        """Ray's older calling form, which libraries still use: `.options(**options).remote(*args,
+        **kwargs)`; an option given as None is left at its default, as in Ray's signature."""
+        given = {key: value for key, value in options.items() if value is not None}
+        target = self.options(**given) if given else self
+        return target.remote(*(args or ()), **(kwargs or {}))
+
     def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[R]:
         """Queue a call on the actor and return at once; calls from one caller run in order.
 

@@ -37,7 +37,7 @@ class _RayAliasFinder(importlib.abc.MetaPathFinder):
             return None
         target_name = _RENAMED.get(fullname) or "fray_ray" + fullname[len("ray") :]
         try:
-            found = importlib.util.find_spec(target_name)
+            found = None if _is_runtime_internal(fullname) else importlib.util.find_spec(target_name)
         except (ImportError, ValueError):
             found = None
         if found is None:
@@ -45,6 +45,17 @@ class _RayAliasFinder(importlib.abc.MetaPathFinder):
 
             raise ModuleNotFoundError(import_error_message(fullname), name=fullname)
         return importlib.machinery.ModuleSpec(fullname, _AliasLoader(target_name), is_package=found.submodule_search_locations is not None)
+
+
+def _is_runtime_internal(fullname: str) -> bool:
+    """`ray._private.<name>` where fray_ray's module of that name is its own runtime, not one
+    of Ray's private names it provides (`fray_ray._private.RAY_PRIVATE_MODULES`)."""
+    parts = fullname.split(".")
+    if len(parts) < 3 or parts[1] != "_private":
+        return False
+    from fray_ray._private import RAY_PRIVATE_MODULES
+
+    return parts[2] not in RAY_PRIVATE_MODULES
 
 
 _FINDER = _RayAliasFinder()

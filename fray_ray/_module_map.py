@@ -60,8 +60,26 @@ MODULE_MAP: tuple[ModuleEntry, ...] = (
                 "`ObjectRefGenerator` (and `StreamingObjectRefGenerator`), `DynamicObjectRefGenerator`, the id types, "
                 "the scheduling strategies and common errors are there; the core worker, GCS clients and "
                 "serialization internals are not"),
-    ModuleEntry("ray._private", _NO, "Ray's internals (workers, GCS, raylet); no counterpart. For test helpers "
-                "such as `wait_for_condition` and `SignalActor`, write them on the public API", subtree=True),
+    ModuleEntry("ray._private", _PART, "Ray's internals (workers, GCS, raylet) have no counterpart; of the private "
+                "names public training code uses, `services`, `state` and `accelerators` are provided (see \"Ray's "
+                "private names in training code\" for the survey). For test helpers such as `wait_for_condition` and "
+                "`SignalActor`, write them on the public API", subtree=True),
+    ModuleEntry("ray._private.services", _PART, "only `get_node_ip_address()` (what RL launchers call); Ray's "
+                "functions that start and stop its daemons have no counterpart"),
+    ModuleEntry("ray._private.state", _PART, "the `state` accessor's and the module's resources, nodes and "
+                "placement groups (`available_resources_per_node`, `total_resources_per_node`, "
+                "`placement_group_table`, `cluster_resources`, `nodes`, `node_ids`, `current_node_id`, `timeline`); "
+                "Ray's GCS tables of workers, profile events, jobs and actors are not"),
+    ModuleEntry("ray._private.accelerators", _PART, "`TPUAcceleratorManager` and `NvidiaGPUAcceleratorManager` "
+                "(with the `AcceleratorManager` base and the lookups by resource name); Ray's managers of AMD, "
+                "Intel, Apple, Neuron, NPU, HPU and other devices describe hardware Iris does not schedule"),
+    ModuleEntry("ray._private.accelerators.accelerator", _P),
+    ModuleEntry("ray._private.accelerators.tpu", _P, "the slice as the host's environment describes it "
+                "(`TPU_NAME`, `TPU_WORKER_ID`, `TPU_ACCELERATOR_TYPE`, `TPU_TOPOLOGY`); Ray also asks a GCE VM's "
+                "metadata server, which fray_ray does not; the old `_get_current_node_tpu_pod_type` and "
+                "`_get_current_node_tpu_worker_id` spellings work too"),
+    ModuleEntry("ray._private.accelerators.nvidia_gpu", _PART, "the GPU count and visible devices; "
+                "`get_current_node_accelerator_type()` is None (Ray reads the model from the NVIDIA driver)"),
     ModuleEntry("ray.actor", _P),
     ModuleEntry("ray.autoscaler", _NO, "fray_ray has no Ray autoscaler: Iris scale groups add and remove workers; "
                 "`request_resources` has no counterpart (work that does not fit waits in the driver)", subtree=True),
@@ -76,14 +94,24 @@ MODULE_MAP: tuple[ModuleEntry, ...] = (
     ModuleEntry("ray.cross_language", _NO, "Java and C++ tasks and actors are not supported: fray_ray runs Python only"),
     ModuleEntry("ray.dashboard", _NO, _NO_DASHBOARD, subtree=True),
     ModuleEntry("ray.exceptions", _P),
-    ModuleEntry("ray.experimental", _PART, "the package imports, and of its modules only `ray.experimental.queue` and `tqdm_ray`; "
+    ModuleEntry("ray.experimental", _PART, "the package imports, and of its modules only `ray.experimental.queue`, `tqdm_ray` and `state`; "
                 "Ray's experimental APIs (compiled graphs, channels, collectives, RDT tensor transport, sandboxes, "
                 "internal KV, object locations, dynamic resources, shuffle) have no counterpart", subtree=True),
     ModuleEntry("ray.experimental.queue", _P, "Ray's old path of `ray.util.queue` (`Queue`, `Empty`, `Full`)"),
     ModuleEntry("ray.experimental.tqdm_ray", _P, "`tqdm` and `safe_print`; the driver draws each bar as "
                 "one line (redrawn in place on a terminal) rather than through the real tqdm"),
-    ModuleEntry("ray.experimental.state", _NO, "Ray's old path of the state API: import `ray.util.state`",
-                subtree=True),
+    ModuleEntry("ray.experimental.state", _P, "an empty package, as Ray's is: its modules below are Ray's old paths"),
+    ModuleEntry("ray.experimental.state.api", _P, "Ray's old path of `ray.util.state.api`, with its warning"),
+    ModuleEntry("ray.experimental.state.common", _P, "Ray's old path of `ray.util.state.common`, with its warning"),
+    ModuleEntry("ray.experimental.state.exception", _P, "Ray's old path of `ray.util.state.exception`, with its warning"),
+    ModuleEntry("ray.experimental.state.custom_types", _NO, "Ray's type aliases of its internal protobuf enums "
+                "(`ray._private.custom_types`); fray_ray's state rows use plain strings"),
+    ModuleEntry("ray.experimental.state.state_cli", _NO, "Ray's `ray list`/`ray summary` command-line code; use "
+                "`fray-ray list` and `fray-ray summary`"),
+    ModuleEntry("ray.experimental.state.state_manager", _NO, "the client of Ray's dashboard state service; "
+                "fray_ray's state API reads the session directly"),
+    ModuleEntry("ray.experimental.state.util", _NO, "Ray's internal helpers of the state CLI (type conversions, "
+                "usage tags)"),
     ModuleEntry("ray.experimental.multiprocessing", _NO, "use `ray.util.ActorPool` or remote functions with "
                 "`ray.util.map_unordered`", subtree=True),
     ModuleEntry("ray.internal", _NO, "Ray's internal helpers (`free`, `memory_summary`): objects are freed when "

@@ -283,6 +283,11 @@ class ActorClass(Generic[T]):
             self._parsed = ActorOptions.from_checked(self._default_options, is_async=self._is_async)
         return self._parsed
 
+    def _remote(self, args: Any = None, kwargs: Any = None, **options: Any) -> ActorProxy[T]:
+        """Ray's older calling form, which libraries still use: `.options(**options).remote(*args, **kwargs)`."""
+        target = self.options(**options) if options else self
+        return target.remote(*(args or ()), **(kwargs or {}))
+
     def bind(self, *args: Any, **kwargs: Any) -> NoReturn:
         """Ray builds a DAG node here; fray_ray has no DAGs.
 

@@ -143,6 +143,7 @@ class RemoteFunction(Generic[P, R]):
         return self._parsed
 
     def _remote(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        """Ray's older calling form, which libraries still use: `.options(**options).remote(*args, **kwargs)`."""
         if options:
             return self.options(**options).remote(*(args or ()), **(kwargs or {}))
         return self.remote(*(args or ()), **(kwargs or {}))

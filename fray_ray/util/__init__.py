@@ -120,5 +120,11 @@ class _Package(types.ModuleType):
             value = getattr(value, "placement_group", value)
         super().__setattr__(name, value)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled by name, as a plain module is: cloudpickle knows plain modules only, so a
+        # function or class that names `ray.util` (say `ray.util.queue.Empty` in a method of an
+        # actor class defined in the driver's script) could not be shipped otherwise.
+        return (importlib.import_module, (self.__name__,))
+
 
 sys.modules[__name__].__class__ = _Package

@@ -127,3 +127,47 @@ def test_an_actor_class_with_a_tpu_option_is_one_actor_per_host() -> None:
     assert [c for _, _, c in second] == [2, 2]  # each host keeps its own state
     for host in hosts:
         ray.kill(host)
+
+
+@ray.remote
+def accelerator_manager_view() -> dict:
+    # levanter's and Marin's TPU helpers read the host through Ray's private manager.
+    from fray_ray._private.accelerators import TPUAcceleratorManager as manager
+
+    return {
+        "chips": manager.get_current_node_num_accelerators(),
+        "pod_type": manager.get_current_node_tpu_pod_type(),
+        "old_pod_type": manager._get_current_node_tpu_pod_type(),
+        "name": manager.get_current_node_tpu_name(),
+        "worker": manager.get_current_node_tpu_worker_id(),
+        "old_worker": manager._get_current_node_tpu_worker_id(),
+        "hosts": manager.get_num_workers_in_current_tpu_pod(),
+        "type": manager.get_current_node_accelerator_type(),
+        "extra": manager.get_current_node_additional_resources(),
+        "labels": manager.get_current_node_accelerator_labels(),
+    }
+
+
+def test_the_tpu_accelerator_manager_answers_from_each_host_of_a_slice() -> None:
+    views = ray.get(accelerator_manager_view.options(tpu="v5p-16").remote(), timeout=120)
+    name = views[0]["name"]
+    assert name in ("slice-a", "slice-b") and views[1]["name"] == name
+    assert [v["worker"] for v in views] == [0, 1] and [v["old_worker"] for v in views] == [0, 1]
+    assert all(v["chips"] == 4 and v["hosts"] == 2 and v["type"] == "TPU-V5P" for v in views)
+    assert all(v["pod_type"] == v["old_pod_type"] == "v5p-16" for v in views)
+    assert views[0]["extra"] == {name: 1.0, "TPU-v5p-16-head": 1.0} and views[1]["extra"] == {name: 1.0}
+    assert views[1]["labels"]["ray.io/tpu-worker-id"] == "1" and views[1]["labels"]["ray.io/tpu-pod-type"] == "v5p-16"
+
+
+@ray.remote(num_cpus=0)
+def free_tpu_per_node() -> dict:
+    from fray_ray._private import state
+
+    return state.available_resources_per_node()
+
+
+def test_available_resources_per_node_counts_each_hosts_chips() -> None:
+    tpu_nodes = [node["NodeID"] for node in ray.nodes() if node["Resources"].get("TPU")]
+    assert len(tpu_nodes) == 4
+    for per_node in (ray._private.state.available_resources_per_node(), ray.get(free_tpu_per_node.remote())):
+        assert all(per_node[node]["TPU"] == 4.0 for node in tpu_nodes)

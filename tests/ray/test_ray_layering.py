@@ -17,6 +17,10 @@
 - `bootstrap` (a module; the driver): builds the driver for `init()`, handing it the
   workers' entry points.
 
+Beside them stand the modules of Ray's own private names that public code imports
+(`ray._private.services`, `state`, `accelerators`; `fray_ray._private.RAY_PRIVATE_MODULES`):
+they sit on the public API, above the runtime, and no runtime package imports them.
+
 Each package imports only those named for it in `MAY_IMPORT`; the driver and the workers never
 import each other. Every import counts: at module level, inside functions and under
 `TYPE_CHECKING`. No import cycle runs anywhere through the Ray layer (the runtime, the API and
@@ -31,6 +35,7 @@ import sys
 from pathlib import Path
 
 import fray_ray
+from fray_ray._private import RAY_PRIVATE_MODULES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for import_graph
 from import_graph import import_cycles, import_graph, module_names  # noqa: E402
@@ -49,10 +54,13 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "workers": frozenset({"stream", "objects", "core", "options", "messages", "observe"}),
     "bootstrap": frozenset({"stream", "objects", "core", "options", "messages", "observe", "driver", "workers"}),
 }
+RUNTIME_PACKAGES = frozenset(MAY_IMPORT)
+#: Ray's private names stand on everything: the API and the runtime alike.
+MAY_IMPORT.update({name: RUNTIME_PACKAGES | RAY_PRIVATE_MODULES for name in RAY_PRIVATE_MODULES})
 #: Packages that may import the layers below the Ray layer (the Fray client, the embedded
 #: cluster, Iris); the others know no cluster. `options` checks a TPU variant against Fray's
 #: table of TPU topologies.
-CLUSTER_AWARE = frozenset({"driver", "workers", "bootstrap", "options"})
+CLUSTER_AWARE = frozenset({"driver", "workers", "bootstrap", "options", *RAY_PRIVATE_MODULES})
 CLUSTER = ("fray_ray.fray", "fray_ray.cluster", "fray_ray.iris")
 #: The public modules the runtime must not reach (`fray_ray._actor_handle` holds the classes
 #: `fray_ray.actor` exports for calling actors).
@@ -101,6 +109,12 @@ def test_runtime_packages_import_only_the_packages_below_them() -> None:
     assert layer_violations(_graph(), MAY_IMPORT) == []
 
 
+def test_no_runtime_package_imports_rays_private_names() -> None:
+    assert all(not (allowed & RAY_PRIVATE_MODULES) for package, allowed in MAY_IMPORT.items() if package in RUNTIME_PACKAGES)
+    for name in RAY_PRIVATE_MODULES:  # each is a real module, loaded on first use
+        assert getattr(fray_ray._private, name).__name__ == f"{RUNTIME}.{name}"
+
+
 def test_the_driver_and_the_workers_never_import_each_other() -> None:
     assert "workers" not in MAY_IMPORT["driver"] and "driver" not in MAY_IMPORT["workers"]
     graph = _graph()
@@ -143,7 +157,7 @@ def test_the_runtime_never_imports_the_api() -> None:
     offenders = sorted(
         f"{module} imports {target}"
         for module, targets in _graph().items()
-        if _within(module, RUNTIME)
+        if _within(module, RUNTIME) and runtime_package(module) not in RAY_PRIVATE_MODULES
         for target in targets
         if target == "fray_ray" or any(_within(target, api) for api in API)
     )

@@ -94,6 +94,10 @@ class CoreRuntime(RefRuntime, StreamRuntime, PlacementGroupRuntime, Protocol):
 
     def available_resources(self) -> dict[str, float]: ...
 
+    def available_resources_per_node(self) -> dict[str, dict[str, float]]:
+        """What each live node has free by the session's accounting, keyed by node id hex."""
+        ...
+
     def nodes(self) -> list[dict[str, Any]]: ...
 
     def create_placement_group(

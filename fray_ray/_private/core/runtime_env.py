@@ -72,6 +72,12 @@ class RuntimeEnv(CachedHash):
         return dict(self.env_vars)
 
     @property
+    def packages_to_install(self) -> PipSpec | None:
+        """The `pip`/`uv` packages a worker installs before it runs; None when there are none
+        (`{"pip": []}` asks for nothing, as in Ray)."""
+        return self.pip if self.pip is not None and self.pip.packages else None
+
+    @property
     def ships_code(self) -> bool:
         """True when it names a working_dir or py_modules of its own."""
         return self.working_dir is not None or bool(self.py_modules)

@@ -151,10 +151,11 @@ class WorkerLauncher:
         with self._prepared_lock:
             if runtime_env in self._prepared:
                 return
+        packages = runtime_env.packages_to_install
         if self.in_process:
-            if runtime_env.pip is not None:
+            if packages is not None:
                 raise ValueError(
-                    f"runtime_env['{runtime_env.pip.tool}'] cannot be honoured in local mode: tasks run in the "
+                    f"runtime_env['{packages.tool}'] cannot be honoured in local mode: tasks run in the "
                     "driver's own process; install the packages here, or run without local_mode"
                 )
         else:
@@ -166,8 +167,8 @@ class WorkerLauncher:
         """The Fray environment of a worker: its runtime env's code (the driver's directory by
         default), packages (a setup script) and env vars."""
         setup = None
-        if runtime_env.pip is not None and not self.in_process:
-            pip = runtime_env.pip
+        pip = runtime_env.packages_to_install
+        if pip is not None and not self.in_process:
             setup = [pip_setup_script(pip.packages, install_options=pip.install_options, check=pip.check,
                                       timeout_s=runtime_env.setup_timeout_s)]
         return EnvironmentConfig(

@@ -391,6 +391,15 @@ class DriverRuntime(DriverReads):
         """What the live workers have free by this session's accounting."""
         return self.view.current().available()
 
+    def available_resources_per_node(self) -> dict[str, dict[str, float]]:
+        """What each live worker has free by this session's accounting, keyed by node id hex."""
+        ledger = self.view.current()
+        return {
+            node.node_id_hex: {name: amount for name, amount in ledger.available_on(node.host_id).items() if amount > 0}
+            for node in ledger.nodes()
+            if node.alive
+        }
+
     def nodes(self) -> list[dict[str, Any]]:
         """One entry per worker the cluster reports, lost ones with Alive=False."""
         return [node.ray_entry() for node in self.view.nodes()]

@@ -42,6 +42,7 @@ from fray_ray._private.messages import (
     FindPlacementGroup,
     GangSize,
     GetAbandoned,
+    GetAvailablePerNode,
     GetNamedActor,
     GetNodes,
     GetObjects,
@@ -114,6 +115,7 @@ class SessionDriver(Protocol):
     def list_named_actors(self, all_namespaces: bool) -> list[Any]: ...
     def cluster_resources(self) -> dict[str, float]: ...
     def available_resources(self) -> dict[str, float]: ...
+    def available_resources_per_node(self) -> dict[str, dict[str, float]]: ...
     def nodes(self) -> list[dict[str, Any]]: ...
     def create_placement_group(
         self, bundles: list[dict[str, float]], strategy: str, name: str, detached: bool
@@ -158,6 +160,7 @@ class SessionService:
             GetNamedActor: self._get_actor,
             ListNamedActors: self._list_actors,
             GetResources: self._resources,
+            GetAvailablePerNode: self._available_per_node,
             GetNodes: self._nodes,
             Borrow: self._borrow,
             Release: self._release,
@@ -428,6 +431,10 @@ class SessionService:
         else:
             resources = self._driver.cluster_resources()
         messages.reply(connection, message_id, ResourceAmounts(resources))
+
+    def _available_per_node(self, connection: Connection, message_id: int | None, asked: GetAvailablePerNode) -> None:
+        assert message_id is not None
+        messages.reply(connection, message_id, Result(self._driver.available_resources_per_node()))
 
     def _nodes(self, connection: Connection, message_id: int | None, asked: GetNodes) -> None:
         assert message_id is not None

@@ -332,6 +332,15 @@ class GetResources(Message):
 
 @_message
 @dataclass(repr=False, eq=False)
+class GetAvailablePerNode(Message):
+    """What each node has free (`ray._private.state.available_resources_per_node`)."""
+
+    KIND: ClassVar[str] = "available_per_node"
+    REPLY: ClassVar[type[Message]] = Result
+
+
+@_message
+@dataclass(repr=False, eq=False)
 class GetNodes(Message):
     """ray.nodes."""
 

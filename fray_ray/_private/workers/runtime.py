@@ -34,6 +34,7 @@ from fray_ray._private.messages import (
     FindPlacementGroup,
     GangSize,
     GetAbandoned,
+    GetAvailablePerNode,
     GetNamedActor,
     GetNodes,
     GetObjects,
@@ -333,6 +334,9 @@ class WorkerRuntime:
 
     def available_resources(self) -> dict[str, float]:
         return self._simple(GetResources(available=True)).resources
+
+    def available_resources_per_node(self) -> dict[str, dict[str, float]]:
+        return self._simple(GetAvailablePerNode()).value
 
     def nodes(self) -> list[dict[str, Any]]:
         return self._simple(GetNodes()).value
