@@ -258,6 +258,23 @@ def test_placement_group__capture_child_tasks(ray_start_regular_shared):
         _remove(pg)
 
 
+@ray.remote(num_cpus=1)
+def _parent_of_one():
+    return ray.get(_child_group.remote())
+
+
+def test_placement_group__captured_child_when_the_group_holds_every_cpu(ray_start_2_cpus):
+    # Ray's documentation: a group of all the cluster's CPUs; the parent takes one of them and
+    # its captured child the other, so the cluster itself has none left for the child.
+    pg = _pg([{"CPU": 2}])
+    try:
+        ray.get(pg.ready(), timeout=60)
+        strategy = scheduling_strategies.PlacementGroupSchedulingStrategy(pg, placement_group_capture_child_tasks=True)
+        assert ray.get(_parent_of_one.options(scheduling_strategy=strategy).remote(), timeout=60) == pg.id.hex()
+    finally:
+        _remove(pg)
+
+
 def test_placement_group__children_not_captured_by_default(ray_start_regular_shared):
     pg = _pg([{"CPU": 1}])
     try:

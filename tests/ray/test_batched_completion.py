@@ -56,6 +56,18 @@ def test_fulfil_all_refuses_a_second_result_after_completing_the_others(table: O
     assert values is not None and [deserialize(v) for v in values] == [1, 3]  # the first result stays
 
 
+def test_a_result_arriving_after_shutdown_is_dropped_quietly(table: ObjectTable) -> None:
+    # Shutdown fails every pending object; a task still running answers later, and its result
+    # has nowhere to go (it used to surface as a "fulfilled twice" traceback in the driver).
+    ids = _ids(2)
+    table.create_pending(ids, referenced=True)
+    table.fulfil(ids[0], serialize("done before"))
+    table.fail_all_pending(lambda _: serialize_error(RuntimeError("shut down")))
+    table.fulfil_all([(ids[1], serialize("late"))])
+    values = table.values(ids)
+    assert values is not None and deserialize(values[0]) == "done before" and values[1].is_error
+
+
 def test_a_result_nobody_refers_to_is_dropped(table: ObjectTable) -> None:
     [object_id] = _ids(1)
     table.create_pending([object_id])  # no reference: freed as soon as it is done

@@ -289,7 +289,12 @@ class TaskScheduler(ExecutorPool):
             return []  # at the cap already (the common case while a long queue drains)
         if self._launch_holds and self._launch_held_locked(pool):
             return []  # the cluster refused its last executor: asked again later
-        wanted = min(self._ledger.count_fits(queue[0].demand, len(queue)) - starting, room)
+        # Room is counted where the first task draws from: the session's ledger, or its placement
+        # group's bundle (whose resources the session's ledger counts as taken).
+        head_ledger = self._ledger_for(queue[0])
+        if head_ledger is None:
+            return []  # its placement group is not placed yet
+        wanted = min(head_ledger.count_fits(queue[0].demand, len(queue)) - starting, room)
         launches = []
         for _ in range(max(0, wanted)):
             executor = ExecutorRecord(uuid.uuid4().bytes, pool)

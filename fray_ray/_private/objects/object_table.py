@@ -85,6 +85,8 @@ class ObjectTable:
     def __init__(self, store: ObjectStore, foreign: ForeignReferences | None = None) -> None:
         self._lock = threading.Lock()
         self._entries: dict[bytes, ObjectEntry] = {}
+        #: set by `fail_all_pending` at shutdown: results of work still running arrive late then
+        self._shut_down = False
         #: ids of READY values held in memory, oldest first: the order they are spilled in
         self._resident: dict[bytes, None] = {}
         #: holds every value, in memory or on disk
@@ -135,7 +137,8 @@ class ObjectTable:
 
     def fulfil_all(self, results: Sequence[tuple[bytes, SerializedValue]]) -> None:
         """`fulfil` for several objects: one lock for all. RuntimeError (after completing the
-        others) if one was fulfilled already."""
+        others) if one was fulfilled already, unless the session has shut down meanwhile (its
+        pending objects were failed then, and a result still arriving is dropped)."""
         held_values = [self._hold_result(object_id, value) for object_id, value in results]
         unwanted: list[HeldValue] = []
         done: list[tuple[bytes, list[DoneCallback] | None]] = []
@@ -147,7 +150,7 @@ class ObjectTable:
                 entry = self._entries.get(object_id)
                 if entry is None or entry.state is not ObjectState.PENDING:
                     unwanted.append(held)  # nobody refers to it any more: the value was never visible
-                    if entry is not None and entry.state is not ObjectState.FREED:
+                    if entry is not None and entry.state is not ObjectState.FREED and not self._shut_down:
                         twice = object_id
                     continue
                 entry.state = ObjectState.FAILED if held.is_error else ObjectState.READY
@@ -447,8 +450,7 @@ class ObjectTable:
 
     def fail_all_pending(self, error_for: Callable[[bytes], SerializedValue]) -> None:
         """On shutdown: complete every pending object with an error so no waiter hangs."""
+        with self._lock:
+            self._shut_down = True
         for object_id in self.pending_ids():
-            try:
-                self.fulfil(object_id, error_for(object_id))
-            except RuntimeError:
-                pass
+            self.fulfil(object_id, error_for(object_id))  # one finished meanwhile is left as it is

@@ -56,6 +56,9 @@ from fray_ray.fray.job_info import get_job_info
 
 logger = logging.getLogger(__name__)
 
+#: How many early cancels an executor remembers for tasks that have not arrived.
+_CANCELLED_EARLY_KEPT = 4096
+
 
 class Executor:
     """Runs tasks the driver pushes, one at a time, on the thread that calls `serve()`.
@@ -75,6 +78,10 @@ class Executor:
         self._condition = threading.Condition()  # guards _queue, _running and _exiting
         self._queue: collections.deque[ExecuteTask] = collections.deque()
         self._running: TaskContext | None = None
+        #: tasks cancelled before they started here: the cancel may overtake its task (a task
+        #: sent in a batch frame leaves after the scheduling round, a cancel at once) or reach
+        #: one just taken from the queue. Kept a while, in order, for the task to arrive.
+        self._cancelled_early: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._exiting = False
         #: set when the driver lent this process to an actor: serve that actor once tasks end
         self.hosting: HostActor | None = None
@@ -90,8 +97,19 @@ class Executor:
         with self._condition:
             if task.code is not None and task.fn not in self._functions:
                 self._code.setdefault(task.fn, task.code)
-            self._queue.append(task)
-            self._condition.notify()
+            cancelled = self._take_early_cancel_locked(task.task)
+            if not cancelled:
+                self._queue.append(task)
+                self._condition.notify()
+        if cancelled:
+            self._send_done(task.task, None, TaskCancelledError(task.task.hex()), len(task.returns))
+
+    def _take_early_cancel_locked(self, task_id: bytes) -> bool:
+        """Whether `task_id` was cancelled before it got here (and forget that it was)."""
+        if task_id not in self._cancelled_early:
+            return False
+        del self._cancelled_early[task_id]
+        return True
 
     def _on_exit(self, connection: Connection, message_id: int | None, exit_: Exit) -> None:
         with self._condition:
@@ -123,6 +141,11 @@ class Executor:
                 self._queue.remove(queued)
             running = self._running
             if queued is None and (running is None or running.task_id != cancel.task):
+                # Not here yet, or taken from the queue and not started: it is cancelled when it
+                # comes (a task this executor already answered leaves a harmless id behind).
+                self._cancelled_early[cancel.task] = None
+                while len(self._cancelled_early) > _CANCELLED_EARLY_KEPT:
+                    self._cancelled_early.popitem(last=False)
                 return
             if queued is None:
                 running.cancelled.set()
@@ -222,7 +245,11 @@ class Executor:
         env_backup = _apply_env(task.env or {}, restore=not self._in_process)
         with self._condition:
             self._running = context
+            if self._take_early_cancel_locked(task_id):
+                context.cancelled.set()
         try:
+            if context.cancelled.is_set():
+                raise KeyboardInterrupt  # cancelled between the queue and here: never started
             function = self._function(task)
             args, kwargs = resolve_call_arguments(task.args, self.runtime.fetch)
             result = function(*args, **kwargs)
