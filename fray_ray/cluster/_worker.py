@@ -32,6 +32,7 @@ from fray_ray.cluster._logs import LogStore
 from fray_ray.cluster._paths import path_inside
 from fray_ray.cluster._process import ProcessSpec, ProcessSupervisor
 from fray_ray.cluster._template import ForkCandidate
+from fray_ray.cluster._uv import path_with_uv
 from fray_ray.iris.job_info import TOKEN_ENV
 from fray_ray.iris.transport import free_port
 from fray_ray.iris.types import ResourceSpec
@@ -327,12 +328,15 @@ class LocalWorker:
                 "IRIS_WORKDIR": workdir,
                 "IRIS_PYTHON": contract.python,
                 "IRIS_VENV": os.path.join(workdir, VENV_DIR),
+                # as Iris: `uv sync` / `uv pip install` in a setup script target the task's venv
+                "UV_PROJECT_ENVIRONMENT": os.path.join(workdir, VENV_DIR),
                 "IRIS_JOB_ENV": json.dumps(dict(launch.env_vars), sort_keys=True),
                 "IRIS_WORKER_ID": self.worker_id,
                 "IRIS_ATTEMPT_UID": str(launch.uid),
                 "IRIS_TASK_RESOURCES": json_format.MessageToJson(launch.resources.to_proto(), indent=None),
             }
         )
+        env["PATH"] = path_with_uv(env.get("PATH", os.defpath))
         if launch.setup_scripts:
             env["IRIS_JOB_SETUP_SCRIPTS"] = json.dumps(list(launch.setup_scripts))
         if launch.bundle_id:

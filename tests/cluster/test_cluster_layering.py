@@ -11,7 +11,7 @@ import fray_ray.cluster
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for import_graph
 from import_graph import import_cycles  # noqa: E402
 
-ALLOWED_THIRD_PARTY = {"google", "connectrpc", "cloudpickle", "msgpack", "uvicorn", "httptools", "rich", "zstandard"}
+ALLOWED_THIRD_PARTY = {"google", "connectrpc", "cloudpickle", "msgpack", "uvicorn", "httptools", "rich", "zstandard", "uv"}
 
 
 def test_cluster_imports_only_downward() -> None:
