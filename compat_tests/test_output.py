@@ -186,3 +186,24 @@ def test_output__unawaited_task_output_is_printed_before_exit(tmp_path):
     lines = [line for line in out.splitlines() if f"unawaited task says {tag}" in line]
     assert lines, out + done.stderr[-2000:]
     assert re.match(r"^\(never_awaited pid=\d+(, ip=[0-9a-fA-F.:]+)?\) unawaited task says ", lines[0])
+
+
+
+@ray.remote
+def train_steps(tag: str, steps: int) -> int:
+    for step in range(steps):
+        print("step", step, "grad norm", 0.067 - step / 1000, tag, flush=True)
+    return steps
+
+
+def test_output__one_process_repeating_a_pattern_is_not_folded(ray_start_regular_shared, capfd):
+    # Log deduplication folds a pattern only once a second process prints it: a training loop's
+    # per-step lines from one worker all reach the driver, none marked "[repeated Nx ...]".
+    captured = Captured(capfd)
+    tag = "tag" + uuid.uuid4().hex
+    assert ray.get(train_steps.remote(tag, 15)) == 15
+    captured.line("out", "step 14 grad norm")
+    lines = [line for line in captured.out.splitlines() if tag in line]
+    assert len(lines) == 15, captured.out
+    assert not any("repeated" in line for line in lines), lines
+    assert [int(line.split("step ", 1)[1].split()[0]) for line in lines] == list(range(15))

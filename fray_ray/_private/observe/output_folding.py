@@ -5,8 +5,9 @@ lines its workers forward:
 
 - Lines are compared by pattern: their words, leaving out every word with a digit in it. A line
   without any such word (empty, or only numbers) is never folded.
-- The first line of a pattern prints at once. Later lines of the pattern, from any worker, are
-  held and counted for up to RAY_DEDUP_LOGS_AGG_WINDOW_S seconds (5) from the first; then the
+- The first line of a pattern prints at once, and so do later lines of it while they all come
+  from that one process (a training loop's per-step lines are not folded). Once a second
+  process prints the pattern, its lines, from any process, are held and counted for up to RAY_DEDUP_LOGS_AGG_WINDOW_S seconds (5) from the first; then the
   last of them prints once, with ` [repeated Nx across cluster]` after it, and a new window
   starts. The first fold of a session also says how to turn folding off. A pattern whose window
   ends with nothing held is forgotten: its next line prints at once again.
@@ -85,6 +86,7 @@ class _Held:
     """A pattern within its window, and the lines of it held back."""
 
     started: float  # when the window began (clock seconds)
+    sources: set[int | None] = dataclasses.field(default_factory=set)  # pids that printed it
     count: int = 0  # lines held back
     last: str = ""  # the last of them, prefixed
 
@@ -133,7 +135,11 @@ class OutputFolder:
                     self._release(key, held, now)
                     held = self._held.get(key)
                 if held is None:
-                    self._held[key] = _Held(started=now)
+                    self._held[key] = _Held(started=now, sources={pid})
+                    self._emit(stream_name, text)
+                    continue
+                held.sources.add(pid)
+                if len(held.sources) == 1:  # one process repeating itself: not folded
                     self._emit(stream_name, text)
                     continue
                 held.count += 1
@@ -165,7 +171,7 @@ class OutputFolder:
             if not held.count:
                 return
         else:
-            self._held[key] = _Held(started=now)
+            self._held[key] = _Held(started=now, sources=held.sources)
         text = f"{held.last} [repeated {held.count}x across cluster]"
         if not self._hinted:
             self._hinted = True
