@@ -7,10 +7,11 @@ lines its workers forward:
   without any such word (empty, or only numbers) is never folded.
 - The first line of a pattern prints at once, and so do later lines of it while they all come
   from that one process (a training loop's per-step lines are not folded). Once a second
-  process prints the pattern, its lines, from any process, are held and counted for up to RAY_DEDUP_LOGS_AGG_WINDOW_S seconds (5) from the first; then the
-  last of them prints once, with ` [repeated Nx across cluster]` after it, and a new window
-  starts. The first fold of a session also says how to turn folding off. A pattern whose window
-  ends with nothing held is forgotten: its next line prints at once again.
+  process prints the pattern, its lines, from any process, are held and counted for up to
+  RAY_DEDUP_LOGS_AGG_WINDOW_S seconds (5) from the first; then the last of them prints once,
+  with ` [repeated Nx across cluster]` after it, and a new window starts. The first fold of a
+  session also says how to turn folding off. A pattern whose window ends with nothing held is
+  forgotten: its next line prints at once again.
 - RAY_DEDUP_LOGS=0 turns folding off; RAY_DEDUP_LOGS_ALLOW_REGEX matches lines never folded,
   RAY_DEDUP_LOGS_SKIP_REGEX lines never printed. They are read when the session starts.
 
