@@ -1,4 +1,5 @@
-"""Scheduling strategies: NodeAffinity (hard and soft), "SPREAD", "DEFAULT", infeasible work.
+"""Scheduling strategies: NodeAffinity (hard and soft), "SPREAD", "DEFAULT", infeasible work;
+a queued task starts on the first CPU that frees up.
 
 Covers ``ray.util.scheduling_strategies`` apart from placement groups (ray-api.md §1.2, §1.8).
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from compat_tests._backend import exceptions, ray, scheduling_strategies
+from compat_tests.helpers import SignalActor, wait_for_condition
 
 # A well-formed node id that no node has.
 _ABSENT_NODE = "ab" * 28
@@ -63,3 +65,36 @@ def test_scheduling__infeasible_task_stays_pending(ray_start_regular_shared):
     with pytest.raises(exceptions.GetTimeoutError):
         ray.get(ref, timeout=1)
     ray.cancel(ref)
+
+
+@ray.remote
+def _held(signal, value):
+    """Holds its CPU until `signal` is sent. It waits in `ray.wait`: a task blocked in `ray.get`
+    lends its CPU back, which would let the queued tasks run for another reason."""
+    ray.wait([signal.wait.remote()])
+    return value
+
+
+@ray.remote
+def _quick(value):
+    return value
+
+
+def test_scheduling__queued_task_starts_on_the_first_free_cpu(ray_start_2_cpus):
+    """Two CPUs: one held by a blocker, the other running a task that will not end soon. A short
+    task submitted between them must not wait for the long one: once the blocker ends it takes
+    the blocker's CPU, whichever worker it was first meant for."""
+    blocker_signal, long_signal = SignalActor.remote(), SignalActor.remote()
+    blocker = _held.remote(blocker_signal, "blocker")
+    wait_for_condition(lambda: ray.get(blocker_signal.num_waiters.remote()) == 1, timeout=120)
+    short_1 = _quick.remote("short 1")
+    long = _held.remote(long_signal, "long")
+    short_2 = _quick.remote("short 2")
+    wait_for_condition(lambda: ray.get(long_signal.num_waiters.remote()) == 1, timeout=120)
+    ray.get(blocker_signal.send.remote())
+    ready, not_ready = ray.wait([short_1, long, short_2], num_returns=2, timeout=90)
+    assert sorted(ray.get(ready)) == ["short 1", "short 2"]
+    assert not_ready == [long]
+    assert ray.get(blocker) == "blocker"
+    ray.get(long_signal.send.remote())
+    assert ray.get(long, timeout=60) == "long"

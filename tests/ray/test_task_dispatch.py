@@ -1,5 +1,6 @@
 """Where the scheduler sends a ready task when no executor is idle: to a new executor while the
-cluster has room for one, never into the queue of an executor busy with a long task."""
+cluster has room for one, never into the queue of an executor busy with a long task (and out of
+it again when that task turns out long while another executor is free)."""
 
 from __future__ import annotations
 
@@ -81,9 +82,29 @@ def test_short_tasks_queue_deep_but_not_behind_a_long_one(fresh_shutdown: None) 
     wait_for(lambda: list_tasks(filters=[("name", "=", "spin_for"), ("state", "=", "RUNNING")]),
              what="the long task to run")
     short = [quick.remote() for _ in range(40)]
-    # All but the few an executor may hold behind its running task finish while the long one runs.
-    ready, _ = fray_ray.wait(short, num_returns=len(short) - DEPTH, timeout=SPIN_S / 2)
-    assert len(ready) >= len(short) - DEPTH
+    # Every one finishes while the long one runs: those an executor took into its queue behind
+    # the long task are taken back for the executor that is free (`withdrawals`).
+    ready, _ = fray_ray.wait(short, num_returns=len(short), timeout=SPIN_S / 2)
+    assert len(ready) == len(short)
     done, _ = fray_ray.wait([long_running], timeout=0)
     assert not done
     fray_ray.cancel(long_running, force=True)
+
+
+@fray_ray.remote
+def one(_: int) -> int:
+    return 1
+
+
+@fray_ray.remote
+def parent(children: int) -> int:
+    return sum(fray_ray.get([one.remote(i) for i in range(children)]))
+
+
+def test_parents_blocked_in_get_hand_back_the_tasks_queued_behind_them(fresh_shutdown: None) -> None:
+    """More parents than CPUs: a parent waiting for its children lends its CPU and its executor
+    hands back the parents queued behind it (a `Withdraw` of its whole queue), so every parent
+    and child runs."""
+    fray_ray.init(num_cpus=2)
+    fray_ray.get([quick.remote() for _ in range(50)], timeout=120)  # short tasks: executors queue deep
+    assert fray_ray.get([parent.remote(3) for _ in range(12)], timeout=120) == [3] * 12

@@ -26,7 +26,7 @@ from fray_ray._private.driver.prefetch import DEPTH, LONG_RUNNING_S
 from fray_ray._private.driver.resources import Holding, Ledger
 from fray_ray._private.driver.timers import TimerQueue
 from fray_ray._private.messages import ExecuteTask, Exit
-from fray_ray._private.observe.task_events import TaskEvent
+from fray_ray._private.observe.task_events import TaskEvent, TaskEvents
 from fray_ray._private.stream import read_hints
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
 from fray_ray.fray.iris_backend import JobUnschedulable
@@ -72,6 +72,8 @@ class TaskRecord:
     user_failures: int = 0
     cancelled: bool = False
     event: TaskEvent | None = None  # what the state API and the timeline show of this attempt
+    #: the executor asked to hand this queued task back, until it answers (`withdrawals`)
+    withdrawing_from: ExecutorRecord | None = None
 
 
 class ExecutorState(enum.Enum):
@@ -124,6 +126,7 @@ class ExecutorPool:
     _closed: bool
     _maintenance: Any
     _launch_holds: dict[PoolKey, LaunchHold]
+    _events: TaskEvents
     #: called when the cluster refuses an executor as unschedulable (the driver looks at the
     #: cluster again soon: the node it lost is gone, its replacement may be joining)
     on_launch_refused: Callable[[], None] | None = None
@@ -259,6 +262,26 @@ class ExecutorPool:
         connection.add_close_callback(self._connection_closed)
         self.schedule()
         return True
+
+    def _next_head_locked(self, executor: ExecutorRecord) -> None:
+        """The executor's running task left its books (answered, or handed back unstarted):
+        the next queued one runs now, or the executor is idle (or, at `max_calls`, gone)."""
+        if executor.tasks:
+            executor.head_started = time.monotonic()
+            head = executor.tasks[0]
+            head.state = TaskState.RUNNING
+            if head.event is not None:
+                self._events.running(head.event)
+            return
+        self._release_lease_locked(executor)
+        if executor.pool.max_calls and executor.calls >= executor.pool.max_calls:
+            executor.state = ExecutorState.DEAD  # it exits by itself
+            self._drop_locked(executor)
+            if executor.connection is not None:
+                self._by_connection.pop(executor.connection, None)
+        else:
+            executor.state = ExecutorState.IDLE
+            executor.idle_since = time.monotonic()
 
     def _release_lease_locked(self, executor: ExecutorRecord) -> None:
         if executor.lease is not None:

@@ -8,7 +8,8 @@ pool's tasks get shorter, up to `MAX_DEPTH`: the driver then sends several at on
 frame, and takes their answers in batches. What deeper queues cost is balance at the end of a
 batch: at most `MAX_DEPTH` short tasks (a few milliseconds in all) wait behind a busy executor
 while another is idle. A long task among short ones keeps at most `DEPTH` behind it once it
-has run `LONG_RUNNING_S`; a task that blocks in `get` hands its queue back either way.
+has run `LONG_RUNNING_S`, and hands those back to an executor that falls idle meanwhile
+(`withdrawals`); a task that blocks in `get` hands its queue back either way.
 
 Run times are what executors measure (`TaskDone.ran_s`), averaged per pool.
 """

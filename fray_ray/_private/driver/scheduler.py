@@ -4,8 +4,10 @@ A task waits until its top-level ref arguments are ready, then queues in the poo
 resource shape. An executor takes a lease on the ledger for its shape when it gets work (on
 the node it runs on, when that node has room) and holds it while it has work; it runs one
 task at a time, and a few more wait in its own queue so it never idles between tasks (more
-for short tasks, see `prefetch`). The tasks a scheduling round gives one executor leave in
-one frame, and answers that arrive together are handled together (`tasks_done`).
+for short tasks, see `prefetch`); queued tasks are taken back when the task ahead of them
+runs long while another executor idles (`withdrawals`). The tasks a scheduling round gives
+one executor leave in one frame, and answers that arrive together are handled together
+(`tasks_done`).
 When no executor is idle, a new one is launched (an Iris job through the Fray client), up to
 what the cluster's nodes have room for. A task blocked in `get`
 lends its lease back and its executor hands its queued tasks back, so a parent waiting on
@@ -31,7 +33,6 @@ from fray_ray._private.core.task_spec import PoolKey, TaskSpec
 from fray_ray._private.driver.cluster_ledger import ClusterLedger
 from fray_ray._private.driver.executor_pool import (
     IDLE_TIMEOUT_S,
-    ExecutorPool,
     ExecutorRecord,
     ExecutorState,
     TaskRecord,
@@ -40,8 +41,9 @@ from fray_ray._private.driver.executor_pool import (
 from fray_ray._private.driver.prefetch import PrefetchDepth
 from fray_ray._private.driver.resources import Ledger
 from fray_ray._private.driver.timers import TimerQueue
+from fray_ray._private.driver.withdrawals import TaskWithdrawals
 from fray_ray._private.driver.worker_exits import ExitReports
-from fray_ray._private.messages import CancelTask, Exit, Unqueue
+from fray_ray._private.messages import CancelTask, Exit
 from fray_ray._private.objects.object_table import ObjectTable
 from fray_ray._private.objects.serialization import SerializedValue
 from fray_ray._private.observe.task_events import TaskEvent, TaskEvents, TaskStatus, TaskType
@@ -54,7 +56,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class TaskScheduler(ExecutorPool):
+class TaskScheduler(TaskWithdrawals):
     def __init__(
         self,
         objects: ObjectTable,
@@ -191,10 +193,13 @@ class TaskScheduler(ExecutorPool):
             for pool, queue in self._ready.items():
                 if queue:
                     launches += self._schedule_pool_locked(pool, queue, dispatches, failures, queue_behind)
+            withdrawals = self._steal_for_idle_locked()
         for record, error in failures:
             self._finish(record, self._error_for("system", error))
         if dispatches:
             self._send_tasks(dispatches)
+        if withdrawals:
+            self._send_withdrawals(withdrawals)
         for executor in launches:
             self._launch(executor)
 
@@ -309,6 +314,7 @@ class TaskScheduler(ExecutorPool):
             self._events.placed(record.event, status, executor.host, executor.executor_id, executor.pid)
             record.event.placement_group_id = record.placement[0].hex() if record.placement else None
         record.executor = executor
+        record.withdrawing_from = None
         record.ledger = ledger
         if not executor.tasks:
             executor.head_started = time.monotonic()
@@ -350,14 +356,18 @@ class TaskScheduler(ExecutorPool):
             tasks = list(executor.tasks)
             executor.tasks.clear()
             record = tasks[0] if tasks else None
-            # Tasks queued behind it never started: they go back to the front of the queue.
+            # Tasks queued behind it never started (those being withdrawn included: the answer
+            # will never be read): they go back to the front of the queue, or end if cancelled.
+            cancelled_queued = [queued for queued in tasks[1:] if queued.cancelled]
             for queued in reversed(tasks[1:]):
-                queued.state = TaskState.READY
-                queued.executor = None
-                self._ready[queued.spec.pool].appendleft(queued)
+                if queued.cancelled:
+                    queued.state = TaskState.DONE
+                else:
+                    self._requeue_first_locked(queued)
             retry = False
             if record is not None and record.state is TaskState.RUNNING:
                 record.blocked = False
+                record.withdrawing_from = None
                 record.executor = None
                 record.system_failures += 1
                 max_retries = record.spec.max_retries
@@ -377,9 +387,9 @@ class TaskScheduler(ExecutorPool):
         elif job is not None and not self._closed:
             self._launcher.terminate(job)
         if failed is not None and failed.cancelled:
-            from fray_ray.exceptions import TaskCancelledError
-
-            self._finish(failed, self._error_for("system", TaskCancelledError(failed.spec.task_id.hex())))
+            cancelled_queued.append(failed)
+        for ended in cancelled_queued:
+            self._finish(ended, self._error_for("system", TaskCancelledError(ended.spec.task_id.hex())))
         self.schedule()
 
     def tasks_done(
@@ -409,26 +419,14 @@ class TaskScheduler(ExecutorPool):
         if executor is not None and record is not None and record in executor.tasks:
             was_running = executor.tasks[0] is record
             executor.tasks.remove(record)
+            record.withdrawing_from = None  # answered: a `Withdrawn` about it says `kept`
             if was_running:
                 executor.calls += 1
                 if record.blocked:  # its lease was lent out; take it back for the next task
                     record.blocked = False
                     if executor.lease is not None:
                         executor.lease[0].retake(executor.lease[1])
-            if executor.tasks:
-                executor.head_started = time.monotonic()
-                executor.tasks[0].state = TaskState.RUNNING
-                if executor.tasks[0].event is not None:
-                    self._events.running(executor.tasks[0].event)
-            elif executor.pool.max_calls and executor.calls >= executor.pool.max_calls:
-                self._release_lease_locked(executor)
-                executor.state = ExecutorState.DEAD  # it exits by itself
-                self._drop_locked(executor)
-                self._by_connection.pop(connection, None)
-            else:
-                self._release_lease_locked(executor)
-                executor.state = ExecutorState.IDLE
-                executor.idle_since = time.monotonic()
+                self._next_head_locked(executor)  # a queued task's answer (cancelled there) changes no head
         if record is None or record.state not in (TaskState.RUNNING, TaskState.ASSIGNED):
             return None
         record.executor = None
@@ -439,22 +437,6 @@ class TaskScheduler(ExecutorPool):
             return None
         record.state = TaskState.DONE
         return record
-
-    def tasks_returned(self, connection: Connection, task_ids: Sequence[bytes]) -> None:
-        """An executor handed back queued tasks it had not started: queue them again, first."""
-        with self._lock:
-            executor = self._by_connection.get(connection)
-            if executor is None:
-                return
-            for task_id in reversed(task_ids):
-                record = self._tasks.get(task_id)
-                if record is None or record not in executor.tasks or record is executor.tasks[0]:
-                    continue
-                executor.tasks.remove(record)
-                record.state = TaskState.READY
-                record.executor = None
-                self._ready[record.spec.pool].appendleft(record)
-        self.schedule()
 
     @staticmethod
     def _should_retry_exception(record: TaskRecord, results: Sequence[SerializedValue]) -> bool:
@@ -500,13 +482,8 @@ class TaskScheduler(ExecutorPool):
                 return
             record.blocked = True
             executor.lease[0].release(executor.lease[1])
-            queued = len(executor.tasks) > 1
-            connection = executor.connection
-        if queued and connection is not None:
-            try:
-                messages.notify(connection, Unqueue())
-            except ConnectionClosed:
-                pass
+            withdrawals = self._withdraw_locked(executor, list(executor.tasks)[1:])
+        self._send_withdrawals(withdrawals)
         self.schedule()
 
     def task_unblocked(self, task_id: bytes | None) -> None:

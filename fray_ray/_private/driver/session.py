@@ -72,10 +72,10 @@ from fray_ray._private.messages import (
     SubmitActorCall,
     SubmitTask,
     TaskDone,
-    TasksReturned,
     Wait,
     WaitPlacementGroup,
     Welcome,
+    Withdrawn,
     Yield,
 )
 from fray_ray._private.objects.object_table import ObjectTable
@@ -179,7 +179,7 @@ class SessionService:
             ReserveGang: self._reserve_gang,
             ReleaseGang: self._release_gang,
             GangSize: self._gang_size,
-            TasksReturned: self._tasks_returned,
+            Withdrawn: self._withdrawn,
         }, batched={CallDone: self._calls_done, TaskDone: self._tasks_done})
 
     @property
@@ -273,8 +273,8 @@ class SessionService:
         else:
             self._driver.scheduler.tasks_done(connection, [(d.task, d.results, d.user_error, d.ran_s) for d in answers])
 
-    def _tasks_returned(self, connection: Connection, message_id: int | None, returned: TasksReturned) -> None:
-        self._driver.scheduler.tasks_returned(connection, returned.tasks)
+    def _withdrawn(self, connection: Connection, message_id: int | None, withdrawn: Withdrawn) -> None:
+        self._driver.scheduler.tasks_withdrawn(connection, withdrawn.returned, withdrawn.kept)
 
     def _calls_done(self, connection: Connection, answers: list[CallDone]) -> None:
         self._driver.actors.calls_done(connection, [(done.call, done.results) for done in answers])

@@ -77,10 +77,10 @@ from fray_ray._private.messages._from_workers import (
     SubmitActorCall,
     SubmitTask,
     TaskDone,
-    TasksReturned,
     Wait,
     WaitPlacementGroup,
     Welcome,
+    Withdrawn,
     Yield,
 )
 from fray_ray._private.messages._to_workers import (
@@ -93,7 +93,7 @@ from fray_ray._private.messages._to_workers import (
     Exit,
     HostActor,
     InstanceOptions,
-    Unqueue,
+    Withdraw,
 )
 
 __all__ = [
@@ -154,11 +154,11 @@ __all__ = [
     "SubmitActorCall",
     "SubmitTask",
     "TaskDone",
-    "TasksReturned",
-    "Unqueue",
     "Wait",
     "WaitPlacementGroup",
     "Welcome",
+    "Withdraw",
+    "Withdrawn",
     "Yield",
     "call",
     "decode",

@@ -133,12 +133,15 @@ class TaskDone(Message):
 
 @_message
 @dataclass(repr=False, eq=False)
-class TasksReturned(Message):
-    """An executor hands back tasks it had queued but not started (see Unqueue)."""
+class Withdrawn(Message):
+    """An executor's answer to `Withdraw`: `returned` left its queue unstarted and will never
+    run there; `kept` it had already taken from its queue (or never received), and answers
+    with `TaskDone` as usual."""
 
-    KIND: ClassVar[str] = "tasks_returned"
+    KIND: ClassVar[str] = "withdrawn"
 
-    tasks: list[bytes]
+    returned: list[bytes]
+    kept: list[bytes]
 
 
 @_message

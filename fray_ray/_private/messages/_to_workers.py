@@ -78,10 +78,14 @@ class CancelTask(Message):
 
 @_message
 @dataclass(repr=False, eq=False)
-class Unqueue(Message):
-    """Hand back every queued task that has not started (the running one blocked)."""
+class Withdraw(Message):
+    """Hand back those of `tasks` still waiting in the executor's queue: the driver runs them
+    elsewhere (the running task blocked, or runs long while another executor is idle). The
+    executor answers `Withdrawn`; a task it has taken from its queue stays its own."""
 
-    KIND: ClassVar[str] = "unqueue"
+    KIND: ClassVar[str] = "withdraw"
+
+    tasks: list[bytes]
 
 
 @_message

@@ -1,8 +1,8 @@
 """The executor process: runs the tasks its driver pushes, one at a time.
 
 An executor opens its session with `open_session` (`worker.py`), whose runtime serves the
-task code's `ray.get`/`put`/`remote`; the driver sends `ExecuteTask`, `CancelTask`, `Unqueue`
-and `Exit`, and the executor answers each task with `TaskDone`. An idle executor may also be
+task code's `ray.get`/`put`/`remote`; the driver sends `ExecuteTask`, `CancelTask`, `Withdraw`
+and `Exit`, and the executor answers each task with `TaskDone` (each withdrawal with `Withdrawn`). An idle executor may also be
 lent to a new actor (`HostActor`): it then stops taking tasks and hosts that actor in this
 process (`actor_in_worker`).
 """
@@ -39,8 +39,8 @@ from fray_ray._private.messages import (
     Exit,
     HostActor,
     TaskDone,
-    TasksReturned,
-    Unqueue,
+    Withdraw,
+    Withdrawn,
     Yield,
 )
 from fray_ray._private.objects.ids import object_id_for
@@ -64,7 +64,8 @@ class Executor:
     """Runs tasks the driver pushes, one at a time, on the thread that calls `serve()`.
 
     Tasks wait in a local queue while one runs; the driver may take queued ones back
-    (`unqueue`, when the running task blocks) or cancel them before they start.
+    (`withdraw`: the running task blocks, or runs long while another executor idles) or cancel
+    them before they start.
     """
 
     def __init__(self, *, max_calls: int = 0, in_process: bool = False) -> None:
@@ -73,7 +74,7 @@ class Executor:
         self._in_process = in_process
         self._functions: dict[bytes, Any] = {}
         # Every function's pickled code as it arrives: the driver sends it once per executor, and
-        # the task that carried it may be handed back (`unqueue`) or cancelled before it runs.
+        # the task that carried it may be handed back (`withdraw`) or cancelled before it runs.
         self._code: dict[bytes, bytes] = {}
         self._condition = threading.Condition()  # guards _queue, _running and _exiting
         self._queue: collections.deque[ExecuteTask] = collections.deque()
@@ -90,7 +91,7 @@ class Executor:
     def handlers(self) -> dict[str, Any]:
         return messages.handlers({
             ExecuteTask: self._on_execute, CancelTask: self._on_cancel, Exit: self._on_exit,
-            Unqueue: self._on_unqueue, HostActor: self._on_host_actor,
+            Withdraw: self._on_withdraw, HostActor: self._on_host_actor,
         })
 
     def _on_execute(self, connection: Connection, message_id: int | None, task: ExecuteTask) -> None:
@@ -123,16 +124,22 @@ class Executor:
             self._exiting = True
             self._condition.notify()
 
-    def _on_unqueue(self, connection: Connection, message_id: int | None, unqueue: Unqueue) -> None:
-        """Hand back every task that has not started (the running one blocked)."""
+    def _on_withdraw(self, connection: Connection, message_id: int | None, withdraw: Withdraw) -> None:
+        """Hand back the asked-for tasks still queued here. Taking them out of the queue under
+        the lock `serve` takes its next task under is the claim: each one is either returned
+        (and never runs here) or already taken to run (kept), never both."""
+        wanted = set(withdraw.tasks)
         with self._condition:
-            returned = [task.task for task in self._queue]
-            self._queue.clear()
-        if returned:
-            try:
-                messages.notify(connection, TasksReturned(returned))
-            except ConnectionClosed:
-                pass
+            staying = [task for task in self._queue if task.task not in wanted]
+            returned = {task.task for task in self._queue if task.task in wanted}
+            if returned:
+                self._queue.clear()
+                self._queue.extend(staying)
+        try:
+            messages.notify(connection, Withdrawn([t for t in withdraw.tasks if t in returned],
+                                                  [t for t in withdraw.tasks if t not in returned]))
+        except ConnectionClosed:
+            pass
 
     def _on_cancel(self, connection: Connection, message_id: int | None, cancel: CancelTask) -> None:
         with self._condition:
@@ -191,14 +198,9 @@ class Executor:
             # does not spin: between the tasks of a batch that would take CPU from the driver
             # handing them out (1000-task batches ran about 15% slower).
             self.runtime.connection.serve_until(self._has_work, spin=False)
-            with self._condition:
-                while not self._queue and not self._exiting:  # the session closed: its close callback says what now
-                    self._condition.wait()
-                if self._exiting and not self._queue:
-                    return
-                if self._exiting and self.runtime.connection.closed:
-                    return
-                task = self._queue.popleft()
+            task = self._take_next()
+            if task is None:
+                return
             started = time.perf_counter()
             done = self._run(task)
             ran_s = time.perf_counter() - started
@@ -214,6 +216,18 @@ class Executor:
             calls += 1
             if self._max_calls and calls >= self._max_calls:
                 return
+
+    def _take_next(self) -> ExecuteTask | None:
+        """The next task to run, taken from the queue (from here on a `Withdraw` leaves it
+        here); None when the executor should end."""
+        with self._condition:
+            while not self._queue and not self._exiting:  # the session closed: its close callback says what now
+                self._condition.wait()
+            if self._exiting and not self._queue:
+                return None
+            if self._exiting and self.runtime.connection.closed:
+                return None
+            return self._queue.popleft()
 
     def _function(self, task: ExecuteTask) -> Any:
         function = self._functions.get(task.fn)
