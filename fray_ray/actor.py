@@ -302,7 +302,7 @@ class ActorClass(Generic[T]):
                 code = CodeBlob.of(self._cls, self._cls.__name__)
             except Exception as exc:
                 raise TypeError(f"Could not serialize the actor class {self._cls.__name__}: {exc}") from exc
-            check_code_size(code.payload, "actor", f"{self._cls.__module__}.{self._cls.__qualname__}")
+            check_code_size(code.payload, "actor", self._cls.__name__)  # Ray names the class alone here
             self._code = code
         return self._code
 

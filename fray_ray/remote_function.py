@@ -165,7 +165,9 @@ class RemoteFunction(Generic[P, R]):
                     f"Could not serialize the function {self._function_name}: {exc}. Functions sent to workers must "
                     "be picklable with cloudpickle (check what the function refers to)."
                 ) from exc
-            check_code_size(code.payload, "remote function", self._function_name)
+            # Ray names the function `module.__name__` here (not its qualified name)
+            size_name = f"{getattr(self._function, '__module__', '')}.{getattr(self._function, '__name__', '')}"
+            check_code_size(code.payload, "remote function", size_name)
             self._code = code
         return self._code
 
