@@ -470,7 +470,7 @@ def kill(actor: ActorProxy[Any], *, no_restart: bool = True) -> None:
     """
     if not isinstance(actor, ActorHandle):
         raise ValueError(f"ray.kill() only supported for actors. For tasks, try ray.cancel(). Got: {type(actor)}.")
-    runtime_state.current().kill_actor(actor._actor_id, no_restart)
+    runtime_state.current().kill_actor(actor._id_bytes, no_restart)
 
 
 def cancel(ray_waitable: ObjectRef[Any] | ObjectRefGenerator, *, force: bool = False, recursive: bool = True) -> None:
