@@ -266,6 +266,37 @@ def test_functions__closure_past_the_limit_is_value_error(ray_start_regular_shar
         ray.get(too_big.remote())
 
 
+_SIZE_TIP = ("Check that its definition is not implicitly capturing a large array or other object in scope. "
+             "Tip: use ray.put() to put large objects in the Ray object store.")
+
+
+def test_functions__oversized_code_error_names_it_as_ray_does(ray_start_regular_shared):
+    # A function is named `module.__name__` (not its qualified name), an actor class by its
+    # `__name__` alone; the size and the limit are whole MiB.
+    captured = np.zeros(100 * 1024 * 1024 // 8)  # 100 MiB, past the 10**8-byte limit (95 MiB)
+
+    @ray.remote
+    def too_big():
+        return captured.size
+
+    @ray.remote
+    class TooBig:
+        def size(self):
+            return captured.size
+
+    with pytest.raises(ValueError) as function_error:
+        too_big.remote()
+    assert str(function_error.value) == (
+        f"The remote function {__name__}.too_big is too large (100 MiB > FUNCTION_SIZE_ERROR_THRESHOLD=95 MiB). "
+        + _SIZE_TIP
+    )
+    with pytest.raises(ValueError) as actor_error:
+        TooBig.remote()
+    assert str(actor_error.value) == (
+        "The actor TooBig is too large (100 MiB > FUNCTION_SIZE_ERROR_THRESHOLD=95 MiB). " + _SIZE_TIP
+    )
+
+
 # --- handles that travel into tasks -----------------------------------------------------------------
 
 

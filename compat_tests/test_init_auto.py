@@ -182,3 +182,17 @@ def test_init_auto__connects_to_the_last_started_cluster(started):
 def test_init_auto__uses_ray_address(started):
     _, address, env = started
     assert _drive({"address": "auto"}, {"RAY_ADDRESS": address, **env}) == {"marker": 1}
+
+
+def test_init_auto__init_without_an_address_uses_ray_address(started):
+    # As in a job Ray's job server starts: RAY_ADDRESS points init() at the job's cluster.
+    _, address, env = started
+    assert _drive({}, {"RAY_ADDRESS": address, **env}) == {"marker": 1}
+
+
+def test_init_auto__sizes_are_refused_for_the_cluster_ray_address_names(started):
+    _, address, env = started
+    assert _drive({"address": "auto", "num_cpus": 1}, {"RAY_ADDRESS": address, **env}) == {
+        "error": "ValueError", "initialized": False,
+    }
+    assert _drive({"num_cpus": 1}, {"RAY_ADDRESS": address, **env}) == {"error": "ValueError", "initialized": False}

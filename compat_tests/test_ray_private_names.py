@@ -261,3 +261,90 @@ def _in_an_empty_pip_env() -> str:
 
 def test_runtime_env__empty_pip_installs_nothing(ray_start_regular_shared):
     assert ray.get(_in_an_empty_pip_env.remote(), timeout=300) == "ran"
+
+
+# ---- attributes of remote functions, actor classes, handles and ids -------------------------------
+
+
+class _LauncherBase:
+    def base_method(self):
+        return "base"
+
+
+@ray.remote(num_returns=2, runtime_env={"env_vars": {"FROM_DECORATOR": "1"}})
+def _two_results():
+    return 1, 2
+
+
+@ray.remote
+def _plain():
+    return "plain"
+
+
+@ray.remote(max_restarts=1)
+class _Launched(_LauncherBase):
+    def ping(self):
+        return "pong"
+
+
+def test_private_attributes__remote_function(ray_start_regular_shared):
+    remote_function = importlib.import_module(f"{ray.__name__}.remote_function")
+    assert isinstance(_two_results, remote_function.RemoteFunction)
+    assert _two_results._function() == (1, 2)  # the undecorated function
+    assert _two_results._num_returns == 2 and _plain._num_returns is None
+    assert _two_results._runtime_env == {"env_vars": {"FROM_DECORATOR": "1"}}
+    assert type(_two_results._runtime_env).__name__ == "RuntimeEnv"
+    assert _plain._runtime_env is None
+    assert _two_results._default_options["num_returns"] == 2
+    assert _plain._function.__name__ == "_plain"
+
+
+def test_private_attributes__actor_class(ray_start_regular_shared):
+    actor = importlib.import_module(f"{ray.__name__}.actor")
+    assert isinstance(_Launched, actor.ActorClass)
+    user_class = _Launched.__ray_actor_class__
+    assert user_class.__name__ == "_Launched" and issubclass(user_class, _LauncherBase)
+    assert user_class().ping() == "pong"  # the plain class, usable without Ray
+    metadata = _Launched.__ray_metadata__
+    assert metadata.class_name == "_Launched"
+    assert issubclass(metadata.modified_class, user_class) and metadata.modified_class.__name__ == "_Launched"
+    assert hasattr(metadata.modified_class, "base_method")
+    assert _Launched._default_options["max_restarts"] == 1
+
+
+def test_private_attributes__actor_handle_and_ids(ray_start_regular_shared):
+    actor = importlib.import_module(f"{ray.__name__}.actor")
+    raylet = importlib.import_module(f"{ray.__name__}._raylet")
+    handle = _Launched.remote()
+    assert isinstance(handle, actor.ActorHandle)
+    actor_id = handle._actor_id
+    assert isinstance(actor_id, raylet.ActorID) and len(actor_id.hex()) == 32
+    assert raylet.ActorID.from_hex(actor_id.hex()) == actor_id and raylet.ActorID(actor_id.binary()) == actor_id
+    assert hash(raylet.ActorID.from_hex(actor_id.hex())) == hash(actor_id)
+    assert handle._actor_id == actor_id != _Launched.remote()._actor_id
+
+    @ray.remote
+    def id_inside(passed):
+        return passed._actor_id.hex()
+
+    assert ray.get(id_inside.remote(handle)) == actor_id.hex()  # the same id in a task
+    assert ray.get(handle.ping.remote()) == "pong"
+
+
+def test_private_attributes__object_ref_and_raylet_ids(ray_start_regular_shared):
+    raylet = importlib.import_module(f"{ray.__name__}._raylet")
+    ref = _plain.remote()
+    assert ray.ObjectRef is raylet.ObjectRef and isinstance(ref, raylet.ObjectRef)
+    task_id = ref.task_id()
+    assert isinstance(task_id, raylet.TaskID) and len(task_id.hex()) == 48
+    assert task_id != _plain.remote().task_id()
+    for id_type, hex_length in ((raylet.ActorID, 32), (raylet.TaskID, 48), (raylet.NodeID, 56), (raylet.JobID, 8),
+                                (raylet.PlacementGroupID, 36)):
+        nil = id_type.nil()
+        assert nil.is_nil() and nil.hex() == "f" * hex_length
+        assert id_type.from_hex(nil.hex()) == nil and id_type.size() * 2 == hex_length
+    node_id = raylet.NodeID.from_hex(ray.get_runtime_context().get_node_id())
+    assert node_id.hex() == ray.get_runtime_context().get_node_id() and not node_id.is_nil()
+    job_id = raylet.JobID.from_hex(ray.get_runtime_context().get_job_id())
+    assert job_id.hex() == ray.get_runtime_context().get_job_id()
+    assert ray.get(ref) == "plain"

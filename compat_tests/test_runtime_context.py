@@ -6,6 +6,7 @@ behaviour is in test_init.py, since it needs a stopped cluster.
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -225,3 +226,199 @@ def test_runtime_context__task_function_name_is_module_qualified(ray_start_regul
     )
     assert ray.get(_NamedMethods.remote().names.remote()) == (f"{__name__}._NamedMethods.names", "_NamedMethods.names")
     assert ray.get_runtime_context().get_task_function_name() is None  # the driver
+
+
+# --- every getter in every kind of task, actor and driver -------------------------------------
+
+_GETTERS = (
+    "get_job_id", "get_node_id", "get_worker_id", "get_task_id", "get_actor_id", "get_actor_name", "get_task_name",
+    "get_task_function_name", "get_assigned_resources", "get_accelerator_ids", "get_placement_group_id",
+    "get_node_labels", "get_runtime_env_string", "get_session_name", "is_canceled", "get",
+)
+_PROPERTIES = ("namespace", "current_actor", "was_current_actor_reconstructed", "runtime_env",
+               "should_capture_child_tasks_in_placement_group", "gcs_address")
+
+
+def _shape(value):
+    """What a getter answered, without the values that differ from run to run."""
+    if value is None or isinstance(value, bool) or value == "":
+        return value
+    if isinstance(value, str):
+        return f"hex{len(value)}" if re.fullmatch(r"[0-9a-f]{8,}", value) else "str"
+    if type(value) is dict:  # a dict subclass (RuntimeEnv) is named by its type
+        return {key: _shape(item) for key, item in value.items()}
+    if type(value) in (list, float, int):
+        return value
+    return type(value).__name__
+
+
+def _answers():
+    import warnings
+
+    context = ray.get_runtime_context()
+    answers = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # get() is deprecated in Ray
+        for name in _GETTERS + _PROPERTIES:
+            try:
+                value = getattr(context, name)
+                answers[name] = _shape(value() if name in _GETTERS else value)
+            except Exception as exc:  # noqa: BLE001 - which error is part of the answer
+                answers[name] = type(exc).__name__
+    answers["function_name"] = context.get_task_function_name()
+    return answers
+
+
+@ray.remote
+def _answers_task():
+    return _answers()
+
+
+@ray.remote
+def _answers_of_a_child():
+    return ray.get(_answers_task.remote())
+
+
+@ray.remote
+class _Answering:
+    def answers(self):
+        return _answers()
+
+    def answers_of_a_child(self):
+        return ray.get(_answers_task.remote())
+
+
+@ray.remote
+class _AsyncAnswering:
+    async def answers(self):
+        return _answers()
+
+
+_NO_ACCELERATORS = {kind: [] for kind in ("GPU", "TPU", "NPU", "HPU", "neuron_cores", "FURIOSA", "MBLT", "RBLN", "TTNPU")}
+
+
+def _expected(kind, *, in_group=False, name=None, cpus=1.0):
+    """Ray 2.60's answers in a driver, task, actor method or async actor method."""
+    driver = kind == "driver"
+    actor = kind in ("actor", "async actor")
+    context_ids = {"job_id": "JobID", "node_id": "NodeID", "namespace": "str"}
+    if not driver:
+        context_ids["task_id"] = "TaskID"
+    if actor:
+        context_ids["actor_id"] = "ActorID"
+    return {
+        "get_job_id": "hex8", "get_node_id": "hex56", "get_worker_id": "hex56",
+        "get_task_id": None if driver else "hex48",
+        "get_actor_id": "hex32" if actor else None,
+        "get_actor_name": ("str" if name else "") if actor else None,
+        "get_task_name": None if driver else "str",
+        "get_task_function_name": None if driver else "str",
+        "get_assigned_resources": "AssertionError" if driver else ({"CPU": cpus} if cpus else {}),
+        "get_accelerator_ids": _NO_ACCELERATORS,
+        "get_placement_group_id": "hex36" if in_group else None,
+        "get_node_labels": {"ray.io/node-id": "hex56"},
+        "get_runtime_env_string": "str", "get_session_name": "str",
+        "is_canceled": {"driver": "RuntimeError", "async actor": "RuntimeError"}.get(kind, False),
+        "get": context_ids,
+        "namespace": "str",
+        "current_actor": "ActorHandle" if actor else "RuntimeError",
+        "was_current_actor_reconstructed": "AssertionError" if driver else (False if actor else "AttributeError"),
+        "runtime_env": "RuntimeEnv",
+        "should_capture_child_tasks_in_placement_group": in_group,
+        "gcs_address": "str",
+    }
+
+
+def _split(answers):
+    answers = dict(answers)
+    return answers.pop("function_name"), answers
+
+
+def test_runtime_context__every_getter_answers_in_every_context(ray_start_regular_shared):
+    from compat_tests._backend import scheduling_strategies, util
+
+    here = __name__
+    cases = {
+        "driver": (_answers(), _expected("driver"), None),
+        "task": (ray.get(_answers_task.remote()), _expected("task"), f"{here}._answers_task"),
+        "child task": (ray.get(_answers_of_a_child.remote()), _expected("task"), f"{here}._answers_task"),
+        "actor": (ray.get(_Answering.remote().answers.remote()), _expected("actor", cpus=0), f"{here}._Answering.answers"),
+        "named actor": (ray.get(_Answering.options(name="compat-answering").remote().answers.remote()),
+                        _expected("actor", name=True, cpus=0), f"{here}._Answering.answers"),
+        "async actor": (ray.get(_AsyncAnswering.remote().answers.remote()), _expected("async actor", cpus=0),
+                        f"{here}._AsyncAnswering.answers"),
+        "task of an actor": (ray.get(_Answering.remote().answers_of_a_child.remote()), _expected("task"),
+                             f"{here}._answers_task"),
+    }
+    group = util.placement_group([{"CPU": 1}, {"CPU": 1}])
+    ray.get(group.ready())
+    try:
+        strategy = scheduling_strategies.PlacementGroupSchedulingStrategy(
+            group, placement_group_capture_child_tasks=True
+        )
+        cases["task in a group"] = (ray.get(_answers_task.options(scheduling_strategy=strategy).remote()),
+                                    _expected("task", in_group=True), f"{here}._answers_task")
+        cases["child task in a group"] = (ray.get(_answers_of_a_child.options(scheduling_strategy=strategy).remote()),
+                                          _expected("task", in_group=True), f"{here}._answers_task")
+        in_group = _Answering.options(scheduling_strategy=strategy, num_cpus=1).remote()
+        cases["actor in a group"] = (ray.get(in_group.answers.remote()), _expected("actor", in_group=True),
+                                     f"{here}._Answering.answers")
+        ray.kill(in_group)
+    finally:
+        util.remove_placement_group(group)
+    for case, (answers, expected, function_name) in cases.items():
+        got_function_name, answers = _split(answers)
+        assert answers == expected, case
+        assert got_function_name == function_name, case
+
+
+@ray.remote
+def _runtime_env_of_a_task():
+    context = ray.get_runtime_context()
+    return json.loads(context.get_runtime_env_string()), dict(context.runtime_env)
+
+
+def test_runtime_context__runtime_env_is_the_jobs_merged_with_the_tasks(shutdown_only):
+    ray.init(num_cpus=1, runtime_env={"env_vars": {"FROM_JOB": "1"}})
+    context = ray.get_runtime_context()
+    assert json.loads(context.get_runtime_env_string()) == {"env_vars": {"FROM_JOB": "1"}}
+    assert isinstance(context.runtime_env, dict) and context.runtime_env == {"env_vars": {"FROM_JOB": "1"}}
+    merged = {"env_vars": {"FROM_JOB": "1", "FROM_TASK": "2"}}
+    assert ray.get(
+        _runtime_env_of_a_task.options(runtime_env={"env_vars": {"FROM_TASK": "2"}}).remote()
+    ) == (merged, merged)
+
+
+_SCRIPT = """
+import sys
+import {backend} as ray
+
+ray.init(num_cpus=1)
+
+@ray.remote
+def f():
+    return ray.get_runtime_context().get_task_function_name()
+
+@ray.remote
+class C:
+    def m(self):
+        return ray.get_runtime_context().get_task_function_name()
+
+print("NAMES", ray.get(f.remote()), ray.get(C.remote().m.remote()))
+ray.shutdown()
+"""
+
+
+def test_runtime_context__task_function_name_in_a_scripts_main_module(tmp_path):
+    # Code defined in the script being run is named after the script's file, not `__main__`.
+    import subprocess
+    import sys
+
+    from compat_tests._backend import BACKEND
+
+    script = tmp_path / "launcher_script.py"
+    script.write_text(_SCRIPT.format(backend=BACKEND))
+    finished = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                              cwd=tmp_path)
+    assert finished.returncode == 0, finished.stderr
+    assert "NAMES launcher_script.f launcher_script.C.m" in finished.stdout

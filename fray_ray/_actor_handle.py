@@ -19,6 +19,7 @@ from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.core.task_spec import ActorCallSpec
 from fray_ray._private.objects import ids
 from fray_ray._private.objects.serialization import note_contained_ref
+from fray_ray._private.objects.unique_ids import ActorID
 from fray_ray._private.options import UNSET, MethodOptions, check_method_call_keys, validate_method_options
 from fray_ray._private.options.quantities import method_call_integer, method_num_returns
 from fray_ray.remote_function import pack_arguments, return_ids_for
@@ -57,7 +58,7 @@ class ActorHandle(Generic[T]):
         *,
         _register: bool = True,
     ) -> None:
-        self._actor_id = actor_id
+        self._id_bytes = actor_id
         self._class_name = class_name
         self._methods = methods
         self._is_async = is_async
@@ -74,7 +75,7 @@ class ActorHandle(Generic[T]):
     def __del__(self) -> None:
         counter = self.__dict__.get("_counter")
         if counter is not None:
-            counter.release_later(self._actor_id)
+            counter.release_later(self._id_bytes)
 
     def __getattr__(self, name: str) -> ActorMethod[Any]:
         methods = self.__dict__.get("_methods") or {}
@@ -88,32 +89,26 @@ class ActorHandle(Generic[T]):
         return sorted(self._methods)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        note_contained_ref(self._actor_id)
-        return (ActorHandle, (self._actor_id, self._class_name, self._methods, self._is_async))
+        note_contained_ref(self._id_bytes)
+        return (ActorHandle, (self._id_bytes, self._class_name, self._methods, self._is_async))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
+        return isinstance(other, ActorHandle) and other._id_bytes == self._id_bytes
 
     def __hash__(self) -> int:
-        return hash(self._actor_id)
+        return hash(self._id_bytes)
 
     def __repr__(self) -> str:
-        return f"Actor({self._class_name}, {self._actor_id.hex()})"
+        return f"Actor({self._class_name}, {self._id_bytes.hex()})"
 
     @property
-    def _ray_actor_id(self) -> Any:
-        return _ActorID(self._actor_id)
+    def _actor_id(self) -> ActorID:
+        """The actor's `ActorID` (`.hex()`, `.binary()`), read by launchers as in Ray."""
+        return ActorID(self._id_bytes)
 
-
-class _ActorID:
-    def __init__(self, binary: bytes) -> None:
-        self._binary = binary
-
-    def hex(self) -> str:
-        return self._binary.hex()
-
-    def binary(self) -> bytes:
-        return self._binary
+    @property
+    def _ray_actor_id(self) -> ActorID:
+        return ActorID(self._id_bytes)
 
 
 class ActorMethod(Generic[R]):
@@ -198,7 +193,7 @@ class ActorMethod(Generic[R]):
         call_id = ids.new_task_id()
         return_ids, count = return_ids_for(call_id, num_returns)
         spec = ActorCallSpec(
-            actor_id=self._handle._actor_id,
+            actor_id=self._handle._id_bytes,
             call_id=call_id,
             method=self._name,
             arguments=pack_arguments(args, kwargs, f"{self._handle._class_name}.{self._name}"),

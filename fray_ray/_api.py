@@ -122,8 +122,9 @@ def init(
     - `"local"`: always start a new embedded cluster;
     - `"iris://host:port"`, `"http://host:port"` or `"host:port"`: use that Iris controller;
     - `"auto"`: RAY_ADDRESS/FRAY_RAY_ADDRESS, else the surrounding Iris task's controller, else
-      the cluster `fray-ray start` recorded last on this machine (in `_temp_dir`, or
-      FRAY_RAY_TEMP_DIR, or a per-user temp dir); ConnectionError when there is none;
+      (in a script run by `fray-ray run`) the run's own cluster, else the cluster `fray-ray
+      start` recorded last on this machine (in `_temp_dir`, or FRAY_RAY_TEMP_DIR, or a per-user
+      temp dir); ConnectionError when there is none;
     - inside an Iris task with no address: attach to the task's job;
     - `local_mode=True` (or FRAY_RAY_LOCAL_MODE=1): run everything in this process on threads,
       for debuggers.
@@ -469,7 +470,7 @@ def kill(actor: ActorProxy[Any], *, no_restart: bool = True) -> None:
     """
     if not isinstance(actor, ActorHandle):
         raise ValueError(f"ray.kill() only supported for actors. For tasks, try ray.cancel(). Got: {type(actor)}.")
-    runtime_state.current().kill_actor(actor._actor_id, no_restart)
+    runtime_state.current().kill_actor(actor._id_bytes, no_restart)
 
 
 def cancel(ray_waitable: ObjectRef[Any] | ObjectRefGenerator, *, force: bool = False, recursive: bool = True) -> None:

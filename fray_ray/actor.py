@@ -166,6 +166,21 @@ def _method_table(cls: type) -> dict[str, dict[str, Any]]:
     return table
 
 
+@dataclasses.dataclass(frozen=True)
+class ActorClassMetadata:
+    """What `ActorClass.__ray_metadata__` tells about the class, under Ray's names.
+
+    Args:
+        modified_class: the class the actor runs (Ray's subclass of the user's class with its
+            own methods added; in fray_ray the user's class itself).
+        class_name: the class's `__name__`.
+    """
+
+    modified_class: type
+    class_name: str
+    is_cross_language: bool = False
+
+
 class ActorClass(Generic[T]):
     """What `@fray_ray.remote` makes of a class `T`. Create actors with `.remote(...)`.
 
@@ -202,6 +217,10 @@ class ActorClass(Generic[T]):
         self.__name__ = cls.__name__
         self.__qualname__ = cls.__qualname__
         self.__module__ = cls.__module__
+        #: Ray's names for the user's class, which launchers read: the class itself, and the
+        #: class the actor runs with its name (fray_ray runs the class unchanged).
+        self.__ray_actor_class__ = cls
+        self.__ray_metadata__ = ActorClassMetadata(modified_class=cls, class_name=cls.__name__)
 
     if not TYPE_CHECKING:  # hidden from type checkers, so they report the call (it always raises)
 
@@ -302,7 +321,7 @@ class ActorClass(Generic[T]):
                 code = CodeBlob.of(self._cls, self._cls.__name__)
             except Exception as exc:
                 raise TypeError(f"Could not serialize the actor class {self._cls.__name__}: {exc}") from exc
-            check_code_size(code.payload, "actor", f"{self._cls.__module__}.{self._cls.__qualname__}")
+            check_code_size(code.payload, "actor", self._cls.__name__)  # Ray names the class alone here
             self._code = code
         return self._code
 

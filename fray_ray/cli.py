@@ -1,6 +1,7 @@
 """The `fray-ray` command: run Ray scripts on fray_ray, run a cluster, look at jobs.
 
-    fray-ray run script.py [args...]        run an unmodified Ray script (`import ray` → fray_ray)
+    fray-ray run script.py [args...]        run an unmodified Ray script (`import ray` → fray_ray); its
+                                            init() and init(address="auto") start the run's cluster
     fray-ray start [--tpu v5p-16 ...]       start a cluster in the background (recorded for later
                                             commands and init(address="auto")); --block: foreground
     fray-ray down                           stop the recorded cluster (also: fray-ray stop --cluster)
@@ -63,8 +64,10 @@ def run_script(script: str, args: Sequence[str]) -> int:
     """Run `script` as __main__ with `import ray` resolving to fray_ray."""
     import fray_ray
     from fray_ray._alias import alias_path
+    from fray_ray._private.driver import cluster_address
 
     fray_ray.install()
+    cluster_address.mark_run()  # the script's init(address="auto") reaches the run's cluster
     # Interpreters the script starts find the alias too: through PYTHONPATH, and through
     # sys.path, which multiprocessing's spawn start method hands to its children.
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (alias_path(), os.environ.get("PYTHONPATH")) if p)

@@ -27,6 +27,7 @@ from fray_ray._private.core.task_spec import Arguments, CodeBlob, PoolKey, Resou
 from fray_ray._private.objects import ids
 from fray_ray._private.options import TaskOptions, validate_task_options
 from fray_ray._private.options.quantities import check_c_integers
+from fray_ray.runtime_env.runtime_env import RuntimeEnv
 
 __all__ = ["RemoteFunction"]
 
@@ -76,6 +77,18 @@ class RemoteFunction(Generic[P, R]):
         self.__qualname__ = getattr(function, "__qualname__", self._display_name)
         self.__module__ = getattr(function, "__module__", __name__)
         self.__wrapped__ = function
+
+    @property
+    def _num_returns(self) -> Any:
+        """The `num_returns` the function was declared with (None when not given), as Ray's
+        attribute of that name."""
+        return self._default_options.get("num_returns")
+
+    @property
+    def _runtime_env(self) -> RuntimeEnv | None:
+        """The `runtime_env` the function was declared with, as a `RuntimeEnv` (None when not given)."""
+        env = self._default_options.get("runtime_env")
+        return None if env is None else RuntimeEnv(**dict(env), _validate=False)
 
     if not TYPE_CHECKING:  # hidden from type checkers, so they report the call (it always raises)
 
@@ -165,7 +178,9 @@ class RemoteFunction(Generic[P, R]):
                     f"Could not serialize the function {self._function_name}: {exc}. Functions sent to workers must "
                     "be picklable with cloudpickle (check what the function refers to)."
                 ) from exc
-            check_code_size(code.payload, "remote function", self._function_name)
+            # Ray names the function `module.__name__` here (not its qualified name)
+            size_name = f"{getattr(self._function, '__module__', '')}.{getattr(self._function, '__name__', '')}"
+            check_code_size(code.payload, "remote function", size_name)
             self._code = code
         return self._code
 

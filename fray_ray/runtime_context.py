@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import warnings
@@ -10,6 +11,7 @@ from typing import Any
 from fray_ray._private.core import runtime_state
 from fray_ray._private.core.task_context import current_task
 from fray_ray._private.objects.unique_ids import ActorID, JobID, NodeID, TaskID
+from fray_ray.runtime_env.runtime_env import RuntimeEnv
 from fray_ray.util.annotations import RayDeprecationWarning
 
 __all__ = ["RuntimeContext", "get_runtime_context"]
@@ -18,6 +20,12 @@ _DEPRECATED_ID_WARNING = (
     "This API is deprecated and may be removed in future Ray releases. You could suppress this "
     'warning by setting env variable PYTHONWARNINGS="ignore::DeprecationWarning"\nUse get_{name}() instead'
 )
+
+#: Ray's words where a getter is for tasks and actors only (Ray's driver is mode 0, SCRIPT_MODE).
+_WORKER_ONLY = "This method is only available when the process is a worker. Current mode: 0"
+
+#: The accelerator kinds Ray 2.60 reports ids of (each an empty list where there are none).
+_ACCELERATOR_KINDS = ("GPU", "TPU", "NPU", "HPU", "neuron_cores", "FURIOSA", "MBLT", "RBLN", "TTNPU")
 
 
 def _require_init() -> Any:
@@ -37,16 +45,22 @@ class RuntimeContext:
         return info
 
     def get(self) -> dict[str, Any]:
-        """Returns:
-            The ids of this process's place as hex strings: `job_id`, `node_id`, `namespace`,
-            and `task_id` / `actor_id` inside a task or an actor.
+        """Deprecated in Ray (it warns): the get_*_id() methods give each id as hex.
+
+        Returns:
+            This process's place as id objects: `job_id` (`JobID`), `node_id` (`NodeID`),
+            `namespace`, and `task_id` (`TaskID`) / `actor_id` (`ActorID`) inside a task or actor.
         """
+        warnings.warn(_DEPRECATED_ID_WARNING.replace("get_{name}() instead", "get_xxx_id() methods to get relevant "
+                                                     "ids instead"), RayDeprecationWarning, stacklevel=2)
         info = self._info()
-        context = {"job_id": info["job_id"], "node_id": info["node_id"].hex(), "namespace": info["namespace"]}
+        context: dict[str, Any] = {
+            "job_id": JobID.from_hex(info["job_id"]), "node_id": NodeID(info["node_id"]), "namespace": info["namespace"],
+        }
         if info["task_id"] is not None:
-            context["task_id"] = info["task_id"].hex()
+            context["task_id"] = TaskID(info["task_id"])
         if info["actor_id"] is not None:
-            context["actor_id"] = info["actor_id"].hex()
+            context["actor_id"] = ActorID(info["actor_id"])
         return context
 
     def get_job_id(self) -> str:
@@ -111,8 +125,13 @@ class RuntimeContext:
     def get_assigned_resources(self) -> dict[str, float]:
         """Returns:
             The resources this task or actor holds (`memory` left out, as in Ray).
+
+        Raises:
+            AssertionError: on the driver, as in Ray (it holds nothing).
         """
-        resources: dict[str, float] = self._info()["resources"]
+        info = self._info()
+        self._worker_only(info)
+        resources: dict[str, float] = info["resources"]
         return {k: v for k, v in resources.items() if k != "memory"}
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
@@ -122,7 +141,9 @@ class RuntimeContext:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         gpus = [g for g in visible.split(",") if g] if self._info()["task_id"] is not None else []
         tpus = [c for c in os.environ.get("TPU_VISIBLE_CHIPS", "").split(",") if c]
-        return {"GPU": gpus, "TPU": tpus, "NPU": [], "HPU": [], "neuron_cores": []}
+        ids: dict[str, list[str]] = {kind: [] for kind in _ACCELERATOR_KINDS}
+        ids.update(GPU=gpus, TPU=tpus)
+        return ids
 
     def get_placement_group_id(self) -> str | None:
         """Returns:
@@ -144,11 +165,17 @@ class RuntimeContext:
         env: str = _require_init().runtime_env.to_json()
         return env
 
+    @property
+    def runtime_env(self) -> RuntimeEnv:
+        """The runtime env this process runs with (the job's in the driver), as a `RuntimeEnv`."""
+        fields: dict[str, Any] = json.loads(self.get_runtime_env_string())
+        return RuntimeEnv(**fields, _validate=False)
+
     def get_session_name(self) -> str:
         """Returns:
             The session's name.
         """
-        name: str = getattr(_require_init(), "session_name", "session")
+        name: str = getattr(_require_init(), "session_name", "session")  # the driver's, in every process
         return name
 
     def get_temp_dir(self) -> str:
@@ -160,8 +187,17 @@ class RuntimeContext:
     def is_canceled(self) -> bool:
         """Returns:
             True once `cancel` was called on the running task, so long loops can stop early.
+
+        Raises:
+            RuntimeError: on the driver, or in an async actor (whose cancelled calls see
+                `asyncio.CancelledError` instead), as in Ray.
         """
-        return bool(self._info()["cancelled"])
+        info = self._info()
+        if info.get("is_driver", False):
+            raise RuntimeError(_WORKER_ONLY)
+        if getattr(getattr(current_task.get(), "actor_handle", None), "_is_async", False):
+            raise RuntimeError("This method is not supported in an async actor.")
+        return bool(info["cancelled"])
 
     @property
     def namespace(self) -> str:
@@ -193,8 +229,23 @@ class RuntimeContext:
         return getattr(context, "actor_handle", None)
 
     @property
+    def should_capture_child_tasks_in_placement_group(self) -> bool:
+        """Whether tasks and actors started here join the placement group this one runs in
+        (`placement_group_capture_child_tasks`); False outside one and on the driver."""
+        return bool(getattr(current_task.get(), "capture_child_tasks", False))
+
+    @property
     def was_current_actor_reconstructed(self) -> bool:
-        """True inside an actor instance that replaced one whose process died (max_restarts)."""
+        """True inside an actor instance that replaced one whose process died (max_restarts).
+
+        Raises:
+            AssertionError: on the driver, as in Ray.
+            AttributeError: in a task that is not an actor's, as in Ray (there is no actor).
+        """
+        info = self._info()
+        self._worker_only(info)
+        if info["actor_id"] is None:
+            raise AttributeError("was_current_actor_reconstructed is only available in an actor")
         return bool(getattr(current_task.get(), "actor_restarted", False))
 
     def _deprecated(self, name: str) -> dict[str, Any]:
@@ -202,10 +253,10 @@ class RuntimeContext:
         warnings.warn(_DEPRECATED_ID_WARNING.format(name=name), RayDeprecationWarning, stacklevel=3)
         return self._info()
 
-    def _worker_only(self, info: dict[str, Any], name: str) -> None:
-        # Ray asserts it runs in a worker for these two.
+    def _worker_only(self, info: dict[str, Any]) -> None:
+        # Ray asserts it runs in a worker for these.
         if info.get("is_driver", False):
-            raise AssertionError(f"This method is only available when the process is a worker, not the driver ({name}).")
+            raise AssertionError(_WORKER_ONLY)
 
     @property
     def job_id(self) -> JobID:
@@ -222,7 +273,7 @@ class RuntimeContext:
         """Deprecated in Ray: warns and returns the running task's `TaskID` (None if none);
         raises AssertionError on the driver, as Ray does."""
         info = self._deprecated("task_id")
-        self._worker_only(info, "task_id")
+        self._worker_only(info)
         task_id: bytes | None = info["task_id"]
         return None if task_id is None else TaskID(task_id)
 
@@ -231,7 +282,7 @@ class RuntimeContext:
         """Deprecated in Ray: warns and returns this actor's `ActorID` (None outside an actor);
         raises AssertionError on the driver, as Ray does."""
         info = self._deprecated("actor_id")
-        self._worker_only(info, "actor_id")
+        self._worker_only(info)
         actor_id: bytes | None = info["actor_id"]
         return None if actor_id is None else ActorID(actor_id)
 

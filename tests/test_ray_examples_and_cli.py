@@ -54,6 +54,37 @@ def test_run_makes_import_ray_mean_fray_ray(tmp_path: Path) -> None:
     assert result.stdout.strip().endswith("fray_ray hey!hey!")
 
 
+def test_run_auto_address_reaches_the_runs_own_cluster(tmp_path: Path) -> None:
+    # As under `ray job submit`: the script's init(address="auto") finds the cluster the run is
+    # for (here the run's --gpu layout), not a recorded one (the record directory is empty);
+    # sizes are refused as for any existing cluster.
+    record_dir = tmp_path / "record"
+    record_dir.mkdir(mode=0o700)
+    script = tmp_path / "auto.py"
+    script.write_text(
+        "import ray\n"
+        "ray.init(address='auto')\n"
+        "@ray.remote\n"
+        "def one():\n"
+        "    return 1\n"
+        "print('gpus', ray.cluster_resources().get('GPU'), 'task', ray.get(one.remote()), flush=True)\n"
+        "ray.shutdown()\n"
+        "try:\n"
+        "    ray.init(address='auto', num_cpus=1)\n"
+        "except ValueError as exc:\n"
+        "    print('refused:', exc, flush=True)\n"
+    )
+    environment = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "FRAY_RAY_ADDRESS")}
+    environment["FRAY_RAY_TEMP_DIR"] = str(record_dir)
+    result = subprocess.run(
+        [sys.executable, "-m", "fray_ray", "run", "--gpu", "H100:2", str(script)], cwd=ROOT, capture_output=True,
+        text=True, timeout=TIMEOUT, env=environment,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "gpus 2.0 task 1" in result.stdout
+    assert "refused: When connecting to an existing cluster, num_cpus and num_gpus must not be provided." in result.stdout
+
+
 def test_run_reports_the_scripts_exit_code(tmp_path: Path) -> None:
     script = tmp_path / "fails.py"
     script.write_text("import sys\nsys.exit(3)\n")

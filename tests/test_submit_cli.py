@@ -111,6 +111,28 @@ def test_submit_ships_the_directory_and_streams_output_while_the_job_runs(standa
     assert "finished" in stdout and f"{job_id}: succeeded" in stderr
 
 
+AUTO_PROGRAM = """
+    import ray
+
+    ray.init(address="auto")
+    print("auto cpus", ray.cluster_resources().get("CPU"), flush=True)
+    ray.shutdown()
+    ray.init()
+    print("plain cpus", ray.cluster_resources().get("CPU"), flush=True)
+    ray.shutdown()
+"""
+
+
+def test_a_submitted_script_reaches_the_cluster_with_init_and_init_auto(standalone: dict, project: Path) -> None:
+    # As in a job Ray's job server runs: both find the cluster the job was submitted to (its
+    # three 2-CPU hosts), neither starts a cluster of its own nor fails to find one.
+    (project / "auto.py").write_text(textwrap.dedent(AUTO_PROGRAM))
+    process = submit(standalone, project, "auto.py")
+    stdout, stderr = process.communicate(timeout=DEADLINE)
+    assert process.returncode == 0, stdout + stderr
+    assert "auto cpus 6.0" in stdout and "plain cpus 6.0" in stdout, stdout
+
+
 def test_no_wait_returns_with_the_job_running(standalone: dict, project: Path) -> None:
     process = submit(standalone, project, "--no-wait", "main.py", str(project / "never"))
     stdout, stderr = process.communicate(timeout=DEADLINE)

@@ -170,6 +170,11 @@ def start_driver(
     from fray_ray.fray.job_info import get_job_info
 
     address = _resolve_address(address, temp_dir)
+    if address == _RUN_CLUSTER:
+        # "auto" reaches a cluster that exists for the script, so sizes are refused as Ray
+        # refuses them for any existing cluster; the run's layout sizes it.
+        _existing_cluster_sizes(num_cpus, num_gpus, resources)
+        address = None
     owned: list[Any] = []
     host_id: str | None = None  # the cluster host this driver runs on, if it is one of them
     bind, advertise = session_hosts(node_ip_address)
@@ -309,11 +314,17 @@ def _recorded_cluster(temp_dir: str | None) -> str:
     return record.address
 
 
+#: `_resolve_address`'s answer for "auto" in a `fray-ray run`: the run's own (embedded) cluster.
+_RUN_CLUSTER = "run"
+
+
 def _resolve_address(address: str | None, temp_dir: str | None = None) -> str | None:
-    """None: start an embedded cluster; "task": the surrounding Iris task's; else a URL.
+    """None: start an embedded cluster; "task": the surrounding Iris task's; "run": the cluster
+    of a `fray-ray run` (embedded, sized by the run); else a URL.
 
     `"auto"`: RAY_ADDRESS/FRAY_RAY_ADDRESS, else the surrounding Iris task's controller, else
-    the cluster `fray-ray start` recorded last; ConnectionError when there is none."""
+    the run's cluster under `fray-ray run`, else the cluster `fray-ray start` recorded last;
+    ConnectionError when there is none."""
     from fray_ray.fray.job_info import get_job_info
 
     if address == "local":
@@ -325,7 +336,9 @@ def _resolve_address(address: str | None, temp_dir: str | None = None) -> str | 
         if get_job_info() is not None and get_job_info().controller_address:
             return "task"
         if address == "auto":
-            return _recorded_cluster(temp_dir)
+            from fray_ray._private.driver import cluster_address
+
+            return _RUN_CLUSTER if cluster_address.in_run() else _recorded_cluster(temp_dir)
         return None
     if address.startswith("ray://"):
         raise ValueError(f"Ray Client addresses ({address}) are not supported; give an Iris controller address (iris://host:port)")

@@ -9,7 +9,7 @@ from typing import Any
 __all__ = ["RuntimeEnv", "RuntimeEnvConfig"]
 
 
-class RuntimeEnvConfig(dict):
+class RuntimeEnvConfig(dict[str, Any]):
     """The `config` field of a runtime env: setup timeout, eager install, log files.
 
     >>> RuntimeEnvConfig(setup_timeout_seconds=60)
@@ -37,7 +37,7 @@ class RuntimeEnvConfig(dict):
         raise TypeError(f"runtime_env['config'] must be of type dict or RuntimeEnvConfig, got: {type(config)}")
 
 
-class RuntimeEnv(dict):
+class RuntimeEnv(dict[str, Any]):
     """A runtime env: only the fields given are set (None means not given).
 
     >>> env = RuntimeEnv(working_dir=".", env_vars={"A": "1"})
@@ -84,7 +84,7 @@ class RuntimeEnv(dict):
     # ---- accessors, as Ray's ----------------------------------------------------------------
 
     def working_dir(self) -> str:
-        return self.get("working_dir", "")
+        return str(self.get("working_dir", ""))
 
     def py_modules(self) -> list[str]:
         return list(self.get("py_modules") or [])

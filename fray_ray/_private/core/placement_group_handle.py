@@ -6,6 +6,7 @@ They live here, below the public module, so the options model can check
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -39,8 +40,51 @@ class PlacementGroupInfo:
 class PlacementGroupID:
     """A placement group's id (18 bytes; 36 hex characters)."""
 
+    SIZE = 18
+
     def __init__(self, binary: bytes) -> None:
         self._binary = binary
+
+    @classmethod
+    def size(cls) -> int:
+        """Returns:
+            The id's length in bytes, as Ray's `PlacementGroupID.size()`.
+        """
+        return cls.SIZE
+
+    @classmethod
+    def from_binary(cls, binary: bytes) -> PlacementGroupID:
+        """Returns:
+            The id of these bytes.
+        """
+        return cls(binary)
+
+    @classmethod
+    def from_hex(cls, hex_id: str) -> PlacementGroupID:
+        """Returns:
+            The id this hex (as `hex()` prints it) stands for.
+        """
+        return cls(bytes.fromhex(hex_id))
+
+    @classmethod
+    def from_random(cls) -> PlacementGroupID:
+        """Returns:
+            A random id.
+        """
+        return cls(os.urandom(cls.SIZE))
+
+    @classmethod
+    def nil(cls) -> PlacementGroupID:
+        """Returns:
+            Ray's nil id (every byte 0xff).
+        """
+        return cls(b"\xff" * cls.SIZE)
+
+    def is_nil(self) -> bool:
+        """Returns:
+            Whether this is the nil id.
+        """
+        return self._binary == b"\xff" * self.SIZE
 
     def binary(self) -> bytes:
         """Returns:

@@ -10,6 +10,10 @@ directory anyone else could write to is refused rather than trusted. Like Ray's
 
 Clusters this process started are also remembered in memory (`remember`), so connecting to one
 by its address needs no token from the environment.
+
+A script run by `fray-ray run` has a cluster of its own, as a script run by `ray job submit` has
+its job's (through RAY_ADDRESS): `mark_run()` says so, and `init(address="auto")` in that process
+then starts the run's embedded cluster where it would otherwise look for a recorded one.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 TEMP_DIR_ENV = "FRAY_RAY_TEMP_DIR"
 FILE_NAME = "fray_ray_current_cluster"
+
+_in_run = False  # this process is a `fray-ray run`: its embedded cluster answers "auto"
 
 _known_lock = threading.Lock()
 _known: dict[str, str | None] = {}  # address -> token, of clusters this process started
@@ -146,6 +152,18 @@ def remove(address: str, *, temp_dir: str | None = None) -> None:
             os.unlink(path)
         except FileNotFoundError:
             pass
+
+
+def mark_run() -> None:
+    """Say that this process runs a script for `fray-ray run`, whose cluster `init(address="auto")`
+    reaches (the run starts it as `init()` would, with the run's --tpu/--gpu layout)."""
+    global _in_run
+    _in_run = True
+
+
+def in_run() -> bool:
+    """Whether `mark_run()` was called in this process."""
+    return _in_run
 
 
 def remember(address: str, token: str | None) -> None:

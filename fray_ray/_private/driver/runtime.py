@@ -241,6 +241,7 @@ class DriverRuntime(DriverReads):
             "worker_id": worker_id or b"",
             "session_address": self.session.address,
             "object_store_memory": self.objects.store.config.limit,
+            "session_name": self.session_name,
         }
 
     # ---- objects -------------------------------------------------------------------------

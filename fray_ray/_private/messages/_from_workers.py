@@ -28,6 +28,7 @@ class Welcome(Message):
     worker_id: bytes = b""
     session_address: str = ""
     object_store_memory: int = 0
+    session_name: str = ""
 
 
 @dataclass(repr=False, eq=False)

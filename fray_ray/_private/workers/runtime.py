@@ -93,6 +93,7 @@ class WorkerRuntime:
         self._cache: OrderedDict[bytes, SerializedValue] = OrderedDict()
         self._cache_bytes = 0
         self.object_store_memory = 0  # the driver's limit (0: not told)
+        self.session_name = "session"  # the driver's, once it says (get_session_name())
         #: large fetched buffers may come as the driver's shared-memory files (`shared_memory`)
         self.reads_shared_memory = False
 
@@ -107,6 +108,7 @@ class WorkerRuntime:
         self.worker_id = info.worker_id
         self.session_address = info.session_address
         self.object_store_memory = int(info.object_store_memory or 0)
+        self.session_name = info.session_name or self.session_name
 
     # ---- references ----------------------------------------------------------------------
 
