@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import functools
+import logging
 import queue
 import threading
 import time
@@ -30,6 +31,20 @@ __all__ = ["AsyncResult", "IMapIterator", "OrderedIMapIterator", "UnorderedIMapI
 
 Batch = list[Any]
 Callback = Callable[[Any], object]
+
+logger = logging.getLogger("fray_ray.util.multiprocessing.pool")  # reported under the public module
+
+
+def logged(fn: Callable[[], object]) -> Callable[[], None]:
+    """`fn`, with what it raises logged instead of lost on the callback thread."""
+
+    def run() -> None:
+        try:
+            fn()
+        except Exception:
+            logger.exception("a pool callback raised")
+
+    return run
 
 
 def batch_of(future: concurrent.futures.Future[Any]) -> Batch:
@@ -116,7 +131,7 @@ class AsyncResult:
 
         def succeed() -> None:
             try:
-                callback(values[0] if self._single_result else values)
+                logged(lambda: callback(values[0] if self._single_result else values))()
             finally:
                 self._ready.set()
 

@@ -37,6 +37,7 @@ from fray_ray.util.multiprocessing._results import (
     IMapIterator,
     OrderedIMapIterator,
     UnorderedIMapIterator,
+    logged,
 )
 from fray_ray.util.multiprocessing._workers import CallKind, PoolActor, PoolTaskError, Workers, chunksize_for
 
@@ -88,16 +89,6 @@ def _start_ray(processes: int | None, ray_address: str | None) -> int:
             f"but there are only {cluster_cpus} CPUs in the ray cluster."
         )
     return processes
-
-
-def _logged(fn: Callable[[], None]) -> Callable[[], None]:
-    def run() -> None:
-        try:
-            fn()
-        except Exception:
-            logger.exception("a pool callback raised")
-
-    return run
 
 
 class Pool:
@@ -244,7 +235,7 @@ class Pool:
         return AsyncResult(refs, self._run_callback, callback, error_callback)
 
     def _run_callback(self, fn: Callable[[], None]) -> None:
-        self._callbacks.submit(_logged(fn))
+        self._callbacks.submit(logged(fn))
 
     # ---- ending ----------------------------------------------------------------------------
 
