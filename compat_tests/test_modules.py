@@ -22,10 +22,11 @@ IMPORTABLE = [
     "cloudpickle.py_pickle", "cluster_utils", "exceptions", "experimental", "remote_function", "runtime_context",
     "runtime_env", "runtime_env.runtime_env", "types", "util", "util.accelerators", "util.accelerators.accelerators",
     "util.actor_pool", "util.annotations", "util.check_serialize", "util.debug", "util.helpers",
+    "util.multiprocessing", "util.multiprocessing.pool",
     "util.placement_group", "util.queue", "util.scheduling_strategies", "util.serialization", "util.state",
     "util.state.api", "util.state.common", "util.state.exception", "util.tpu",
     # stand-ins on fray_ray: they import, calls raise NotImplementedError
-    "util.client", "util.collective", "util.metrics", "util.multiprocessing", "util.rpdb",
+    "util.client", "util.collective", "util.metrics", "util.rpdb",
     "_raylet",
 ]
 

@@ -150,13 +150,17 @@ MODULE_MAP: tuple[ModuleEntry, ...] = (
     ModuleEntry("ray.util.horovod", _NO, _REMOVED),
     ModuleEntry("ray.util.iter", _STAND, "use `ray.util.as_completed` or `map_unordered`; " + _STANDIN_NOTE),
     ModuleEntry("ray.util.iter_metrics", _NO, "belongs to `ray.util.iter`, which is a stand-in"),
-    ModuleEntry("ray.util.joblib", _STAND, "use remote functions with `ray.util.map_unordered`; " + _STANDIN_NOTE,
+    ModuleEntry("ray.util.joblib", _P, "`register_ray()` and `ray_backend.RayBackend` (joblib must be installed, "
+                "as for Ray); Ray's caching of repeated large arguments in the object store is not done",
                 subtree=True),
     ModuleEntry("ray.util.lightgbm", _NO, _REMOVED),
     ModuleEntry("ray.util.metrics", _P, "`Counter`, `Gauge`, `Histogram` (recorded in tasks and actors, merged "
                 "in the driver, served as Prometheus text)"),
-    ModuleEntry("ray.util.multiprocessing", _STAND, "use `ray.util.ActorPool` or remote functions with "
-                "`ray.util.map_unordered`; " + _STANDIN_NOTE, subtree=True),
+    ModuleEntry("ray.util.multiprocessing", _P, "`Pool` on actors, with Ray's behaviour (see the module's "
+                "docstring), `TimeoutError`, `JoinableQueue`"),
+    ModuleEntry("ray.util.multiprocessing.pool", _PART, "`Pool`, `AsyncResult`, the `imap` iterators, `PoolActor`, "
+                "`PoolTaskError`; missing: Ray's internal helpers (`ResultThread`, `RayBatchedCalls`, "
+                "`ray_put_if_needed`, ...)"),
     ModuleEntry("ray.util.placement_group", _P),
     ModuleEntry("ray.util.queue", _P),
     ModuleEntry("ray.util.rpdb", _STAND, "in local mode (`init(local_mode=True)`) tasks run in the driver: use "

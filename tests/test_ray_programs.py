@@ -34,6 +34,7 @@ PROGRAMS = {
     "hyperparameter_sweep": "hyperparameter_sweep.py",
     "actor_pipeline": "actor_pipeline.py",
     "actor_pool_map": "actor_pool_map.py",
+    "multiprocessing_pool": "multiprocessing_pool.py",
     "multi_file": "multi_file/main.py",
 }
 

@@ -2,8 +2,10 @@
 
 The names users import from `ray.util` are here, defined in the modules listed below.
 Submodules, as in Ray: `actor_pool` (`ActorPool`), `queue` (`Queue`, `Empty`, `Full`),
-`placement_group`, `scheduling_strategies`, `accelerators` and `tpu`. The placement-group
-functions and the `queue`, `placement_group` and `tpu` submodules are loaded on first use.
+`placement_group`, `scheduling_strategies`, `accelerators`, `tpu`, `multiprocessing` (`Pool`)
+and `joblib` (`register_ray`, which needs joblib installed). The placement-group functions and
+the `queue`, `placement_group`, `tpu`, `multiprocessing` and `joblib` submodules are loaded on
+first use.
 
 Helpers: `as_completed`, `map_unordered`, `list_named_actors`, `get_node_ip_address`,
 `get_node_instance_id`, `inspect_serializability`, `register_serializer`,
@@ -11,7 +13,7 @@ Helpers: `as_completed`, `map_unordered`, `list_named_actors`, `get_node_ip_addr
 `enable_periodic_logging`.
 
 Not provided: Ray Client (`connect`, `disconnect`, `client`), the remote debuggers (`pdb`,
-`rpdb`, `debugpy`), `collective`, `multiprocessing` and a few more (see
+`rpdb`, `debugpy`), `collective` and a few more (see
 `fray_ray.util._unsupported`). They import, so code that only mentions them keeps working,
 and calling them raises `NotImplementedError` saying what to use instead.
 
@@ -91,7 +93,7 @@ _PLACEMENT_GROUP_NAMES: Final = frozenset(
 )
 """Names defined by `fray_ray.util.placement_group`, imported from it on first use."""
 
-_LAZY_SUBMODULES: Final = frozenset({"placement_group", "queue", "tpu"})
+_LAZY_SUBMODULES: Final = frozenset({"joblib", "multiprocessing", "placement_group", "queue", "tpu"})
 
 install_module_finder()
 

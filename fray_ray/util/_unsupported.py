@@ -28,9 +28,7 @@ UNSUPPORTED_MODULES: Final[dict[str, str]] = {
     "ray_debugpy": "In local mode (fray_ray.init(local_mode=True)) tasks run in-process: attach debugpy to the driver.",
     "client": "Connect with fray_ray.init('iris://host:port') instead of Ray Client.",
     "client_connect": "Connect with fray_ray.init('iris://host:port') instead of Ray Client.",
-    "multiprocessing": "Use fray_ray.util.ActorPool or remote functions with fray_ray.util.map_unordered.",
     "iter": "Use fray_ray.util.as_completed or map_unordered.",
-    "joblib": "Use remote functions with fray_ray.util.map_unordered.",
     "dask": "Run Dask's own scheduler.",
     "spark": "Run Spark's own cluster manager.",
 }

@@ -423,14 +423,14 @@ def test_log_once(fresh_log_once):
 def test_unsupported_modules_import_and_fail_when_called():
     import fray_ray.util.collective as collective
     import fray_ray.util.collective.types as collective_types
-    from fray_ray.util.multiprocessing import Pool
+    from fray_ray.util.iter import from_items
 
     with pytest.raises(NotImplementedError, match=r"collective\.allreduce.*torch\.distributed"):
         collective.allreduce([1.0])
     with pytest.raises(NotImplementedError):
         collective_types.Backend()
-    with pytest.raises(NotImplementedError, match=r"multiprocessing\.Pool"):
-        Pool(4)
+    with pytest.raises(NotImplementedError, match=r"iter\.from_items"):
+        from_items([1, 2])
     with pytest.raises(NotImplementedError, match="breakpoint"):
         util.pdb.set_trace()
     with pytest.raises(AttributeError):
