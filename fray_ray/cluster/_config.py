@@ -129,7 +129,9 @@ class WorkerSpec:
     """One local worker standing in for a host: its capacity, attributes and devices.
 
     `device_env` is added to the environment of tasks that request this worker's device
-    (TPU_* for TPU hosts); GPU tasks also get CUDA_VISIBLE_DEVICES for the GPUs they hold.
+    (TPU_* for TPU hosts; a TPU host's other tasks get its TPU_* variables alone, which say
+    which slice and host they run on); GPU tasks also get CUDA_VISIBLE_DEVICES for the GPUs
+    they hold.
     """
 
     worker_id: str

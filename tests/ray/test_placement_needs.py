@@ -7,10 +7,10 @@ from fray_ray._private.driver.nodes import nodes_from_hosts, placement_needs, re
 from fray_ray.fray import HostInfo
 
 
-def test_only_declared_resources_pin_a_process() -> None:
+def test_declared_and_tpu_slice_resources_pin_a_process() -> None:
     custom = [("special", 1.0), ("node:10.0.0.2", 0.01), ("accelerator_type:A100", 1.0), ("TPU-v5p-16-head", 1.0),
-              ("unused", 0.0)]
-    assert placement_needs(custom) == ("special",)
+              ("unused", 0.0), ("TPU", 4.0)]
+    assert placement_needs(custom) == ("special", "TPU-v5p-16-head")
 
 
 def test_cpu_is_asked_only_where_the_needed_resource_is() -> None:

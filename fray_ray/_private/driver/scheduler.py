@@ -38,7 +38,7 @@ from fray_ray._private.driver.executor_pool import (
     TaskState,
 )
 from fray_ray._private.driver.prefetch import PrefetchDepth
-from fray_ray._private.driver.resources import Ledger
+from fray_ray._private.driver.resources import Ledger, lent_while_blocked
 from fray_ray._private.driver.timers import TimerQueue
 from fray_ray._private.driver.worker_exits import ExitReports
 from fray_ray._private.messages import CancelTask, Exit, Unqueue
@@ -346,6 +346,8 @@ class TaskScheduler(ExecutorPool):
                 return
             executor.state = ExecutorState.DEAD
             self._drop_locked(executor)
+            if executor.lease is not None and executor.tasks and executor.tasks[0].blocked:
+                executor.lease[0].retake(lent_while_blocked(executor.lease[1]))  # lent: released once, in full
             self._release_lease_locked(executor)
             tasks = list(executor.tasks)
             executor.tasks.clear()
@@ -414,7 +416,7 @@ class TaskScheduler(ExecutorPool):
                 if record.blocked:  # its lease was lent out; take it back for the next task
                     record.blocked = False
                     if executor.lease is not None:
-                        executor.lease[0].retake(executor.lease[1])
+                        executor.lease[0].retake(lent_while_blocked(executor.lease[1]))
             if executor.tasks:
                 executor.head_started = time.monotonic()
                 executor.tasks[0].state = TaskState.RUNNING
@@ -499,7 +501,7 @@ class TaskScheduler(ExecutorPool):
             if executor is None or executor.lease is None:
                 return
             record.blocked = True
-            executor.lease[0].release(executor.lease[1])
+            executor.lease[0].release(lent_while_blocked(executor.lease[1]))
             queued = len(executor.tasks) > 1
             connection = executor.connection
         if queued and connection is not None:
@@ -519,7 +521,7 @@ class TaskScheduler(ExecutorPool):
             record.blocked = False
             executor = record.executor
             if record.state is TaskState.RUNNING and executor is not None and executor.lease is not None:
-                executor.lease[0].retake(executor.lease[1])
+                executor.lease[0].retake(lent_while_blocked(executor.lease[1]))
 
     # ---- cancel --------------------------------------------------------------------------
 
