@@ -146,3 +146,19 @@ def test_a_head_of_a_pod_type_no_slice_has_is_unschedulable() -> None:
 def test_the_gang_option_still_runs_on_every_host() -> None:
     views = ray.get(host_view.options(tpu="v5p-16").remote(), timeout=120)
     assert [v["worker"] for v in views] == [0, 1] and {v["pod"] for v in views} == {"slice-a"}
+
+
+@ray.remote
+class HostActor:
+    """levanter's per-host actor: one per host of a slice, through the slice's resource."""
+
+    def where(self) -> tuple[str | None, str | None]:
+        return tpu.get_current_pod_name(), os.environ.get("TPU_WORKER_ID")
+
+
+def test_actors_holding_the_slice_resource_are_one_per_host() -> None:
+    actors = [HostActor.options(resources={"slice-b": 1, "TPU": 4}).remote() for _ in range(4)]
+    places = ray.get([actor.where.remote() for actor in actors], timeout=180)
+    assert sorted(places) == [("slice-b", "0"), ("slice-b", "1"), ("slice-b", "2"), ("slice-b", "3")]
+    for actor in actors:
+        ray.kill(actor)

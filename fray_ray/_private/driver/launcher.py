@@ -230,6 +230,7 @@ class WorkerLauncher:
         cpu: float | None = None,
         detached: bool = False,
         named: bool = False,
+        pins: tuple[tuple[str, str | int], ...] = (),
     ) -> None:
         """One actor (a Fray group of one), or a gang's members on one TPU slice (`gang`),
         asking the cluster for `cpu` (default: what the actor holds).
@@ -238,7 +239,8 @@ class WorkerLauncher:
         session's jobs (see `lease`), and a `named` one is also registered where other drivers
         look names up (`lookup_named`). With `started`/`start_failed`, the actor's job is
         watched until `started()` is true; if the job ends first, `start_failed(reason)` is
-        called (the worker's own error text)."""
+        called (the worker's own error text). `pins`: worker attribute values of the one host
+        it must start on."""
         if runtime_env is None:
             runtime_env = RuntimeEnv(env_vars=tuple(sorted(env_vars.items())))
         host_args: tuple[Any, ...] = ()
@@ -250,7 +252,7 @@ class WorkerLauncher:
             resources = ResourceConfig.with_tpu(gang.tpu, cpu=0, ram="256m", disk="0")
             count = gang.hosts
         else:
-            resources = resource_config(shape, accelerator, cpu, self._slices())
+            resources = resource_config(shape, accelerator, cpu, self._slices(), pins)
             count = 1
 
         def create() -> Any:
