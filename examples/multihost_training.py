@@ -4,12 +4,14 @@ Written as plain Ray code (`import ray`). Run it on fray_ray with a simulated sl
 
     fray-ray run --tpu v5p-16 examples/multihost_training.py
 
-Each training step runs on every host of the slice at once (fray_ray gang-schedules a call that
-asks for the slice's head resource); hosts report their shard's loss to a named coordinator
-actor, which averages them, as a parameter server or a metrics aggregator would.
+A task on the slice's head resource (`TPU-v5p-16-head`, host 0 only) reads the slice's name;
+each training step then runs one task per host through that name, which every host of the
+slice has once as a resource. Hosts report their shard's loss to a named coordinator actor,
+which averages them, as a parameter server or a metrics aggregator would.
 """
 
 import os
+import time
 
 import numpy as np
 import ray
@@ -35,14 +37,23 @@ class Coordinator:
             self.weights = self.weights - 0.5 * np.mean([g for _, _, g in self.reports[step]], axis=0)
         return len(self.reports[step])
 
+    def reported(self, step: int) -> int:
+        return len(self.reports.get(step, []))
+
     def summary(self, step: int) -> tuple[list[int], float]:
         hosts = sorted(h for h, _, _ in self.reports[step])
         return hosts, round(float(np.mean([loss for _, loss, _ in self.reports[step]])), 6)
 
 
-@ray.remote(resources={"TPU": 4, "TPU-v5p-16-head": 1})
+@ray.remote(resources={"TPU-v5p-16-head": 1})
+def slice_name() -> str:
+    """Runs on host 0 of a v5p-16 slice: the slice's name."""
+    return ray.util.accelerators.tpu.get_current_pod_name()
+
+
+@ray.remote(resources={"TPU": 4})
 def train_step(step: int) -> str:
-    """Runs on every host of the slice; each host trains on its own shard."""
+    """Runs on one host of the slice; each host trains on its own shard."""
     host = int(os.environ.get("TPU_WORKER_ID", "0"))
     coordinator = ray.get_actor("coordinator")
     weights = ray.get(coordinator.weights_for.remote(step))
@@ -53,15 +64,17 @@ def train_step(step: int) -> str:
     loss = float(np.mean(error**2))
     gradient = 2 * x.T @ error / len(y)
     ray.get(coordinator.report.remote(step, host, loss, gradient))
+    while ray.get(coordinator.reported.remote(step)) < HOSTS:  # the hosts step together, as SPMD programs do
+        time.sleep(0.01)
     return f"{os.environ.get('TPU_NAME', 'no-tpu')}/{host}"
 
 
 def main() -> None:
     ray.init()
     coordinator = Coordinator.options(name="coordinator").remote(4)
+    pod = ray.get(slice_name.remote())
     for step in range(STEPS):
-        hosts_ran = ray.get(train_step.remote(step))
-        hosts_ran = hosts_ran if isinstance(hosts_ran, list) else [hosts_ran]
+        hosts_ran = ray.get([train_step.options(resources={pod: 1, "TPU": 4}).remote(step) for _ in range(HOSTS)])
         reporters, loss = ray.get(coordinator.summary.remote(step))
         print(f"step {step}: {len(hosts_ran)} hosts ran, reports from hosts {reporters}, mean loss {loss}")
     ray.kill(coordinator)

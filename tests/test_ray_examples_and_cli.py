@@ -36,6 +36,26 @@ def test_multihost_training_example_runs_unmodified_through_fray_ray_run() -> No
     assert losses[0] > losses[1] > losses[2]  # the coordinator's averaged updates train the model
 
 
+def test_run_on_pod_example_runs_one_task_per_host_of_a_simulated_slice() -> None:
+    result = run("-m", "fray_ray", "run", "--tpu", "v5p-16", "examples/run_on_pod.py")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("host ")]
+    assert [line.split(":")[0] for line in lines] == ["host 0 of tpu-0", "host 1 of tpu-0"]
+    assert all("on 4 chips" in line for line in lines)
+    assert len({line.rsplit(" at ", 1)[1] for line in lines}) == 2  # two hosts, two addresses
+
+
+def test_run_on_pod_multislice_example_has_one_actor_per_slice_and_one_coordinator() -> None:
+    result = run("-m", "fray_ray", "run", "--tpu", "v5p-16", "--tpu", "v5p-16", "examples/run_on_pod.py",
+                 "--multislice")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("slice ")]
+    assert [line.split(":")[0] for line in lines] == [
+        "slice 0 host 0 of tpu-0", "slice 0 host 1 of tpu-0", "slice 1 host 0 of tpu-1", "slice 1 host 1 of tpu-1"]
+    coordinators = {line.rsplit("coordinator ", 1)[1] for line in lines}
+    assert coordinators == {lines[0].split(" at ", 1)[1].split(",")[0] + ":8081"}  # slice 0's host 0
+
+
 def test_run_makes_import_ray_mean_fray_ray(tmp_path: Path) -> None:
     script = tmp_path / "uses_ray.py"
     script.write_text(

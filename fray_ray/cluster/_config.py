@@ -10,7 +10,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fray_ray.iris.types import AttributeValue
@@ -124,12 +124,27 @@ class TpuSpec:
             raise ValueError(f"tpu worker index must be >= 0, got {self.worker_index}")
 
 
+def _check_slices_are_named_apart(workers: Sequence[WorkerSpec]) -> None:
+    """ValueError unless each TPU slice has a name of its own: the hosts sharing a slice name
+    are one slice (one variant, each host index once), as Ray's slice resources assume."""
+    seen: dict[str, tuple[str, set[int]]] = {}
+    for worker in workers:
+        if worker.tpu is None:
+            continue
+        variant, indices = seen.setdefault(worker.tpu.slice_name, (worker.tpu.variant, set()))
+        if variant != worker.tpu.variant or worker.tpu.worker_index in indices:
+            raise ValueError(f"two TPU slices are named {worker.tpu.slice_name!r}: give each slice a name of its own")
+        indices.add(worker.tpu.worker_index)
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
     """One local worker standing in for a host: its capacity, attributes and devices.
 
     `device_env` is added to the environment of tasks that request this worker's device
-    (TPU_* for TPU hosts); GPU tasks also get CUDA_VISIBLE_DEVICES for the GPUs they hold.
+    (TPU_* for TPU hosts; a TPU host's other tasks get its TPU_* variables alone, which say
+    which slice and host they run on); GPU tasks also get CUDA_VISIBLE_DEVICES for the GPUs
+    they hold.
     """
 
     worker_id: str
@@ -255,6 +270,7 @@ class ClusterConfig:
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
         if duplicates:
             raise ValueError(f"duplicate worker ids: {', '.join(duplicates)}")
+        _check_slices_are_named_apart(self.workers)
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         if self.read_max_bytes < 1024:

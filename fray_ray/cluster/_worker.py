@@ -316,6 +316,11 @@ class LocalWorker:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in launch.gpu_indices)
         if launch.uses_tpu or launch.uses_gpu:
             env.update(self.spec.device_env)
+        elif self.spec.tpu is not None:
+            # Every process of a TPU host can tell which slice and host it runs on (Ray's TPU
+            # tasks that hold chips, not the whole device, read it so); only processes holding
+            # the device get the JAX/PJRT selection.
+            env.update({key: value for key, value in self.spec.device_env.items() if key.startswith("TPU_")})
         env.update(launch.env_vars)
         env.update(
             {

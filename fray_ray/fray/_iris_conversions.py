@@ -108,7 +108,8 @@ def convert_constraints(resources: ResourceConfig) -> list[Constraint]:
     - `zone`: EQ; `target_cluster`: `cluster` EQ;
     - `device_alternatives`: `device-variant IN [variant, *alternatives]`, which also replaces
       the controller's implicit `device-variant == variant`;
-    - `required_attributes`: `<attribute> EXISTS` for each.
+    - `required_attributes`: `<attribute> EXISTS` for each;
+    - `required_attribute_values`: `<attribute> EQ <value>` for each pair.
     """
     constraints: list[Constraint] = []
     if not resources.preemptible:
@@ -132,6 +133,8 @@ def convert_constraints(resources: ResourceConfig) -> list[Constraint]:
         constraints.append(Constraint(ATTR_DEVICE_VARIANT, ConstraintOp.IN, values=tuple(variants)))
     for attribute in resources.required_attributes:
         constraints.append(Constraint(attribute, ConstraintOp.EXISTS))
+    for attribute, value in resources.required_attribute_values:
+        constraints.append(Constraint(attribute, ConstraintOp.EQ, value))
     return constraints
 
 

@@ -90,6 +90,18 @@ def _check_str_sequence(value: object, what: str) -> None:
         raise ValueError(f"{what} must be a list of strings, got {value!r}")
 
 
+def _check_attribute_values(value: object) -> None:
+    pairs = value if isinstance(value, Sequence) and not isinstance(value, str) else None
+    if pairs is None or not all(
+        isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and p[0]
+        and isinstance(p[1], str | int) and not isinstance(p[1], bool)
+        for p in pairs
+    ):
+        raise ValueError(
+            f"ResourceConfig.required_attribute_values must be a list of (attribute, str or int) pairs, got {value!r}"
+        )
+
+
 @dataclass(frozen=True)
 class ResourceConfig:
     """What one task (one replica of a job) needs, plus how many replicas the job has.
@@ -111,9 +123,12 @@ class ResourceConfig:
     image: str | None = None
     #: host attributes the task needs (it runs only on hosts that have each of them)
     required_attributes: Sequence[str] = ()
+    #: (attribute, value) pairs a host must match, e.g. `("tpu-name", "slice-a")`
+    required_attribute_values: Sequence[tuple[str, str | int]] = ()
 
     def __post_init__(self) -> None:
         _check_str_sequence(self.required_attributes, "ResourceConfig.required_attributes")
+        _check_attribute_values(self.required_attribute_values)
         if isinstance(self.cpu, bool) or not isinstance(self.cpu, int | float) or self.cpu < 0:
             raise ValueError(f"ResourceConfig.cpu must be a non-negative number, got {self.cpu!r}")
         for name in ("ram", "disk"):

@@ -14,9 +14,14 @@ per host; `SlicePlacementGroup` keeps a slice's hosts reserved for repeated runs
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
+from fray_ray._private.accelerators.tpu import (
+    POD_TYPE_LABEL,
+    SLICE_NAME_LABEL,
+    WORKER_ID_LABEL,
+    TPUAcceleratorManager,
+)
 from fray_ray.fray import get_tpu_topology, tpu_family
 
 __all__ = [
@@ -25,8 +30,12 @@ __all__ = [
     "get_current_pod_name",
     "get_current_pod_worker_count",
     "get_num_chips_from_topology",
+    "get_num_ready_tpu_slices",
     "get_num_tpu_chips_on_node",
+    "get_num_tpu_slices",
     "get_tpu_coordinator_env_vars",
+    "get_tpu_nodes_for_slice",
+    "get_tpu_slice_name_from_node",
     "get_tpu_version_from_type",
     "get_tpu_worker_resources",
     "infer_tpu_pod_type_from_topology",
@@ -40,28 +49,74 @@ _VERSION_PREFIX = {"v4": "v4", "v5p": "v5p", "v5e": "v5litepod", "v5litepod": "v
 
 def get_current_pod_name() -> str | None:
     """The name of the TPU slice this task runs on (None off TPU hosts)."""
-    return os.environ.get("TPU_NAME") or None
+    return TPUAcceleratorManager.get_current_node_tpu_name()
 
 
 def get_current_pod_worker_count() -> int | None:
     """How many hosts the current slice has (None off TPU hosts)."""
-    hosts = os.environ.get("TPU_WORKER_HOSTNAMES")
-    if hosts:
-        return len([h for h in hosts.split(",") if h])
-    variant = os.environ.get("TPU_ACCELERATOR_TYPE")
-    return get_tpu_topology(variant).host_count if variant else None
+    return TPUAcceleratorManager.get_num_workers_in_current_tpu_pod()
 
 
 def get_num_tpu_chips_on_node() -> int:
     """TPU chips on this host (0 off TPU hosts)."""
-    visible = os.environ.get("TPU_VISIBLE_CHIPS")
-    if visible:
-        return len([c for c in visible.split(",") if c])
-    bounds = os.environ.get("TPU_CHIPS_PER_HOST_BOUNDS")
-    if bounds:
-        return math.prod(int(d) for d in bounds.split(",") if d)
-    variant = os.environ.get("TPU_ACCELERATOR_TYPE")
-    return get_tpu_topology(variant).chips_per_vm if variant else 0
+    return TPUAcceleratorManager.get_current_node_num_accelerators()
+
+
+def get_tpu_slice_name_from_node(node: dict[str, Any]) -> str | None:
+    """The name of the TPU slice a node of `ray.nodes()` belongs to (None for other nodes)."""
+    name = (node.get("Labels") or {}).get(SLICE_NAME_LABEL)
+    return str(name) if name else None
+
+
+def get_tpu_nodes_for_slice(slice_name: str, nodes: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The live nodes (entries of `ray.nodes()`, or of `nodes`) of the TPU slice `slice_name`."""
+    if nodes is None:
+        import fray_ray
+
+        if not fray_ray.is_initialized():
+            return []
+        nodes = fray_ray.nodes()
+    return [node for node in nodes if node.get("Alive") and get_tpu_slice_name_from_node(node) == slice_name]
+
+
+def _whole_slices(topology: str, accelerator_type: str, tpu_resource_per_chip: int | None) -> dict[str, list[dict[str, Any]]]:
+    """The slices of this shape whose every host is alive: slice name -> its nodes."""
+    import fray_ray
+
+    pod_type = infer_tpu_pod_type_from_topology(topology, accelerator_type)
+    if pod_type is None or not fray_ray.is_initialized():
+        return {}
+    chips = get_num_chips_from_topology(topology) * (tpu_resource_per_chip or 1)
+    by_slice: dict[str, list[dict[str, Any]]] = {}
+    for node in fray_ray.nodes():
+        labels = node.get("Labels") or {}
+        if not node.get("Alive") or labels.get(POD_TYPE_LABEL) != pod_type:
+            continue
+        alone = node.get("Resources", {}).get("TPU", 0) >= chips  # a one-host slice is its own node
+        name = node["NodeID"] if alone else get_tpu_slice_name_from_node(node)
+        if name:
+            by_slice.setdefault(name, []).append(node)
+    return {
+        name: members for name, members in by_slice.items()
+        if sum(m.get("Resources", {}).get("TPU", 0) for m in members) == chips
+        and (len(members) == 1 or any((m.get("Labels") or {}).get(WORKER_ID_LABEL) == "0" for m in members))
+    }
+
+
+def get_num_tpu_slices(topology: str, accelerator_type: str, tpu_resource_per_chip: int | None = None) -> int:
+    """How many slices of this shape the cluster has with every host alive."""
+    return len(_whole_slices(topology, accelerator_type, tpu_resource_per_chip))
+
+
+def get_num_ready_tpu_slices(topology: str, accelerator_type: str, tpu_resource_per_chip: int | None = None) -> int:
+    """How many slices of this shape have every host alive and all their chips free."""
+    from fray_ray._private import state
+
+    free = state.available_resources_per_node()
+    return sum(
+        all(free.get(node["NodeID"], {}).get("TPU", 0) >= node.get("Resources", {}).get("TPU", 0) for node in nodes)
+        for nodes in _whole_slices(topology, accelerator_type, tpu_resource_per_chip).values()
+    )
 
 
 def get_tpu_coordinator_env_vars(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 from cluster_helpers import job_name, log_json, sh, wait_finished, wait_for, wait_state, wait_tasks
 
-from fray_ray.cluster import gpu_hosts, tpu_slice
+from fray_ray.cluster import ClusterConfig, gpu_hosts, tpu_slice
 from fray_ray.iris.types import GpuDevice, JobState, ResourceSpec, TaskState, TpuDevice
 
 TPU = ResourceSpec(cpu_millicores=1000, device=TpuDevice("v5p-16"))
@@ -136,3 +139,10 @@ def test_gpu_gang_by_pool(make_cluster) -> None:
         tasks = client.list_tasks(job_id)
         assert sorted(t.worker_id for t in tasks) == ["gpu-0", "gpu-1"]
         assert [log_json(client, t.task_id)[0]["gpus"] for t in tasks] == ["0,1,2,3,4,5,6,7"] * 2
+
+
+def test_two_slices_cannot_share_a_name() -> None:
+    twin = tuple(dataclasses.replace(w, worker_id=f"twin-{w.worker_id}") for w in tpu_slice("v5p-16", "a"))
+    with pytest.raises(ValueError, match="two TPU slices are named 'a'"):
+        ClusterConfig(workers=(*tpu_slice("v5p-16", "a"), *twin))
+    assert len(ClusterConfig(workers=(*tpu_slice("v5p-16", "a"), *tpu_slice("v5p-16", "b"))).workers) == 4

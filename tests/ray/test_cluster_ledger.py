@@ -30,9 +30,11 @@ def test_a_host_becomes_a_node_with_rays_resource_names() -> None:
     node = node_from_host(tpu, head=True, head_resources={"object_store_memory": 100.0})
     assert node.resources == {
         "CPU": 16.0, "memory": float(1 << 30), "TPU": 4.0, "TPU-v5p-16-head": 1.0, "node:10.0.0.4": 1.0,
-        HEAD_RESOURCE: 1.0, "object_store_memory": 100.0,
+        "accelerator_type:TPU-V5P": 1.0, "t": 1.0, HEAD_RESOURCE: 1.0, "object_store_memory": 100.0,
     }
     assert node.node_id == node_id_for("t-w0") and node.labels["tpu-name"] == "t"
+    assert node.labels["ray.io/tpu-slice-name"] == "t" and node.labels["ray.io/tpu-worker-id"] == "0"
+    assert node.labels["ray.io/tpu-pod-type"] == "v5p-16" and node.labels["ray.io/accelerator-type"] == "TPU-V5P"
     second = node_from_host(host("t-w1", 16, tpu_chips=4, tpu_variant="v5p-16", attributes={"tpu-worker-id": 1}))
     assert "TPU-v5p-16-head" not in second.resources and HEAD_RESOURCE not in second.resources
     gpu = node_from_host(host("g", 8, gpus=2, gpu_variant="A100"))

@@ -135,9 +135,19 @@ def test_autoscaling_cluster_names_what_to_use() -> None:
 
 
 def test_custom_resources_ask_for_hosts_that_declare_them() -> None:
-    shape = ResourceShape(cpu=1, custom=(("special", 1.0), ("node:127.0.0.2", 0.01), ("TPU-v5p-16-head", 1.0)))
+    shape = ResourceShape(cpu=1, custom=(("special", 1.0), ("node:127.0.0.2", 0.01)))
     assert resource_config(shape).required_attributes == ("ray-resource:special",)
     assert resource_config(ResourceShape(cpu=1)).required_attributes == ()
+
+
+def test_tpu_slice_resources_ask_for_the_slices_hosts() -> None:
+    head = resource_config(ResourceShape(cpu=1, custom=(("TPU", 4.0), ("TPU-v5p-16-head", 1.0))), slices={"slice-a"})
+    assert head.required_attributes == ("tpu-name",)
+    assert head.required_attribute_values == (("tpu-worker-id", 0), ("device-variant", "v5p-16"))
+    assert head.device.kind == "cpu"  # chips are the driver's to account: a TPU device would be a whole-slice job
+    host = resource_config(ResourceShape(cpu=1, custom=(("TPU", 4.0), ("slice-a", 1.0))), slices={"slice-a"})
+    assert host.required_attributes == ("tpu-name",)
+    assert host.required_attribute_values == (("tpu-name", "slice-a"),)
 
 
 def test_a_retry_the_cluster_cannot_place_yet_waits_for_a_node_that_fits(

@@ -55,11 +55,6 @@ def test_multislice_gangs_get_megascale_coordinates() -> None:
     assert {views[0]["pod"], views[2]["pod"]} == {"slice-a", "slice-b"}
 
 
-def test_rays_head_resource_idiom_is_a_gang_too() -> None:
-    views = ray.get(host_view.options(resources={"TPU": 4, "TPU-v5p-16-head": 1}).remote("head"), timeout=120)
-    assert [v["worker"] for v in views] == ["0", "1"]
-
-
 def test_run_on_slice_and_a_reserved_slice() -> None:
     views = ray.get(tpu.run_on_slice(host_view, "run", topology="2x2x2", accelerator_version="v5p"), timeout=120)
     assert [v["worker"] for v in views] == ["0", "1"]

@@ -21,6 +21,7 @@ from fray_ray._private.core.task_spec import ActorCreationSpec
 from fray_ray._private.driver.cluster_ledger import ClusterLedger
 from fray_ray._private.driver.nodes import placement_needs
 from fray_ray._private.driver.resources import Holding, Ledger
+from fray_ray._private.driver.tpu_nodes import host_pins, needs_tpu_host
 
 if TYPE_CHECKING:
     from fray_ray._private.driver.cluster_view import ClusterView
@@ -111,6 +112,19 @@ class ActorReservations:
     def is_waiting(self, actor_id: bytes) -> bool:
         with self._lock:
             return actor_id in self._waiting
+
+    def pins(self, actor_id: bytes) -> tuple[tuple[str, str | int], ...]:
+        """The worker attribute values naming the TPU host the actor's holding is on, when it
+        holds a host's own resources (a slice's name or head): its process must start there."""
+        with self._lock:
+            held = self._held.get(actor_id)
+        if held is None or held[0] is not self._ledger:
+            return ()
+        node = self._ledger.node(held[1].node)
+        custom = [(name, amount) for name, amount in held[1].demand.items()]
+        if node is None or not needs_tpu_host(custom, self._ledger.slice_names()):
+            return ()
+        return host_pins(node.labels)
 
     def placed(self, actor_id: bytes, host_id: str | None) -> None:
         """The actor's process runs on `host_id`: charge its holding there if that node has room."""

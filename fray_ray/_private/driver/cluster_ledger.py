@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from fray_ray._private.driver.nodes import Node, node_id_for
 from fray_ray._private.driver.resources import Holding, Ledger, describe_amount
+from fray_ray._private.driver.tpu_nodes import SLICE_NAME_LABEL
 
 #: Placement group strategies, as Ray names them.
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
@@ -46,6 +47,8 @@ class ClusterLedger:
         self._nodes: dict[str, Node] = {}
         #: the CPU each live process of the session asked for, and its host once known
         self._asks: dict[bytes, tuple[float, str | None]] = {}
+        #: the node each starting process was aimed at (`aim`), until it is placed
+        self._aims: dict[bytes, str] = {}
         self._ready = threading.Event()
         #: infeasible() answers by demand, until the nodes change (it runs for every task)
         self._judged: dict[tuple[tuple[str, float], ...], str | None] = {}
@@ -108,6 +111,13 @@ class ClusterLedger:
     def nodes(self) -> list[Node]:
         with self._lock:
             return list(self._nodes.values())
+
+    def slice_names(self) -> frozenset[str]:
+        """The names of the TPU slices the cluster's nodes belong to."""
+        with self._lock:
+            return frozenset(
+                name for node in self._nodes.values() if (name := node.labels.get(SLICE_NAME_LABEL))
+            )
 
     def node(self, host_id: str | None) -> Node | None:
         with self._lock:
@@ -332,9 +342,24 @@ class ClusterLedger:
         with self._lock:
             return self._asks.get(key, (0.0, None))[0]
 
+    def aim(self, key: bytes, demand: Mapping[str, float], needs: Iterable[str]) -> Node | None:
+        """A live node having `needs` where `demand` fits now and no other starting process is
+        aimed, for the process `key` to be started on (None if there is none): processes that
+        need one host's own resources (a TPU slice's host) go where a task can use them."""
+        needs = tuple(needs)
+        with self._lock:
+            aimed = set(self._aims.values())
+            for host_id, node in self._nodes.items():
+                if (node.alive and host_id not in aimed and all(node.resources.get(n, 0.0) > 0 for n in needs)
+                        and self._ledgers[host_id].count_fits(demand, 1)):
+                    self._aims[key] = host_id
+                    return node
+        return None
+
     def placed(self, key: bytes, host_id: str | None) -> None:
         """The process `key` runs on `host_id`."""
         with self._lock:
+            self._aims.pop(key, None)
             if key in self._asks:
                 self._asks[key] = (self._asks[key][0], host_id or None)
 
@@ -350,6 +375,7 @@ class ClusterLedger:
         """The process `key` is gone (or never started)."""
         with self._lock:
             self._asks.pop(key, None)
+            self._aims.pop(key, None)
 
 
 def _sum(parts: Iterable[Mapping[str, float]]) -> dict[str, float]:

@@ -366,15 +366,11 @@ class GangScheduler:
 def shape_for(options: TaskOptions | ActorOptions) -> GangShape | None:
     """The gang a call with these options needs, or None for an ordinary call.
 
-    `tpu="v5p-16"` (with `num_slices`), or Ray's `resources={"TPU-v5p-16-head": 1, ...}`, ask
-    for every host of a slice; `gpu="H100"` with `num_hosts > 1` asks for a group of GPU hosts.
+    `tpu="v5p-16"` (with `num_slices`) asks for every host of a slice; `gpu="H100"` with
+    `num_hosts > 1` asks for a group of GPU hosts. Ray's resources are never a gang: as in Ray,
+    `resources={"TPU-v5p-16-head": 1}` is one call on host 0 of a slice.
     """
-    resources = options.resources
     tpu = options.tpu
-    if tpu is None:
-        head = next((k for k in resources if k.startswith("TPU-") and k.endswith("-head")), None)
-        if head is not None:
-            tpu = head[len("TPU-") : -len("-head")]
     if tpu is not None:
         return slice_shape(tpu, options.num_slices, options.runtime_env)
     hosts = options.num_hosts

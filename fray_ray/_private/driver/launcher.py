@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,24 +82,34 @@ def _ram(memory_bytes: int) -> str:
     return f"{(memory_bytes + WORKER_MEMORY_OVERHEAD + (1 << 20) - 1) // (1 << 20)}m"
 
 
-def resource_config(shape: ResourceShape, accelerator: str | None = None, cpu: float | None = None) -> ResourceConfig:
+def resource_config(
+    shape: ResourceShape, accelerator: str | None = None, cpu: float | None = None, slices: Collection[str] = (),
+    pins: tuple[tuple[str, str | int], ...] = (),
+) -> ResourceConfig:
     """What a worker process asks the cluster for: the CPU it holds while it works (`cpu`,
     default the shape's), so the cluster spreads processes over hosts as their CPUs allow;
     the memory it was given (plus its own overhead); GPUs as devices; and, for custom
-    resources, the host attributes that declare them (so it runs on a host that has them).
+    resources, the host attributes that declare them (so it runs on a host that has them):
+    for a TPU slice's resources (`slices` names the cluster's slices), the slice or host 0 of
+    one, and `pins` (worker attribute values) for one host. TPU chips are the driver's to
+    account: the process asks for no TPU device, which on Iris would make it a job on every
+    host of the slice.
 
     The driver's ledger still decides what runs (Ray's logical accounting); `cpu` is less than
     the shape's when the driver's own idle or blocked processes already hold that CPU at the
     cluster (see `ClusterLedger.ask`), so the new one is not kept waiting behind them.
     """
-    from fray_ray._private.driver.nodes import required_attributes
+    from fray_ray._private.driver.nodes import required_attribute_values, required_attributes
 
     cores = shape.cpu if cpu is None else cpu
-    needs = required_attributes(shape.custom)  # custom resources: only hosts that declare them
+    needs = required_attributes(shape.custom, slices)  # custom resources: only hosts that have them
+    pins = tuple(dict.fromkeys((*required_attribute_values(shape.custom, slices), *pins)))
     if shape.gpu >= 1:
         device = GpuConfig(accelerator or "auto", int(shape.gpu))
-        return ResourceConfig(cpu=cores, ram=_ram(shape.memory), disk="0", device=device, required_attributes=needs)
-    return ResourceConfig(cpu=cores, ram=_ram(shape.memory), disk="0", required_attributes=needs)
+        return ResourceConfig(cpu=cores, ram=_ram(shape.memory), disk="0", device=device, required_attributes=needs,
+                              required_attribute_values=pins)
+    return ResourceConfig(cpu=cores, ram=_ram(shape.memory), disk="0", required_attributes=needs,
+                          required_attribute_values=pins)
 
 
 #: Environment variables that set fray_ray's behaviour in the driver and, passed on, in its workers.
@@ -116,10 +126,12 @@ class WorkerLauncher:
 
     def __init__(
         self, client: Client, session_address: str, token: str, entry_points: WorkerEntryPoints, *, job_prefix: str,
-        owns_cluster: bool = False, session_job: bool = False,
+        owns_cluster: bool = False, session_job: bool = False, slices: Callable[[], Collection[str]] = frozenset,
     ) -> None:
         """`session_job`: launch the session's lease job even on an owned cluster, where fate
-        sharing does not need it, so the session has a job of its own (for its dashboard feed)."""
+        sharing does not need it, so the session has a job of its own (for its dashboard feed).
+        `slices`: the names of the cluster's TPU slices now (their resources pin a process)."""
+        self._slices = slices
         self._client = client
         self._session_address = session_address
         self._token = token
@@ -180,13 +192,14 @@ class WorkerLauncher:
         )
 
     def launch_executor(self, executor_id: bytes, pool: PoolKey, callback: LaunchCallback, *,
-                        cpu: float | None = None) -> None:
-        """An executor for `pool`'s tasks, asking the cluster for `cpu` (default: the pool's)."""
+                        cpu: float | None = None, pins: tuple[tuple[str, str | int], ...] = ()) -> None:
+        """An executor for `pool`'s tasks, asking the cluster for `cpu` (default: the pool's),
+        on a host with the worker attribute values `pins` (one TPU host, say)."""
         args = (self._session_address, self._token, executor_id, pool.max_calls, self.in_process)
         request = JobRequest(
             name=f"{self._prefix}-exec-{executor_id.hex()[:12]}",
             entrypoint=self._executor_entrypoint(pool.runtime_env, args),
-            resources=resource_config(pool.shape, pool.accelerator, cpu),
+            resources=resource_config(pool.shape, pool.accelerator, cpu, self._slices(), pins),
             environment=self._environment(pool.runtime_env),
             max_retries_failure=0,
             max_retries_preemption=0,
@@ -217,6 +230,7 @@ class WorkerLauncher:
         cpu: float | None = None,
         detached: bool = False,
         named: bool = False,
+        pins: tuple[tuple[str, str | int], ...] = (),
     ) -> None:
         """One actor (a Fray group of one), or a gang's members on one TPU slice (`gang`),
         asking the cluster for `cpu` (default: what the actor holds).
@@ -225,7 +239,8 @@ class WorkerLauncher:
         session's jobs (see `lease`), and a `named` one is also registered where other drivers
         look names up (`lookup_named`). With `started`/`start_failed`, the actor's job is
         watched until `started()` is true; if the job ends first, `start_failed(reason)` is
-        called (the worker's own error text)."""
+        called (the worker's own error text). `pins`: worker attribute values of the one host
+        it must start on."""
         if runtime_env is None:
             runtime_env = RuntimeEnv(env_vars=tuple(sorted(env_vars.items())))
         host_args: tuple[Any, ...] = ()
@@ -237,7 +252,7 @@ class WorkerLauncher:
             resources = ResourceConfig.with_tpu(gang.tpu, cpu=0, ram="256m", disk="0")
             count = gang.hosts
         else:
-            resources = resource_config(shape, accelerator, cpu)
+            resources = resource_config(shape, accelerator, cpu, self._slices(), pins)
             count = 1
 
         def create() -> Any:

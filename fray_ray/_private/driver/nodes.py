@@ -1,8 +1,9 @@
 """Ray nodes from the cluster's hosts: one node per host, with Ray's resource names.
 
 A host (an Iris worker, as the Fray client reports it) becomes a node with `CPU`, `memory`,
-`GPU`, `TPU` (chips of the VM), `TPU-<variant>-head` (on host 0 of a slice),
-`accelerator_type:<gpu>`, `node:<address>`, and the custom resources its attributes declare:
+`GPU`, `accelerator_type:<gpu>`, a TPU host's resources and labels as Ray gives them (`TPU`,
+its slice's name, `TPU-<pod type>-head` on host 0: `tpu_nodes.py`), `node:<address>`, and the
+custom resources its attributes declare:
 an attribute `ray-resource:<name>` with a numeric value is the resource `<name>` (Iris has no
 custom resources of its own; operators set such attributes on a scale group's workers). Node
 ids are derived from host ids, so every process of a session names a host's node the same way.
@@ -12,10 +13,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fray_ray._private.driver.tpu_nodes import (
+    ATTR_TPU_NAME,
+    is_tpu_resource,
+    needs_tpu_host,
+    tpu_labels,
+    tpu_placement,
+    tpu_resources,
+)
 from fray_ray.fray.hosts import AttributeValue, HostInfo
 
 logger = logging.getLogger(__name__)
@@ -47,28 +56,43 @@ def resource_attributes(resources: Mapping[str, float] | None) -> dict[str, Attr
 
 
 def placement_needs(custom: Iterable[tuple[str, float]]) -> tuple[str, ...]:
-    """The custom resources that decide where a process may run: those hosts declare
-    (`ray-resource:<name>`); names a node derives from its hardware or address (`node:...`,
-    `accelerator_type:...`, `TPU-...-head`) are the driver's to account, not a placement rule.
+    """The custom resources that decide which nodes a process may run on: those hosts declare
+    (`ray-resource:<name>`) and a TPU slice's (its name, `TPU-<pod type>-head`); names a node
+    derives from its address or device type (`node:...`, `accelerator_type:...`) are the
+    driver's to account, not a placement rule.
 
-    >>> placement_needs([("special", 1.0), ("node:10.0.0.2", 0.01)])
-    ('special',)
+    >>> placement_needs([("special", 1.0), ("node:10.0.0.2", 0.01), ("TPU-v5p-16-head", 1.0)])
+    ('special', 'TPU-v5p-16-head')
     """
     return tuple(
         name
         for name, amount in custom
         if amount > 0 and name not in _BUILT_IN and not name.startswith(("node:", "accelerator_type:"))
-        and not (name.startswith("TPU-") and name.endswith("-head"))
     )
 
 
-def required_attributes(custom: Iterable[tuple[str, float]]) -> tuple[str, ...]:
-    """The worker attributes a process needing these custom resources must run where.
+def required_attributes(custom: Iterable[tuple[str, float]], slices: Collection[str] = ()) -> tuple[str, ...]:
+    """The worker attributes a process needing these custom resources must run where: each
+    declared resource's attribute, and a slice name for TPU resources (`slices` are the names
+    of the cluster's TPU slices, which are resources of their hosts, not declared ones).
 
     >>> required_attributes([("special", 1.0), ("node:10.0.0.2", 0.01)])
     ('ray-resource:special',)
+    >>> required_attributes([("TPU", 4.0), ("slice-a", 1.0)], {"slice-a"})
+    ('tpu-name',)
     """
-    return tuple(f"{RESOURCE_ATTRIBUTE_PREFIX}{name}" for name in placement_needs(custom))
+    custom = tuple(custom)
+    declared = [f"{RESOURCE_ATTRIBUTE_PREFIX}{name}" for name in placement_needs(custom)
+                if not is_tpu_resource(name, slices)]
+    return (*declared, ATTR_TPU_NAME) if needs_tpu_host(custom, slices) else tuple(declared)
+
+
+def required_attribute_values(
+    custom: Iterable[tuple[str, float]], slices: Collection[str] = ()
+) -> tuple[tuple[str, str | int], ...]:
+    """The worker attribute values a process needing these resources must run where (a TPU
+    slice's name, or host 0 of a slice for `TPU-<pod type>-head`)."""
+    return tpu_placement(custom, slices)
 
 
 @dataclass(frozen=True)
@@ -119,10 +143,7 @@ def node_from_host(host: HostInfo, *, head: bool = False, head_resources: Mappin
         resources["GPU"] = float(host.gpus)
         if host.gpu_variant and host.gpu_variant.lower() != "auto":
             resources[f"accelerator_type:{host.gpu_variant}"] = 1.0
-    if host.tpu_chips:
-        resources["TPU"] = float(host.tpu_chips)
-        if host.tpu_variant and _is_slice_head(host):
-            resources[f"TPU-{host.tpu_variant}-head"] = 1.0
+    resources.update(tpu_resources(host))
     for key, value in host.attributes.items():
         if key.startswith(RESOURCE_ATTRIBUTE_PREFIX):
             name, amount = key[len(RESOURCE_ATTRIBUTE_PREFIX):], _number(value)
@@ -140,6 +161,7 @@ def node_from_host(host: HostInfo, *, head: bool = False, head_resources: Mappin
     labels.update(
         {key: str(value) for key, value in host.attributes.items() if not key.startswith(RESOURCE_ATTRIBUTE_PREFIX)}
     )
+    labels.update(tpu_labels(host))
     return Node(
         node_id=node_id,
         host_id=host.host_id,
@@ -159,14 +181,6 @@ def nodes_from_hosts(
     live = [h.host_id for h in hosts if h.alive]
     head = head_host if head_host in live else (live[0] if live else None)
     return [node_from_host(h, head=h.host_id == head, head_resources=head_resources) for h in hosts]
-
-
-def _is_slice_head(host: HostInfo) -> bool:
-    index = host.attributes.get("tpu-worker-id", 0)
-    try:
-        return int(index) == 0
-    except (TypeError, ValueError):
-        return False
 
 
 def _number(value: AttributeValue) -> float | None:

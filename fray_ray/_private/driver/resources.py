@@ -33,6 +33,12 @@ class Holding:
     demand: Mapping[str, float] = field(default_factory=dict)
 
 
+def lent_while_blocked(holding: Holding) -> Holding:
+    """What a task blocked in `get` lends to others: its CPU alone, as in Ray; its GPUs, TPU
+    chips and custom resources (a slice's name, say) stay its own."""
+    return Holding(holding.node, {"CPU": holding.demand.get("CPU", 0.0)})
+
+
 class Ledger:
     """Capacity and availability of each resource of one node. Thread-safe."""
 

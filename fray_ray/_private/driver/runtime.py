@@ -139,7 +139,7 @@ class DriverRuntime(DriverReads):
         self.dashboard_feed: DashboardFeed | None = None  # serving from start() to shutdown()
         self.launcher = WorkerLauncher(
             client, self.session.address, self._token, worker_entry_points, job_prefix=session_name, owns_cluster=bool(self._owned),
-            session_job=dashboard is not None and dashboard.session_job,
+            session_job=dashboard is not None and dashboard.session_job, slices=self.ledger.slice_names,
         )
         spin_wait.workers_are_threads_here(self.launcher.in_process)  # then they share this process's GIL
         self.streams = StreamTable(self.objects)

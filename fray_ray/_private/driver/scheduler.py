@@ -39,7 +39,7 @@ from fray_ray._private.driver.executor_pool import (
     TaskState,
 )
 from fray_ray._private.driver.prefetch import PrefetchDepth
-from fray_ray._private.driver.resources import Ledger
+from fray_ray._private.driver.resources import Ledger, lent_while_blocked
 from fray_ray._private.driver.timers import TimerQueue
 from fray_ray._private.driver.withdrawals import TaskWithdrawals
 from fray_ray._private.driver.worker_exits import ExitReports
@@ -352,6 +352,8 @@ class TaskScheduler(TaskWithdrawals):
                 return
             executor.state = ExecutorState.DEAD
             self._drop_locked(executor)
+            if executor.lease is not None and executor.tasks and executor.tasks[0].blocked:
+                executor.lease[0].retake(lent_while_blocked(executor.lease[1]))  # lent: released once, in full
             self._release_lease_locked(executor)
             tasks = list(executor.tasks)
             executor.tasks.clear()
@@ -425,7 +427,7 @@ class TaskScheduler(TaskWithdrawals):
                 if record.blocked:  # its lease was lent out; take it back for the next task
                     record.blocked = False
                     if executor.lease is not None:
-                        executor.lease[0].retake(executor.lease[1])
+                        executor.lease[0].retake(lent_while_blocked(executor.lease[1]))
                 self._next_head_locked(executor)  # a queued task's answer (cancelled there) changes no head
         if record is None or record.state not in (TaskState.RUNNING, TaskState.ASSIGNED):
             return None
@@ -481,7 +483,7 @@ class TaskScheduler(TaskWithdrawals):
             if executor is None or executor.lease is None:
                 return
             record.blocked = True
-            executor.lease[0].release(executor.lease[1])
+            executor.lease[0].release(lent_while_blocked(executor.lease[1]))
             withdrawals = self._withdraw_locked(executor, list(executor.tasks)[1:])
         self._send_withdrawals(withdrawals)
         self.schedule()
@@ -496,7 +498,7 @@ class TaskScheduler(TaskWithdrawals):
             record.blocked = False
             executor = record.executor
             if record.state is TaskState.RUNNING and executor is not None and executor.lease is not None:
-                executor.lease[0].retake(executor.lease[1])
+                executor.lease[0].retake(lent_while_blocked(executor.lease[1]))
 
     # ---- cancel --------------------------------------------------------------------------
 

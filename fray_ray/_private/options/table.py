@@ -114,9 +114,10 @@ COMMON: Final[tuple[Option, ...]] = (
     Option("placement_group_bundle_index", _BOTH, (int,), default=Default(-1), where=_PLACED, note=_DEPRECATED_PG),
     Option("placement_group_capture_child_tasks", _BOTH, _BOOL, where=_PLACED, note=_DEPRECATED_PG),
     Option("resources", _BOTH, _DICT, checks.resources, _EMPTY, _per_kind(
-               task=(Where.RESOURCE_LEDGER, Where.EXECUTOR_POOL_KEY, Where.GANG_PLACEMENT),
-               actor=(Where.RESOURCE_LEDGER, Where.GANG_PLACEMENT)),
-           'Custom resources; {"TPU-<variant>-head": 1} asks for a whole TPU slice.'),
+               task=(Where.RESOURCE_LEDGER, Where.EXECUTOR_POOL_KEY, Where.IRIS_JOB_FIELD),
+               actor=(Where.RESOURCE_LEDGER, Where.IRIS_JOB_FIELD)),
+           'Custom resources; as in Ray, {"TPU-<pod type>-head": 1} runs on host 0 of a TPU slice and '
+           '{<slice name>: 1} on a host of that slice (one call; `tpu=` runs on every host).'),
     Option("runtime_env", _BOTH, _DICT, checks.runtime_env, where=_per_kind(
                task=(Where.EXECUTOR_POOL_KEY, Where.WORKER_PROCESS), actor=(Where.WORKER_PROCESS,)),
            note="env_vars, working_dir, py_modules, pip/uv are applied where the code runs."),
