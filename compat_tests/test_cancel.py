@@ -345,6 +345,52 @@ def test_cancel__async_actor_task_error_is_a_task_error(ray_start_regular_shared
     ray.get(signal.send.remote())
 
 
+def test_cancel__async_generator_method_error_is_a_task_error(ray_start_regular_shared):
+    # An actor whose only async method is an async generator is an async actor too: cancelling
+    # the running stream cancels its coroutine, and the next item raises RayTaskError that is
+    # also the TaskCancelledError.
+    signal = SignalActor.remote()
+
+    @ray.remote(num_cpus=0)
+    class Streamer:
+        async def stream(self, signal):
+            yield "first"
+            await signal.wait.remote()
+            yield "never"
+
+    actor = Streamer.remote()
+    stream = actor.stream.remote(signal)
+    assert ray.get(next(stream), timeout=60) == "first"
+    wait_for_condition(lambda: ray.get(signal.num_waiters.remote()) == 1)
+    ray.cancel(stream)
+    try:
+        ray.get(next(stream), timeout=60)
+    except exceptions.RayTaskError as error:
+        assert isinstance(error, exceptions.TaskCancelledError)
+        assert isinstance(error.cause, exceptions.TaskCancelledError)
+    else:
+        pytest.fail("the cancelled stream went on")
+    ray.get(signal.send.remote())
+
+
+def test_cancel__async_generator_methods_run_concurrently(ray_start_regular_shared):
+    # Async generator methods alone make an async actor (max_concurrency 1000): two streams
+    # wait at once.
+    signal = SignalActor.remote()
+
+    @ray.remote(num_cpus=0)
+    class Streamer:
+        async def stream(self, signal):
+            await signal.wait.remote()
+            yield "released"
+
+    actor = Streamer.remote()
+    streams = [actor.stream.remote(signal), actor.stream.remote(signal)]
+    wait_for_condition(lambda: ray.get(signal.num_waiters.remote()) == 2)
+    ray.get(signal.send.remote())
+    assert [ray.get(next(s), timeout=60) for s in streams] == ["released", "released"]
+
+
 def test_cancel__sync_actor_task_error_is_not_a_task_error(ray_start_regular_shared):
     # A sync method is only flagged; the caller's error is a plain TaskCancelledError.
     recorder = Recorder.remote()

@@ -267,3 +267,56 @@ def test_generators__dynamic_generator_retry_exception(ray_start_regular_shared)
 
     assert ray.get(list(ray.get(flaky.remote(attempts)))) == [0, 1, 2]
     assert ray.get(attempts.count.remote()) == 2
+
+
+def test_generators__dynamic_generator_error_after_yields(ray_start_regular_shared):
+    # The task's ref holds a generator of the items yielded before the error, then one more
+    # item whose get raises it.
+    @ray.remote(num_returns="dynamic")
+    def two_then_fail():
+        yield "a"
+        yield "b"
+        raise _CustomError("after two")
+
+    refs = list(ray.get(two_then_fail.remote(), timeout=60))
+    assert len(refs) == 3
+    assert ray.get(refs[:2], timeout=60) == ["a", "b"]
+    with pytest.raises(_CustomError, match="after two") as info:
+        ray.get(refs[2], timeout=60)
+    assert isinstance(info.value, exceptions.RayTaskError)
+
+    @ray.remote(num_returns="dynamic")
+    def fail_at_once():
+        raise _CustomError("before any item")
+        yield
+
+    refs = list(ray.get(fail_at_once.remote(), timeout=60))
+    assert len(refs) == 1
+    with pytest.raises(_CustomError, match="before any item"):
+        ray.get(refs[0], timeout=60)
+
+
+def test_generators__dynamic_generator_retryable_error_fails_the_task_ref(ray_start_regular_shared):
+    # An error that retry_exceptions covers fails the task's own ref once retries are spent
+    # (here none); one it does not cover is not retried and ends the generator.
+    attempts = Recorder.remote()
+
+    @ray.remote(num_returns="dynamic", max_retries=0, retry_exceptions=True)
+    def retryable():
+        yield 1
+        raise _CustomError("retryable")
+
+    with pytest.raises(_CustomError, match="retryable"):
+        ray.get(retryable.remote(), timeout=60)
+
+    @ray.remote(num_returns="dynamic", max_retries=2, retry_exceptions=[KeyError])
+    def not_covered(recorder):
+        ray.get(recorder.record.remote("attempt"))
+        yield 1
+        raise _CustomError("not covered")
+
+    refs = list(ray.get(not_covered.remote(attempts), timeout=60))
+    assert ray.get(refs[0], timeout=60) == 1
+    with pytest.raises(_CustomError, match="not covered"):
+        ray.get(refs[1], timeout=60)
+    assert ray.get(attempts.count.remote()) == 1

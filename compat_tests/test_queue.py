@@ -173,3 +173,53 @@ def test_queue__shutdown(ray_start_regular_shared):
     with pytest.raises(exceptions.RayActorError):
         elsewhere.put(2)
     q.shutdown()  # a second shutdown is fine
+
+
+def test_queue__shutdown_handle_methods_raise_attribute_error(ray_start_regular_shared):
+    # The handle that shut the queue down drops its actor (`actor` is None), so each method
+    # fails reaching for the actor's method: an AttributeError naming it, not a RayActorError.
+    q = _queue(maxsize=2)
+    q.put(1)
+    q.shutdown()
+    assert q.actor is None
+    calls = {
+        "put": lambda: q.put(2),
+        "put_nowait": lambda: q.put_nowait(2),
+        "put_nowait_batch": lambda: q.put_nowait_batch([2]),
+        "get": lambda: q.get(timeout=1),
+        "get_nowait": q.get_nowait,
+        "get_nowait_batch": lambda: q.get_nowait_batch(1),
+        "qsize": q.size,
+        "empty": q.empty,
+        "full": q.full,
+    }
+    for method, call in calls.items():
+        with pytest.raises(AttributeError, match=f"'NoneType' object has no attribute '{method}'") as info:
+            call()
+        assert not isinstance(info.value, exceptions.RayActorError)
+    with pytest.raises(AttributeError, match="'qsize'"):
+        q.qsize()
+    with pytest.raises(AttributeError, match="'qsize'"):
+        len(q)
+    with pytest.raises(AttributeError, match="'put'"):
+        asyncio.run(q.put_async(1))
+    with pytest.raises(AttributeError, match="'get'"):
+        asyncio.run(q.get_async(timeout=1))
+
+
+def test_queue__forced_shutdown_kills_the_actor(ray_start_regular_shared):
+    q = _queue()
+    q.put("x")
+    elsewhere = ray.get(ray.put([q]))[0]
+    q.shutdown(force=True, grace_period_s=1)
+    assert q.actor is None
+
+    def dead():
+        try:
+            elsewhere.get_nowait()
+        except exceptions.RayActorError:
+            return True
+        return False
+
+    wait_for_condition(dead)
+    q.shutdown(force=True)  # again: nothing to do

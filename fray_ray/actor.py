@@ -160,7 +160,8 @@ def _method_table(cls: type) -> dict[str, dict[str, Any]]:
         table[name] = {
             "arguments": ArgumentCheck(signature) if signature is not None else None,
             "options": options,
-            "is_async": inspect.iscoroutinefunction(function),
+            # An async generator method makes the actor async too (its calls run on the loop).
+            "is_async": inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function),
             "is_generator": inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function),
         }
     return table

@@ -127,7 +127,7 @@ def start_driver(
     _check_dashboard(include_dashboard, dashboard_host, dashboard_port)
     output_folding = FoldSettings.from_environment()  # malformed RAY_DEDUP_LOGS_* fail before anything starts
 
-    job_env = parse_runtime_env(runtime_env)  # a bad runtime_env fails before anything starts
+    job_env = parse_runtime_env(runtime_env, job=True)  # a bad runtime_env fails before anything starts
     session_name = "session-" + os.urandom(4).hex()
     if system_config is not None and not isinstance(system_config, Mapping):
         raise TypeError(f"_system_config must be a dict, got {type(system_config).__name__}")
@@ -143,6 +143,9 @@ def start_driver(
                        "dashboard_port are ignored")
     if local_mode:
         from fray_ray._private.driver.nodes import resource_attributes
+
+        if job_env.setup_hook is not None:  # the workers are threads of this one process: run it here
+            job_env.setup_hook.load()()
         from fray_ray.fray import this_machine
         from fray_ray.fray.local_backend import LocalClient
 

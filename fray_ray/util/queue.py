@@ -104,7 +104,8 @@ class Queue:
     CPU. With several producers waiting on a full queue (or several consumers on an empty
     one), which of them goes first is not defined.
 
-    After `shutdown()`, every method of every copy raises `RayActorError`.
+    After `shutdown()`, a method of this handle raises AttributeError and one of a copy
+    raises `RayActorError`, as in Ray.
 
     >>> q = Queue()
     >>> @ray.remote
@@ -139,7 +140,7 @@ class Queue:
         >>> q.qsize()
         1
         """
-        size: int = ray.get(self._handle().qsize.remote())
+        size: int = ray.get(self._handle("qsize").qsize.remote())
         return size
 
     def size(self) -> int:
@@ -156,6 +157,7 @@ class Queue:
         >>> Queue().empty()
         True
         """
+        self._handle("empty")
         return self.qsize() == 0
 
     def full(self) -> bool:
@@ -166,6 +168,7 @@ class Queue:
         >>> q.full()
         True
         """
+        self._handle("full")
         return self.maxsize > 0 and self.qsize() >= self.maxsize
 
     # ---- put -------------------------------------------------------------------------------
@@ -194,7 +197,7 @@ class Queue:
         fray_ray.util.queue.Full: ...
         """
         _check_timeout(block, timeout)
-        if not ray.get(self._handle().put.remote(item, block, timeout)):
+        if not ray.get(self._handle("put").put.remote(item, block, timeout)):
             raise Full(_full_message(self.maxsize, block, timeout))
 
     async def put_async(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
@@ -215,7 +218,7 @@ class Queue:
         'x'
         """
         _check_timeout(block, timeout)
-        if not await self._handle().put.remote(item, block, timeout):
+        if not await self._handle("put").put.remote(item, block, timeout):
             raise Full(_full_message(self.maxsize, block, timeout))
 
     def put_nowait(self, item: Any) -> None:
@@ -232,6 +235,7 @@ class Queue:
         >>> q.get()
         1
         """
+        self._handle("put_nowait")
         self.put(item, block=False)
 
     def put_nowait_batch(self, items: Iterable[Any]) -> None:
@@ -256,7 +260,7 @@ class Queue:
         if not isinstance(items, Iterable):
             raise TypeError(f"put_nowait_batch() takes an iterable of items, got {type(items).__name__}")
         items = list(items)
-        if not ray.get(self._handle().put_batch.remote(items)):
+        if not ray.get(self._handle("put_nowait_batch").put_batch.remote(items)):
             raise Full(f"Cannot add {len(items)} items to a queue with maxsize {self.maxsize}: not enough room")
 
     # ---- get -------------------------------------------------------------------------------
@@ -288,7 +292,7 @@ class Queue:
         fray_ray.util.queue.Empty: ...
         """
         _check_timeout(block, timeout)
-        found, item = ray.get(self._handle().get.remote(block, timeout))
+        found, item = ray.get(self._handle("get").get.remote(block, timeout))
         if not found:
             raise Empty(_empty_message(block, timeout))
         return item
@@ -313,7 +317,7 @@ class Queue:
         'x'
         """
         _check_timeout(block, timeout)
-        found, item = await self._handle().get.remote(block, timeout)
+        found, item = await self._handle("get").get.remote(block, timeout)
         if not found:
             raise Empty(_empty_message(block, timeout))
         return item
@@ -326,6 +330,7 @@ class Queue:
         >>> q.get_nowait()
         1
         """
+        self._handle("get_nowait")
         return self.get(block=False)
 
     def get_nowait_batch(self, num_items: int) -> list[Any]:
@@ -355,7 +360,7 @@ class Queue:
             raise TypeError(f"get_nowait_batch() takes an int num_items, got {type(num_items).__name__}")
         if num_items < 0:
             raise ValueError(f"get_nowait_batch() takes a non-negative num_items, got {num_items}")
-        found, items = ray.get(self._handle().get_batch.remote(num_items))
+        found, items = ray.get(self._handle("get_nowait_batch").get_batch.remote(num_items))
         if not found:
             raise Empty(f"Cannot get {num_items} items: the queue holds {items}")
         batch: list[Any] = items
@@ -367,8 +372,9 @@ class Queue:
         """Stop the queue's actor; its items are lost. A second call does nothing.
 
         Unless `force`, the actor is first asked to exit and given `grace_period_s` seconds to
-        do so; then it is killed. Blocks until then. Afterwards every call on this handle, and
-        on any copy of it, raises `RayActorError`.
+        do so; then it is killed. Blocks until then. Afterwards, as in Ray, a call on this
+        handle raises AttributeError (its `actor` is None) and one on a copy of the handle
+        (passed to a task or an actor) raises `RayActorError`.
 
         Args:
             force: kill the actor at once instead of asking it to exit first.
@@ -379,7 +385,7 @@ class Queue:
         >>> q.qsize()
         Traceback (most recent call last):
         ...
-        fray_ray.exceptions.ActorDiedError: ...
+        AttributeError: 'NoneType' object has no attribute 'qsize' (this Queue was shut down)
         """
         actor, self.actor = self.actor, None
         if actor is None:
@@ -389,10 +395,12 @@ class Queue:
             ray.wait([exited], timeout=grace_period_s)
         ray.kill(actor)
 
-    def _handle(self) -> ActorHandle[Any]:
-        """The queue's actor; raises the error a dead actor gives once this handle shut it down."""
+    def _handle(self, method: str) -> ActorHandle[Any]:
+        """The queue's actor. Once this handle shut the queue down, Ray 2.60 leaves `actor` as
+        None and each method fails reaching for its own method on it: the same AttributeError
+        here (copies of the handle still reach the dead actor: `RayActorError`)."""
         if self.actor is None:
-            raise ray.exceptions.ActorDiedError("This Queue was shut down; its actor is dead.")
+            raise AttributeError(f"'NoneType' object has no attribute '{method}' (this Queue was shut down)")
         return self.actor
 
 

@@ -49,8 +49,8 @@ def test_a_cancel_between_the_queue_and_the_start_stops_the_task(executor: tuple
     runner, _ = executor
     task_id = b"u" * 24
     runner._on_cancel(None, None, CancelTask(task_id, False))  # type: ignore[arg-type]
-    task_id_done, results, error, count = runner._run(_task(task_id))  # taken from the queue: not started
-    assert task_id_done == task_id and results is None and count == 1
+    task_id_done, results, error, count, generator_failed = runner._run(_task(task_id))  # taken from the queue: not started
+    assert task_id_done == task_id and results is None and count == 1 and not generator_failed
     assert isinstance(error, exceptions.TaskCancelledError)
 
 

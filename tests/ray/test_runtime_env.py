@@ -362,3 +362,81 @@ def test_the_session_service_binds_and_advertises_the_node_address(session_dir: 
         assert fray_ray.get(fray_ray.remote(env_of).remote("X")) == {"X": None}
     finally:
         del os.environ["FRAY_RAY_NODE_IP_ADDRESS"]
+
+
+def _mark_setup() -> None:
+    os.environ["FRAY_TEST_SETUP_HOOK"] = "ran"
+
+
+def test_setup_hook_is_parsed_for_the_job_only() -> None:
+    from fray_ray._private.core.runtime_env import merge_runtime_envs, parse_runtime_env
+
+    job = parse_runtime_env({"worker_process_setup_hook": _mark_setup}, job=True)
+    assert job.setup_hook is not None and job.setup_hook.pickled is not None
+    assert job.setup_hook.name.endswith("._mark_setup")
+    assert job.as_dict() == {"worker_process_setup_hook": job.setup_hook.name}
+    # shipped as bytes: what a worker unpickles runs
+    os.environ.pop("FRAY_TEST_SETUP_HOOK", None)
+    cloudpickle.loads(cloudpickle.dumps(job)).setup_hook.load()()
+    assert os.environ.pop("FRAY_TEST_SETUP_HOOK") == "ran"
+    # a task's own env inherits the job's hook
+    child = parse_runtime_env({"env_vars": {"A": "1"}})
+    assert merge_runtime_envs(job, child).setup_hook == job.setup_hook
+    named = parse_runtime_env({"worker_process_setup_hook": "json.dumps"}, job=True)
+    assert named.setup_hook is not None and named.setup_hook.load() is json.dumps
+    with pytest.raises(TypeError, match="must be a function"):
+        parse_runtime_env({"worker_process_setup_hook": 3}, job=True)
+    with pytest.raises(TypeError, match="JSON serializable"):
+        parse_runtime_env({"worker_process_setup_hook": _mark_setup})
+    with pytest.raises(ValueError, match=r"only in init\(runtime_env=...\)"):
+        parse_runtime_env({"worker_process_setup_hook": "json.dumps"})
+    with pytest.raises(ValueError, match="module.function"):
+        parse_runtime_env({"worker_process_setup_hook": "nodots"}, job=True).setup_hook.load()  # type: ignore[union-attr]
+
+
+def test_setup_hook_runs_on_workers_of_other_hosts(session_dir: Path) -> None:
+    # Three hosts, each its own workdir: the hook (a local function, pickled by value) reaches
+    # them as bytes, not through a shared path or module.
+    def mark() -> None:
+        import os
+
+        os.environ["FRAY_TEST_SETUP_HOOK"] = "ran"
+
+    fray_ray.init(runtime_env={"worker_process_setup_hook": mark}, cluster_config=THREE_HOSTS)
+
+    @fray_ray.remote
+    def seen() -> tuple[str | None, str]:
+        return os.environ.get("FRAY_TEST_SETUP_HOOK"), os.getcwd()
+
+    results = fray_ray.get([seen.remote() for _ in range(3)])
+    assert all(mark == "ran" for mark, _ in results)
+    assert "FRAY_TEST_SETUP_HOOK" not in os.environ
+
+
+def test_setup_hook_failure_stops_the_worker(session_dir: Path) -> None:
+    def broken() -> None:
+        raise RuntimeError("no setup today")
+
+    fray_ray.init(runtime_env={"worker_process_setup_hook": broken}, cluster_config=THREE_HOSTS)
+
+    @fray_ray.remote(max_retries=0)
+    def never() -> int:
+        return 1
+
+    with pytest.raises(fray_ray.exceptions.RaySystemError, match="could not start"):
+        fray_ray.get(never.remote(), timeout=120)
+
+
+def test_setup_hook_runs_once_in_local_mode(fresh_shutdown: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # local_mode's workers are threads of the driver's process: the hook runs there, once.
+    monkeypatch.delenv("FRAY_TEST_SETUP_HOOK", raising=False)
+    fray_ray.init(local_mode=True, runtime_env={"worker_process_setup_hook": _mark_setup})
+
+    @fray_ray.remote
+    def seen() -> str | None:
+        return os.environ.get("FRAY_TEST_SETUP_HOOK")
+
+    try:
+        assert fray_ray.get(seen.remote()) == "ran"
+    finally:
+        os.environ.pop("FRAY_TEST_SETUP_HOOK", None)

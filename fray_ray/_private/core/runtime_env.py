@@ -2,8 +2,11 @@
 
 Honoured: `working_dir` and `py_modules` (local paths, shipped as the job's Iris workspace
 bundle), `excludes`, `pip` and `uv` (installed by the job's setup script on the worker),
-`env_vars`, and `config` (`setup_timeout_seconds`, `eager_install`). Every other key raises
-ValueError naming it, at decoration, `.options()` or `init()`: nothing is dropped silently.
+`env_vars`, `config` (`setup_timeout_seconds`, `eager_install`), and, in `init()` only,
+`worker_process_setup_hook` (a function, cloudpickled to ship to every worker, or a
+"module.function" name; each worker process runs it once before any task or actor). Every other
+key raises ValueError naming it, at decoration, `.options()` or `init()`: nothing is dropped
+silently.
 
 Merging follows Ray: a task or actor inherits the runtime env of whoever submits it (the job's
 in the driver, the worker's own inside a task or actor); each field it sets replaces the
@@ -12,18 +15,21 @@ inherited one, except `env_vars`, which are merged key by key (the child's value
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import cloudpickle
+
 from fray_ray._private.core.cached_hash import CachedHash
 
-__all__ = ["PipSpec", "RuntimeEnv", "merge_runtime_envs", "parse_runtime_env"]
+__all__ = ["PipSpec", "RuntimeEnv", "SetupHook", "merge_runtime_envs", "parse_runtime_env"]
 
-_SUPPORTED = ("working_dir", "py_modules", "excludes", "pip", "uv", "env_vars", "config")
+_SUPPORTED = ("working_dir", "py_modules", "excludes", "pip", "uv", "env_vars", "config", "worker_process_setup_hook")
 # Keys Ray knows that fray_ray cannot honour, and what to do instead.
 _UNSUPPORTED = {
     "conda": "workers run the Python of their image; list the packages under 'pip' (or 'uv'), or build "
@@ -37,7 +43,6 @@ _UNSUPPORTED = {
     "java_jars": "fray_ray runs Python only",
     "nsight": "profile through Fray's NSYS settings in env_vars instead",
     "mpi": "use a TPU or GPU gang (tpu=..., gpu=... with num_hosts) instead",
-    "worker_process_setup_hook": "run the setup at the top of the task or in the actor's constructor",
 }
 _PIP_FIELDS = ("packages", "pip_check", "pip_install_options", "pip_version")
 _UV_FIELDS = ("packages", "uv_check", "uv_pip_install_options", "uv_version")
@@ -54,6 +59,26 @@ class PipSpec:
     tool: str = "pip"  # "pip" or "uv": the runtime_env key they came from
 
 
+@dataclass(frozen=True)
+class SetupHook:
+    """`worker_process_setup_hook`: its name (a "module.function" string, or the function's
+    qualified name) and, for a function, the function cloudpickled (workers share no disk)."""
+
+    name: str
+    pickled: bytes | None = None
+
+    def load(self) -> Callable[[], Any]:
+        """The hook as a callable, in the worker: unpickled, or imported by its name."""
+        if self.pickled is not None:
+            function: Callable[[], Any] = cloudpickle.loads(self.pickled)
+            return function
+        module_name, _, attribute = self.name.rpartition(".")
+        if not module_name:
+            raise ValueError(f"worker_process_setup_hook {self.name!r} is not of the form 'module.function'")
+        loaded: Callable[[], Any] = getattr(importlib.import_module(module_name), attribute)
+        return loaded
+
+
 @dataclass(frozen=True, eq=False)
 class RuntimeEnv(CachedHash):
     """A parsed, checked runtime_env. Paths are absolute; `given` names the fields set."""
@@ -65,6 +90,7 @@ class RuntimeEnv(CachedHash):
     env_vars: tuple[tuple[str, str], ...] = ()
     setup_timeout_s: float | None = None
     eager_install: bool | None = None
+    setup_hook: SetupHook | None = None
     given: frozenset[str] = field(default_factory=frozenset)
 
     @property
@@ -107,6 +133,8 @@ class RuntimeEnv(CachedHash):
             config["eager_install"] = self.eager_install
         if config:
             out["config"] = config
+        if self.setup_hook is not None:
+            out["worker_process_setup_hook"] = self.setup_hook.name
         return out
 
     def to_json(self) -> str:
@@ -131,12 +159,13 @@ def merge_runtime_envs(parent: RuntimeEnv, child: RuntimeEnv) -> RuntimeEnv:
     return merged
 
 
-def parse_runtime_env(value: Mapping[str, Any] | None, *, check_paths: bool = True) -> RuntimeEnv:
+def parse_runtime_env(value: Mapping[str, Any] | None, *, check_paths: bool = True, job: bool = False) -> RuntimeEnv:
     """Check a runtime_env dict as Ray does and return it parsed.
 
     Raises TypeError/ValueError with Ray's messages for malformed known fields, and ValueError
     naming the key for keys fray_ray cannot honour. With `check_paths`, local paths must exist
-    (they are read on this machine) and become absolute.
+    (they are read on this machine) and become absolute. `job`: the env is `init()`'s, the
+    only place a `worker_process_setup_hook` is honoured.
     """
     if value is None:
         return RuntimeEnv()
@@ -169,7 +198,28 @@ def parse_runtime_env(value: Mapping[str, Any] | None, *, check_paths: bool = Tr
     if value.get("config") is not None:
         timeout, eager = _config(value["config"])
         env = replace(env, setup_timeout_s=timeout, eager_install=eager)
+    if value.get("worker_process_setup_hook") is not None:
+        env = replace(env, setup_hook=_setup_hook(value["worker_process_setup_hook"], job))
     return env
+
+
+def _setup_hook(value: Any, job: bool) -> SetupHook:
+    if not callable(value) and not isinstance(value, str):
+        raise TypeError(f"worker_process_setup_hook must be a function, got {type(value)}.")
+    if not job:
+        if callable(value):  # Ray's words: a task's runtime_env must be JSON
+            raise TypeError(
+                f"Object of type {type(value).__name__} is not JSON serializable: a worker_process_setup_hook "
+                "function is only accepted in init(runtime_env=...)"
+            )
+        raise ValueError(
+            "runtime_env['worker_process_setup_hook'] is honoured only in init(runtime_env=...): a task's or "
+            "actor's own runtime_env cannot set it (Ray 2.60 ignores it there)"
+        )
+    if isinstance(value, str):
+        return SetupHook(value)
+    name = f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', type(value).__name__)}"
+    return SetupHook(name, cloudpickle.dumps(value))
 
 
 def _local_path(path: str, what: str) -> None:

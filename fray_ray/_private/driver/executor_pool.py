@@ -72,6 +72,7 @@ class TaskRecord:
     system_failures: int = 0
     user_failures: int = 0
     cancelled: bool = False
+    generator_failed: bool = False  # its last attempt: a dynamic generator raised (see TaskDone)
     event: TaskEvent | None = None  # what the state API and the timeline show of this attempt
     #: the executor asked to hand this queued task back, until it answers (`withdrawals`)
     withdrawing_from: ExecutorRecord | None = None

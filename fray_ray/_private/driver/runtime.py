@@ -43,7 +43,7 @@ from fray_ray._private.driver.nodes import node_id_for
 from fray_ray._private.driver.placement_groups import PlacementGroupManager
 from fray_ray._private.driver.scheduler import TaskScheduler
 from fray_ray._private.driver.session import SessionService
-from fray_ray._private.driver.streams import StreamTable
+from fray_ray._private.driver.streams import StreamTable, failed_generator_value
 from fray_ray._private.driver.timers import TimerQueue
 from fray_ray._private.objects import ids
 from fray_ray._private.objects import ids as ids_module
@@ -155,6 +155,7 @@ class DriverRuntime(DriverReads):
             error_for=self._error_value,
             stream_finished=self.streams.finish,
             stream_released=self.streams.release,
+            failed_generator=lambda task_id, error: failed_generator_value(self.streams, task_id, error),
             warm_executors=warm_executors,
             placement_groups=self.placement_groups,
             events=self.task_events,

@@ -69,6 +69,7 @@ class TaskScheduler(TaskWithdrawals):
         error_for: Callable[[str, Any], SerializedValue],
         stream_finished: Callable[[bytes, SerializedValue | None], None],
         stream_released: Callable[[bytes], None],
+        failed_generator: Callable[[bytes, SerializedValue], SerializedValue] | None = None,
         warm_executors: int = 1,
         placement_groups: Any = None,
         events: TaskEvents | None = None,
@@ -85,6 +86,7 @@ class TaskScheduler(TaskWithdrawals):
         self._error_for = error_for
         self._stream_finished = stream_finished
         self._stream_released = stream_released
+        self._failed_generator = failed_generator  # a dynamic generator's items, then its error
         self._warm = warm_executors
         self._lock = threading.Lock()
         self._tasks: dict[bytes, TaskRecord] = {}
@@ -395,16 +397,19 @@ class TaskScheduler(TaskWithdrawals):
         self.schedule()
 
     def tasks_done(
-        self, connection: Connection, answers: Sequence[tuple[bytes, Sequence[SerializedValue], bool, float | None]]
+        self, connection: Connection,
+        answers: Sequence[tuple[bytes, Sequence[SerializedValue], bool, float | None, bool]],
     ) -> None:
         """Answers from one executor, in the order it sent them: (task id, results, whether the
-        task failed, how long it ran); then one scheduling round for whatever they freed."""
+        task failed, how long it ran, whether a dynamic generator raised); then one scheduling
+        round for whatever they freed."""
         finished: list[tuple[TaskRecord, Sequence[SerializedValue]]] = []
         with self._lock:
             executor = self._by_connection.get(connection)
-            for task_id, results, user_error, ran_s in answers:
+            for task_id, results, user_error, ran_s, generator_failed in answers:
                 record = self._task_done_locked(connection, executor, task_id, results, user_error)
                 if record is not None:
+                    record.generator_failed = generator_failed
                     finished.append((record, results))
                 if executor is not None and isinstance(ran_s, (int, float)):
                     self._prefetch.ran(executor.pool, float(ran_s))
@@ -453,6 +458,7 @@ class TaskScheduler(TaskWithdrawals):
             self._tasks.pop(record.spec.task_id, None)
             record.state = TaskState.DONE
         self._events.finished(record.event, results)
+        results = self._dynamic_results(record, results)
         values = [results] * len(record.spec.return_ids) if isinstance(results, SerializedValue) else list(results)
         if len(values) < len(record.spec.return_ids):
             values += [values[-1] if values else self._error_for("system", RuntimeError("missing result"))] * (
@@ -468,6 +474,18 @@ class TaskScheduler(TaskWithdrawals):
             self._stream_finished(record.spec.task_id, None)
             self._stream_released(record.spec.task_id)
         self._objects.decref(record.spec.arguments.value.contained_refs)
+
+    def _dynamic_results(
+        self, record: TaskRecord, results: SerializedValue | Sequence[SerializedValue]
+    ) -> SerializedValue | Sequence[SerializedValue]:
+        """As in Ray, a dynamic generator that raised an error `retry_exceptions` does not cover
+        returns its items and one that raises it; a retryable one fails the task's ref itself."""
+        if record.spec.num_returns != "dynamic" or not record.generator_failed or self._failed_generator is None:
+            return results
+        error = results if isinstance(results, SerializedValue) else next((r for r in results if r.is_error), None)
+        if error is None or retries_user_exception(record.spec.retry_exceptions, [error]):
+            return results
+        return self._failed_generator(record.spec.task_id, error)
 
     # ---- blocking inside tasks -----------------------------------------------------------
 

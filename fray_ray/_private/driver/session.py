@@ -271,7 +271,9 @@ class SessionService:
             for done in answers:
                 self._driver.gangs.task_done(connection, done.task, done.results, done.user_error)
         else:
-            self._driver.scheduler.tasks_done(connection, [(d.task, d.results, d.user_error, d.ran_s) for d in answers])
+            self._driver.scheduler.tasks_done(
+                connection, [(d.task, d.results, d.user_error, d.ran_s, d.generator_failed) for d in answers]
+            )
 
     def _withdrawn(self, connection: Connection, message_id: int | None, withdrawn: Withdrawn) -> None:
         self._driver.scheduler.tasks_withdrawn(connection, withdrawn.returned, withdrawn.kept)

@@ -13,9 +13,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fray_ray._private.core.generators import DynamicObjectRefGenerator
+from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.objects.ids import object_id_for
 from fray_ray._private.objects.object_table import ObjectTable
-from fray_ray._private.objects.serialization import SerializedValue, serialize_error
+from fray_ray._private.objects.serialization import SerializedValue, serialize, serialize_error
 
 #: What `next_item` returns when the stream has ended.
 END = b""
@@ -87,6 +89,12 @@ class StreamTable:
         for callback in callbacks:
             callback()
 
+    def produced(self, stream_id: bytes) -> int:
+        """How many items the stream has stored so far."""
+        with self._lock:
+            stream = self._streams.get(stream_id)
+            return 0 if stream is None else stream.produced
+
     def poll(self, stream_id: bytes, index: int) -> bytes | None:
         """The id of item `index` if produced, END if the stream ended before it, else None."""
         with self._lock:
@@ -145,3 +153,13 @@ class StreamTable:
             if stream.finished:
                 del self._streams[stream_id]
         self._objects.decref([object_id_for(stream_id, i) for i in pending])
+
+
+def failed_generator_value(streams: StreamTable, task_id: bytes, error: SerializedValue) -> SerializedValue:
+    """The value of a dynamic generator task whose generator raised `error`: the stream ends
+    with `error` as one more item, and the DynamicObjectRefGenerator refers to every item (the
+    return object holds them once stored)."""
+    streams.finish(task_id, error)
+    count = streams.produced(task_id)
+    refs: list[ObjectRef[object]] = [ObjectRef(object_id_for(task_id, i), _register=False) for i in range(1, count + 1)]
+    return serialize(DynamicObjectRefGenerator(refs))

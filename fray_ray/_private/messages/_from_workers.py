@@ -130,6 +130,8 @@ class TaskDone(Message):
     results: list[SerializedValue] = values()
     user_error: bool = False
     ran_s: float | None = None  # how long the task ran, as the executor measured it
+    #: a `num_returns="dynamic"` generator raised after sending its items so far as `Yield`s
+    generator_failed: bool = False
 
 
 @_message

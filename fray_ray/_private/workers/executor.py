@@ -242,7 +242,7 @@ class Executor:
                 self._code.pop(task.fn, None)  # loaded: the pickled bytes are no longer needed
         return function
 
-    def _run(self, task: ExecuteTask) -> tuple[bytes, list[SerializedValue] | None, BaseException | None, int]:
+    def _run(self, task: ExecuteTask) -> tuple[bytes, list[SerializedValue] | None, BaseException | None, int, bool]:
         """Run one task; returns what `_send_done` sends of it."""
         task_id = task.task
         name = task.name
@@ -261,6 +261,7 @@ class Executor:
             self._running = context
             if self._take_early_cancel_locked(task_id):
                 context.cancelled.set()
+        generator_failed = False
         try:
             if context.cancelled.is_set():
                 raise KeyboardInterrupt  # cancelled between the queue and here: never started
@@ -275,6 +276,9 @@ class Executor:
             else:
                 results = within_store(package_results(result, num_returns, name), self.runtime.object_store_memory, name)
             error = None
+        except _GeneratorRaised as raised:
+            results, error = None, make_task_error(raised.cause, name)
+            generator_failed = True
         except KeyboardInterrupt:
             results, error = None, TaskCancelledError(task_id.hex() if task_id else None)
             if not context.cancelled.is_set():
@@ -294,32 +298,51 @@ class Executor:
         sys.stdout.flush()
         sys.stderr.flush()
         flush_forwarded()
-        return task_id, results, error, len(task.returns)
+        return task_id, results, error, len(task.returns), generator_failed
 
     def _stream(self, stream_id: bytes, generator: Any) -> None:
         """Send each item of a streaming generator as it is produced."""
         send_item(self.runtime.connection, stream_id, generator)
 
     def _dynamic(self, task_id: bytes, generator: Any) -> SerializedValue:
-        """Store every item, then return a DynamicObjectRefGenerator holding refs to them."""
-        items = [serialize(item) for item in generator]  # a failure here fails (and retries) the task
+        """Store every item, then return a DynamicObjectRefGenerator holding refs to them.
+
+        When the generator raises, the items it yielded are sent all the same and the error
+        goes as `_GeneratorRaised`: the driver then either retries the task or, as Ray does,
+        hands out those items followed by one that raises the error."""
+        items: list[SerializedValue] = []
+        try:
+            for item in generator:
+                items.append(serialize(item))
+        except Exception as exc:  # noqa: BLE001 - a cancel (KeyboardInterrupt) fails the task whole
+            for index, value in enumerate(items, start=1):
+                messages.notify(self.runtime.connection, Yield(task_id, index, value))
+            raise _GeneratorRaised(exc) from exc
         for index, value in enumerate(items, start=1):
             messages.notify(self.runtime.connection, Yield(task_id, index, value))
         refs = [ObjectRef(object_id_for(task_id, i), _register=False) for i in range(1, len(items) + 1)]
         return serialize(DynamicObjectRefGenerator(refs))
 
     def _send_done(self, task_id: bytes, results: list[SerializedValue] | None, error: BaseException | None, count: int,
-                   ran_s: float | None = None) -> None:
+                   generator_failed: bool = False, ran_s: float | None = None) -> None:
         values = error_results(error, count) if error is not None else list(results or [])
         user_error = error is not None or any(r.is_error for r in values)
         try:
-            messages.notify(self.runtime.connection, TaskDone(task_id, values, user_error, ran_s))
+            messages.notify(self.runtime.connection, TaskDone(task_id, values, user_error, ran_s, generator_failed))
         except ConnectionClosed:
             pass
         except Exception as exc:  # noqa: BLE001 - e.g. a result msgpack cannot carry
             logger.exception("cannot send the result of task %s", task_id.hex())
             fallback = error_results(make_task_error(exc, "result serialization"), count)
             messages.notify(self.runtime.connection, TaskDone(task_id, fallback, True))
+
+
+class _GeneratorRaised(Exception):
+    """A `num_returns="dynamic"` generator raised `cause` after its items so far were sent."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(cause)
+        self.cause = cause
 
 
 _ENV_LOCK = threading.Lock()  # setenv from two threads at once can crash the C library

@@ -12,8 +12,10 @@ in the task's error):
   skip setup scripts, as Iris's local process runtime does).
 
 Then it works from `$IRIS_WORKDIR` (the unpacked bundle: Ray's working_dir), puts the shipped
-`py_modules` on the path (for its subprocesses too) and records the runtime env that the tasks
-and actors it submits inherit.
+`py_modules` on the path (for its subprocesses too), records the runtime env that the tasks
+and actors it submits inherit, and runs the job's `worker_process_setup_hook`: once per worker
+process, before any task or actor. A hook that raises ends the worker as a broken host does
+(its tasks fail as crashed workers, its actor dies), as in Ray.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import importlib.metadata
 import os
 import re
 import sys
+import traceback
 
 from fray_ray._private.core import runtime_env as runtime_env_module
 from fray_ray._private.core.runtime_env import RuntimeEnv
@@ -67,6 +70,17 @@ def prepare_worker(driver_version: str, runtime_env: RuntimeEnv) -> None:
     current = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*extra, *current]))
     runtime_env_module.set_process_runtime_env(runtime_env)
+    if runtime_env.setup_hook is not None:
+        _run_setup_hook(runtime_env.setup_hook)
+
+
+def _run_setup_hook(hook: runtime_env_module.SetupHook) -> None:
+    try:
+        hook.load()()
+    except Exception as exc:  # noqa: BLE001 - reported as why this worker cannot start
+        raise WorkerEnvironmentError(
+            f"Failed to execute the setup hook method. Function name:{hook.name}\n{traceback.format_exc()}"
+        ) from exc
 
 
 def _installed(requirement: str) -> bool:
