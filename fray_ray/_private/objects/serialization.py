@@ -25,6 +25,11 @@ from fray_ray.exceptions import RaySystemError
 
 #: Values up to this size (pickle plus buffers) travel inside the messages that use them.
 INLINE_LIMIT = 100 * 1024
+#: A pickle stream larger than this travels beside a frame's header, as an out-of-band buffer.
+PAYLOAD_IN_HEADER_BYTES = 64 * 1024
+#: Pickle streams one frame's header carries in all; beyond it they travel as buffers, so a
+#: message of ten thousand small values has a small header (the reader caps headers, not buffers).
+HEADER_PAYLOAD_BUDGET = 1 << 20
 
 _contained_refs: contextvars.ContextVar[list[bytes] | None] = contextvars.ContextVar("contained_refs", default=None)
 
@@ -89,17 +94,29 @@ class SerializedValue:
             return len(self.payload)
         return len(self.payload) + sum(memoryview(b).nbytes for b in self.buffers)
 
-    def to_wire(self, buffers: list) -> list[Any]:
-        """A msgpack-able description; appends this value's buffers to `buffers`."""
-        if self.buffers:
+    def to_wire(self, buffers: list, budget: HeaderBudget) -> list[Any]:
+        """A msgpack-able description; appends this value's buffers to `buffers`. The pickle
+        stream goes in the description while `budget` has room for it, else first among the
+        buffers (the description says None)."""
+        payload: bytes | None = self.payload
+        if budget.take(len(self.payload)):
+            if self.buffers:
+                buffers.extend(self.buffers)
+        else:
+            buffers.append(self.payload)
             buffers.extend(self.buffers)
-        return [self.payload, len(self.buffers), self.contained_refs, self.is_error]
+            payload = None
+        return [payload, len(self.buffers), self.contained_refs, self.is_error]
 
     @classmethod
     def from_wire(cls, description: Sequence[Any], buffers: Sequence[bytearray], offset: int) -> tuple[SerializedValue, int]:
         """Rebuild from `to_wire` output; returns the value and the next buffer offset."""
         payload, count, contained, is_error = description
-        if type(payload) is not bytes:
+        if payload is None:  # the pickle stream travelled as the first buffer
+            if offset >= len(buffers):
+                raise ValueError("a value names its pickle stream as a buffer that did not arrive")
+            payload, offset = bytes(buffers[offset]), offset + 1
+        elif type(payload) is not bytes:
             payload = bytes(payload)
         if not count:
             return cls(payload, (), tuple(contained) if contained else (), bool(is_error)), offset
@@ -107,6 +124,23 @@ class SerializedValue:
         if len(own) != count:
             raise ValueError(f"a value names {count} buffers, {len(own)} arrived")
         return cls(payload, own, tuple(contained), bool(is_error)), offset + count
+
+
+class HeaderBudget:
+    """How many more bytes of pickle streams one frame's header may carry (see
+    `HEADER_PAYLOAD_BUDGET`); one per message encoded."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, total: int = HEADER_PAYLOAD_BUDGET) -> None:
+        self.left = total
+
+    def take(self, size: int) -> bool:
+        """True, and `size` bytes fewer left, if a pickle stream of `size` bytes may ride in the header."""
+        if size > PAYLOAD_IN_HEADER_BYTES or size > self.left:
+            return False
+        self.left -= size
+        return True
 
 
 #: Values the standard pickler writes exactly as cloudpickle would, holding no ref and no code.
@@ -186,9 +220,10 @@ class WireBatch:
 
     descriptions: list[Any] = field(default_factory=list)
     buffers: list[Any] = field(default_factory=list)
+    budget: HeaderBudget = field(default_factory=HeaderBudget)
 
     def add(self, value: SerializedValue) -> int:
-        self.descriptions.append(value.to_wire(self.buffers))
+        self.descriptions.append(value.to_wire(self.buffers, self.budget))
         return len(self.descriptions) - 1
 
 
