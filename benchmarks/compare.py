@@ -409,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
             json.dump({"header": header, "mode": mode_note, "versions": runner.versions, "total_s": total,
                        "load": [load_before, loadavg()], "reps": args.reps, "quick": args.quick,
                        "curves": {"tasks": list(cat.curves.tasks), "actors": list(cat.curves.actors)},
-                       "envelope": vars(cat.envelope), "spread_flag": stats.SPREAD_FLAG, "metrics": rows, "runs": results, "notes": runner.notes}, f, indent=1)
+                       "envelope": vars(cat.envelope),
+                       "spread_flag": stats.SPREAD_FLAG, "metrics": rows, "runs": results, "notes": runner.notes}, f, indent=1)
     if args.keep_logs:
         print(f"logs: {logdir}", file=sys.stderr)
     else:

@@ -54,3 +54,37 @@ def test_a_result_too_large_to_send_fails_the_task_naming_the_limit(cluster_sess
                                            r"buffers exceed the stream's limit of 100 per frame"):
         fray_ray.get(_beyond_this_workers_limit.remote()[0], timeout=120)
     assert fray_ray.get(_lengths.remote(b"ab"), timeout=120) == [2]
+
+
+@fray_ray.remote(num_cpus=0)
+class _Holder:
+    def lengths(self, *blobs: bytes) -> list[int]:
+        return [len(b) for b in blobs]
+
+    def lower_my_limit(self) -> None:
+        from fray_ray._private.stream import frames as host_frames
+
+        host_frames.MAX_BUFFERS_PER_FRAME = 100
+
+    def many(self, count: int) -> list[bytes]:
+        return [bytes([i % 256]) * 70_000 for i in range(count)]
+
+
+def test_actor_calls_carry_thousands_of_arguments_and_fail_naming_the_limit(cluster_session, monkeypatch) -> None:
+    holder = _Holder.remote()
+    try:
+        refs = [fray_ray.put(bytes([i % 256]) * 7000) for i in range(10_000)]
+        assert fray_ray.get(holder.lengths.remote(*refs), timeout=300) == [7000] * 10_000
+
+        monkeypatch.setattr(frames, "MAX_HEADER_BYTES", 100_000)  # this driver's sends only
+        with pytest.raises(RaySystemError, match=r"actor call _Holder.lengths cannot be sent to its actor: the 'call' "
+                                                 r"message is too large to send: .*\(MAX_HEADER_BYTES\)"):
+            fray_ray.get(holder.lengths.remote(*refs[:300]), timeout=120)
+        monkeypatch.undo()
+
+        fray_ray.get(holder.lower_my_limit.remote(), timeout=120)
+        with pytest.raises(RayTaskError, match=r"the 'call_done' message is too large to send: .*limit of 100 per frame"):
+            fray_ray.get(holder.many.options(num_returns=200).remote(200)[0], timeout=120)
+        assert fray_ray.get(holder.lengths.remote(b"abc"), timeout=120) == [3]  # the actor goes on
+    finally:
+        fray_ray.kill(holder)

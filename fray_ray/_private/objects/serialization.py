@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import gc
 import pickle
 import traceback
 from collections.abc import Iterator, Sequence
@@ -207,6 +208,28 @@ def deserialize(value: SerializedValue) -> Any:
         from fray_ray.exceptions import RaySystemError
 
         return RaySystemError(f"an error was stored but cannot be rebuilt here: {type(exc).__name__}: {exc}")
+
+
+#: Rebuilding values whose pickle streams total more than this pauses the cyclic collector.
+GC_PAUSE_BYTES = 1 << 20
+
+
+def deserialize_all(values: Sequence[SerializedValue]) -> list[Any]:
+    """Rebuild several values, none of them an error (`deserialize` each).
+
+    Rebuilt containers are all alive, yet the cyclic collector runs every few hundred new ones
+    and walks what the young generations hold each time: for ten thousand lists that cost
+    about a third of the time. While large amounts are rebuilt it is paused (if it was running).
+    """
+    if len(values) < 2 and (not values or len(values[0].payload) < GC_PAUSE_BYTES):
+        return [pickle.loads(v.payload, buffers=v.buffers) for v in values]
+    if sum(len(v.payload) for v in values) < GC_PAUSE_BYTES or not gc.isenabled():
+        return [pickle.loads(v.payload, buffers=v.buffers) for v in values]
+    gc.disable()
+    try:
+        return [pickle.loads(v.payload, buffers=v.buffers) for v in values]
+    finally:
+        gc.enable()
 
 
 def describe_unpicklable(value: Any, what: str) -> str:
