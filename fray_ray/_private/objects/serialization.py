@@ -101,7 +101,7 @@ class SerializedValue:
         buffers (the description says None)."""
         payload: bytes | None = self.payload
         size = len(self.payload)
-        if size <= budget.left and size <= PAYLOAD_IN_HEADER_BYTES:  # `budget.take`, spelled out: every value passes here
+        if size <= budget.left and size <= PAYLOAD_IN_HEADER_BYTES:
             budget.left -= size
             if self.buffers:
                 buffers.extend(self.buffers)
@@ -136,14 +136,7 @@ class HeaderBudget:
     __slots__ = ("left",)
 
     def __init__(self, total: int = HEADER_PAYLOAD_BUDGET) -> None:
-        self.left = total
-
-    def take(self, size: int) -> bool:
-        """True, and `size` bytes fewer left, if a pickle stream of `size` bytes may ride in the header."""
-        if size > PAYLOAD_IN_HEADER_BYTES or size > self.left:
-            return False
-        self.left -= size
-        return True
+        self.left = total  # `SerializedValue.to_wire` takes from it
 
 
 #: Values the standard pickler writes exactly as cloudpickle would, holding no ref and no code.
