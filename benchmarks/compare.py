@@ -39,7 +39,7 @@ sys.path.insert(0, HERE)
 import report  # noqa: E402
 import stats  # noqa: E402
 from procs import MARK_ENV, loadavg, marked_pids, process_name, wait_for_idle_cpu  # noqa: E402
-from shapes import Catalog, Curves, catalog  # noqa: E402
+from shapes import Catalog, Curves, EnvelopeSizes, catalog  # noqa: E402
 
 RUN_ONE = os.path.join(HERE, "run_one.py")
 DEFAULT_RAY_PYTHON = os.path.join(os.path.dirname(HERE), ".ci", "venvs", "ray", "bin", "python")  # built by .ci/run
@@ -79,6 +79,7 @@ class Runner:
         cmd = [self.python_for(backend), RUN_ONE, "--backend", backend, "--only", ",".join(shapes), "--json", out_json,
                "--tasks-curve", ",".join(map(str, self.cat.curves.tasks)),
                "--actors-curve", ",".join(map(str, self.cat.curves.actors)),
+               "--envelope", self.cat.envelope.text(),
                "--timeout-scale", str(a.timeout_scale)]
         if local_mode:
             cmd.append("--local-mode")
@@ -286,7 +287,7 @@ def header_lines(args: argparse.Namespace, cat: Catalog, versions: dict[str, str
         (f"{datetime.datetime.now().isoformat(timespec='seconds')}, {os.cpu_count()} CPUs, load average {load_before} → {loadavg()}, "
          f"total {total:.0f} s; {args.reps} repetition(s), each a fresh process per backend and batch started once the CPUs are "
          f"90% idle, alternating which backend goes first; rate shapes: one ~{round_s} s round after a ~{warmup_s} s warm-up; "
-         f"curves: {curves}"
+         f"curves: {curves}; envelope: {cat.envelope.text()}"
          f"{' (quick)' if args.quick else ''}; cells: median ±IQR/median, {report.FLAG} spread > {stats.SPREAD_FLAG:.0%}"),
         f"load average (1/5/15 min) at the start of each repetition: {'; '.join(rep_loads)}",
     ]
@@ -299,7 +300,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", "--only", dest="shapes", default="",
                         help="comma-separated shape or group names (default: all); "
-                             "groups: lifecycle, rates, task_args, queued_tasks, actors, curves")
+                             "groups: lifecycle, rates, task_args, queued_tasks, actors, curves, envelope")
     parser.add_argument("--reps", type=int, help="repetitions of every shape (default 5; 3 with --quick)")
     parser.add_argument("--quick", action="store_true", help="3 repetitions, short rounds, small curves: for iterating, not for the README")
     parser.add_argument("--json", dest="json_path", help="write every value, summary, ratio and verdict to this file")
@@ -309,6 +310,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="fray_ray session: default (embedded cluster), local (local_mode=True), auto: default if it works, else local")
     parser.add_argument("--tasks-curve", help="sizes of the queued-tasks curve (default 1000,10000,100000; quick 100,1000,3000)")
     parser.add_argument("--actors-curve", help="sizes of the actors curve (default 10,100,500; quick 2,5,10)")
+    parser.add_argument("--envelope", help="envelope sizes, any of args=10000,returns=3000,get=10000,queued=100000,"
+                                           "large_gib=4,list_ints=10000 (quick: 1000,300,1000,3000,0.25,1000)")
     parser.add_argument("--round-s", type=float, help="seconds of a rate shape's timed round (default 1; quick 0.2)")
     parser.add_argument("--warmup-s", type=float, help="warm-up seconds of a rate shape (default 0.5; quick 0.1)")
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every shape's timeout (see shapes.py)")
@@ -335,7 +338,12 @@ def _curves(args: argparse.Namespace) -> Curves:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    cat = catalog(_curves(args), args.timeout_scale)
+    try:
+        sizes = EnvelopeSizes.parse(args.envelope, EnvelopeSizes.quick() if args.quick else EnvelopeSizes())
+    except ValueError as exc:
+        print(f"compare.py: {exc}", file=sys.stderr)
+        return 2
+    cat = catalog(_curves(args), args.timeout_scale, sizes)
     try:
         wanted = cat.select([s.strip() for s in args.shapes.split(",") if s.strip()] or list(cat.shapes))
     except ValueError as exc:
@@ -401,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump({"header": header, "mode": mode_note, "versions": runner.versions, "total_s": total,
                        "load": [load_before, loadavg()], "reps": args.reps, "quick": args.quick,
                        "curves": {"tasks": list(cat.curves.tasks), "actors": list(cat.curves.actors)},
+                       "envelope": vars(cat.envelope),
                        "spread_flag": stats.SPREAD_FLAG, "metrics": rows, "runs": results, "notes": runner.notes}, f, indent=1)
     if args.keep_logs:
         print(f"logs: {logdir}", file=sys.stderr)

@@ -59,9 +59,10 @@ SECTIONS = (
     ("Queued tasks", lambda n: n.startswith("queued_tasks_")),
     ("Actors", lambda n: n.startswith("actors_")),
     ("Cross-driver", lambda n: n.startswith("cross_driver")),
+    ("Envelope", lambda n: n.startswith("envelope_")),
     ("Calls and objects", lambda n: True),
 )
-SECTION_ORDER = ("Floor", "Lifecycle", "Calls and objects", "Queued tasks", "Actors", "Cross-driver")
+SECTION_ORDER = ("Floor", "Lifecycle", "Calls and objects", "Queued tasks", "Actors", "Cross-driver", "Envelope")
 
 
 def sections(cat: Catalog, rows: dict[str, dict[str, Any]]) -> list[tuple[str, list[str]]]:

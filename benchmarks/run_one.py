@@ -27,10 +27,11 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import envelope  # noqa: E402
 import floor  # noqa: E402
 import procs  # noqa: E402
 import workloads  # noqa: E402
-from shapes import Catalog, Curves, Kind, catalog  # noqa: E402
+from shapes import Catalog, Curves, EnvelopeSizes, Kind, catalog  # noqa: E402
 from workloads import Backend, ShapeStopped, Timing  # noqa: E402
 
 
@@ -128,11 +129,22 @@ def run_session(backend: Backend, cat: Catalog, names: list[str], timing: Timing
         return
     try:
         rates = workloads.rate_shapes(ray, remotes)
+        sizes = cat.envelope
+        envelope_remotes = envelope.make_remotes(ray, sizes) if any(n.startswith("envelope_") for n in names) else None
+        envelope_shapes = {
+            "envelope_args": lambda: envelope.many_args(ray, envelope_remotes, sizes),
+            "envelope_returns": lambda: envelope.many_returns(ray, envelope_remotes, sizes),
+            "envelope_get": lambda: envelope.many_gets(ray, sizes),
+            "envelope_queued": lambda: envelope.queued(ray, envelope_remotes, sizes, cat.shapes["envelope_queued"].timeout_s),
+            "envelope_large": lambda: envelope.large_object(ray, sizes),
+        }
         stopped_curve: set[str] = set()
         for name in names:
             shape = cat.shapes[name]
             if name in rates:
                 runner.shape(name, partial(rates[name], timing))
+            elif name in envelope_shapes:
+                runner.shape(name, envelope_shapes[name])
             elif shape.batch == "queued_tasks":
                 if "queued_tasks" in stopped_curve:
                     runner.record(name, {"status": "skipped", "error": "a smaller point of this curve did not finish"}, 0.0)
@@ -162,13 +174,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-s", type=float, help="warm-up seconds per rate shape")
     parser.add_argument("--tasks-curve", help="sizes of the queued-tasks curve, e.g. 1000,10000,100000")
     parser.add_argument("--actors-curve", help="sizes of the actors curve, e.g. 10,100,500")
+    parser.add_argument("--envelope", help="envelope sizes, e.g. args=10000,returns=3000,get=10000,queued=100000,"
+                                           "large_gib=4,list_ints=10000 (any subset)")
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every shape's timeout")
     parser.add_argument("--memory-guard-gib", type=float, help="stop a curve point when MemAvailable falls below this")
     args = parser.parse_args(argv)
 
     base = Curves.quick() if args.quick else Curves()
     curves = Curves(tasks=_sizes(args.tasks_curve, base.tasks), actors=_sizes(args.actors_curve, base.actors))
-    cat = catalog(curves, args.timeout_scale)
+    try:
+        sizes = EnvelopeSizes.parse(args.envelope, EnvelopeSizes.quick() if args.quick else EnvelopeSizes())
+    except ValueError as exc:
+        parser.error(str(exc))
+    cat = catalog(curves, args.timeout_scale, sizes)
     try:
         wanted = cat.select([s.strip() for s in args.only.split(",") if s.strip()] or list(cat.shapes))
     except ValueError as exc:
@@ -192,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "timing": vars(timing),
         "curves": {"tasks": list(curves.tasks), "actors": list(curves.actors)},
+        "envelope": vars(sizes),
         "memory_guard_gib": guard / workloads.GIB,
         "running": None,
         "results": {},

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 
 class Kind(enum.Enum):
@@ -34,6 +35,45 @@ class Curves:
     @classmethod
     def quick(cls) -> Curves:
         return cls(tasks=(100, 1_000, 3_000), actors=(2, 5, 10))
+
+
+@dataclass(frozen=True)
+class EnvelopeSizes:
+    """Sizes of the envelope shapes (`envelope.py`). Ray publishes 10,000 arguments, 3,000
+    returns, 10,000 objects in one get and 1,000,000 queued tasks; the defaults keep those
+    where a run of both backends on a 2-core machine stays within minutes (queued tasks:
+    100,000, `--envelope queued=1000000` for Ray's size) and a 4 GiB object."""
+
+    args: int = 10_000
+    returns: int = 3_000
+    get: int = 10_000
+    queued: int = 100_000
+    large_gib: float = 4.0
+    list_ints: int = 10_000  # each argument, return and object is a list of this many ints
+
+    @classmethod
+    def quick(cls) -> EnvelopeSizes:
+        return cls(args=1_000, returns=300, get=1_000, queued=3_000, large_gib=0.25, list_ints=1_000)
+
+    @classmethod
+    def parse(cls, text: str | None, base: EnvelopeSizes) -> EnvelopeSizes:
+        """`base` with the `name=value` pairs of `text` ("args=100,queued=1000000"); ValueError if wrong."""
+        if not text:
+            return base
+        values: dict[str, Any] = dict(vars(base))
+        for item in text.split(","):
+            name, _, raw = item.partition("=")
+            name = name.strip()
+            if name not in values:
+                raise ValueError(f"unknown envelope size {name!r}; known: {', '.join(values)}")
+            number = float(raw) if name == "large_gib" else int(raw)
+            if number <= 0:
+                raise ValueError(f"envelope size {name} must be positive, got {raw!r}")
+            values[name] = number
+        return cls(**values)
+
+    def text(self) -> str:
+        return ",".join(f"{name}={value}" for name, value in vars(self).items())
 
 
 @dataclass(frozen=True)
@@ -116,6 +156,11 @@ BASE_TARGETS: dict[str, Target] = {
     "queued_tasks_cost_growth": Target(TargetKind.AT_MOST, 1.25, "≤ 1.25 (flat)"),
     "actors_time_cost_growth": Target(TargetKind.AT_MOST, 1.25, "≤ 1.25 (flat)"),
     "actors_pss_cost_growth": Target(TargetKind.AT_MOST, 1.25, "≤ 1.25 (flat)"),
+    "envelope_args_s": Target(TargetKind.RATIO, 1.0, "≥ Ray's speed"),
+    "envelope_returns_s": Target(TargetKind.RATIO, 1.0, "≥ Ray's speed"),
+    "envelope_get_s": Target(TargetKind.RATIO, 1.0, "≥ Ray's speed"),
+    "envelope_queued_s": Target(TargetKind.RATIO, 1.0, "≥ Ray's speed"),
+    "envelope_large_gbps": Target(TargetKind.RATIO, 1.0, "≥ Ray's GB/s"),
 }
 
 
@@ -124,6 +169,7 @@ class Catalog:
     """Every shape, metric and target for one choice of curve sizes."""
 
     curves: Curves
+    envelope: EnvelopeSizes
     shapes: dict[str, Shape]
     metrics: dict[str, Metric]
     targets: dict[str, Target]
@@ -142,7 +188,7 @@ class Catalog:
         return [s for s in self.shapes if s in wanted]
 
 
-def catalog(curves: Curves, timeout_scale: float = 1.0) -> Catalog:
+def catalog(curves: Curves, timeout_scale: float = 1.0, envelope: EnvelopeSizes | None = None) -> Catalog:
     shapes: list[Shape] = []
     metrics: list[Metric] = []
 
@@ -184,6 +230,23 @@ def catalog(curves: Curves, timeout_scale: float = 1.0) -> Catalog:
             Metric(f"actors_{label}_rss_per_actor", "MiB", "lower", "session RSS added per actor"),
             Metric(f"actors_{label}_pss_per_actor", "MiB", "lower", "session PSS added per actor"),
             Metric(f"actors_{label}_pss_total", "MiB", "lower", f"session PSS with {n} actors alive"))
+    env = envelope or EnvelopeSizes()
+    add(Shape("envelope_args", Kind.SESSION, "envelope", 60 + env.args * env.list_ints * 5e-6,
+              f"{env.args:,} refs to lists of {env.list_ints:,} ints as one task's arguments", ()),
+        Metric("envelope_args_s", "s", "lower", "the call and its result (the objects put before)"))
+    add(Shape("envelope_returns", Kind.SESSION, "envelope", 60 + env.returns * env.list_ints * 5e-6,
+              f"one task returning {env.returns:,} lists of {env.list_ints:,} ints", ()),
+        Metric("envelope_returns_s", "s", "lower", "the call and the get of every return"))
+    add(Shape("envelope_get", Kind.SESSION, "envelope", 60 + env.get * env.list_ints * 5e-6,
+              f"one get of {env.get:,} objects, lists of {env.list_ints:,} ints", ()),
+        Metric("envelope_get_s", "s", "lower", "the get (the objects put before)"))
+    add(Shape("envelope_queued", Kind.SESSION, "envelope_queued", 120 + env.queued * 0.005,
+              f"{env.queued:,} no-op tasks queued behind tasks holding every CPU", ()),
+        Metric("envelope_queued_s", "s", "lower", "first submission to last result"),
+        Metric("envelope_queued_driver_bytes_per_task", "B", "lower", "driver RSS added per queued task"))
+    add(Shape("envelope_large", Kind.SESSION, "envelope_large", 120 + env.large_gib * 30,
+              f"a {env.large_gib:g} GiB numpy array put and got back", ()),
+        Metric("envelope_large_gbps", "GB/s", "higher", "put + get"))
     add(Shape("cross_driver_calls", Kind.CROSS_DRIVER, "cross_driver", 180,
               "a second driver process calls a named actor the first one created", ()),
         Metric("cross_driver_calls", "calls/s", "higher", "call + get from the second driver, one at a time"))
@@ -203,5 +266,6 @@ def catalog(curves: Curves, timeout_scale: float = 1.0) -> Catalog:
         "queued_tasks": tuple(s.name for s in shapes if s.batch == "queued_tasks"),
         "actors": tuple(s.name for s in shapes if s.name.startswith("actors_")),
         "curves": tuple(s.name for s in shapes if s.size),
+        "envelope": tuple(s.name for s in shapes if s.name.startswith("envelope_")),
     }
-    return Catalog(curves, shape_map, metric_map, targets, groups)
+    return Catalog(curves, env, shape_map, metric_map, targets, groups)

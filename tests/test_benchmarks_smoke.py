@@ -14,7 +14,7 @@ BENCH = os.path.join(ROOT, "benchmarks")
 sys.path.insert(0, BENCH)
 
 import stats  # noqa: E402
-from shapes import Curves, Target, TargetKind, catalog  # noqa: E402
+from shapes import Curves, EnvelopeSizes, Target, TargetKind, catalog  # noqa: E402
 
 ENV = {k: v for k, v in os.environ.items() if k not in ("FRAY_RAY_LOCAL_MODE", "FRAY_BENCH_QUICK")}
 
@@ -69,6 +69,30 @@ def test_a_curve_point_that_runs_out_of_time_is_reported_not_dropped(tmp_path):
     assert report["metrics"]["queued_tasks_500"]["met"] == "missed"
     assert "timeout (rep 1)" in proc.stdout
     assert any("queued_tasks_500 stopped (timeout) in repetition 1; not tried again" in n for n in report["notes"])
+
+
+def test_the_envelope_shapes_run_at_tiny_sizes(tmp_path):
+    proc, report = _compare(tmp_path, "--reps", "1", "--shapes", "envelope",
+                            "--envelope", "args=200,returns=50,get=200,queued=300,large_gib=0.02,list_ints=100")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert report["envelope"] == {"args": 200, "returns": 50, "get": 200, "queued": 300, "large_gib": 0.02, "list_ints": 100}
+    metrics = report["metrics"]
+    for name in ("envelope_args_s", "envelope_returns_s", "envelope_get_s", "envelope_queued_s",
+                 "envelope_queued_driver_bytes_per_task", "envelope_large_gbps"):
+        assert metrics[name]["fray_ray"]["n"] == 1 and metrics[name]["fray_ray"]["median"] >= 0, (name, metrics[name])
+    assert metrics["envelope_queued_s"]["fray_ray"]["median"] > 0 and metrics["envelope_large_gbps"]["fray_ray"]["median"] > 0
+    assert metrics["envelope_args_s"]["target"] == "≥ Ray's speed"
+    assert "**Envelope**" in proc.stdout and "envelope: args=200," in proc.stdout
+
+
+def test_envelope_sizes_parse_and_refuse_unknown_names():
+    base = EnvelopeSizes()
+    assert EnvelopeSizes.parse("queued=1000000,large_gib=0.5", base) == EnvelopeSizes(queued=1_000_000, large_gib=0.5)
+    assert EnvelopeSizes.parse(base.text(), EnvelopeSizes.quick()) == base
+    with pytest.raises(ValueError, match="unknown envelope size 'argz'"):
+        EnvelopeSizes.parse("argz=1", base)
+    with pytest.raises(ValueError, match="must be positive"):
+        EnvelopeSizes.parse("args=0", base)
 
 
 def test_run_one_local_mode(tmp_path):
@@ -126,6 +150,8 @@ def test_shape_selection_by_name_and_group():
     cat = catalog(Curves())
     assert cat.select(["actors"]) == ["actors_10", "actors_100", "actors_500"]
     assert cat.select(["queued_tasks_100k", "floor"]) == ["floor", "queued_tasks_100k"]
+    assert cat.select(["envelope"]) == ["envelope_args", "envelope_returns", "envelope_get", "envelope_queued",
+                                        "envelope_large"]
     with pytest.raises(ValueError, match="unknown shape"):
         cat.select(["actors_7"])
     assert cat.targets["actors_100"].value == 10.0 and cat.targets["actors_100_pss_total"].value == 4.0

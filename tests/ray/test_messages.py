@@ -34,7 +34,7 @@ from fray_ray._private.messages import (
     TaskDone,
 )
 from fray_ray._private.objects import ids
-from fray_ray._private.objects.serialization import INLINE_LIMIT, deserialize, serialize
+from fray_ray._private.objects.serialization import HEADER_PAYLOAD_BUDGET, INLINE_LIMIT, deserialize, serialize
 from fray_ray._private.stream.protocol import Connection, RemoteError
 
 
@@ -68,6 +68,27 @@ def test_stored_values_travel_out_of_band_and_come_back_whole() -> None:
     assert isinstance(back, TaskDone) and back.task == done.task and back.user_error is False
     np.testing.assert_array_equal(deserialize(back.results[0]), array)
     assert deserialize(back.results[1]) == "small"
+
+
+def test_many_small_values_keep_the_header_small_and_come_back_whole() -> None:
+    # 3,000 results of 30 KB each: a 90 MB header would exceed what a reader accepts.
+    results = [serialize(bytes([i % 256]) * 30_000) for i in range(3000)]
+    done = TaskDone(b"t" * 16, results, user_error=False)
+    body, buffers = messages.encode(done)
+    header = msgpack.packb(body, use_bin_type=True)
+    assert len(header) < 2 * HEADER_PAYLOAD_BUDGET, len(header)
+    assert len(buffers) >= 3000 - HEADER_PAYLOAD_BUDGET // 30_000
+    back = _through_the_wire(done)
+    assert [deserialize(v) for v in back.results] == [bytes([i % 256]) * 30_000 for i in range(3000)]
+
+
+def test_a_large_pickle_stream_travels_as_a_buffer() -> None:
+    big = list(range(50_000))  # pickled in-band: no out-of-band buffers of its own
+    done = TaskDone(b"t" * 16, [serialize("small"), serialize(big)], user_error=False)
+    body, buffers = messages.encode(done)
+    assert len(buffers) == 1 and body["results"][1][0] is None and body["results"][0][0] is not None
+    back = _through_the_wire(done)
+    assert deserialize(back.results[0]) == "small" and deserialize(back.results[1]) == big
 
 
 def test_a_spec_keeps_its_argument_buffers_apart_from_its_pickle() -> None:

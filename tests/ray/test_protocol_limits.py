@@ -10,7 +10,8 @@ import tracemalloc
 import msgpack
 import pytest
 
-from fray_ray._private.stream import protocol
+from fray_ray._private.stream import frames, protocol
+from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 
 PREFIX = struct.Struct("<II")
@@ -107,3 +108,28 @@ def test_a_handshake_nobody_answers_times_out_as_connection_closed(tcp_pair) -> 
             client.handshake("hello", {}, timeout=0.2)
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("limit, body, buffers, named", [
+    ("MAX_HEADER_BYTES", b"h" * 5000, [], "frame header of"),
+    ("MAX_BUFFERS_PER_FRAME", None, [b"b"] * 20, "20 out-of-band buffers"),
+])
+@pytest.mark.parametrize("defer", [False, True])
+def test_a_message_beyond_the_limits_is_refused_by_its_sender_and_the_connection_stays(
+        tcp_pair, monkeypatch, limit: str, body: object, buffers: list, named: str, defer: bool) -> None:
+    ours, theirs = tcp_pair
+    echo = Connection(theirs, name="echo").start({"echo": lambda c, mid, b, bufs: c.reply(mid, b, bufs),
+                                                   "note": lambda *args: None})
+    caller = Connection(ours, name="caller").start({})
+    try:
+        monkeypatch.setattr(frames, limit, {"MAX_HEADER_BYTES": 4096, "MAX_BUFFERS_PER_FRAME": 10}[limit])
+        with pytest.raises(MessageTooLarge, match=f"the 'note' message is too large to send: .*{named}.*{limit}"):
+            caller.notify("note", body, buffers, defer=defer)
+        with pytest.raises(MessageTooLarge, match=f"{limit}"):
+            caller.request("echo", body, buffers)
+        assert not caller._pending  # nothing was sent and nothing waits for an answer
+        assert caller.call("echo", {"k": 1}, [b"x"], timeout=60)[0] == {"k": 1}
+        assert not caller.closed and not echo.closed
+    finally:
+        caller.close()
+        echo.close()

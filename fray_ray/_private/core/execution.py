@@ -11,7 +11,7 @@ from typing import Any
 import fray_ray.exceptions as exceptions
 from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.core.task_spec import CallArguments
-from fray_ray._private.objects.serialization import SerializedValue, deserialize, serialize, serialize_error
+from fray_ray._private.objects.serialization import SerializedValue, deserialize, deserialize_all, serialize, serialize_error
 from fray_ray.exceptions import ObjectStoreFullError
 
 _HOSTNAME_IP: str | None = None
@@ -53,13 +53,11 @@ def value_resolver(
         missing = [i for i in ids if i not in stored]
         if missing:
             stored.update(fetch(missing, None))
-        out = {}
-        for object_id in ids:
-            value = stored[object_id]
+        ordered = [stored[object_id] for object_id in ids]
+        for value in ordered:
             if value.is_error:
                 raise deserialize(value)
-            out[object_id] = deserialize(value)
-        return out
+        return dict(zip(ids, deserialize_all(ordered)))
 
     return resolve
 

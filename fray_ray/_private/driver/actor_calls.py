@@ -26,8 +26,9 @@ from fray_ray._private.messages import CallMethod, CancelCall
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
 from fray_ray._private.observe.task_events import TaskEvent, call_event, finished_call_record, first_error
 from fray_ray._private.stream import read_hints
+from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
-from fray_ray.exceptions import ActorDiedError
+from fray_ray.exceptions import ActorDiedError, RaySystemError
 
 if TYPE_CHECKING:
     from fray_ray._private.driver.streams import StreamTable
@@ -108,6 +109,14 @@ class ActorCalls:
             messages.notify(connection, CallMethod.of(call, self._objects.value), defer=defer)
         except ConnectionClosed:
             pass  # the close callback decides about the call
+        except MessageTooLarge as exc:
+            # Nothing was sent: the call fails as if its actor had answered so. On a thread of
+            # its own: the caller may hold the actor's send lock, which answers may need.
+            record = self._actors.get(call.actor_id)
+            name = call.name or (f"{record.spec.class_name}.{call.method}" if record is not None else call.method)
+            error = serialize_error(RaySystemError(f"actor call {name} cannot be sent to its actor: {exc}"))
+            threading.Thread(target=self.calls_done, args=(connection, [(call.call_id, [error])]),
+                             name="call-too-large", daemon=True).start()
 
     def call_done(self, connection: Connection, call_id: bytes, results: Sequence[SerializedValue]) -> None:
         self.calls_done(connection, [(call_id, results)])

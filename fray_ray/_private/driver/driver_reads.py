@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fray_ray._private.core.generators import ObjectRefGenerator
 from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.driver.streams import END, StreamTable
-from fray_ray._private.objects.serialization import deserialize
+from fray_ray._private.objects.serialization import deserialize, deserialize_all
 from fray_ray._private.stream import read_hints
 from fray_ray._private.stream.outbox import flush_deferred
 from fray_ray.exceptions import GetTimeoutError, ObjectFreedError
@@ -48,7 +48,7 @@ class DriverReads:
             for value in ready:
                 if value.is_error:
                     raise deserialize(value)
-            return [deserialize(v) for v in ready]
+            return deserialize_all(ready)
         flush_deferred()  # calls this thread queued may be what the results wait for
         event = threading.Event()
         remaining: set[bytes] = set()
@@ -93,7 +93,7 @@ class DriverReads:
         for object_id, value in zip(object_ids, values):
             if value is None:  # freed meanwhile (pending ones end the wait only with an error)
                 raise self._lost(object_id)
-        return [deserialize(v) for v in values]  # type: ignore[arg-type]
+        return deserialize_all(values)  # type: ignore[arg-type]
 
     def wait_async(
         self,

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,12 +29,15 @@ from fray_ray._private.driver.tpu_nodes import host_pins, needs_tpu_host
 from fray_ray._private.messages import ExecuteTask, Exit
 from fray_ray._private.observe.task_events import TaskEvent, TaskEvents
 from fray_ray._private.stream import read_hints
+from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
+from fray_ray.exceptions import RaySystemError
 from fray_ray.fray.iris_backend import JobUnschedulable
 
 if TYPE_CHECKING:
     from fray_ray._private.driver.launcher import WorkerLauncher
     from fray_ray._private.objects.object_table import ObjectTable
+    from fray_ray._private.objects.serialization import SerializedValue
 
 #: Idle executors above the warm set are retired after this many seconds.
 IDLE_TIMEOUT_S = 30.0
@@ -56,6 +59,9 @@ class TaskState(enum.Enum):
     DONE = "done"
 
 
+_WAITING_ON_NOTHING: frozenset[bytes] = frozenset()
+
+
 @dataclass(eq=False)
 class TaskRecord:
     """A task as the scheduler tracks it; here, below `TaskScheduler`, since executors hold them."""
@@ -66,7 +72,9 @@ class TaskRecord:
     #: where the task's resources come from: the session's ledger or a placement group bundle's
     ledger: Ledger | ClusterLedger | None = None
     placement: tuple[bytes, int] | None = None  # (group id, bundle index) it runs in
-    waiting_on: set[bytes] = field(default_factory=set)
+    #: the arguments it still waits for; most tasks wait for none and share one empty set
+    #: (an empty set per queued task would be a sixth of what a million of them cost the driver)
+    waiting_on: set[bytes] | frozenset[bytes] = _WAITING_ON_NOTHING
     executor: ExecutorRecord | None = None
     blocked: bool = False
     system_failures: int = 0
@@ -124,6 +132,7 @@ class ExecutorPool:
     _launcher: WorkerLauncher
     _timers: TimerQueue
     _objects: ObjectTable
+    _error_for: Callable[[str, Any], SerializedValue]
     _warm: int
     _closed: bool
     _maintenance: Any
@@ -139,6 +148,11 @@ class ExecutorPool:
 
     def _executor_failed_to_start(self, executor: ExecutorRecord, problem: str) -> None:
         """Fail the tasks waiting for an executor that died before connecting (TaskScheduler's)."""
+        raise NotImplementedError
+
+    def tasks_done(self, connection: Connection,
+                   answers: Sequence[tuple[bytes, Sequence[SerializedValue], bool, float | None]]) -> None:
+        """Take executors' answers (TaskScheduler's)."""
         raise NotImplementedError
 
     def _prefetch_target_locked(
@@ -188,6 +202,13 @@ class ExecutorPool:
             read_hints.after_send(spec.return_ids, executor.connection, alone=len(executor.tasks) == 1)
         except ConnectionClosed:
             pass  # the close callback requeues the task
+        except MessageTooLarge as exc:
+            # Nothing was sent: the task fails as if its executor had answered so (no retry
+            # would be any smaller), once this scheduling round has sent the rest.
+            error = self._error_for("system", RaySystemError(f"task {spec.name} cannot be sent to a worker: {exc}"))
+            connection = executor.connection
+            if connection is not None:
+                self._timers.call_later(0, lambda: self.tasks_done(connection, [(spec.task_id, [error], False, None)]))
 
     def _drop_locked(self, executor: ExecutorRecord) -> None:
         """Forget an executor that is gone or going (and what it asked the cluster for)."""

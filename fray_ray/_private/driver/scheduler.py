@@ -118,7 +118,11 @@ class TaskScheduler(TaskWithdrawals):
             return
         with self._lock:
             self._tasks[spec.task_id] = record
-            record.waiting_on = {oid for oid in spec.arguments.top_level if not self._objects.is_done(oid)}
+            top_level = spec.arguments.top_level
+            if top_level:
+                waiting = {oid for oid in top_level if not self._objects.is_done(oid)}
+                if waiting:
+                    record.waiting_on = waiting
             if not record.waiting_on:
                 self._make_ready_locked(record)
         if record.waiting_on:
@@ -131,7 +135,7 @@ class TaskScheduler(TaskWithdrawals):
         with self._lock:
             if record.state is not TaskState.WAITING:
                 return
-            record.waiting_on.discard(object_id)
+            record.waiting_on.discard(object_id)  # type: ignore[union-attr]  # a task that waits has its own set
             ready = not record.waiting_on
             if ready:
                 self._make_ready_locked(record)

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, TypeVar
 import cloudpickle
 
 from fray_ray._private.core.task_spec import CallArguments, CodeBlob
-from fray_ray._private.objects.serialization import SerializedValue
+from fray_ray._private.objects.serialization import HeaderBudget, SerializedValue
 from fray_ray._private.stream.protocol import Connection, Handler
 
 logger = logging.getLogger(__name__)
@@ -154,22 +154,23 @@ def encode(message: Message) -> tuple[dict[str, Any], list[Any]]:
     """A message as a frame's body and its out-of-band buffers."""
     body: dict[str, Any] = dict(message.__dict__)  # the plain fields as they are; the rest below
     buffers: list[Any] = []
+    budget = HeaderBudget()  # pickle streams beyond it travel as buffers: the header stays small
     for name, codec, _, _ in _layout(type(message)).special:
         item = body[name]
         if codec is _Codec.VALUE:
-            body[name] = item.to_wire(buffers)
+            body[name] = item.to_wire(buffers, budget)
         elif codec is _Codec.VALUES:
-            body[name] = [v.to_wire(buffers) for v in item]
+            body[name] = [v.to_wire(buffers, budget) for v in item]
         elif codec is _Codec.ARGUMENTS:
             inlined = item.inlined
             body[name] = [
-                item.value.to_wire(buffers),
+                item.value.to_wire(buffers, budget),
                 list(item.top_level),
-                [[object_id, v.to_wire(buffers)] for object_id, v in inlined.items()] if inlined else [],
+                [[object_id, v.to_wire(buffers, budget)] for object_id, v in inlined.items()] if inlined else [],
                 item.stored,
             ]
         elif codec is _Codec.SPEC:
-            body[name] = _pack_spec(item, buffers)
+            body[name] = _pack_spec(item, buffers, budget)
         elif codec is _Codec.RECORD:
             body[name] = {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
         elif codec is _Codec.BLOB:
@@ -248,7 +249,7 @@ def decode(cls: type[M], body: Any, buffers: Sequence[bytearray]) -> M:
     return cls(**fields)
 
 
-def _pack_spec(task_spec: Any, buffers: list[Any]) -> list[Any]:
+def _pack_spec(task_spec: Any, buffers: list[Any], budget: HeaderBudget) -> list[Any]:
     """A spec pickled without its argument value and its code, which travel as buffers (a
     pickled function may be larger than a frame's header may be)."""
     code_fields = [f.name for f in dataclasses.fields(task_spec) if isinstance(getattr(task_spec, f.name), CodeBlob)]
@@ -261,7 +262,7 @@ def _pack_spec(task_spec: Any, buffers: list[Any]) -> list[Any]:
     stripped = dataclasses.replace(
         task_spec, arguments=type(argument_values)(SerializedValue(b""), argument_values.top_level), **stripped_code
     )
-    return [cloudpickle.dumps(stripped), argument_values.value.to_wire(buffers), code_fields]
+    return [cloudpickle.dumps(stripped), argument_values.value.to_wire(buffers, budget), code_fields]
 
 
 def _unpack_spec(raw: Sequence[Any], buffers: Sequence[bytearray], offset: int) -> tuple[Any, int]:

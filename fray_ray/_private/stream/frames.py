@@ -46,6 +46,30 @@ class FrameTooLarge(ConnectionClosed):
     """A peer announced more than a frame may carry; the connection is closed."""
 
 
+class MessageTooLarge(ValueError):
+    """A message this side was about to send is more than a frame may carry. Nothing was sent
+    and the connection stays open: the sender tells its caller, naming the limit."""
+
+
+def check_frame(method: str, header_bytes: int, buffers: Sequence[bytes | memoryview]) -> None:
+    """MessageTooLarge unless a frame of `method` with a header of `header_bytes` and these
+    buffers is within the limits every reader enforces (read at each call, so one place sets them)."""
+    if header_bytes <= MAX_HEADER_BYTES and len(buffers) <= MAX_BUFFERS_PER_FRAME and (
+            not buffers or max(map(len, buffers)) <= MAX_BUFFER_BYTES):
+        return
+    what = f"the {method!r} message" if method else "a reply"
+    if header_bytes > MAX_HEADER_BYTES:
+        raise MessageTooLarge(f"{what} is too large to send: its frame header of {header_bytes} bytes exceeds "
+                              f"the stream's limit of {MAX_HEADER_BYTES} bytes (MAX_HEADER_BYTES)")
+    if len(buffers) > MAX_BUFFERS_PER_FRAME:
+        raise MessageTooLarge(f"{what} is too large to send: its {len(buffers)} out-of-band buffers exceed "
+                              f"the stream's limit of {MAX_BUFFERS_PER_FRAME} per frame (MAX_BUFFERS_PER_FRAME)")
+    for buffer in buffers:
+        if len(buffer) > MAX_BUFFER_BYTES:
+            raise MessageTooLarge(f"{what} is too large to send: a buffer of {len(buffer)} bytes exceeds "
+                                  f"the stream's limit of {MAX_BUFFER_BYTES} bytes (MAX_BUFFER_BYTES)")
+
+
 def frame_of(header: bytes, buffers: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
     """The parts of a frame whose msgpack header is packed already: prefix, header, and each
     buffer after its length."""

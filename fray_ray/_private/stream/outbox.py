@@ -32,7 +32,7 @@ from typing import Any
 
 import msgpack
 
-from fray_ray._private.stream.frames import Batch, ConnectionClosed, frame_bytes, frame_of, frame_parts
+from fray_ray._private.stream.frames import Batch, ConnectionClosed, check_frame, frame_bytes, frame_of, frame_parts
 
 #: Frame parts below this size are joined into one write; larger ones go out from their own memory.
 _COALESCE_BYTES = 64 * 1024
@@ -86,7 +86,9 @@ class Outbox:
     def _send(self, header: list[Any], buffers: Buffers = ()) -> None:
         packed = msgpack.packb(header, use_bin_type=True)
         # Lengths in bytes: a buffer of another item size is written as its bytes.
-        parts = frame_of(packed, [b if isinstance(b, bytes) else memoryview(b).cast("B") for b in buffers])
+        as_bytes = [b if isinstance(b, bytes) else memoryview(b).cast("B") for b in buffers]
+        check_frame(header[2], len(packed), as_bytes)
+        parts = frame_of(packed, as_bytes)
         with self._outbox_lock:
             if self._closed:
                 raise ConnectionClosed(f"{self.name}: connection closed")
@@ -98,6 +100,7 @@ class Outbox:
         caller's own `flush()`), in the batch of the same method at the end of the outbox if
         there is one."""
         packed = msgpack.packb(body, use_bin_type=True)
+        check_frame(method, len(packed), buffers)
         with self._outbox_lock:
             if self._closed:
                 raise ConnectionClosed(f"{self.name}: connection closed")

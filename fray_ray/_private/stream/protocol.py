@@ -56,6 +56,7 @@ from fray_ray._private.stream.frames import (
     REQUEST,
     ConnectionClosed,
     FrameTooLarge,
+    MessageTooLarge,
     split_batch,
 )
 from fray_ray._private.stream.outbox import Buffers, Outbox
@@ -263,6 +264,10 @@ class Connection(Outbox, ReadLending):
                 self._pending.pop(message_id, None)
             if not future.done():
                 future.set_exception(exc)
+        except MessageTooLarge:  # nothing was sent; the caller hears why at once
+            with self._state_lock:
+                self._pending.pop(message_id, None)
+            raise
         return future
 
     def call(self, method: str, body: Any = None, buffers: Buffers = (), timeout: float | None = None) -> tuple[Any, list[bytearray]]:

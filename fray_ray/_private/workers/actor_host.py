@@ -50,6 +50,7 @@ from fray_ray._private.messages import (
 )
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
 from fray_ray._private.observe.logs import flush_forwarded, forward_output
+from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
 from fray_ray._private.workers.call_endings import exit_worker, send_item, send_items_async
 from fray_ray._private.workers.call_threads import CallThreads
@@ -392,8 +393,12 @@ class RayActorHost:
         flush_forwarded()
         self._runtime.return_shared()  # the arguments' blocks the driver may reuse for the next call
         done = CallDone(call.call, values, error is not None)
-        if self._foreign is None or not self._foreign.answer(done):
-            self._send(done, defer=self._has_other_calls(call))
+        try:
+            if self._foreign is None or not self._foreign.answer(done):
+                self._send(done, defer=self._has_other_calls(call))
+        except MessageTooLarge as exc:  # the caller hears which limit its results exceed
+            failed = error_results(self._wrap(exc, call), len(call.returns))
+            self._send(CallDone(call.call, failed, True))
 
     def _has_other_calls(self, call: CallMethod) -> bool:
         """Whether other calls are running or waiting here: then this one's answer can go

@@ -60,7 +60,7 @@ from fray_ray._private.messages import (
     Welcome,
 )
 from fray_ray._private.objects.refcount import LocalReferenceCounter
-from fray_ray._private.objects.serialization import SerializedValue, deserialize, serialize
+from fray_ray._private.objects.serialization import SerializedValue, deserialize, deserialize_all, serialize
 from fray_ray._private.objects.shared_memory import WORKER_BORROWS, shared_memory_dir
 from fray_ray._private.observe.metrics import stop_reporting
 from fray_ray._private.stream.buffers import WORKER_BLOCKS
@@ -210,13 +210,11 @@ class WorkerRuntime:
 
     def get(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
         values = self.fetch([r.binary() for r in refs], timeout)
-        results = []
-        for ref in refs:
-            value = values[ref.binary()]
+        ordered = [values[ref.binary()] for ref in refs]
+        for value in ordered:
             if value.is_error:
                 raise deserialize(value)
-            results.append(deserialize(value))
-        return results
+        return deserialize_all(ordered)
 
     def wait(
         self, refs: Sequence[Any], num_returns: int, timeout: float | None, fetch_local: bool
