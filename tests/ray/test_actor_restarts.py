@@ -120,7 +120,8 @@ class FakeLauncher:
         self.terminated: list[Any] = []
 
     def launch_actor(self, actor_id, group_name, shape, *, env_vars, max_restarts, accelerator, callback, gang=None,
-                     runtime_env=None, started=None, start_failed=None, cpu=None, detached=False, named=False):
+                     runtime_env=None, started=None, start_failed=None, cpu=None, detached=False, named=False,
+                     pins=None):
         self.max_restarts = max_restarts
         callback(FakeGroup(), None)
 

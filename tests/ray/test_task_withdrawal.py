@@ -57,7 +57,8 @@ class FakeLauncher:
     def __init__(self) -> None:
         self.launched: list[bytes] = []
 
-    def launch_executor(self, executor_id: bytes, pool: PoolKey, callback: Any, *, cpu: float | None = None) -> None:
+    def launch_executor(self, executor_id: bytes, pool: PoolKey, callback: Any, *, cpu: float | None = None,
+                        pins: Any = None) -> None:
         self.launched.append(executor_id)
         callback(SimpleNamespace(job_id=executor_id), None)
 
@@ -120,7 +121,7 @@ class Cluster:
         return [c for c, m in self.sent if isinstance(m, ExecuteTask) and m.task == spec.task_id]
 
     def done(self, executor: ExecutorRecord, spec: TaskSpec, value: Any = "ok") -> None:
-        self.scheduler.tasks_done(executor.connection, [(spec.task_id, [serialize(value)], False, 0.5)])  # type: ignore[arg-type]
+        self.scheduler.tasks_done(executor.connection, [(spec.task_id, [serialize(value)], False, 0.5, False)])  # type: ignore[arg-type]
 
     def result(self, spec: TaskSpec) -> Any:
         value = self.objects.value(spec.return_ids[0])

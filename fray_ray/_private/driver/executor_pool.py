@@ -151,7 +151,7 @@ class ExecutorPool:
         raise NotImplementedError
 
     def tasks_done(self, connection: Connection,
-                   answers: Sequence[tuple[bytes, Sequence[SerializedValue], bool, float | None]]) -> None:
+                   answers: Sequence[tuple[bytes, Sequence[SerializedValue], bool, float | None, bool]]) -> None:
         """Take executors' answers (TaskScheduler's)."""
         raise NotImplementedError
 
@@ -208,7 +208,7 @@ class ExecutorPool:
             error = self._error_for("system", RaySystemError(f"task {spec.name} cannot be sent to a worker: {exc}"))
             connection = executor.connection
             if connection is not None:
-                self._timers.call_later(0, lambda: self.tasks_done(connection, [(spec.task_id, [error], False, None)]))
+                self._timers.call_later(0, lambda: self.tasks_done(connection, [(spec.task_id, [error], False, None, False)]))
 
     def _drop_locked(self, executor: ExecutorRecord) -> None:
         """Forget an executor that is gone or going (and what it asked the cluster for)."""
