@@ -16,12 +16,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fray_ray._private.accelerators.tpu import (
-    POD_TYPE_LABEL,
-    SLICE_NAME_LABEL,
-    WORKER_ID_LABEL,
-    TPUAcceleratorManager,
-)
+from fray_ray._private.accelerators.tpu import TPUAcceleratorManager
+from fray_ray._private.driver.tpu_nodes import POD_TYPE_LABEL, SLICE_NAME_LABEL, WORKER_ID_LABEL
 from fray_ray.fray import get_tpu_topology, tpu_family
 
 __all__ = [

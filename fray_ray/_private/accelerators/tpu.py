@@ -16,6 +16,7 @@ import os
 import re
 
 from fray_ray._private.accelerators.accelerator import AcceleratorManager
+from fray_ray._private.driver.tpu_nodes import POD_TYPE_LABEL, SLICE_NAME_LABEL, TOPOLOGY_LABEL, WORKER_ID_LABEL
 from fray_ray.fray import get_tpu_topology
 
 logger = logging.getLogger(__name__)
@@ -28,11 +29,6 @@ TPU_ACCELERATOR_TYPE_ENV_VAR = "TPU_ACCELERATOR_TYPE"
 TPU_TOPOLOGY_ENV_VAR = "TPU_TOPOLOGY"
 TPU_WORKER_HOSTNAMES_ENV_VAR = "TPU_WORKER_HOSTNAMES"
 TPU_CHIPS_PER_HOST_BOUNDS_ENV_VAR = "TPU_CHIPS_PER_HOST_BOUNDS"
-#: Ray's node labels of a TPU host.
-SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
-WORKER_ID_LABEL = "ray.io/tpu-worker-id"
-TOPOLOGY_LABEL = "ray.io/tpu-topology"
-POD_TYPE_LABEL = "ray.io/tpu-pod-type"
 
 #: A pod type: the generation (`v4`, `v5litepod`, or `tpu7x` in Ironwood's spelling), then the
 #: number of cores or chips.

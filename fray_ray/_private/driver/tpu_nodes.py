@@ -14,13 +14,12 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable, Mapping
 
+from fray_ray.fray._iris_conversions import ATTR_DEVICE_VARIANT, ATTR_TPU_NAME
 from fray_ray.fray.hosts import AttributeValue, HostInfo
 
-#: Iris's worker attributes of a TPU slice's hosts.
-ATTR_TPU_NAME = "tpu-name"
+#: Iris's worker attributes of a TPU slice's hosts, besides the slice's name and variant.
 ATTR_TPU_WORKER_ID = "tpu-worker-id"
 ATTR_TPU_TOPOLOGY = "tpu-topology"
-ATTR_DEVICE_VARIANT = "device-variant"
 #: Ray's node labels of a TPU host.
 ACCELERATOR_TYPE_LABEL = "ray.io/accelerator-type"
 SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
