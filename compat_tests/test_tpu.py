@@ -118,3 +118,22 @@ def test_tpu__a_task_blocked_in_get_keeps_its_slice_resource(ray_start_regular_s
     assert ready == []  # the one `my-slice` is the blocked task's still
     ray.get(signal.send.remote())
     assert ray.get([holder, second], timeout=60) == ["holder", "second"]
+
+
+#: The identity of host 0 of a v5p-16 slice named `my-slice`, in the variables a GKE TPU node
+#: gives its processes (on Iris, fray_ray's driver gives them to the processes it places on a
+#: TPU host whose worker does not).
+_HOST_0 = {"TPU_NAME": "my-slice", "TPU_WORKER_ID": "0", "TPU_ACCELERATOR_TYPE": "v5p-16", "TPU_TOPOLOGY": "2x2x2",
+           "TPU_WORKER_HOSTNAMES": "10.0.0.2,10.0.0.3"}
+
+
+@ray.remote
+def _host_identity() -> tuple:
+    manager = __import__(f"{ray.__name__}._private.accelerators", fromlist=["x"]).TPUAcceleratorManager
+    return (_tpu().get_current_pod_name(), manager.get_current_node_tpu_worker_id(),
+            manager.get_current_node_tpu_pod_type(), manager.get_current_node_additional_resources())
+
+
+def test_tpu__a_task_reads_its_hosts_identity_from_the_tpu_variables(ray_start_regular_shared):
+    task = _host_identity.options(runtime_env={"env_vars": _HOST_0})
+    assert ray.get(task.remote(), timeout=60) == ("my-slice", 0, "v5p-16", {"my-slice": 1, "TPU-v5p-16-head": 1})

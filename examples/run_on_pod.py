@@ -16,7 +16,8 @@ Without TPUs, on simulated slices (each with a name of its own):
     fray-ray run --tpu v5p-16 --tpu v5p-16 examples/run_on_pod.py --multislice
 
 On a cluster with TPU slices, `fray-ray run --address iris://HOST:PORT examples/run_on_pod.py`
-(or Ray itself: `python examples/run_on_pod.py` on a Ray TPU cluster).
+(or Ray itself: `python examples/run_on_pod.py` on a Ray TPU cluster). docs/tpu.md says where
+each host's TPU identity comes from.
 """
 
 from __future__ import annotations

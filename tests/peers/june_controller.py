@@ -1,5 +1,6 @@
 """Starting and stopping the real Iris controller (marin-iris 2026-06 `LocalCluster`, two
-workers) in a process of its own, for the tests of this directory."""
+workers, and simulated TPU slices where a test asks) in a process of its own, for the tests
+of this directory."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ READY_DEADLINE_S = 180.0
 _LOGS: dict[str, Path] = {}
 
 
-def start_controller(python: str, home: Path, pythonpath: str | None) -> tuple[subprocess.Popen, str]:
+def start_controller(python: str, home: Path, pythonpath: str | None, *, workers: int = WORKERS,
+                     tpu: tuple[str, int] | None = None) -> tuple[subprocess.Popen, str]:
     """Run `iris_controller_main.py` with the peer venv's `python`; returns the process and the
     controller's address once all its workers are registered and healthy (they start after the
     controller answers; a test that spreads work must see every host). With `pythonpath`, its
-    workers' tasks import fray_ray from there."""
+    workers' tasks import fray_ray from there. `tpu`: (variant, slices) of simulated TPU slices
+    to start besides the `workers` CPU workers."""
+    from fray_ray.iris.tpu import get_tpu_topology
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(HOME=str(home), TMPDIR=str(home))
     if pythonpath is not None:
@@ -28,8 +32,13 @@ def start_controller(python: str, home: Path, pythonpath: str | None) -> tuple[s
         # machine's only other address is not one tests may connect to.
         env["FRAY_RAY_NODE_IP_ADDRESS"] = "127.0.0.1"
     log = home / "controller.log"
+    command = [python, str(HERE / "iris_controller_main.py"), str(workers), str(log)]
+    hosts = workers
+    if tpu is not None:
+        command += ["--tpu", f"{tpu[0]}:{tpu[1]}"]
+        hosts += tpu[1] * get_tpu_topology(tpu[0]).vm_count
     process = subprocess.Popen(
-        [python, str(HERE / "iris_controller_main.py"), str(WORKERS), str(log)],
+        command,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
     )
     assert process.stdout is not None
@@ -37,7 +46,7 @@ def start_controller(python: str, home: Path, pythonpath: str | None) -> tuple[s
         if line.startswith("ADDRESS "):
             address = line.split()[1]
             try:
-                wait_for_workers(address, WORKERS)
+                wait_for_workers(address, hosts)
             except BaseException:
                 stop_controller(process)
                 raise

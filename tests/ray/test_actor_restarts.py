@@ -121,7 +121,7 @@ class FakeLauncher:
 
     def launch_actor(self, actor_id, group_name, shape, *, env_vars, max_restarts, accelerator, callback, gang=None,
                      runtime_env=None, started=None, start_failed=None, cpu=None, detached=False, named=False,
-                     pins=None):
+                     pins=None, identity=None):
         self.max_restarts = max_restarts
         callback(FakeGroup(), None)
 

@@ -58,7 +58,7 @@ class FakeLauncher:
         self.launched: list[bytes] = []
 
     def launch_executor(self, executor_id: bytes, pool: PoolKey, callback: Any, *, cpu: float | None = None,
-                        pins: Any = None) -> None:
+                        pins: Any = None, identity: Any = None) -> None:
         self.launched.append(executor_id)
         callback(SimpleNamespace(job_id=executor_id), None)
 

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 
 from fray_ray._private.core.task_spec import ActorCreationSpec
 from fray_ray._private.driver.cluster_ledger import ClusterLedger
-from fray_ray._private.driver.nodes import placement_needs
+from fray_ray._private.driver.nodes import Node, placement_needs
 from fray_ray._private.driver.resources import Holding, Ledger
+from fray_ray._private.driver.tpu_identity import tpu_identity
 from fray_ray._private.driver.tpu_nodes import host_pins, needs_tpu_host
 
 if TYPE_CHECKING:
@@ -113,18 +114,30 @@ class ActorReservations:
         with self._lock:
             return actor_id in self._waiting
 
-    def pins(self, actor_id: bytes) -> tuple[tuple[str, str | int], ...]:
-        """The worker attribute values naming the TPU host the actor's holding is on, when it
-        holds a host's own resources (a slice's name or head): its process must start there."""
+    def _tpu_host(self, actor_id: bytes) -> Node | None:
+        """The TPU host the actor's holding is on, when it holds TPU resources (chips, a
+        slice's name or head); None otherwise."""
         with self._lock:
             held = self._held.get(actor_id)
         if held is None or held[0] is not self._ledger:
-            return ()
+            return None
         node = self._ledger.node(held[1].node)
         custom = [(name, amount) for name, amount in held[1].demand.items()]
         if node is None or not needs_tpu_host(custom, self._ledger.slice_names()):
-            return ()
-        return host_pins(node.labels)
+            return None
+        return node
+
+    def pins(self, actor_id: bytes) -> tuple[tuple[str, str | int], ...]:
+        """The worker attribute values naming the TPU host the actor's holding is on, when it
+        holds a host's own resources (a slice's name or head): its process must start there."""
+        node = self._tpu_host(actor_id)
+        return host_pins(node.labels) if node is not None else ()
+
+    def identity(self, actor_id: bytes) -> dict[str, str]:
+        """The `TPU_*` variables of the TPU host the actor's process starts on (see `pins`),
+        for it to adopt where the host does not set them."""
+        node = self._tpu_host(actor_id)
+        return tpu_identity(node, self._ledger.nodes()) if node is not None else {}
 
     def placed(self, actor_id: bytes, host_id: str | None) -> None:
         """The actor's process runs on `host_id`: charge its holding there if that node has room."""

@@ -159,6 +159,7 @@ class ActorManager(ActorCalls, NamedActors):  # ActorCalls first: its _complete_
             spec.actor_id, group_name, spec.shape, env_vars=spec.env_vars,
             max_restarts=restarts.iris_restart_budget(spec.max_restarts), accelerator=spec.accelerator,
             callback=launched, runtime_env=spec.runtime_env, cpu=cpu, pins=self._reservations.pins(spec.actor_id),
+            identity=self._reservations.identity(spec.actor_id),
             started=lambda: record.state is not ActorState.STARTING,
             start_failed=lambda problem: self._mark_dead(
                 record, self._death_error(record, "process_died", f"its worker could not start: {problem}")

@@ -25,6 +25,7 @@ from fray_ray._private.driver.nodes import placement_needs
 from fray_ray._private.driver.prefetch import DEPTH, LONG_RUNNING_S
 from fray_ray._private.driver.resources import Holding, Ledger
 from fray_ray._private.driver.timers import TimerQueue
+from fray_ray._private.driver.tpu_identity import tpu_identity
 from fray_ray._private.driver.tpu_nodes import host_pins, needs_tpu_host
 from fray_ray._private.messages import ExecuteTask, Exit
 from fray_ray._private.observe.task_events import TaskEvent, TaskEvents
@@ -231,12 +232,15 @@ class ExecutorPool:
         shape = executor.pool.shape
         cpu = self._ledger.ask(executor.executor_id, shape.cpu, placement_needs(shape.custom))
         pins: tuple[tuple[str, str | int], ...] = ()
+        identity: dict[str, str] = {}
         if needs_tpu_host(shape.custom, self._ledger.slice_names()):
             # A TPU host's own resources (its slice's name, the head) are one task's at a time:
             # start the process on a host where they are free, not on any host of the slice.
             node = self._ledger.aim(executor.executor_id, shape.as_dict(), placement_needs(shape.custom))
-            pins = host_pins(node.labels) if node is not None else ()
-        self._launcher.launch_executor(executor.executor_id, executor.pool, launched, cpu=cpu, pins=pins)
+            if node is not None:
+                pins, identity = host_pins(node.labels), tpu_identity(node, self._ledger.nodes())
+        self._launcher.launch_executor(executor.executor_id, executor.pool, launched, cpu=cpu, pins=pins,
+                                       identity=identity)
         self._timers.call_later(STARTUP_CHECK_S, lambda: self._check_startup(executor))
 
     def _launch_refused(self, executor: ExecutorRecord, error: JobUnschedulable) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fray_ray._private.core import user_tracebacks
+from fray_ray._private.core import host_identity, user_tracebacks
 from fray_ray._private.core.runtime_env import RuntimeEnv
 from fray_ray._private.core.task_spec import PoolKey, ResourceShape
 from fray_ray._private.driver.lease import SessionLease, fate_mode
@@ -175,9 +175,10 @@ class WorkerLauncher:
         with self._prepared_lock:
             self._prepared.add(runtime_env)
 
-    def _environment(self, runtime_env: RuntimeEnv) -> EnvironmentConfig:
+    def _environment(self, runtime_env: RuntimeEnv, identity: Mapping[str, str] | None = None) -> EnvironmentConfig:
         """The Fray environment of a worker: its runtime env's code (the driver's directory by
-        default), packages (a setup script) and env vars."""
+        default), packages (a setup script) and env vars, and the `identity` of the host it
+        is placed on (variables the worker sets where its host does not)."""
         setup = None
         pip = runtime_env.packages_to_install
         if pip is not None and not self.in_process:
@@ -185,22 +186,24 @@ class WorkerLauncher:
                                       timeout_s=runtime_env.setup_timeout_s)]
         return EnvironmentConfig(
             workspace=runtime_env.working_dir or self._workspace,
-            env_vars={**_driver_settings(), **runtime_env.env_vars_dict},
+            env_vars={**_driver_settings(), **host_identity.encode(identity or {}), **runtime_env.env_vars_dict},
             workspace_excludes=runtime_env.excludes,
             py_modules=runtime_env.py_modules,
             setup_scripts=setup,
         )
 
     def launch_executor(self, executor_id: bytes, pool: PoolKey, callback: LaunchCallback, *,
-                        cpu: float | None = None, pins: tuple[tuple[str, str | int], ...] = ()) -> None:
+                        cpu: float | None = None, pins: tuple[tuple[str, str | int], ...] = (),
+                        identity: Mapping[str, str] | None = None) -> None:
         """An executor for `pool`'s tasks, asking the cluster for `cpu` (default: the pool's),
-        on a host with the worker attribute values `pins` (one TPU host, say)."""
+        on a host with the worker attribute values `pins` (one TPU host, say), whose
+        `identity` (its `TPU_*` variables) it adopts where the host does not set them."""
         args = (self._session_address, self._token, executor_id, pool.max_calls, self.in_process)
         request = JobRequest(
             name=f"{self._prefix}-exec-{executor_id.hex()[:12]}",
             entrypoint=self._executor_entrypoint(pool.runtime_env, args),
             resources=resource_config(pool.shape, pool.accelerator, cpu, self._slices(), pins),
-            environment=self._environment(pool.runtime_env),
+            environment=self._environment(pool.runtime_env, identity),
             max_retries_failure=0,
             max_retries_preemption=0,
         )
@@ -231,6 +234,7 @@ class WorkerLauncher:
         detached: bool = False,
         named: bool = False,
         pins: tuple[tuple[str, str | int], ...] = (),
+        identity: Mapping[str, str] | None = None,
     ) -> None:
         """One actor (a Fray group of one), or a gang's members on one TPU slice (`gang`),
         asking the cluster for `cpu` (default: what the actor holds).
@@ -240,7 +244,8 @@ class WorkerLauncher:
         look names up (`lookup_named`). With `started`/`start_failed`, the actor's job is
         watched until `started()` is true; if the job ends first, `start_failed(reason)` is
         called (the worker's own error text). `pins`: worker attribute values of the one host
-        it must start on."""
+        it must start on; `identity`: that host's `TPU_*` variables, adopted where the host
+        does not set them."""
         if runtime_env is None:
             runtime_env = RuntimeEnv(env_vars=tuple(sorted(env_vars.items())))
         host_args: tuple[Any, ...] = ()
@@ -270,7 +275,7 @@ class WorkerLauncher:
                 name=group_name,
                 count=count,
                 resources=resources,
-                environment=self._environment(runtime_env),
+                environment=self._environment(runtime_env, identity),
                 actor_config=ActorConfig(
                     max_concurrency=1_000_000,
                     max_restarts=max_restarts,

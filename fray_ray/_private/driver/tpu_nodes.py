@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable, Mapping
 
+from fray_ray.fray import get_tpu_topology
 from fray_ray.fray._iris_conversions import ATTR_DEVICE_VARIANT, ATTR_TPU_NAME
 from fray_ray.fray.hosts import AttributeValue, HostInfo
 
@@ -28,6 +29,7 @@ TOPOLOGY_LABEL = "ray.io/tpu-topology"
 POD_TYPE_LABEL = "ray.io/tpu-pod-type"
 
 _HEAD = re.compile(r"^TPU-(?P<variant>.+)-head$")
+_GRID = re.compile(r"^\d+(x\d+)+$")
 
 
 def head_resource(pod_type: str) -> str:
@@ -74,6 +76,18 @@ def slice_name(host: HostInfo) -> str | None:
     return str(name) if name not in (None, "") else None
 
 
+def slice_topology(host: HostInfo) -> str | None:
+    """The chip grid of `host`'s slice (`2x2x2`): its `tpu-topology` attribute when that is a
+    grid, else the grid of its pod type (some Iris workers report the pod type there)."""
+    value = str(host.attributes.get(ATTR_TPU_TOPOLOGY) or "").strip().lower()
+    if _GRID.match(value):
+        return value
+    try:
+        return get_tpu_topology(host.tpu_variant).topology if host.tpu_variant else None
+    except ValueError:
+        return None
+
+
 def tpu_resources(host: HostInfo) -> dict[str, float]:
     """Ray's TPU resources of `host` (empty for a host without TPU chips)."""
     if not host.tpu_chips:
@@ -98,7 +112,7 @@ def tpu_labels(host: HostInfo) -> dict[str, str]:
         ACCELERATOR_TYPE_LABEL: accelerator_type(host.tpu_variant) if host.tpu_variant else None,
         SLICE_NAME_LABEL: slice_name(host),
         WORKER_ID_LABEL: _worker_id(host),
-        TOPOLOGY_LABEL: host.attributes.get(ATTR_TPU_TOPOLOGY),
+        TOPOLOGY_LABEL: slice_topology(host),
         POD_TYPE_LABEL: host.tpu_variant or None,
     }
     return {label: str(value) for label, value in values.items() if value not in (None, "")}

@@ -11,7 +11,8 @@ in the task's error):
 - the runtime env's `pip`/`uv` packages are installed (they are not when the cluster's workers
   skip setup scripts, as Iris's local process runtime does).
 
-Then it works from `$IRIS_WORKDIR` (the unpacked bundle: Ray's working_dir), puts the shipped
+Then it adopts the identity of the TPU host it was placed on where the host did not give it
+(`core/host_identity.py`), works from `$IRIS_WORKDIR` (the unpacked bundle: Ray's working_dir), puts the shipped
 `py_modules` on the path (for its subprocesses too), records the runtime env that the tasks
 and actors it submits inherit, and runs the job's `worker_process_setup_hook`: once per worker
 process, before any task or actor. A hook that raises ends the worker as a broken host does
@@ -26,6 +27,7 @@ import re
 import sys
 import traceback
 
+from fray_ray._private.core import host_identity
 from fray_ray._private.core import runtime_env as runtime_env_module
 from fray_ray._private.core.runtime_env import RuntimeEnv
 from fray_ray._version import __version__
@@ -57,6 +59,7 @@ def prepare_worker(driver_version: str, runtime_env: RuntimeEnv) -> None:
                 f"({sys.executable}): the cluster's workers did not run the job's setup script (Iris's local process "
                 "runtime skips setup); install them in the worker image, or use a cluster that runs setup scripts"
             )
+    host_identity.adopt()
     workdir = os.environ.get("IRIS_WORKDIR") or os.getcwd()
     if os.path.isdir(workdir):
         os.chdir(workdir)  # relative paths resolve in the shipped working_dir, as in Ray
