@@ -112,6 +112,7 @@ class RayActorHost:
         self._creating: concurrent.futures.Future[None] | None = None  # an `async def __init__` running
         self._creation_error: BaseException | None = None
         self._stopped = threading.Event()
+        self._killed = threading.Event()  # ray.kill without restart: no driver finds it by name now
         handlers = messages.handlers(
             {CreateInstance: self._on_create, CallMethod: self._on_call, Die: self._on_die, CancelCall: self._on_cancel}
         )
@@ -499,6 +500,8 @@ class RayActorHost:
         self._created.wait()
         if self._creation_error is not None:
             raise _creation_failed(self._class_name)
+        if self._killed.is_set():  # still ending: its name is already free, as in Ray
+            raise ActorDiedError(ActorDeathInfo(ActorDeathReason.KILLED, class_name=self._class_name))
         return {"class_name": self._class_name, "methods": self._methods_blob, "is_async": self._is_async,
                 "calls": self._open_foreign_gate()}
 
@@ -520,6 +523,7 @@ class RayActorHost:
         it has its own job terminated, so the job ends as killed (exiting 0 would report it
         succeeded), and exits anyway if the controller does not act within seconds."""
         if not restart:
+            self._killed.set()  # before answering: a lookup after ray.kill returns finds it dead
             plan_exit()
         if restart or self._in_process:
             threading.Timer(0.05, os._exit, args=(1 if restart else 0,)).start()
