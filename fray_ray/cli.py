@@ -297,7 +297,12 @@ def _state_rows(options: argparse.Namespace, controller, kind) -> list[dict]:  #
     gathered = state_list.gather(controller, kind.feed_kind, _token(options), timeout=options.timeout)
     for problem in gathered.problems:
         print(f"fray-ray {options.command}: {problem}", file=sys.stderr)
-    if not gathered.sessions:
+    if kind.feed_kind == "actors":  # detached actors live on after their sessions end
+        from fray_ray._cli.outliving_actors import outliving_actor_rows
+
+        listed = {str(row.get("actor_id")) for row in gathered.rows}
+        gathered.rows.extend(outliving_actor_rows(controller, _token(options), listed, options.timeout))
+    if not gathered.sessions and not gathered.rows:
         print(f"fray-ray {options.command}: no Ray session serves its state on this cluster (a session shows while "
               "its driver runs; see fray-ray list --help)", file=sys.stderr)
     return gathered.rows

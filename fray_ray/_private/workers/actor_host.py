@@ -3,8 +3,7 @@
 It connects to the driver's session, builds the user's instance when told to, and runs method
 calls the driver pushes, with Ray's semantics: one call at a time in arrival order by default,
 `max_concurrency` threads for threaded actors, one event loop for async actors, and a pool per
-concurrency group. Its public `call()` also lets Iris and Fray clients call the actor over
-ActorService.
+concurrency group. Its public `call()` lets Iris and Fray clients call the actor over ActorService.
 """
 
 from __future__ import annotations
@@ -52,6 +51,7 @@ from fray_ray._private.objects.serialization import SerializedValue, serialize_e
 from fray_ray._private.observe.logs import flush_forwarded, forward_output
 from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
+from fray_ray._private.workers.actor_state_row import ActorStateRow
 from fray_ray._private.workers.call_endings import exit_worker, send_item, send_items_async
 from fray_ray._private.workers.call_threads import CallThreads
 from fray_ray._private.workers.foreign_calls import ForeignCallGate
@@ -74,7 +74,7 @@ class ActorExit(BaseException):
     """Raised by exit_actor() to end the actor after the current call."""
 
 
-class RayActorHost:
+class RayActorHost(ActorStateRow):
     """Hosts one Ray actor. Constructed by the Fray backend inside the actor's job."""
 
     def __init__(
