@@ -183,8 +183,8 @@ class WorkerLauncher:
             self._prepared.add(runtime_env)
 
     def _environment(self, runtime_env: RuntimeEnv) -> EnvironmentConfig:
-        """The Fray environment of a worker: its runtime env's code (the driver's directory by
-        default), packages (a setup script) and env vars."""
+        """The Fray environment of a worker: its runtime env's code (by default the driver's
+        project, or only what it imported: `shipped_code`), packages (a setup script) and env vars."""
         setup = None
         pip = runtime_env.packages_to_install
         if pip is not None and not self.in_process:
