@@ -150,6 +150,16 @@ def test_named__detached_actor(ray_start_regular_shared):
     wait_for_condition(lambda: _lookup_fails(name))
 
 
+def test_named__get_actor_after_kill_raises_at_once(ray_start_regular_shared):
+    name = _unique("killed")
+    actor = Named.options(name=name, lifetime="detached").remote()
+    ray.get(actor.identity.remote())
+    ray.kill(ray.get_actor(name))
+    # No waiting: the name is free as soon as ray.kill returns.
+    with pytest.raises(ValueError, match=name):
+        ray.get_actor(name)
+
+
 def test_named__non_detached_named_actor_dies_with_its_handles(ray_start_regular_shared):
     name = _unique("owned")
     detached_name = _unique("detached-peer")

@@ -97,6 +97,8 @@ def test_state_api__tasks_states_filters_and_limit(ray_start_regular_shared):
 
     wait_for_condition(seen, timeout=60)
     failed = state.list_tasks(filters=[("name", "=", "_fails")], detail=True)
+    # a function of an imported module: named by itself, without its module, in both columns
+    assert (failed[0].name, failed[0].func_or_class_name) == ("_fails", "_fails")
     assert failed and failed[0]["state"] == "FAILED" and failed[0].get("error_type") == "TASK_EXECUTION_EXCEPTION"
     assert "state api failure" in failed[0].error_message
     assert failed[0].end_time_ms >= failed[0].start_time_ms >= failed[0].creation_time_ms

@@ -297,7 +297,12 @@ def _state_rows(options: argparse.Namespace, controller, kind) -> list[dict]:  #
     gathered = state_list.gather(controller, kind.feed_kind, _token(options), timeout=options.timeout)
     for problem in gathered.problems:
         print(f"fray-ray {options.command}: {problem}", file=sys.stderr)
-    if not gathered.sessions:
+    if kind.feed_kind == "actors":  # detached actors live on after their sessions end
+        from fray_ray._cli.outliving_actors import outliving_actor_rows
+
+        listed = {str(row.get("actor_id")) for row in gathered.rows}
+        gathered.rows.extend(outliving_actor_rows(controller, _token(options), listed, options.timeout))
+    if not gathered.sessions and not gathered.rows:
         print(f"fray-ray {options.command}: no Ray session serves its state on this cluster (a session shows while "
               "its driver runs; see fray-ray list --help)", file=sys.stderr)
     return gathered.rows
@@ -323,7 +328,8 @@ def _cmd_submit(options: argparse.Namespace) -> int:
     """Ship the working directory as the job's bundle and run the script from it, as a job."""
     import uuid
 
-    from fray_ray.fray import Entrypoint, EnvironmentConfig, FrayIrisClient, JobRequest, ResourceConfig
+    from fray_ray._cli.entrypoint_resources import entrypoint_resources
+    from fray_ray.fray import Entrypoint, EnvironmentConfig, FrayIrisClient, JobRequest
 
     workspace = os.path.abspath(options.working_dir or os.getcwd())
     script = os.path.relpath(os.path.abspath(options.script), workspace)
@@ -335,6 +341,11 @@ def _cmd_submit(options: argparse.Namespace) -> int:
         )
         return 2
     excludes = [e for e in options.exclude or []]
+    try:
+        resources = entrypoint_resources(options)
+    except ValueError as exc:
+        print(f"fray-ray submit: {exc}", file=sys.stderr)
+        return 2
     address = _address(options)
     client = FrayIrisClient(address, token=_token(options))
     detach = True
@@ -344,7 +355,7 @@ def _cmd_submit(options: argparse.Namespace) -> int:
         request = JobRequest(
             name=name,
             entrypoint=Entrypoint.from_binary("bash", ["-c", SUBMIT_COMMAND, "fray-ray-submit", script, *options.args]),
-            resources=ResourceConfig(cpu=options.cpu, ram=options.memory, disk="1g"),
+            resources=resources,
             environment=EnvironmentConfig(
                 workspace=workspace, workspace_excludes=excludes, env_vars={"PYTHONUNBUFFERED": "1"}
             ),
@@ -382,6 +393,8 @@ def client_controller(address: str, token: str | None):  # noqa: ANN201 - Contro
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fray_ray._cli.entrypoint_resources import add_entrypoint_options
+
     parser = argparse.ArgumentParser(prog="fray-ray", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -411,8 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
         "submit", help="run a driver script as a job: the working directory is shipped, the script runs from it"
     ))
     submit.add_argument("--name", help="job name (default: driver-<script>-<random>)")
-    submit.add_argument("--cpu", type=float, default=1.0)
-    submit.add_argument("--memory", default="2g")
+    add_entrypoint_options(submit)
     submit.add_argument("--working-dir", help="directory to ship (default: the current one); holds the script")
     submit.add_argument("--exclude", action="append", metavar="PATTERN",
                         help="leave matching files out of the shipped directory (.gitignore syntax; repeatable)")

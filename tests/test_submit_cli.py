@@ -179,3 +179,63 @@ def test_a_script_outside_the_shipped_directory_is_refused(standalone: dict, pro
     process = submit(standalone, project, str(outside))
     _, stderr = process.communicate(timeout=DEADLINE)
     assert process.returncode == 2 and "not a file inside the directory that is shipped" in stderr
+
+
+def submitted_resources(standalone: dict, project: Path, *args: str) -> tuple[int, int, object]:
+    """(CPU millicores, memory bytes, device) the job of `fray-ray submit --no-wait <args>` holds."""
+    process = submit(standalone, project, "--no-wait", *args, "main.py", str(project / "never"))
+    stdout, stderr = process.communicate(timeout=DEADLINE)
+    assert process.returncode == 0, stderr
+    job_id = stdout.splitlines()[0].split()[-1]
+    with ControllerClient(standalone["address"], token=standalone["token"]) as controller:
+        try:
+            resources = controller.job_status(job_id).resources
+        finally:
+            controller.terminate_job(job_id)
+    assert resources is not None
+    return resources.cpu_millicores, resources.memory_bytes, resources.device
+
+
+def test_the_submitted_driver_holds_no_cpu_or_memory_unless_asked(standalone: dict, project: Path) -> None:
+    # As Ray's job entrypoint: nothing reserved by default, the --entrypoint-* options when given.
+    assert submitted_resources(standalone, project) == (0, 0, None)
+    assert submitted_resources(
+        standalone, project, "--entrypoint-num-cpus", "1.5", "--entrypoint-memory", str(512 * 1024 * 1024)
+    ) == (1500, 512 * 1024 * 1024, None)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--entrypoint-num-gpus", "0.5"], "--entrypoint-num-gpus must be a whole number"),
+    (["--entrypoint-num-cpus", "-1"], "--entrypoint-num-cpus must be a number >= 0"),
+    (["--entrypoint-memory", "lots"], "--entrypoint-memory must be a number of bytes"),
+    (["--entrypoint-resources", "{oops"], "--entrypoint-resources must be a JSON object"),
+    (["--entrypoint-resources", '{"CPU": 1}'], "cannot name CPU: use --entrypoint-num-cpus"),
+])
+def test_bad_entrypoint_options_are_refused_before_anything_is_sent(project: Path, args: list[str], message: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "fray_ray", "submit", "--address", "http://127.0.0.1:9", *args, "main.py"],
+        cwd=project, capture_output=True, text=True, timeout=DEADLINE,
+    )
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+ONE_CPU_PROGRAM = """
+    import ray
+
+    ray.init()
+
+    @ray.remote(num_cpus=1)
+    def work():
+        return "ran"
+
+    print(ray.get(work.remote(), timeout=120), flush=True)  # never placed while the driver held the CPU
+"""
+
+
+def test_on_a_one_cpu_cluster_the_submitted_drivers_task_runs(project: Path) -> None:
+    (project / "one_cpu.py").write_text(textwrap.dedent(ONE_CPU_PROGRAM))
+    with standalone_cluster(["--cpu-workers", "1", "--cpu", "1", "--memory", "4g", "--disk", "10g"]) as (_, info):
+        process = submit(info, project, "one_cpu.py")
+        stdout, stderr = process.communicate(timeout=DEADLINE)
+    assert process.returncode == 0, stdout + stderr
+    assert "ran" in stdout.splitlines()[-1], stdout

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fray_ray.cluster._config import ATTR_SIMULATED
 from fray_ray.iris.types import GpuDevice, JobInfoSnapshot, ResourceSpec, TaskState, TpuDevice
 
 if TYPE_CHECKING:
@@ -176,6 +177,10 @@ def render_text(status: ClusterStatus) -> str:
         lines.append(f" {_amount(kind, amounts['used'])}/{_amount(kind, amounts['total'])} {kind}")
     if not totals:
         lines.append(" (no resources)")
+    simulated = [node for node in active if node.attributes.get(ATTR_SIMULATED, "").lower() == "true"]
+    if simulated:
+        lines.append(f" ({len(simulated)} of {len(active)} nodes are simulated hosts (attribute {ATTR_SIMULATED}=true): "
+                     "the CPUs, memory and accelerators they add are declared, not real)")
     lines.append("Usage by node:")
     for node in active:
         parts = [f"{_amount(k, node.used.get(k, 0.0))}/{_amount(k, node.total[k])} {k}" for k in KINDS if k in node.total]

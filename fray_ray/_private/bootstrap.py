@@ -19,7 +19,7 @@ import dataclasses
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fray_ray._private.driver.dashboard_feed import DashboardSettings
@@ -386,7 +386,28 @@ def _start_embedded_cluster(
     config = dataclasses.replace(config, dashboard=dashboard, **{k: v for k, v in listen.items() if v is not None})
     cluster = EmbeddedCluster(config)
     cluster.start()
+    _say_if_simulated(cluster.config.effective_workers())
     return cluster
+
+
+def _say_if_simulated(workers: Sequence[Any]) -> None:
+    """One line when some hosts only stand in for accelerator machines: the CPUs and memory
+    they declare (and Ray's APIs report) are not this machine's."""
+    from fray_ray.cluster._config import ATTR_SIMULATED
+
+    simulated = [w for w in workers if str(w.attributes.get(ATTR_SIMULATED, "")).lower() == "true"]
+    if not simulated:
+        return
+    def cpu(hosts: Sequence[Any]) -> str:
+        return f"{sum(w.cpu_millicores for w in hosts) / 1000:g} CPUs"
+
+    def memory(hosts: Sequence[Any]) -> str:
+        return f"{sum(w.memory_bytes for w in hosts) / (1 << 30):.0f} GiB"
+
+    print(f"fray_ray: {len(simulated)} of the cluster's {len(workers)} hosts are simulated on this machine (label "
+          f"simulated=true): of the {cpu(workers)} and {memory(workers)} of memory it reports, {cpu(simulated)} and "
+          f"{memory(simulated)} are theirs, declared, not real; every task runs on this machine's {os.cpu_count()} cores",
+          file=sys.stderr, flush=True)
 
 
 def _sized_host(num_cpus: float | None, num_gpus: float | None, resources: Mapping[str, float] | None) -> Any:

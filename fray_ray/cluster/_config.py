@@ -27,6 +27,9 @@ ATTR_TPU_TOPOLOGY = "tpu-topology"
 ATTR_TPU_VM_COUNT = "tpu-vm-count"
 ATTR_GPU_VARIANT = "gpu-variant"
 ATTR_GPU_COUNT = "gpu-count"
+#: fray_ray's own: set on the embedded cluster's accelerator hosts, whose CPUs, memory and
+#: devices are declared, not this machine's (its tasks all run on this machine's cores).
+ATTR_SIMULATED = "simulated"
 
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 #: What the worker template imports before it serves its first fork: fray_ray's executor

@@ -17,6 +17,7 @@ from fray_ray.cluster._config import (
     ATTR_GPU_COUNT,
     ATTR_GPU_VARIANT,
     ATTR_PREEMPTIBLE,
+    ATTR_SIMULATED,
     ATTR_TPU_NAME,
     ATTR_TPU_TOPOLOGY,
     ATTR_TPU_VM_COUNT,
@@ -98,6 +99,7 @@ def tpu_slice(
             ATTR_TPU_TOPOLOGY: info.topology,
             ATTR_TPU_VM_COUNT: info.vm_count,
             ATTR_PREEMPTIBLE: "true" if preemptible else "false",
+            ATTR_SIMULATED: "true",
         }
         attrs.update(attributes or {})
         device_env = tpu_host_env(variant, name, index, hostnames)
@@ -141,6 +143,7 @@ def gpu_host(
         ATTR_GPU_VARIANT: variant,
         ATTR_GPU_COUNT: count,
         ATTR_PREEMPTIBLE: "true" if preemptible else "false",
+        ATTR_SIMULATED: "true",
     }
     if pool is not None:
         attrs["pool"] = pool

@@ -13,6 +13,7 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
+from fray_ray.fray.types import CapturedWorkspace
 from fray_ray.iris.addresses import normalize_address
 from fray_ray.iris.bundles import (
     MAX_BUNDLE_BYTES,
@@ -28,11 +29,11 @@ if TYPE_CHECKING:
 
 __all__ = ["PY_MODULES_DIR", "WorkspaceBundles"]
 
-_Key = tuple[str, tuple[str, ...], tuple[str, ...]]
+_Key = tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...] | None]
 
 
 class WorkspaceBundles:
-    """Snapshots by (workspace, excludes, py_modules). Thread-safe; holds file contents in
+    """Snapshots by (workspace, excludes, py_modules, only). Thread-safe; holds file contents in
     memory until they are zipped."""
 
     def __init__(self, controller_address: str, limit: int = MAX_BUNDLE_BYTES) -> None:
@@ -50,14 +51,21 @@ class WorkspaceBundles:
             os.path.realpath(environment.workspace),
             tuple(environment.workspace_excludes),
             tuple(os.path.realpath(m) for m in environment.py_modules),
+            None if environment.workspace_only is None else tuple(sorted(environment.workspace_only)),
         )
 
-    def prepare(self, environment: EnvironmentConfig) -> None:
-        """Capture the environment's workspace now, unless it was captured before. Blocks for
-        the walk; raises what `snapshot_workspace` raises (BundleTooLarge, a missing path)."""
+    def prepare(self, environment: EnvironmentConfig) -> CapturedWorkspace | None:
+        """Capture the environment's workspace now, unless it was captured before, and say how
+        much it holds (None without a workspace, or for a bundle the controller already holds).
+        Blocks for the walk; raises what `snapshot_workspace` raises (BundleTooLarge, a missing
+        path)."""
         key = self._key(environment)
-        if key is not None:
-            self._snapshot(key)
+        if key is None:
+            return None
+        found = self._snapshot(key)
+        if isinstance(found, WorkspaceBundle):
+            return None
+        return CapturedWorkspace(found.files, found.raw_bytes)
 
     def bundle(self, environment: EnvironmentConfig | None) -> WorkspaceBundle | None:
         """The bundle of the environment's workspace (captured now if it never was), or None."""
@@ -78,7 +86,7 @@ class WorkspaceBundles:
                 found = self._snapshots.get(key)
             if found is None:
                 found = _task_bundle(key, self._address) or snapshot_workspace(
-                    key[0], excludes=key[1], py_modules=key[2], limit=self._limit
+                    key[0], excludes=key[1], py_modules=key[2], only=key[3], limit=self._limit
                 )
                 with self._lock:
                     self._snapshots[key] = found
@@ -91,7 +99,7 @@ def _task_bundle(key: _Key, address: str) -> WorkspaceBundle | None:
     info = get_job_info()
     bundle_id = os.environ.get("IRIS_BUNDLE_ID", "")
     workdir = os.environ.get("IRIS_WORKDIR", "")
-    if info is None or not bundle_id or not workdir or key[1] or key[2]:
+    if info is None or not bundle_id or not workdir or key[1] or key[2] or key[3] is not None:
         return None
     if not info.controller_address or normalize_address(info.controller_address) != address:
         return None

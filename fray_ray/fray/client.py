@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from fray_ray.fray.errors import FrayError
-from fray_ray.fray.types import ActorConfig, EnvironmentConfig, JobRequest, JobStatus, ResourceConfig
+from fray_ray.fray.types import ActorConfig, CapturedWorkspace, EnvironmentConfig, JobRequest, JobStatus, ResourceConfig
 
 if TYPE_CHECKING:
     from fray_ray.fray.actor import ActorGroup, ActorHandle, HostedActor
@@ -198,11 +198,12 @@ class Client(Protocol):
         they are root jobs. A backend without a job tree (`LocalClient`) returns None."""
         ...
 
-    def prepare_environment(self, environment: EnvironmentConfig) -> None:
+    def prepare_environment(self, environment: EnvironmentConfig) -> CapturedWorkspace | None:
         """Capture `environment`'s workspace and `py_modules` now, as later jobs with this
-        environment will see them. Blocks while the files are read; ValueError when they cannot
-        be shipped. A backend whose jobs read the directories in place (`LocalClient`) has
-        nothing to capture and returns at once."""
+        environment will see them, and say how much that is (None when nothing is captured
+        here). Blocks while the files are read; ValueError when they cannot be shipped. A
+        backend whose jobs read the directories in place (`LocalClient`) has nothing to capture
+        and returns None at once."""
         ...
 
     def detach_job(self, job_id: str) -> None:

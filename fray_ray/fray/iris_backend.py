@@ -75,7 +75,7 @@ from fray_ray.fray.actor import ActorUnavailableError, HostedActor
 from fray_ray.fray.client import FrayError, JobAlreadyExists
 from fray_ray.fray.hosts import HostInfo
 from fray_ray.fray.job_listing import JobSummary
-from fray_ray.fray.types import ActorConfig, EnvironmentConfig, JobRequest, ResourceConfig
+from fray_ray.fray.types import ActorConfig, CapturedWorkspace, EnvironmentConfig, JobRequest, ResourceConfig
 from fray_ray.iris.actor_client import ActorClient
 from fray_ray.iris.addresses import normalize_address
 from fray_ray.iris.controller_client import Backoff, ControllerClient
@@ -332,13 +332,14 @@ class FrayIrisClient:
     ) -> JobSpec:
         return job_spec(request, name, policy, ports, workspace=self._workspace, workspaces=self._workspaces)
 
-    def prepare_environment(self, environment: EnvironmentConfig) -> None:
+    def prepare_environment(self, environment: EnvironmentConfig) -> CapturedWorkspace | None:
         """Capture `environment`'s workspace (and `py_modules`) now, as later jobs with this
         environment will see it, whatever happens to the directories afterwards. Jobs capture
         it themselves the first time; call this to fix the moment. Blocks while it reads the
         files; raises ValueError naming the size when they cannot be shipped as one bundle
-        (`BundleTooLarge`), OSError when a directory cannot be read."""
-        self._workspaces.prepare(environment)
+        (`BundleTooLarge`), OSError when a directory cannot be read. Says how much was captured
+        (None for no workspace, or one the controller already holds)."""
+        return self._workspaces.prepare(environment)
 
     def _launch(
         self,

@@ -54,7 +54,7 @@ from fray_ray.fray.actor import HostedActor
 from fray_ray.fray.client import FrayError, JobAlreadyExists
 from fray_ray.fray.hosts import HostInfo, this_machine
 from fray_ray.fray.job_listing import JobSummary
-from fray_ray.fray.types import ActorConfig, EnvironmentConfig, JobRequest, ResourceConfig
+from fray_ray.fray.types import ActorConfig, CapturedWorkspace, EnvironmentConfig, JobRequest, ResourceConfig
 
 __all__ = ["LocalActorGroup", "LocalActorHandle", "LocalActorMethod", "LocalClient", "LocalJobHandle"]
 
@@ -142,8 +142,9 @@ class LocalClient:
         """None: local jobs form no tree."""
         return None
 
-    def prepare_environment(self, environment: EnvironmentConfig) -> None:
-        """Nothing to capture: local jobs read their directories in place. Returns at once."""
+    def prepare_environment(self, environment: EnvironmentConfig) -> CapturedWorkspace | None:
+        """Nothing to capture: local jobs read their directories in place. Returns None at once."""
+        return None
 
     def detach_job(self, job_id: str) -> None:
         """Ignored: nothing outlives a LocalClient, whose `shutdown()` stops every job."""

@@ -42,6 +42,7 @@ __all__ = [
     "ActorConfig",
     "BinaryEntrypoint",
     "CallableEntrypoint",
+    "CapturedWorkspace",
     "CpuConfig",
     "DeviceConfig",
     "DeviceKind",
@@ -254,15 +255,26 @@ class ResourceConfig:
 
 
 @dataclass(frozen=True)
+class CapturedWorkspace:
+    """What `Client.prepare_environment` captured of a workspace (and its `py_modules`): the
+    files and their bytes before compression."""
+
+    files: int
+    size_bytes: int
+
+
+@dataclass(frozen=True)
 class EnvironmentConfig:
     """Where a job's code comes from (a workspace directory or a Docker image) and its setup.
 
     Exactly one of `workspace` and `docker_image` must be set. `setup_scripts=None` means the
     backend's default setup; `[]` means none.
 
-    fray_ray adds two fields to Fray's: `workspace_excludes`, .gitignore-style patterns (relative
-    to the workspace) left out of the shipped workspace, and `py_modules`, further local
-    directories or files shipped with it and importable in the job's tasks (Ray's `py_modules`).
+    fray_ray adds three fields to Fray's: `workspace_excludes`, .gitignore-style patterns
+    (relative to the workspace) left out of the shipped workspace; `workspace_only`, the names of
+    the workspace's top-level files and directories to ship, when not all of it (None: all); and
+    `py_modules`, further local directories or files shipped with it and importable in the
+    job's tasks (Ray's `py_modules`).
     """
 
     workspace: str | None = None
@@ -274,6 +286,7 @@ class EnvironmentConfig:
     sync_packages: Sequence[str] = field(default_factory=list)
     workspace_excludes: Sequence[str] = field(default_factory=tuple)
     py_modules: Sequence[str] = field(default_factory=tuple)
+    workspace_only: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         if (self.workspace is None) == (self.docker_image is None):
@@ -283,6 +296,8 @@ class EnvironmentConfig:
             )
         for name in ("pip_packages", "extras", "sync_packages", "workspace_excludes", "py_modules"):
             _check_str_sequence(getattr(self, name), f"EnvironmentConfig.{name}")
+        if self.workspace_only is not None:
+            _check_str_sequence(self.workspace_only, "EnvironmentConfig.workspace_only")
         if self.setup_scripts is not None:
             _check_str_sequence(self.setup_scripts, "EnvironmentConfig.setup_scripts")
         if not isinstance(self.env_vars, Mapping) or not all(

@@ -65,6 +65,7 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
     "*.egg-info/",
     ".DS_Store",
 )
+_DEFAULT_SPEC = pathspec.GitIgnoreSpec.from_lines(DEFAULT_EXCLUDES)
 # Every entry gets this timestamp, so the zip of equal content is byte-for-byte equal.
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _COMPRESS_LEVEL = 1  # fast: the bundle is built on the way to the first task
@@ -113,15 +114,15 @@ class WorkspaceSnapshot:
 
     @property
     def files(self) -> int:
-        return len(self.entries)
+        return self._bundle.files if self._bundle is not None else len(self.entries)
 
     def bundle(self) -> WorkspaceBundle:
         """The zip (built once, then kept). BundleTooLarge if it exceeds the limit."""
         with self._lock:
             if self._bundle is None:
-                blob = _zip(self.entries)
-                if len(blob) > self.limit:
-                    raise BundleTooLarge(_too_large(self.root, len(blob), self.limit, self.entries))
+                blob = _zip(self.entries, self.limit)  # stops as soon as it is over the limit
+                if blob is None:
+                    raise BundleTooLarge(_too_large(self.root, self.limit, self.entries))
                 self._bundle = WorkspaceBundle.of(blob, len(self.entries))
                 self.entries = ()  # the zip holds it all now
             return self._bundle
@@ -134,6 +135,7 @@ def snapshot_workspace(
     py_modules: Sequence[str] = (),
     limit: int = MAX_BUNDLE_BYTES,
     use_gitignore: bool = True,
+    only: Sequence[str] | None = None,
 ) -> WorkspaceSnapshot:
     """Capture `root` (and each of `py_modules`, a directory or a single file) now.
 
@@ -141,14 +143,15 @@ def snapshot_workspace(
     `use_gitignore`, each directory's `.gitignore` applies below it, as in git. Files are read
     into memory, so the snapshot survives the directory being changed or moved afterwards.
     Raises FileNotFoundError/NotADirectoryError for a missing root or module, ValueError for
-    two modules of one name, BundleTooLarge when the content cannot fit in `limit` bytes.
+    two modules of one name, BundleTooLarge when the content cannot fit in `limit` bytes: at
+    once, before a file is read, when their sizes alone rule it out. `only` names the top-level
+    entries of `root` to ship (None: all); the rest of `root` is not even walked.
     """
     root = os.path.abspath(root)
     if not os.path.isdir(root):
         raise NotADirectoryError(f"the workspace {root} is not a directory")
-    user = pathspec.GitIgnoreSpec.from_lines([*DEFAULT_EXCLUDES, *excludes])
-    budget = _Budget(root, limit)
-    entries = list(_walk(root, "", user, use_gitignore, budget))
+    user = pathspec.GitIgnoreSpec.from_lines(excludes)
+    found = list(_walk(root, "", user, use_gitignore, only=None if only is None else frozenset(only)))
     names: dict[str, str] = {}
     for module in py_modules:
         path = os.path.abspath(module)
@@ -158,50 +161,71 @@ def snapshot_workspace(
         names[name] = path
         prefix = f"{PY_MODULES_DIR}/{name}"
         if os.path.isdir(path):
-            entries.extend(_walk(path, prefix, user, use_gitignore, budget))
+            found.extend(_walk(path, prefix, user, use_gitignore))
         elif os.path.isfile(path):
-            entries.append(_read(path, prefix, budget))
+            found.append(_Found(path, prefix, os.path.getsize(path)))
         else:
             raise FileNotFoundError(f"py_modules entry {path} does not exist")
-    entries.sort(key=lambda e: e.name)
-    snapshot = WorkspaceSnapshot(root, tuple(entries), budget.used, limit)
-    if budget.used > limit:
+    raw = sum(f.size for f in found)
+    if raw > limit * GIVE_UP_FACTOR:  # no compression saves it: refuse before reading a byte
+        raise BundleTooLarge(
+            f"{root} holds {_mib(raw)} in {len(found)} files to ship, far over the {_mib(limit)} limit of an Iris "
+            f"bundle; {_largest(found)}. {_how_to_exclude(found)}"
+        )
+    entries = sorted((_read(f) for f in found), key=lambda e: e.name)
+    snapshot = WorkspaceSnapshot(root, tuple(entries), sum(len(e.data) for e in entries), limit)
+    if snapshot.raw_bytes > limit:
         snapshot.bundle()  # compressed it may still fit; raises BundleTooLarge if not
     return snapshot
 
 
-class _Budget:
-    """Counts bytes read; stops the walk early once even compression could not save it."""
-
-    # Text compresses well, but not beyond this: a tree this much over the limit is refused
-    # without reading the rest of it.
-    GIVE_UP_FACTOR = 20
-
-    def __init__(self, root: str, limit: int) -> None:
-        self.root = root
-        self.limit = limit
-        self.used = 0
-
-    def add(self, size: int, path: str) -> None:
-        self.used += size
-        if self.used > self.limit * self.GIVE_UP_FACTOR:
-            raise BundleTooLarge(
-                f"{self.root} holds more than {_mib(self.used)} of files to ship (stopped reading at {path}); "
-                f"an Iris bundle is at most {_mib(self.limit)}. {_HOW_TO_EXCLUDE}"
-            )
+#: Text compresses well, but not beyond this: content this many times the limit is refused
+#: from its sizes alone, without reading or compressing it.
+GIVE_UP_FACTOR = 10
 
 
-_HOW_TO_EXCLUDE = (
-    "Leave files out with runtime_env={'excludes': ['data/', '*.ckpt', ...]} (.gitignore syntax) or a "
-    ".gitignore in the directory, or point runtime_env={'working_dir': ...} at a smaller directory."
-)
+@dataclass(frozen=True)
+class _Found:
+    path: str  # on disk
+    name: str  # posix path inside the bundle
+    size: int
+
+
+def _how_to_exclude(found: Sequence[_Found] = ()) -> str:
+    biggest = [name for name, _, _ in _by_top_entry(found)[:3]]
+    patterns = ", ".join(repr(n) for n in biggest) if biggest else "'data/', '*.ckpt'"
+    return (
+        f"Leave files out with runtime_env={{'excludes': [{patterns}]}} (.gitignore syntax) or a .gitignore "
+        "in the directory, or point runtime_env={'working_dir': ...} at a smaller directory."
+    )
+
+
+def _by_top_entry(found: Sequence[_Found]) -> list[tuple[str, int, int]]:
+    """(top-level name, bytes, files) of what is shipped, largest first: `data/` sums its files."""
+    totals: dict[str, list[int]] = {}
+    for f in found:
+        head, sep, _ = f.name.removeprefix(PY_MODULES_DIR + "/").partition("/")
+        total = totals.setdefault(head + sep, [0, 0])
+        total[0] += f.size
+        total[1] += 1
+    return sorted(((name, size, files) for name, (size, files) in totals.items()), key=lambda t: -t[1])
+
+
+def _largest(found: Sequence[_Found]) -> str:
+    listing = ", ".join(
+        f"{name} ({_mib(size)}{f', {files} files' if name.endswith('/') else ''})"
+        for name, size, files in _by_top_entry(found)[:5]
+    )
+    return f"largest entries: {listing}"
 
 
 def _walk(
-    directory: str, prefix: str, user: pathspec.PathSpec, use_gitignore: bool, budget: _Budget,
+    directory: str, prefix: str, user: pathspec.PathSpec, use_gitignore: bool,
     rules: tuple[tuple[str, pathspec.PathSpec], ...] = (), rel: str = "", seen: frozenset[str] = frozenset(),
-) -> Iterator[_Entry]:
-    """Files below `directory` that no rule excludes, named `<prefix>/<rel path>`."""
+    only: frozenset[str] | None = None,
+) -> Iterator[_Found]:
+    """Files below `directory` that no rule excludes, named `<prefix>/<rel path>`, with their
+    sizes (nothing is read)."""
     real = os.path.realpath(directory)
     if real in seen:  # a symlink loop
         return
@@ -218,19 +242,23 @@ def _walk(
     except OSError as exc:
         raise OSError(f"cannot read {directory} to ship it: {exc}") from exc
     for child in children:
+        if only is not None and child.name not in only:
+            continue
         child_rel = f"{rel}/{child.name}" if rel else child.name
         is_dir = child.is_dir()  # follows symlinks, as a copy of the tree would
         if _excluded(child_rel, is_dir, user, rules):
             continue
         if is_dir:
-            yield from _walk(child.path, prefix, user, use_gitignore, budget, rules, child_rel, seen)
+            yield from _walk(child.path, prefix, user, use_gitignore, rules, child_rel, seen)
         elif child.is_file():
-            yield _read(child.path, f"{prefix}/{child_rel}" if prefix else child_rel, budget)
+            yield _Found(child.path, f"{prefix}/{child_rel}" if prefix else child_rel, child.stat().st_size)
 
 
 def _excluded(rel: str, is_dir: bool, user: pathspec.PathSpec, rules: tuple[tuple[str, pathspec.PathSpec], ...]) -> bool:
     candidate = rel + "/" if is_dir else rel
-    if user.match_file(candidate):
+    # The defaults apply on their own: a pattern of `excludes` letting a directory back in
+    # ("!/pkg/") does not let its caches back in too.
+    if _DEFAULT_SPEC.match_file(candidate) or user.match_file(candidate):
         return True
     for base, spec in rules:
         inner = candidate[len(base) + 1 :] if base else candidate
@@ -239,15 +267,15 @@ def _excluded(rel: str, is_dir: bool, user: pathspec.PathSpec, rules: tuple[tupl
     return False
 
 
-def _read(path: str, name: str, budget: _Budget) -> _Entry:
-    with open(path, "rb") as f:
+def _read(found: _Found) -> _Entry:
+    with open(found.path, "rb") as f:
         data = f.read()
-    budget.add(len(data), path)
-    mode = stat.S_IMODE(os.stat(path).st_mode) or 0o644
-    return _Entry(name, mode, data)
+    mode = stat.S_IMODE(os.stat(found.path).st_mode) or 0o644
+    return _Entry(found.name, mode, data)
 
 
-def _zip(entries: Sequence[_Entry]) -> bytes:
+def _zip(entries: Sequence[_Entry], limit: int) -> bytes | None:
+    """The zip of `entries`, or None as soon as it grows past `limit` bytes."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=_COMPRESS_LEVEL) as archive:
         for entry in entries:
@@ -255,15 +283,17 @@ def _zip(entries: Sequence[_Entry]) -> bytes:
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = (stat.S_IFREG | entry.mode) << 16
             archive.writestr(info, entry.data, compresslevel=_COMPRESS_LEVEL)
-    return buffer.getvalue()
+            if buffer.tell() > limit:
+                return None
+    blob = buffer.getvalue()
+    return blob if len(blob) <= limit else None
 
 
-def _too_large(root: str, size: int, limit: int, entries: Sequence[_Entry]) -> str:
-    largest = sorted(entries, key=lambda e: len(e.data), reverse=True)[:5]
-    listing = ", ".join(f"{e.name} ({_mib(len(e.data))})" for e in largest)
+def _too_large(root: str, limit: int, entries: Sequence[_Entry]) -> str:
+    found = [_Found("", e.name, len(e.data)) for e in entries]
     return (
-        f"the bundle of {root} is {_mib(size)} compressed ({len(entries)} files), over the {_mib(limit)} limit of "
-        f"an Iris bundle; largest files: {listing}. {_HOW_TO_EXCLUDE}"
+        f"the bundle of {root} is over the {_mib(limit)} limit of an Iris bundle compressed "
+        f"({_mib(sum(f.size for f in found))} in {len(entries)} files); {_largest(found)}. {_how_to_exclude(found)}"
     )
 
 

@@ -75,9 +75,24 @@ def test_too_large_names_the_size_the_biggest_files_and_how_to_exclude(tmp_path:
     with pytest.raises(BundleTooLarge) as info:
         snapshot_workspace(str(root), limit=100_000)
     message = str(info.value)
-    assert "0.3 MiB compressed" in message and "0.1 MiB limit" in message and "weights.bin" in message
-    assert "excludes" in message and ".gitignore" in message
+    assert "over the 0.1 MiB limit" in message and "weights.bin (0.3 MiB)" in message
+    assert "'excludes': ['weights.bin', 'small.py']" in message and ".gitignore" in message
     assert snapshot_workspace(str(root), limit=100_000, excludes=["*.bin"]).bundle().files == 1
+
+
+def test_content_far_over_the_limit_is_refused_from_sizes_before_a_file_is_read(tmp_path: Path) -> None:
+    root = tree(tmp_path / "ws", {"main.py": "x = 1\n"})
+    data = root / "data"
+    data.mkdir()
+    for index in range(3):
+        with open(data / f"part{index}.bin", "wb") as f:
+            f.truncate(400_000)  # sparse: sized, never written
+    with pytest.raises(BundleTooLarge) as info:
+        snapshot_workspace(str(root), limit=100_000)
+    message = str(info.value)
+    assert "1.1 MiB in 4 files" in message and "largest entries: data/ (1.1 MiB, 3 files)" in message
+    assert "'excludes': ['data/', 'main.py']" in message
+    assert snapshot_workspace(str(root), limit=100_000, excludes=["data/"]).files == 1
 
 
 def test_a_symlink_loop_is_walked_once(tmp_path: Path) -> None:
@@ -114,3 +129,11 @@ def test_a_controller_gets_the_bytes_once_then_the_id(tmp_path: Path) -> None:
     first, second = stub.requests
     assert first.bundle_blob == bundle.blob and not first.bundle_id
     assert not second.bundle_blob and second.bundle_id == bundle.bundle_id
+
+
+def test_only_ships_the_named_top_level_entries_and_walks_nothing_else(tmp_path: Path) -> None:
+    root = tree(tmp_path / "ws", {"run.py": "", "mylib.py": "", "pkg/__init__.py": "", "pkg/__pycache__/x.pyc": "",
+                                  "notes.txt": "", "old/a.py": ""})
+    snapshot = snapshot_workspace(str(root), only=["run.py", "mylib.py", "pkg"], py_modules=[str(root / "old")])
+    assert names(snapshot.bundle()) == [f"{PY_MODULES_DIR}/old/a.py", "mylib.py", "pkg/__init__.py", "run.py"]
+    assert snapshot_workspace(str(root), only=[]).bundle().files == 0

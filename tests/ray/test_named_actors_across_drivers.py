@@ -187,3 +187,32 @@ def test_a_second_driver_sees_its_running_call_die_with_the_actor(cluster: Embed
             other.kill()
     assert other.returncode == 0, err
     assert out.splitlines() == ["the call died with the actor"]
+
+
+def test_a_driver_that_kills_another_drivers_named_actor_cannot_look_it_up_again(cluster: EmbeddedCluster) -> None:
+    _other_driver(cluster.address, cluster.token, """
+        @ray.remote
+        class Counter:
+            def incr(self):
+                return 1
+
+        ray.get(Counter.options(name="doomed", lifetime="detached").remote().incr.remote())
+    """)  # its creator has gone: it lives on, detached
+    out = _other_driver(cluster.address, cluster.token, """
+        import fray_ray.exceptions as exceptions
+
+        counter = ray.get_actor("doomed")
+        print(ray.get(counter.incr.remote()))
+        ray.kill(counter)
+        try:  # at once, as in Ray: the name is free while the process is still ending
+            ray.get_actor("doomed")
+        except ValueError:
+            print("gone at once")
+        try:
+            ray.get(counter.incr.remote())
+        except exceptions.ActorDiedError:
+            print("its handle is dead")
+    """)
+    assert out.splitlines() == ["1", "gone at once", "its handle is dead"]
+    with pytest.raises(ValueError):
+        ray.get_actor("doomed")  # nor can any other driver

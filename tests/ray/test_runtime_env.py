@@ -27,9 +27,10 @@ THREE_HOSTS = ClusterConfig(workers=cpu_workers(3, cpu=2, memory="4g", disk="10g
 
 @pytest.fixture
 def session_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_shutdown: None) -> Path:
-    """A small directory to run from (the driver's working directory is shipped by default)."""
+    """A small project to run from (the project holding the driver is shipped by default)."""
     home = tmp_path / "driver"
     home.mkdir()
+    (home / "pyproject.toml").write_text("[project]\nname = 'driver'\n")
     monkeypatch.chdir(home)
     return home
 
@@ -94,6 +95,7 @@ PROGRAM = {
                 return os.environ["IRIS_ADVERTISE_HOST"]
     """,
     "data/unit.txt": "cm2\n",
+    "pyproject.toml": "[project]\nname = 'program'\n",  # a project: all of it is shipped
 }
 
 

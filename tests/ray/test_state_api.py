@@ -250,6 +250,9 @@ def test_summaries(busy_session: dict[str, Any]) -> None:
     assert tasks["summary"]["explode"]["state_counts"] == {"FAILED": 1}
     assert tasks["summary"]["finish"] == {"func_or_class_name": "finish", "type": "NORMAL_TASK",
                                           "state_counts": {"FINISHED": 1}}
+    # a function of an imported module is listed as Ray lists it: its own name, not its module's
+    [finished] = state.list_tasks(filters=[("name", "=", "finish")])
+    assert finished.func_or_class_name == "finish"
     assert tasks["total_actor_scheduled"] >= 3 and tasks["total_actor_tasks"] >= 2
     assert tasks["total_tasks"] >= 3 and tasks["summary_by"] == "func_name"
     actors = state.summarize_actors()["cluster"]

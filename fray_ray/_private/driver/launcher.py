@@ -11,6 +11,7 @@ import concurrent.futures
 import hashlib
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -21,6 +22,7 @@ from fray_ray._private.core import host_identity, user_tracebacks
 from fray_ray._private.core.runtime_env import RuntimeEnv
 from fray_ray._private.core.task_spec import PoolKey, ResourceShape
 from fray_ray._private.driver.lease import SessionLease, fate_mode
+from fray_ray._private.driver.shipped_code import default_code
 from fray_ray._private.stream import spin_wait
 from fray_ray._version import __version__
 from fray_ray.fray import (
@@ -145,7 +147,8 @@ class WorkerLauncher:
         )
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="launcher")
         # Shipped as the job's workspace unless a runtime env names a working_dir.
-        self._workspace = os.getcwd()
+        self._default_code = default_code()
+        self._announce = not owns_cluster  # say what goes to a cluster the driver did not start
         self._prepared: set[RuntimeEnv] = set()  # runtime envs whose code was captured
         self._prepared_lock = threading.Lock()
         self.startup = StartupWatch(self.group_failure)
@@ -171,21 +174,28 @@ class WorkerLauncher:
                     "driver's own process; install the packages here, or run without local_mode"
                 )
         else:
-            self._client.prepare_environment(self._environment(runtime_env))
+            captured = self._client.prepare_environment(self._environment(runtime_env))
+            if captured is not None and self._announce:
+                what = f"the working_dir {runtime_env.working_dir}" if runtime_env.working_dir else self._default_code.what
+                print(f"fray_ray: shipping {what} to the cluster's workers: {captured.files} files, "
+                      f"{captured.size_bytes / (1 << 20):.1f} MiB", file=sys.stderr, flush=True)
         with self._prepared_lock:
             self._prepared.add(runtime_env)
 
     def _environment(self, runtime_env: RuntimeEnv, identity: Mapping[str, str] | None = None) -> EnvironmentConfig:
-        """The Fray environment of a worker: its runtime env's code (the driver's directory by
-        default), packages (a setup script) and env vars, and the `identity` of the host it
-        is placed on (variables the worker sets where its host does not)."""
+        """The Fray environment of a worker: its runtime env's code (by default the driver's
+        project, or only what it imported: `shipped_code`), packages (a setup script) and env
+        vars, and the `identity` of the host it is placed on (variables the worker sets where its
+        host does not)."""
         setup = None
         pip = runtime_env.packages_to_install
         if pip is not None and not self.in_process:
             setup = [pip_setup_script(pip.packages, install_options=pip.install_options, check=pip.check,
                                       timeout_s=runtime_env.setup_timeout_s)]
+        default = self._default_code  # the driver's project, or what it imported (see shipped_code)
         return EnvironmentConfig(
-            workspace=runtime_env.working_dir or self._workspace,
+            workspace=runtime_env.working_dir or default.root,
+            workspace_only=None if runtime_env.working_dir else default.only,
             env_vars={**_driver_settings(), **host_identity.encode(identity or {}), **runtime_env.env_vars_dict},
             workspace_excludes=runtime_env.excludes,
             py_modules=runtime_env.py_modules,

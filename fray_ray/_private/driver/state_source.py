@@ -18,7 +18,7 @@ from fray_ray._private.driver.actor_records import ActorState as ActorLifecycle
 from fray_ray._private.driver.nodes import node_id_for
 from fray_ray._private.objects.object_table import ObjectState as ObjectLifecycle
 from fray_ray._private.objects.serialization import deserialize
-from fray_ray._private.observe.task_events import TaskEvent, TaskStatus, describe
+from fray_ray._private.observe.task_events import TaskEvent, TaskStatus, TaskType, describe
 
 #: Jobs of named actors are root jobs named so (see `launcher.named_group`).
 NAMED_ACTOR_PREFIX = "rayactor."
@@ -72,6 +72,15 @@ def _node_hex(driver: DriverState, host: str | None) -> str:
     return node_id_for(host).hex() if host else driver.node_id.hex()
 
 
+def call_string(event: TaskEvent) -> str:
+    """Ray's `func_or_class_name`: the function's own name, or `Class.method`, without the
+    module (`work`, not `__main__.work` or `job.work`), as Ray's function descriptors say it."""
+    if event.kind is TaskType.NORMAL_TASK:
+        return event.func_name.rpartition(".")[2]
+    head, _, method = event.func_name.rpartition(".")
+    return f"{head.rpartition('.')[2]}.{method}" if head else method
+
+
 def task_row(driver: DriverState, event: TaskEvent) -> dict[str, Any]:
     placed = event.host is not None or event.worker_pid is not None or event.started is not None
     events = [{"state": "PENDING_ARGS_AVAIL", "created_ms": _ms(event.created)}]
@@ -88,7 +97,7 @@ def task_row(driver: DriverState, event: TaskEvent) -> dict[str, Any]:
         "job_id": driver.job_id,
         "actor_id": event.actor_id.hex() if event.actor_id else None,
         "type": str(event.kind),
-        "func_or_class_name": event.func_name,
+        "func_or_class_name": call_string(event),
         "parent_task_id": event.parent_task_id.hex() if event.parent_task_id else "ffffffffffffffffffffffffffffffffffffffff01000000",
         "node_id": _node_hex(driver, event.host) if placed else None,
         "worker_id": event.worker_id.hex() if event.worker_id else None,

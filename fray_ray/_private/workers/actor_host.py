@@ -3,8 +3,7 @@
 It connects to the driver's session, builds the user's instance when told to, and runs method
 calls the driver pushes, with Ray's semantics: one call at a time in arrival order by default,
 `max_concurrency` threads for threaded actors, one event loop for async actors, and a pool per
-concurrency group. Its public `call()` also lets Iris and Fray clients call the actor over
-ActorService.
+concurrency group. Its public `call()` lets Iris and Fray clients call the actor over ActorService.
 """
 
 from __future__ import annotations
@@ -52,6 +51,7 @@ from fray_ray._private.objects.serialization import SerializedValue, serialize_e
 from fray_ray._private.observe.logs import flush_forwarded, forward_output
 from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
+from fray_ray._private.workers.actor_state_row import ActorStateRow
 from fray_ray._private.workers.call_endings import exit_worker, send_item, send_items_async
 from fray_ray._private.workers.call_threads import CallThreads
 from fray_ray._private.workers.foreign_calls import ForeignCallGate
@@ -74,7 +74,7 @@ class ActorExit(BaseException):
     """Raised by exit_actor() to end the actor after the current call."""
 
 
-class RayActorHost:
+class RayActorHost(ActorStateRow):
     """Hosts one Ray actor. Constructed by the Fray backend inside the actor's job."""
 
     def __init__(
@@ -112,6 +112,7 @@ class RayActorHost:
         self._creating: concurrent.futures.Future[None] | None = None  # an `async def __init__` running
         self._creation_error: BaseException | None = None
         self._stopped = threading.Event()
+        self._killed = threading.Event()  # ray.kill without restart: no driver finds it by name now
         handlers = messages.handlers(
             {CreateInstance: self._on_create, CallMethod: self._on_call, Die: self._on_die, CancelCall: self._on_cancel}
         )
@@ -499,6 +500,8 @@ class RayActorHost:
         self._created.wait()
         if self._creation_error is not None:
             raise _creation_failed(self._class_name)
+        if self._killed.is_set():  # still ending: its name is already free, as in Ray
+            raise ActorDiedError(ActorDeathInfo(ActorDeathReason.KILLED, class_name=self._class_name))
         return {"class_name": self._class_name, "methods": self._methods_blob, "is_async": self._is_async,
                 "calls": self._open_foreign_gate()}
 
@@ -520,6 +523,7 @@ class RayActorHost:
         it has its own job terminated, so the job ends as killed (exiting 0 would report it
         succeeded), and exits anyway if the controller does not act within seconds."""
         if not restart:
+            self._killed.set()  # before answering: a lookup after ray.kill returns finds it dead
             plan_exit()
         if restart or self._in_process:
             threading.Timer(0.05, os._exit, args=(1 if restart else 0,)).start()
