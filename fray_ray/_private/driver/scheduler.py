@@ -559,17 +559,20 @@ class TaskScheduler(TaskWithdrawals):
 
     # ---- maintenance ---------------------------------------------------------------------
 
-    def close(self) -> list[Any]:
-        """Stop scheduling; tell executors to exit; returns their Fray jobs for cleanup."""
+    def close(self) -> tuple[list[Any], list[Any]]:
+        """Stop scheduling; tell executors to exit. Returns their Fray jobs for cleanup: those
+        of idle executors, which exit by themselves, and those of executors still running a
+        task, which would exit only once it ends, so are to be stopped at once."""
         self._exits.close()
         with self._lock:
             self._closed = True
             executors = list(self._executors.values())
+            busy = {id(executor) for executor in executors if executor.tasks}
             self._executors.clear()
             self._by_connection.clear()
             self._ready.clear()
             self._maintenance.cancel()
-        jobs = []
+        idle_jobs, busy_jobs = [], []
         for executor in executors:
             if executor.connection is not None:
                 try:
@@ -577,6 +580,14 @@ class TaskScheduler(TaskWithdrawals):
                 except ConnectionClosed:
                     pass
             if executor.job is not None:
-                jobs.append(executor.job)
-        return jobs
+                (busy_jobs if id(executor) in busy else idle_jobs).append(executor.job)
+        return idle_jobs, busy_jobs
 
+
+    def about_to_run(self) -> int:
+        """How many submitted tasks have not begun running while an executor is starting for
+        them: they run in a moment. Tasks that wait only for a busy executor count for nothing."""
+        with self._lock:
+            if not any(executor.state is ExecutorState.STARTING for executor in self._executors.values()):
+                return 0
+            return sum(1 for record in self._tasks.values() if record.state in (TaskState.READY, TaskState.ASSIGNED))
