@@ -84,3 +84,35 @@ def test_driver_exit__ctrl_c_during_get_stops_the_task(tmp_path):
     process.send_signal(signal.SIGINT)
     assert _finish(process) != 0
     wait_for_condition(lambda: not _alive(pid), timeout=60)
+
+
+_EXITING_TASK = """
+import sys
+import {backend} as ray
+
+ray.init(num_cpus=1)
+
+
+@ray.remote(max_retries=1)
+def exits_with_3():
+    sys.exit(3)
+
+
+try:
+    ray.get(exits_with_3.remote())
+except ray.exceptions.WorkerCrashedError as error:
+    print("raised WorkerCrashedError:", error, flush=True)
+"""
+
+
+def test_worker_exit__each_retry_is_announced(tmp_path):
+    # A task whose process exits is retried, and the driver is told so each time.
+    script = tmp_path / "exiting_task.py"
+    script.write_text(_EXITING_TASK.format(backend=selected_backend()))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=tmp_path)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert "raised WorkerCrashedError: The worker died unexpectedly while executing this task." in out
+    assert "There are 1 retries remaining, so the task will be retried." in out, out[-3000:]
