@@ -202,6 +202,7 @@ def init(
             )
 
         local_mode = local_mode or os.environ.get("FRAY_RAY_LOCAL_MODE", "") not in ("", "0")
+        excepthook.install_excepthook()  # uncaught errors, init's own too, print without fray_ray's frames
 
         runtime = start_driver(
             address=address,
@@ -228,7 +229,6 @@ def init(
         # Registered last, so it runs before the exit hook of an embedded cluster it started.
         atexit.unregister(_shutdown_at_exit)
         atexit.register(_shutdown_at_exit)
-        excepthook.install_excepthook()  # uncaught errors print without fray_ray's frames
         # Local mode's executors and actors are threads Python joins before atexit runs.
         interpreter_exit.before_thread_join(_shutdown_at_exit if local_mode else None)
         interpreter_exit.note_interrupts_at_exit()  # Ctrl-C as the script ends stops its work quietly

@@ -64,9 +64,11 @@ def run_script(script: str, args: Sequence[str]) -> int:
     """Run `script` as __main__ with `import ray` resolving to fray_ray."""
     import fray_ray
     from fray_ray._alias import alias_path
+    from fray_ray._private.core import excepthook
     from fray_ray._private.driver import cluster_address
 
     fray_ray.install()
+    excepthook.install_excepthook()  # the script's errors, even before its init(), without the launcher's frames
     cluster_address.mark_run()  # the script's init(address="auto") reaches the run's cluster
     # Interpreters the script starts find the alias too: through PYTHONPATH, and through
     # sys.path, which multiprocessing's spawn start method hands to its children.
