@@ -270,11 +270,11 @@ def shutdown(*, wait_for_processes: bool = False, _exiting_interpreter: bool = F
         runtime.shutdown()
 
 
-def _shutdown_at_exit() -> None:
-    """End the session as the interpreter exits, after letting started tasks print
-    (`exit_drain`); a Ctrl-C during the short shutdown itself is ignored."""
+def _shutdown_at_exit(interrupted: bool = False) -> None:
+    """End the session as the interpreter (or `fray-ray run`'s script) exits, after letting
+    started tasks print unless `interrupted` (`exit_drain`); Ctrl-C during shutdown is ignored."""
     try:
-        let_started_work_print(runtime_state.current_or_none())
+        let_started_work_print(runtime_state.current_or_none(), interrupted)
         with interpreter_exit.sigint_ignored():
             shutdown()
     except Exception:  # noqa: BLE001 - the interpreter is exiting; nothing left to tell

@@ -207,3 +207,24 @@ print("SHUTDOWN DONE", flush=True)
         script.seconds_to_exit()
         assert script.process.returncode == 0, script.output()
         _assert_task_stopped(pid)
+
+
+def test_fray_ray_run_prints_what_unawaited_tasks_print(tmp_path: Path) -> None:
+    # As `python script.py` does (and Ray): the script ends without waiting for its tasks.
+    script = tmp_path / "unawaited.py"
+    script.write_text(textwrap.dedent("""
+        import ray
+
+        ray.init(num_cpus=1)
+
+        @ray.remote
+        def never_awaited():
+            print("unawaited task printed", flush=True)
+
+        never_awaited.remote()
+    """))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_"))}
+    finished = subprocess.run([sys.executable, "-m", "fray_ray", "run", script.name], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=START_DEADLINE_S)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert "unawaited task printed" in finished.stdout, finished.stdout + finished.stderr

@@ -93,11 +93,11 @@ def wait_for_started_work(
             objects.remove_done_callback(object_id, done)
 
 
-def let_started_work_print(runtime: Any) -> None:
+def let_started_work_print(runtime: Any, interrupted: bool = False) -> None:
     """At interpreter exit, before the session shuts down: wait for the driver's started
     work as above, unless the script was interrupted (Ctrl-C ends it at once, as in Ray)."""
     objects = getattr(runtime, "objects", None) if runtime is not None and runtime.is_driver else None
-    if objects is None or _interrupted():
+    if objects is None or interrupted or _interrupted():
         return
     scheduler = getattr(runtime, "scheduler", None)
     try:
