@@ -21,7 +21,7 @@ from fray_ray._private.core.generators import ObjectRefGenerator
 from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.core.task_context import current_task
 from fray_ray._private.driver import interpreter_exit
-from fray_ray._private.driver.exit_drain import wait_for_started_work
+from fray_ray._private.driver.exit_drain import let_started_work_print
 from fray_ray._private.options import rendering as options_text
 from fray_ray._version import __version__
 from fray_ray.actor import ActorClass, ActorHandle, ActorProxy
@@ -202,6 +202,7 @@ def init(
             )
 
         local_mode = local_mode or os.environ.get("FRAY_RAY_LOCAL_MODE", "") not in ("", "0")
+        excepthook.install_excepthook()  # uncaught errors, init's own too, print without fray_ray's frames
 
         runtime = start_driver(
             address=address,
@@ -228,9 +229,9 @@ def init(
         # Registered last, so it runs before the exit hook of an embedded cluster it started.
         atexit.unregister(_shutdown_at_exit)
         atexit.register(_shutdown_at_exit)
-        excepthook.install_excepthook()  # uncaught errors print without fray_ray's frames
         # Local mode's executors and actors are threads Python joins before atexit runs.
         interpreter_exit.before_thread_join(_shutdown_at_exit if local_mode else None)
+        interpreter_exit.note_interrupts_at_exit()  # Ctrl-C as the script ends stops its work quietly
         return _context
 
 
@@ -269,13 +270,13 @@ def shutdown(*, wait_for_processes: bool = False, _exiting_interpreter: bool = F
         runtime.shutdown()
 
 
-def _shutdown_at_exit() -> None:
+def _shutdown_at_exit(interrupted: bool = False) -> None:
+    """End the session as the interpreter (or `fray-ray run`'s script) exits, after letting
+    started tasks print unless `interrupted` (`exit_drain`); Ctrl-C during shutdown is ignored."""
     try:
-        runtime = runtime_state.current_or_none()
-        objects = getattr(runtime, "objects", None) if runtime is not None and runtime.is_driver else None
-        if objects is not None:
-            wait_for_started_work(objects)  # so what unawaited tasks print is printed, as in Ray
-        shutdown()
+        let_started_work_print(runtime_state.current_or_none(), interrupted)
+        with interpreter_exit.sigint_ignored():
+            shutdown()
     except Exception:  # noqa: BLE001 - the interpreter is exiting; nothing left to tell
         logger.debug("shutdown at exit failed", exc_info=True)
 

@@ -64,9 +64,11 @@ def run_script(script: str, args: Sequence[str]) -> int:
     """Run `script` as __main__ with `import ray` resolving to fray_ray."""
     import fray_ray
     from fray_ray._alias import alias_path
+    from fray_ray._private.core import excepthook
     from fray_ray._private.driver import cluster_address
 
     fray_ray.install()
+    excepthook.install_excepthook()  # the script's errors, even before its init(), without the launcher's frames
     cluster_address.mark_run()  # the script's init(address="auto") reaches the run's cluster
     # Interpreters the script starts find the alias too: through PYTHONPATH, and through
     # sys.path, which multiprocessing's spawn start method hands to its children.
@@ -77,12 +79,19 @@ def run_script(script: str, args: Sequence[str]) -> int:
     script_dir = os.path.dirname(os.path.abspath(script))
     if script_dir not in sys.path:
         sys.path.insert(0, script_dir)
+    interrupted = False
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
-        fray_ray.shutdown()
+        # As `python script.py` ends: what started tasks print is printed, unless Ctrl-C ended it.
+        from fray_ray._api import _shutdown_at_exit
+
+        _shutdown_at_exit(interrupted)
     return 0
 
 

@@ -487,9 +487,15 @@ class LocalRayletDiedError(RayError):
 
 
 class WorkerCrashedError(RayError):
-    """The process running the task died (crash, `os._exit`, OOM kill, forced cancel)."""
+    """The process running the task died (crash, `os._exit`, OOM kill, forced cancel).
+
+    Ray's first sentence, then what fray_ray learnt of the death (how the process ended, the
+    attempt, where its output is) when it was given that."""
 
     def __str__(self) -> str:
+        detail = self.args[0] if self.args and isinstance(self.args[0], str) else ""
+        if detail:
+            return f"The worker died unexpectedly while executing this task. {detail}"
         return (
             "The worker died unexpectedly while executing this task. Check the task's logs for "
             "more information."

@@ -1,11 +1,13 @@
 """Per-attempt memory cgroups: a job's memory request becomes its attempts' hard limit, and a
-kill by the kernel's OOM killer inside that limit is reported as such.
+kill by the kernel's OOM killer is reported as such, whichever limit ran out.
 
 Each cluster makes one directory `fray-ray-<pid>-<random>` under this process's own memory
 cgroup (cgroup v1's memory hierarchy, or the unified v2 hierarchy when it delegates the
-memory controller), and each attempt that asks for memory gets a child `attempt-<uid>` with
-that limit. The task process joins its cgroup before it execs the task (a `sh` prefix writes
-its pid into `cgroup.procs`), so whatever it starts is limited and counted too. After the
+memory controller), and each attempt gets a child `attempt-<uid>`, limited to its memory
+request if it made one. One without a limit is there to count OOM kills: the kernel counts a
+kill in the victim's cgroup whichever limit ran out (the machine's, an enclosing cgroup's).
+The task process joins its cgroup before it execs the task (a `sh` prefix writes its pid into
+`cgroup.procs`), so whatever it starts is limited and counted too. After the
 attempt exits, its OOM-kill counter (v1 `memory.oom_control`, v2 `memory.events`) tells an
 OOM kill from any other SIGKILL, and the peak usage says how much memory it held.
 
@@ -120,10 +122,13 @@ class AttemptCgroup:
         if not oom:
             return ""
         peak = self.peak_bytes()
+        limit = (
+            f"memory limit {_mib(self.limit_bytes)} ({self.limit_bytes} bytes)" if self.limit_bytes > 0
+            else "no memory limit of its own (it asked for none: the machine's memory, or an enclosing cgroup's, ran out)"
+        )
         return (
             f"{OOM_HEADLINE}: the task ran out of memory and the kernel's OOM killer ended it "
-            f"(exit by SIGKILL); memory limit {_mib(self.limit_bytes)} ({self.limit_bytes} bytes), "
-            f"peak usage {_mib(peak)} ({peak} bytes)"
+            f"(exit by SIGKILL); {limit}, peak usage {_mib(peak)} ({peak} bytes)"
         )
 
     def remove(self, timeout: float = 5.0) -> bool:
@@ -195,7 +200,7 @@ class MemoryCgroups:
                 _remove_tree(os.path.join(parent, name))
 
     def attempt(self, uid: int, limit_bytes: int) -> AttemptCgroup | None:
-        """A cgroup limiting attempt `uid` to `limit_bytes`; None if it cannot be made."""
+        """A cgroup limiting attempt `uid` to `limit_bytes` (0: no limit); None if it cannot be made."""
         path = os.path.join(self.path, f"attempt-{uid}")
         limit_file = "memory.limit_in_bytes" if self.version == 1 else "memory.max"
         with self._lock:
@@ -203,8 +208,9 @@ class MemoryCgroups:
                 return None
             try:
                 os.mkdir(path)
-                _write(os.path.join(path, limit_file), str(limit_bytes))
-                if self.version == 2:
+                if limit_bytes > 0:
+                    _write(os.path.join(path, limit_file), str(limit_bytes))
+                if self.version == 2 and limit_bytes > 0:
                     try:
                         _write(os.path.join(path, "memory.swap.max"), "0")
                     except OSError:

@@ -256,7 +256,8 @@ class LocalWorker:
             self._listener.attempt_exited(launch.uid, 126, message)
             return
         cgroups = self._contract.memory_cgroups
-        cgroup = cgroups.attempt(launch.uid, launch.resources.memory_bytes) if cgroups and launch.resources.memory_bytes > 0 else None
+        # Every attempt gets one: with no memory request it has no limit, and counts OOM kills only.
+        cgroup = cgroups.attempt(launch.uid, max(0, launch.resources.memory_bytes)) if cgroups else None
         cleanup = functools.partial(self._attempt_done, list(ports.values()), workdir, launch.uid if cgroup else None)
         output = _AttemptOutput(launch, ports, self._logs, self._listener, cleanup, cgroup.exit_report if cgroup else None)
         argv = launch.argv

@@ -129,3 +129,19 @@ def test_misplaced_token_is_refused_at_the_call(kwargs: dict, error: type, words
     with pytest.raises(error, match=words):
         fray_ray.init(**kwargs)
     assert not fray_ray.is_initialized()
+
+
+def test_a_refused_token_uncaught_shows_one_message_at_the_call(cluster: dict, tmp_path: Path) -> None:
+    script = tmp_path / "uncaught.py"
+    script.write_text(f"import fray_ray as ray\n\nray.init(address={cluster['address']!r}, token='not-the-token')\n")
+    records = tmp_path / "records"
+    records.mkdir(mode=0o700, exist_ok=True)
+    finished = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                              env=_clean_env(FRAY_RAY_TEMP_DIR=str(records)), timeout=DEADLINE_S)
+    assert finished.returncode == 1
+    lines = finished.stderr.splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and lines[1].endswith('uncaught.py", line 3, in <module>'), \
+        finished.stderr
+    assert "the token given was refused" in finished.stderr
+    assert finished.stderr.count("Traceback") == 1 and "connectrpc" not in finished.stderr, finished.stderr
+    assert len(lines) <= 6, finished.stderr

@@ -108,3 +108,16 @@ def test_parents_blocked_in_get_hand_back_the_tasks_queued_behind_them(fresh_shu
     fray_ray.init(num_cpus=2)
     fray_ray.get([quick.remote() for _ in range(50)], timeout=120)  # short tasks: executors queue deep
     assert fray_ray.get([parent.remote(3) for _ in range(12)], timeout=120) == [3] * 12
+
+
+@fray_ray.remote(max_calls=1, max_retries=0)
+def one_call_per_process(i: int) -> int:
+    return i
+
+
+def test_an_executor_at_max_calls_is_given_no_task_to_queue(fresh_shutdown: None) -> None:
+    # Each process runs one call and exits: a task queued behind that call would go down with
+    # the process as though its worker had died running it (and, with no retries, fail).
+    fray_ray.init(num_cpus=2)
+    refs = [one_call_per_process.remote(i) for i in range(24)]
+    assert fray_ray.get(refs) == list(range(24))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import linecache
 import os
 import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -202,6 +203,70 @@ def test_an_error_of_the_script_itself_reads_as_plain_python(tmp_path: Path) -> 
         'Traceback (most recent call last):\n  File "own_error.py", line 4, in <module>\n    print(1 / 0)\n'
         "          ~~^~~\nZeroDivisionError: division by zero\n"
     ), finished.stderr
+
+
+def _run_script(tmp_path: Path, name: str, source: str, *launcher: str) -> subprocess.CompletedProcess:
+    script = tmp_path / name
+    script.write_text(textwrap.dedent(source))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_"))}
+    command = [*launcher, script.name] if launcher else [sys.executable, script.name]
+    return subprocess.run(command, cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=DEADLINE_S)
+
+
+def test_the_fray_ray_command_adds_no_frames_of_its_own(tmp_path: Path) -> None:
+    """`fray-ray run` (the console script) shows the script's error as Python would, even one
+    raised before the script called init()."""
+    fray_ray_command = str(Path(sys.executable).parent / "fray-ray")
+    finished = _run_script(tmp_path, "early_error.py", """
+        def check():
+            raise KeyError("no such setting")
+
+        check()
+    """, fray_ray_command, "run")
+    assert finished.returncode == 1
+    assert finished.stderr.startswith('Traceback (most recent call last):\n  File "early_error.py", line 5'), \
+        finished.stderr
+    assert "bin/fray-ray" not in finished.stderr and "runpy" not in finished.stderr, finished.stderr
+
+
+def test_an_unpicklable_argument_shows_one_message_at_the_call(tmp_path: Path) -> None:
+    finished = _run_script(tmp_path, "unpicklable.py", """
+        import threading
+        import fray_ray as ray
+
+        @ray.remote
+        def takes(x):
+            return x
+
+        ray.init(num_cpus=1)
+        ray.get(takes.remote(threading.Lock()))
+    """)
+    assert finished.returncode == 1
+    assert 'unpicklable.py", line 10, in <module>' in finished.stderr, finished.stderr
+    assert "Could not serialize argument 0 (lock) of __main__.takes: cannot pickle '_thread.lock' object" \
+        in finished.stderr
+    # The pickling machinery's frames, fray_ray's and cloudpickle's, are not shown (the note says how).
+    assert finished.stderr.count("Traceback (most recent call last)") == 1, finished.stderr
+    assert not [name for name in frames(finished.stderr) if name.startswith(FRAY_RAY_DIR)], finished.stderr
+    assert "cloudpickle" not in finished.stderr, finished.stderr
+
+
+def test_a_wrong_address_shows_one_message_at_the_call(tmp_path: Path) -> None:
+    with socket.socket() as unused:  # a loopback port nothing listens on
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    finished = _run_script(tmp_path, "wrong_address.py", f"""
+        import fray_ray as ray
+
+        ray.init("http://127.0.0.1:{port}")
+    """)
+    assert finished.returncode == 1
+    lines = finished.stderr.splitlines()
+    assert lines[0] == "Traceback (most recent call last):", finished.stderr
+    assert lines[1].endswith('wrong_address.py", line 4, in <module>'), finished.stderr
+    assert f"no Iris controller answers at http://127.0.0.1:{port}" in finished.stderr
+    assert len(lines) <= 6, finished.stderr  # the call, its line, the message, the note
+    assert "connectrpc" not in finished.stderr and "Traceback" not in "\n".join(lines[1:]), finished.stderr
 
 
 # ---- the parts, in process -------------------------------------------------------------------

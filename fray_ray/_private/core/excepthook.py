@@ -42,5 +42,5 @@ def _print_uncaught(kind: type[BaseException], value: BaseException, tb: Traceba
 
 
 def _is_ray_error(value: BaseException) -> bool:
-    """A task's or the cluster's error, raised on purpose where the user called fray_ray."""
-    return isinstance(value, RayError)
+    """A task's or the cluster's error, or Ctrl-C, raised on purpose where the user called fray_ray."""
+    return isinstance(value, (RayError, KeyboardInterrupt))

@@ -171,6 +171,9 @@ class ExecutorPool:
             e for e in members
             if e.state is ExecutorState.BUSY and e.lease is not None and e.tasks and not e.tasks[0].blocked
             and len(e.tasks) <= (depth if e.head_started > long_since else DEPTH)
+            # never past `max_calls`: the executor exits then, and a task queued there would
+            # count as one its worker died running
+            and (not e.pool.max_calls or e.calls + len(e.tasks) < e.pool.max_calls)
         ]
         # Executors whose running task is still young first: one stuck in a long task takes work
         # only when the others are full.

@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -444,16 +444,28 @@ class WorkerLauncher:
         except RuntimeError:
             _stop_job(job)
 
-    def shutdown(self, jobs: list[Any], wait: bool = True, *, exiting: Callable[[], bool] = lambda: False) -> None:
+    def shutdown(
+        self,
+        jobs: list[Any],
+        wait: bool = True,
+        *,
+        exiting: Callable[[], bool] = lambda: False,
+        busy: Sequence[Any] = (),
+    ) -> None:
         """End the given jobs/groups and stop the launcher thread.
 
-        Executors and actors that were told to exit end by themselves (status 0: their jobs
-        succeed, as Ray reports a finished session's workers): while `exiting()` says some are
-        still going, wait for them (at most `EXIT_WAIT_S`), then terminate whatever still runs,
-        and release the lease last, so it ends as succeeded too. In local mode the workers are
-        threads of this process: they are stopped at once."""
+        Jobs in `busy` are running a task (Ray kills a session's running tasks): they are
+        terminated at once. Executors and actors that were told to exit end by themselves
+        (status 0: their jobs succeed, as Ray reports a finished session's workers): while
+        `exiting()` says some are still going, wait for them (at most `EXIT_WAIT_S`), then
+        terminate whatever still runs, and release the lease last, so it ends as succeeded too.
+        In local mode the workers are threads of this process: they are stopped at once."""
         self.startup.stop()
-        self._submit(lambda: self._end_jobs(jobs, exiting), lambda _result, _error: None)
+        busy = list(busy)
+        if not self.in_process:
+            for job in busy:
+                _stop_job(job)
+        self._submit(lambda: self._end_jobs(jobs + busy, exiting), lambda _result, _error: None)
         self._submit(self.lease.release, lambda _result, _error: None)
         self._pool.shutdown(wait=wait)
 

@@ -214,10 +214,11 @@ class DriverRuntime(DriverReads):
 
         if self.dashboard_feed is not None:
             self.dashboard_feed.close()
-        jobs = self.scheduler.close() + self.actors.close() + self.gangs.close()
+        idle_executors, busy_executors = self.scheduler.close()
+        jobs = idle_executors + self.actors.close() + self.gangs.close()
         self.view.stop()
         self.objects.fail_all_pending(lambda _: serialize_error(RaySystemError("The session was shut down.")))
-        self.launcher.shutdown(jobs, wait=True, exiting=self.session.workers_connected)
+        self.launcher.shutdown(jobs, wait=True, exiting=self.session.workers_connected, busy=busy_executors)
         self.session.close()
         spin_wait.workers_are_threads_here(False)
         self.worker_output.close()

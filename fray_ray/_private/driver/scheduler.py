@@ -48,7 +48,7 @@ from fray_ray._private.objects.object_table import ObjectTable
 from fray_ray._private.objects.serialization import SerializedValue
 from fray_ray._private.observe.task_events import TaskEvent, TaskEvents, TaskStatus, TaskType
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
-from fray_ray.exceptions import RaySystemError, TaskCancelledError
+from fray_ray.exceptions import RaySystemError, TaskCancelledError, WorkerCrashedError
 
 if TYPE_CHECKING:
     from fray_ray._private.driver.launcher import WorkerLauncher
@@ -382,7 +382,10 @@ class TaskScheduler(TaskWithdrawals):
                 retry = not record.cancelled and (max_retries < 0 or record.system_failures <= max_retries)
                 if retry:
                     record.state = TaskState.READY
-                    record.event = self._events.retried(record.event, None, "WORKER_DIED")
+                    attempt = (record.event.attempt if record.event is not None else 0, record.system_failures)
+                    record.event = self._events.retried(record.event, self._error_for("system", WorkerCrashedError(
+                        f"The process running task {record.spec.name} died (attempt {attempt[1]}); retried.")),
+                        "WORKER_DIED")
                     self._ready[record.spec.pool].appendleft(record)  # retried work goes first
                 else:
                     record.state = TaskState.DONE
@@ -392,6 +395,10 @@ class TaskScheduler(TaskWithdrawals):
             # OutOfMemoryError or WorkerCrashedError, once the cluster said how the process ended
             self._exits.explain(None if self._closed else job, failed.spec.name, failed.system_failures,
                                 failed.spec.max_retries + 1, lambda e: self._finish(failed, self._error_for("system", e)))
+        elif retry and record is not None and not self._closed:  # said as Ray says it; then the job ends
+            task_id, spec = record.spec.task_id, record.spec
+            self._exits.announce_retry(job, spec.name, attempt[1], spec.max_retries, lambda e: self._events.amend_error(
+                task_id, attempt[0], self._error_for("system", e)))
         elif job is not None and not self._closed:
             self._launcher.terminate(job)
         if failed is not None and failed.cancelled:
@@ -559,17 +566,20 @@ class TaskScheduler(TaskWithdrawals):
 
     # ---- maintenance ---------------------------------------------------------------------
 
-    def close(self) -> list[Any]:
-        """Stop scheduling; tell executors to exit; returns their Fray jobs for cleanup."""
+    def close(self) -> tuple[list[Any], list[Any]]:
+        """Stop scheduling; tell executors to exit. Returns their Fray jobs for cleanup: those
+        of idle executors, which exit by themselves, and those of executors still running a
+        task, which would exit only once it ends, so are to be stopped at once."""
         self._exits.close()
         with self._lock:
             self._closed = True
             executors = list(self._executors.values())
+            busy = {id(executor) for executor in executors if executor.tasks}
             self._executors.clear()
             self._by_connection.clear()
             self._ready.clear()
             self._maintenance.cancel()
-        jobs = []
+        idle_jobs, busy_jobs = [], []
         for executor in executors:
             if executor.connection is not None:
                 try:
@@ -577,6 +587,14 @@ class TaskScheduler(TaskWithdrawals):
                 except ConnectionClosed:
                     pass
             if executor.job is not None:
-                jobs.append(executor.job)
-        return jobs
+                (busy_jobs if id(executor) in busy else idle_jobs).append(executor.job)
+        return idle_jobs, busy_jobs
 
+
+    def about_to_run(self) -> int:
+        """How many submitted tasks have not begun running while an executor is starting for
+        them: they run in a moment. Tasks that wait only for a busy executor count for nothing."""
+        with self._lock:
+            if not any(executor.state is ExecutorState.STARTING for executor in self._executors.values()):
+                return 0
+            return sum(1 for record in self._tasks.values() if record.state in (TaskState.READY, TaskState.ASSIGNED))

@@ -207,6 +207,16 @@ class TaskEvents:
         again.placement_group_id = event.placement_group_id
         return self.submitted(again)
 
+    def amend_error(self, task_id: bytes, attempt: int, error: SerializedValue) -> None:
+        """Give a finished attempt the error learnt after it ended (how its worker died)."""
+        error_field = 14  # `TaskEvent.record`'s position of `error`
+        with self._lock:
+            for index in range(len(self._finished) - 1, -1, -1):
+                record = self._finished[index]
+                if record[0] == task_id and record[1] == attempt:
+                    self._finished[index] = (*record[:error_field], error, *record[error_field + 1:])
+                    return
+
     def add_finished(self, records: Sequence[tuple[Any, ...]]) -> None:
         """Attempts a live source kept, as they end: their records join the history."""
         with self._lock:
