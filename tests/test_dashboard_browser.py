@@ -4,7 +4,7 @@ A standalone cluster (`python -m fray_ray.cluster`) runs a Ray driver (a running
 task that failed), a plain Iris job that failed, and a job that prints one line, then another
 once the page has loaded. The browser logs in with the token link and must see all of it,
 including the second line arriving in the live log without a reload. Screenshots go to
-$FRAY_RAY_ARTIFACTS (default `.ci/artifacts/`); with FRAY_RAY_UPDATE_SCREENSHOT=1 the README's
+$FRAY_RAY_ARTIFACTS (default `.ci/artifacts/`); with FRAY_RAY_UPDATE_SCREENSHOT=1 the dashboard page's
 `docs/dashboard.png` is rewritten too.
 """
 
@@ -28,6 +28,8 @@ from fray_ray.iris.controller_client import ControllerClient
 from fray_ray.iris.entrypoint import command_entrypoint
 from fray_ray.iris.names import JobName
 from fray_ray.iris.types import JobSpec, ResourceSpec
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM_ARGS = [
