@@ -52,6 +52,7 @@ def _sessions_panel(cluster: Any) -> str:
     return str(json.loads(body)["html"])
 
 
+@pytest.mark.slow  # over 10 s on its own
 def test_trickling_strangers_neither_hold_the_feed_nor_crowd_out_the_controller(session, attackers) -> None:
     cluster, feed = session["cluster"], session["feed"]
     wait_until(lambda: session["title"] in _sessions_panel(cluster), what="the session on the dashboard")
