@@ -135,16 +135,16 @@ def init(
 
     `runtime_env` is the job's: its `working_dir` (default: this directory) and `py_modules`
     are captured now and shipped to every worker as an Iris workspace bundle; `pip`, `env_vars`
-    and `excludes` apply to every task and actor (see the README's "Running on an Iris
-    cluster"). `_node_ip_address` (or FRAY_RAY_NODE_IP_ADDRESS) is the address of this machine
+    and `excludes` apply to every task and actor (see docs/iris.md, "Your code travels with
+    the job"). `_node_ip_address` (or FRAY_RAY_NODE_IP_ADDRESS) is the address of this machine
     that workers on other hosts connect to; inside an Iris task it is IRIS_ADVERTISE_HOST.
 
     `token` (fray_ray's own) is the bearer token of the controller at `address`; without it
     init uses FRAY_RAY_TOKEN, else IRIS_AUTH_TOKEN, else the token `fray-ray start` recorded for
     that address. A controller that refuses the token raises ConnectionError saying so.
 
-    Ray's dashboard options: the controller serves a dashboard at its address (README,
-    "Dashboard"). `include_dashboard=True` prints its token link for the cluster init starts
+    Ray's dashboard options: the controller serves a dashboard at its address
+    (docs/dashboard.md). `include_dashboard=True` prints its token link for the cluster init starts
     and shows this session there too (it launches a small session job to register under);
     False serves none; `dashboard_host`/`dashboard_port` set where that cluster's controller,
     and so its dashboard, listens (a running cluster's stays where it is: a warning says so).

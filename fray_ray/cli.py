@@ -114,6 +114,8 @@ def _cmd_run(options: argparse.Namespace) -> int:
     if options.address:
         # "auto": the cluster `fray-ray start` recorded (init() alone would start its own)
         os.environ["FRAY_RAY_ADDRESS"] = _address(options) if options.address == "auto" else options.address
+    if options.token:
+        os.environ["FRAY_RAY_TOKEN"] = options.token
     if options.local_mode:
         os.environ["FRAY_RAY_LOCAL_MODE"] = "1"
     if options.tpu or options.gpu:
@@ -121,7 +123,25 @@ def _cmd_run(options: argparse.Namespace) -> int:
     return run_script(options.script, options.args)
 
 
-def _cmd_start(options: argparse.Namespace, rest: Sequence[str]) -> int:
+START_DESCRIPTION = (
+    "Start a cluster (an Iris-compatible controller with local workers): in the background by default "
+    "(returns once it serves; `fray-ray down` stops it), or with --block in the foreground until Ctrl-C. "
+    "While it runs it is recorded (address and token) for later fray-ray commands and init(address='auto')."
+)
+
+
+def build_start_parser() -> argparse.ArgumentParser:
+    """`fray-ray start`'s options: the cluster's own, plus where it is recorded and --block."""
+    from fray_ray.cluster._cli import build_parser as cluster_parser
+
+    parser = cluster_parser(prog="fray-ray start", description=START_DESCRIPTION)
+    parser.add_argument("--block", action="store_true", help="run in the foreground until Ctrl-C (default: background)")
+    parser.add_argument("--temp-dir", metavar="DIR", help="directory of the address file (default: $FRAY_RAY_TEMP_DIR, "
+                        "else a per-user directory in the system temp dir)")
+    return parser
+
+
+def _cmd_start(rest: Sequence[str]) -> int:
     """Start a cluster, recorded (address and token) in the per-user address file while it
     runs, so later commands and `init(address="auto")` on this machine find it: in the
     background by default (returns once it serves), in the foreground with --block."""
@@ -129,16 +149,12 @@ def _cmd_start(options: argparse.Namespace, rest: Sequence[str]) -> int:
     from fray_ray._private.driver import cluster_address
     from fray_ray.cluster._cli import main as cluster_main
 
+    build_start_parser().parse_args(list(rest))  # --help, and bad options refused here, by this name
     record = argparse.ArgumentParser(add_help=False)
-    record.add_argument("--temp-dir", help="directory of the address file (default: $FRAY_RAY_TEMP_DIR, "
-                        "else a per-user directory in the system temp dir)")
+    record.add_argument("--temp-dir")
     record.add_argument("--block", action="store_true")
     own, rest = record.parse_known_args(list(rest))
-    if "-h" in rest or "--help" in rest:
-        print("fray-ray start [--block] [--temp-dir DIR] [cluster options below]: starts the cluster in the background "
-              "(stop it with `fray-ray down`), or with --block in the foreground until Ctrl-C; records it for later "
-              "commands and init(address='auto') while it runs")
-    elif not own.block:
+    if not own.block:
         return start_background(
             [arg for arg in rest if arg != "--json"], temp_dir=own.temp_dir, as_json="--json" in rest
         )
@@ -151,7 +167,7 @@ def _cmd_start(options: argparse.Namespace, rest: Sequence[str]) -> int:
             return None
         return lambda: cluster_address.remove(cluster.address, temp_dir=own.temp_dir)
 
-    return cluster_main(rest, on_ready=record_cluster)
+    return cluster_main(rest, on_ready=record_cluster, prog="fray-ray start")
 
 
 def _cmd_jobs(options: argparse.Namespace) -> int:
@@ -412,22 +428,29 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--token", help="bearer token of the cluster")
         return sub
 
-    run = commands.add_parser("run", help="run an unmodified Ray script on fray_ray")
-    run.add_argument("--address", help="use this cluster instead of starting an embedded one")
+    run = commands.add_parser(
+        "run", help="run an unmodified Ray script on fray_ray",
+        description="Run an unmodified Ray script with `import ray` resolving to fray_ray. Its ray.init() and "
+                    "ray.init(address='auto') start the run's own embedded cluster unless --address is given.",
+    )
+    run.add_argument("--address", help="use this cluster (iris://host:port, or auto: the one fray-ray start "
+                     "recorded) instead of starting an embedded one")
+    run.add_argument("--token", help="bearer token of the --address cluster (default: $FRAY_RAY_TOKEN)")
     run.add_argument("--local-mode", action="store_true", help="run everything in this process (for debuggers)")
     run.add_argument("--tpu", action="append", default=[], metavar="VARIANT[:NAME]",
                      help="give the embedded cluster a simulated TPU slice, e.g. v5p-16 (repeatable)")
     run.add_argument("--gpu", action="append", default=[], metavar="VARIANT:COUNT[:HOSTS[:POOL]]",
                      help="give the embedded cluster simulated GPU hosts, e.g. H100:8:2 (repeatable)")
-    run.add_argument("script")
-    run.add_argument("args", nargs=argparse.REMAINDER)
+    run.add_argument("script", help="the Python script to run as __main__")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script as sys.argv[1:]")
 
+    # Listed here for the overview; main() hands `start` to build_start_parser(), which has its options.
     commands.add_parser(
         "start", help="start a cluster in the background (--block: in the foreground; see fray-ray start --help)",
         add_help=False,
     )
     down = commands.add_parser("down", help="stop the cluster `fray-ray start` recorded (its workers and temp dirs)")
-    down.add_argument("--temp-dir", help="directory of the address file (as given to fray-ray start)")
+    down.add_argument("--temp-dir", metavar="DIR", help="directory of the address file (as given to fray-ray start)")
 
     submit = with_address(commands.add_parser(
         "submit", help="run a driver script as a job: the working directory is shipped, the script runs from it"
@@ -438,23 +461,23 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--exclude", action="append", metavar="PATTERN",
                         help="leave matching files out of the shipped directory (.gitignore syntax; repeatable)")
     submit.add_argument("--no-wait", action="store_true", help="return once submitted; the job keeps running")
-    submit.add_argument("script")
-    submit.add_argument("args", nargs=argparse.REMAINDER)
+    submit.add_argument("script", help="the driver script, inside the shipped directory")
+    submit.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
 
     jobs = with_address(commands.add_parser("jobs", help="list jobs"))
     jobs.add_argument("--prefix", help="only jobs whose id starts with this, e.g. /alice/")
     jobs.add_argument("--json", action="store_true", help="print the jobs as a JSON list")
 
     logs = with_address(commands.add_parser("logs", help="show a job's (or task's) output"))
-    logs.add_argument("job")
+    logs.add_argument("job", help="a job id (/user/name) or a task id (/user/name/0)")
     logs.add_argument("--tail", type=int, default=0, help="only the last N lines")
     logs.add_argument("--children", action="store_true", help="include child jobs")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing output until the job ends")
 
     stop = with_address(commands.add_parser("stop", help="terminate a job and its children (--cluster: the cluster)"))
-    stop.add_argument("job", nargs="?")
+    stop.add_argument("job", nargs="?", help="the id of the job to terminate")
     stop.add_argument("--cluster", action="store_true", help="stop the recorded cluster instead, as fray-ray down")
-    stop.add_argument("--temp-dir", help="with --cluster: directory of the address file")
+    stop.add_argument("--temp-dir", metavar="DIR", help="with --cluster: directory of the address file")
 
     from fray_ray._cli.state_list import DEFAULT_LIMIT, FETCH_TIMEOUT_S, KINDS, SESSIONS_NOTE
 
@@ -462,7 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
         "list", help="Ray's state of every session: actors, tasks, objects, nodes, jobs, placement groups",
         description="List Ray's state as `ray list` does, full ids whatever the terminal's width. " + SESSIONS_NOTE,
     ))
-    listing.add_argument("kind", choices=list(KINDS))
+    listing.add_argument("kind", choices=list(KINDS), metavar="KIND", help="what to list: " + ", ".join(KINDS))
     listing.add_argument("--filter", action="append", metavar="KEY=VALUE",
                          help="keep rows whose column KEY equals VALUE (KEY!=VALUE: differs); strings compare "
                               "case-insensitively; repeatable, all must hold; e.g. --filter state=ALIVE")
@@ -475,7 +498,7 @@ def build_parser() -> argparse.ArgumentParser:
         "summary", help="tasks by function and state, or actors by class and state, over every session",
         description="Summarize as `ray summary` does. " + SESSIONS_NOTE,
     ))
-    summary.add_argument("what", choices=["tasks", "actors"])
+    summary.add_argument("what", choices=["tasks", "actors"], metavar="WHAT", help="tasks (by function) or actors (by class)")
     summary.add_argument("--json", action="store_true", help="print the summary as JSON (Ray's shape)")
     summary.add_argument("--timeout", type=float, default=FETCH_TIMEOUT_S,
                          help=f"seconds to wait for each session (default {FETCH_TIMEOUT_S:g})")
@@ -488,7 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "start":
-        return _cmd_start(argparse.Namespace(), argv[1:])
+        return _cmd_start(argv[1:])
     options = build_parser().parse_args(argv)
     handlers = {"run": _cmd_run, "submit": _cmd_submit, "jobs": _cmd_jobs, "logs": _cmd_logs, "stop": _cmd_stop,
                 "status": _cmd_status, "down": _cmd_down, "list": _cmd_list, "summary": _cmd_summary}

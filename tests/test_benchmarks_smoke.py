@@ -32,6 +32,7 @@ def _compare(tmp_path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
     return proc, json.loads(out.read_text())
 
 
+@pytest.mark.slow  # over 10 s on its own
 def test_compare_reports_median_spread_targets_and_floor(tmp_path):
     proc, report = _compare(tmp_path, "--reps", "2", "--shapes", "floor,actor_calls_sync")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -51,6 +52,7 @@ def test_compare_reports_median_spread_targets_and_floor(tmp_path):
     assert "**Floor**" in proc.stdout and "**Calls and objects**" in proc.stdout and "Ray skipped" in proc.stdout
 
 
+@pytest.mark.slow  # over 10 s on its own
 def test_the_cross_driver_shape_runs_on_fray_ray(tmp_path):
     proc, report = _compare(tmp_path, "--reps", "1", "--shapes", "cross_driver_calls")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -58,6 +60,7 @@ def test_the_cross_driver_shape_runs_on_fray_ray(tmp_path):
     assert row["n"] == 1 and row["median"] > 0, (row, report.get("notes"))
 
 
+@pytest.mark.slow  # over 10 s on its own
 def test_a_curve_point_that_runs_out_of_time_is_reported_not_dropped(tmp_path):
     # with every timeout shrunk to microseconds, submitting 500 tasks already takes too long
     proc, report = _compare(tmp_path, "--reps", "2", "--shapes", "queued_tasks", "--tasks-curve", "500,800",
@@ -71,6 +74,7 @@ def test_a_curve_point_that_runs_out_of_time_is_reported_not_dropped(tmp_path):
     assert any("queued_tasks_500 stopped (timeout) in repetition 1; not tried again" in n for n in report["notes"])
 
 
+@pytest.mark.slow  # over 10 s on its own
 def test_the_envelope_shapes_run_at_tiny_sizes(tmp_path):
     proc, report = _compare(tmp_path, "--reps", "1", "--shapes", "envelope",
                             "--envelope", "args=200,returns=50,get=200,queued=300,large_gib=0.02,list_ints=100")

@@ -4,7 +4,7 @@ A standalone cluster (`python -m fray_ray.cluster`) runs a Ray driver (a running
 task that failed), a plain Iris job that failed, and a job that prints one line, then another
 once the page has loaded. The browser logs in with the token link and must see all of it,
 including the second line arriving in the live log without a reload. Screenshots go to
-$FRAY_RAY_ARTIFACTS (default `.ci/artifacts/`); with FRAY_RAY_UPDATE_SCREENSHOT=1 the README's
+$FRAY_RAY_ARTIFACTS (default `.ci/artifacts/`); with FRAY_RAY_UPDATE_SCREENSHOT=1 the dashboard page's
 `docs/dashboard.png` is rewritten too.
 """
 
@@ -28,6 +28,8 @@ from fray_ray.iris.controller_client import ControllerClient
 from fray_ray.iris.entrypoint import command_entrypoint
 from fray_ray.iris.names import JobName
 from fray_ray.iris.types import JobSpec, ResourceSpec
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM_ARGS = [
@@ -114,6 +116,29 @@ def _sh(name: str, script: str) -> JobSpec:
     )
 
 
+#: What does not fit: the page scrolling sideways, a panel beyond the viewport's right edge, or
+#: a table wider than its panel (cut off there, behind a scroll bar).
+OVERFLOW_SCRIPT = """() => {
+  const width = document.documentElement.clientWidth;
+  const out = [];
+  if (document.documentElement.scrollWidth > width) out.push(`page ${document.documentElement.scrollWidth} > ${width}`);
+  for (const table of document.querySelectorAll("table")) {
+    const panel = table.closest(".panel");
+    const panelRight = panel.getBoundingClientRect().right;
+    const name = panel.id + " " + (table.querySelector("th") || {}).textContent;
+    if (panelRight > width + 0.5) out.push(`${name}: panel ends at ${Math.round(panelRight)} > ${width}`);
+    if (table.getBoundingClientRect().right > panelRight + 0.5 || panel.scrollWidth > panel.clientWidth + 0.5)
+      out.push(`${name}: table ${Math.round(table.getBoundingClientRect().width)} px wide, cut off in its panel`);
+  }
+  return out;
+}"""
+
+
+def _assert_fits(page: Any, width: int) -> None:
+    page.set_viewport_size({"width": width, "height": 1000})
+    assert page.evaluate(OVERFLOW_SCRIPT) == [], f"at {width} px"
+
+
 def test_dashboard_in_a_browser(standalone_cluster: dict[str, Any], tmp_path: Path) -> None:
     chromium = _chromium()
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra")
@@ -160,6 +185,8 @@ def test_dashboard_in_a_browser(standalone_cluster: dict[str, Any], tmp_path: Pa
                 failed_row = jobs.locator("tr", has_text="will-fail")
                 sync_api.expect(failed_row).to_contain_text("failed", timeout=WAIT_MS)
                 sync_api.expect(failed_row).to_contain_text("exit code 3", timeout=WAIT_MS)
+                for width in (1920, 1280, 1400):  # the screenshot below is at 1400
+                    _assert_fits(page, width)
 
                 page.goto(address + "/?job=" + urllib.parse.quote(printer, safe=""))
                 log = page.locator("#log")

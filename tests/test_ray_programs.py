@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS_DIR = ROOT / "examples" / "ray_programs"
 EXPECTED_DIR = PROGRAMS_DIR / "expected"

@@ -28,20 +28,21 @@ def _attribute(text: str) -> tuple[str, str]:
     return key, value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m fray_ray.cluster",
-        description="Run an Iris-compatible controller with local workers in the foreground.",
-    )
-    parser.add_argument("--config", help="JSON or TOML cluster layout (flags below add to or override it)")
+def build_parser(
+    prog: str = "python -m fray_ray.cluster",
+    description: str = "Run an Iris-compatible controller with local workers in the foreground.",
+) -> argparse.ArgumentParser:
+    """The cluster's options; `fray-ray start` builds it under its own name and adds its own."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--config", metavar="FILE", help="JSON or TOML cluster layout (flags below add to or override it)")
     parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to bind (default: a free one)")
     parser.add_argument(
-        "--cpu-workers", type=int, help="plain CPU workers (default 1 unless only accelerator hosts are described)"
+        "--cpu-workers", type=int, metavar="N", help="plain CPU workers (default 1 unless only accelerator hosts are described)"
     )
-    parser.add_argument("--cpu", type=float, help="cores per CPU worker (default: this machine's)")
-    parser.add_argument("--memory", help="memory per CPU worker, e.g. 8g (default: this machine's)")
-    parser.add_argument("--disk", help="disk per CPU worker, e.g. 50g (default: free space)")
+    parser.add_argument("--cpu", type=float, metavar="CORES", help="cores per CPU worker (default: this machine's)")
+    parser.add_argument("--memory", metavar="SIZE", help="memory per CPU worker, e.g. 8g (default: this machine's)")
+    parser.add_argument("--disk", metavar="SIZE", help="disk per CPU worker, e.g. 50g (default: free space)")
     parser.add_argument(
         "--attribute",
         type=_attribute,
@@ -67,15 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-auth", action="store_true", help="accept RPCs without a bearer token")
     parser.add_argument("--no-dashboard", action="store_true", help="serve no web dashboard at the controller's address")
     parser.add_argument("--token", help="bearer token to require (default: a random one)")
-    parser.add_argument("--task-python", help="IRIS_PYTHON for tasks (default: this interpreter)")
+    parser.add_argument("--task-python", metavar="PYTHON", help="IRIS_PYTHON for tasks (default: this interpreter)")
     parser.add_argument(
         "--client-freshness-days",
         type=int,
+        metavar="DAYS",
         help="reject root jobs whose client_revision_date is older than this many days",
     )
-    parser.add_argument("--work-dir", help="parent directory for the cluster's temp dir")
+    parser.add_argument("--work-dir", metavar="DIR", help="parent directory for the cluster's temp dir")
     parser.add_argument("--json", action="store_true", help="print one JSON line {address, token, workers}")
-    parser.add_argument("--log-level", default="WARNING", help="Python logging level (default WARNING)")
+    parser.add_argument("--log-level", default="WARNING", metavar="LEVEL", help="Python logging level (default WARNING)")
     return parser
 
 
@@ -129,10 +131,12 @@ def main(
     argv: Sequence[str] | None = None,
     *,
     on_ready: Callable[[EmbeddedCluster], Callable[[], None]] | None = None,
+    prog: str | None = None,
 ) -> int:
     """Run the cluster until SIGINT/SIGTERM. `on_ready(cluster)` runs once it serves; the
-    function it returns runs when the cluster stops (before the cluster is torn down)."""
-    parser = build_parser()
+    function it returns runs when the cluster stops (before the cluster is torn down). `prog`
+    names the command in usage errors (`fray-ray start` passes its own)."""
+    parser = build_parser() if prog is None else build_parser(prog)
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

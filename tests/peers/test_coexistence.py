@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 MAIN = Path(__file__).with_name("coexistence_main.py")
 
 

@@ -14,8 +14,12 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from fray_ray.iris.controller_client import ControllerClient
 from fray_ray.iris.types import JobState
+
+pytestmark = pytest.mark.slow
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 

@@ -36,6 +36,8 @@ from fray_ray.fray import (
     ResourceConfig,
 )
 
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CONTROLLER_ENV = "FRAY_RAY_PEER_CONTROLLER_PYTHON"

@@ -27,6 +27,8 @@ from fray_ray.iris.entrypoint import command_entrypoint
 from fray_ray.iris.names import JobName
 from fray_ray.iris.types import JobSpec, JobState, ResourceSpec
 
+pytestmark = pytest.mark.slow
+
 FINELOG_FOR_CLI = "marin-finelog==0.2.71.dev40003900277"
 DEADLINE = 180.0
 

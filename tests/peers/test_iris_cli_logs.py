@@ -10,10 +10,14 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import pytest
+
 from fray_ray.cluster import ClusterConfig, EmbeddedCluster, cpu_worker
 from fray_ray.iris.entrypoint import command_entrypoint
 from fray_ray.iris.names import JobName
 from fray_ray.iris.types import JobSpec, JobState, ResourceSpec
+
+pytestmark = pytest.mark.slow
 
 STORE_TOKEN = (
     "import sys\n"

@@ -17,6 +17,8 @@ import pytest
 
 from fray_ray.cluster import ClusterConfig, EmbeddedCluster, cpu_worker
 
+pytestmark = pytest.mark.slow
+
 DRIVER = Path(__file__).with_name("peer_client_driver.py")
 
 

@@ -22,6 +22,8 @@ from june_controller import start_controller, stop_controller
 from fray_ray.iris.controller_client import ControllerClient
 from fray_ray.iris.types import JobState
 
+pytestmark = pytest.mark.slow
+
 DEADLINE = 240.0
 
 PROGRAM = {

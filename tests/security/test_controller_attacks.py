@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pytest
+
 import fray_ray
 from fray_ray.iris.controller_client import ControllerClient
 
@@ -54,6 +56,7 @@ def test_requests_without_the_token_are_refused_and_never_run(driver: Target, at
     assert rss.growth_mib < RSS_GROWTH_BOUND_MIB, f"driver RSS grew {rss.growth_mib:.0f} MiB"
 
 
+@pytest.mark.slow  # over 10 s on its own
 def test_idle_flood_and_slowloris_leave_the_controller_serving(driver: Target, attackers) -> None:
     with ControllerClient(driver.controller_url, token=driver.controller_token) as client, PeakRss() as rss:
         flood = attackers("flood", _host(driver), driver.controller_port, FLOOD)

@@ -11,6 +11,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 import fray_ray
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -72,6 +74,7 @@ def test_frames_without_the_token_are_refused_and_never_unpickled(driver: Target
     assert fray_ray.get(counter.incr.remote()) == 2
 
 
+@pytest.mark.slow  # over 10 s on its own
 def test_idle_flood_and_slowloris_do_not_stop_authenticated_work(driver: Target, attackers) -> None:
     counter = Counter.remote()
     assert fray_ray.get(counter.incr.remote()) == 1

@@ -35,9 +35,9 @@ _UNSUPPORTED = {
     "conda": "workers run the Python of their image; list the packages under 'pip' (or 'uv'), or build "
     "them into the worker image",
     "container": "a task's image is its Iris job's task image: build one image for the cluster's workers "
-    "(see the README's 'Running on an Iris cluster')",
+    "(see docs/iris.md, 'Give the workers fray_ray')",
     "image_uri": "a task's image is its Iris job's task image: build one image for the cluster's workers "
-    "(see the README's 'Running on an Iris cluster')",
+    "(see docs/iris.md, 'Give the workers fray_ray')",
     "py_executable": "tasks run with the worker's Python ($IRIS_PYTHON); use 'pip' or 'uv' packages instead "
     "of a uv project or another interpreter",
     "java_jars": "fray_ray runs Python only",

@@ -12,21 +12,26 @@ once that job's task is placed, from a background thread (init never waits for i
 
 `DashboardFeed` serves whatever its `sections()` callable returns, so richer sources (a state
 API) can replace `session_sections` without touching the server. The server is the standard
-library's: it reads a request's head (bounded by http.server's line and header limits, within
-`READ_TIMEOUT_S`), checks the token before anything else, never reads a body, and serves at
-most `MAX_CONNECTIONS` connections at once.
+library's: it reads a request's head (bounded by http.server's line and header limits), checks
+the token before anything else and never reads a body. A connection has `READ_TIMEOUT_S` for
+its whole head, however its bytes trickle in. Until its token is checked it is one of at most
+`MAX_UNVERIFIED`; a newcomer beyond that closes the oldest of them, so strangers holding
+connections open cannot keep the controller's fetch (whose head arrives at once) out. Requests
+whose token was accepted are served, at most `MAX_CONNECTIONS` at once.
 """
 
 from __future__ import annotations
 
 import hmac
 import http.server
+import io
 import json
 import logging
 import os
 import socket
 import threading
-from collections import Counter
+import time
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +49,11 @@ FEED_PATH = "/dashboard.json"
 #: The session's application metrics (`ray.util.metrics`) in Prometheus's text format.
 METRICS_PATH = "/metrics"
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: A connection's whole request head must arrive within this many seconds of its accept.
 READ_TIMEOUT_S = 5.0
+#: Connections whose token is not checked yet; beyond this the oldest is closed.
+MAX_UNVERIFIED = 16
+#: Requests with the right token served at once; beyond this one is answered 503.
 MAX_CONNECTIONS = 16
 #: How long the registering thread waits for the session's job to exist and be placed.
 REGISTER_TIMEOUT_S = 120.0
@@ -71,15 +80,46 @@ class DashboardSettings:
     session_job: bool = False
 
 
+class _DeadlineReader(socket.SocketIO):
+    """A socket's reading side that gives up at one deadline for everything read through it,
+    rather than per read (a peer sending a byte every few seconds would never time out)."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__(sock, "rb")
+        self._deadline = deadline
+
+    def readinto(self, buffer: Any) -> int | None:  # type: ignore[override]
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the request was not read within its deadline")
+        self._sock.settimeout(remaining)
+        return super().readinto(buffer)
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: _FeedHttpServer
-    timeout = READ_TIMEOUT_S  # a slow or silent client loses its connection
+    timeout = READ_TIMEOUT_S  # also bounds writing the answer to a peer that does not read it
     protocol_version = "HTTP/1.0"  # one request per connection
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the plain reader: replaced, and closed so the socket can close
+        deadline = self.server.accepted_at(self.request) + READ_TIMEOUT_S
+        self.rfile = io.BufferedReader(_DeadlineReader(self.request, deadline))
+
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        except TimeoutError:
+            self.close_connection = True  # too slow: closed without an answer
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         feed = self.server.feed
         if not hmac.compare_digest(self.headers.get("authorization", "").encode(), feed.expected_authorization):
             self._answer(401, {"error": "missing or invalid bearer token"})
+            return
+        if not self.server.verified(self.request):
+            self._answer(503, {"error": f"more than {MAX_CONNECTIONS} requests at once; try again"})
             return
         path = self.path.split("?", 1)[0]
         if path == METRICS_PATH:
@@ -136,30 +176,68 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 class _FeedHttpServer(http.server.ThreadingHTTPServer):
+    """Tracks each connection from its accept: unverified (its head not read or its token not
+    checked; at most MAX_UNVERIFIED, the oldest closed for a newcomer), then verified (at most
+    MAX_CONNECTIONS being served)."""
+
     daemon_threads = True
-    request_queue_size = MAX_CONNECTIONS
+    request_queue_size = MAX_UNVERIFIED
 
     def __init__(self, address: tuple[str, int], feed: DashboardFeed) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.feed = feed
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._lock = threading.Lock()
+        self._unverified: OrderedDict[socket.socket, float] = OrderedDict()  # in accept order
+        self._accepted: dict[socket.socket, float] = {}
+        self._serving: set[socket.socket] = set()
         super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)  # too many at once: drop the newcomer
-            return
+        with self._lock:
+            now = time.monotonic()
+            self._accepted[request] = self._unverified[request] = now
+            evicted = self._unverified.popitem(last=False)[0] if len(self._unverified) > MAX_UNVERIFIED else None
+        if evicted is not None:
+            _wake(evicted)  # its thread's read returns, and it closes the connection
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self._forget(request)
             raise
+
+    def accepted_at(self, request: socket.socket) -> float:
+        with self._lock:
+            return self._accepted.get(request, 0.0)  # evicted before it started: already due
+
+    def verified(self, request: socket.socket) -> bool:
+        """Move a connection whose token was accepted out of the unverified ones; False when
+        MAX_CONNECTIONS are being served already (or it was evicted meanwhile)."""
+        with self._lock:
+            if self._unverified.pop(request, None) is None or len(self._serving) >= MAX_CONNECTIONS:
+                return False
+            self._serving.add(request)
+            return True
+
+    def _forget(self, request: socket.socket) -> None:
+        with self._lock:
+            self._unverified.pop(request, None)
+            self._accepted.pop(request, None)
+            self._serving.discard(request)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self._forget(request)
+
+
+def _wake(sock: socket.socket) -> None:
+    """End a connection another thread is reading (closing its descriptor here could race with
+    a new socket reusing the number): its read sees the end of the stream."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 class DashboardFeed:

@@ -7,7 +7,7 @@ reason the driver can show (the worker prints it as its last line and exits 1; I
 in the task's error):
 
 - the worker's fray_ray is the driver's version (the rule: the worker image or venv has the
-  same fray-ray installed; see the README's "Running on an Iris cluster");
+  same fray-ray installed; see docs/iris.md, "Give the workers fray_ray");
 - the runtime env's `pip`/`uv` packages are installed (they are not when the cluster's workers
   skip setup scripts, as Iris's local process runtime does).
 
