@@ -19,6 +19,8 @@ from june_controller import start_controller, stop_controller
 
 from fray_ray.iris.controller_client import ControllerClient
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "run_on_pod.py"
 PROBE = Path(__file__).resolve().parent / "tpu_identity_probe.py"
