@@ -32,6 +32,7 @@ from fray_ray._private.messages._codec import (
     reply_of,
     request,
 )
+from fray_ray._private.messages._direct_calls import AskRoute, Gate, HandBack, HandOver, HandOverDone, OpenGate, Route
 from fray_ray._private.messages._from_workers import (
     ActorCreated,
     ActorExiting,
@@ -97,6 +98,13 @@ from fray_ray._private.messages._to_workers import (
 )
 
 __all__ = [
+    "Route",
+    "OpenGate",
+    "HandOverDone",
+    "HandOver",
+    "HandBack",
+    "Gate",
+    "AskRoute",
     "ActorCreated",
     "ActorExiting",
     "ActorFailed",

@@ -46,7 +46,9 @@ from fray_ray._private.messages import (
     CancelCall,
     CreateInstance,
     Die,
+    Gate,
     Message,
+    OpenGate,
 )
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
 from fray_ray._private.observe.logs import flush_forwarded, forward_output
@@ -112,9 +114,8 @@ class RayActorHost:
         self._creating: concurrent.futures.Future[None] | None = None  # an `async def __init__` running
         self._creation_error: BaseException | None = None
         self._stopped = threading.Event()
-        handlers = messages.handlers(
-            {CreateInstance: self._on_create, CallMethod: self._on_call, Die: self._on_die, CancelCall: self._on_cancel}
-        )
+        handlers = messages.handlers({CreateInstance: self._on_create, CallMethod: self._on_call, Die: self._on_die,
+                                      CancelCall: self._on_cancel, OpenGate: self._on_open_gate})
         self._calls_lock = threading.Lock()  # guards _cancelled and _running
         self._cancelled: set[bytes] = set()
         self._running: dict[bytes, Any] = {}  # call id -> TaskContext or asyncio.Task
@@ -122,10 +123,10 @@ class RayActorHost:
         # Set before the session opens: its reader may deliver `create` (which sets it) at once.
         self._detached = False
         info = None if in_process else get_job_info()
-        #: where other drivers send their calls (a named actor's); None in-process. Set before
-        #: the session opens too: a call may arrive, and be answered, at once.
+        #: where other processes send calls (`foreign_calls`); None in-process. Set before the
+        #: session opens too: a call may arrive, and be answered, at once.
         self._foreign = (
-            ForeignCallGate(self._on_call, bind_host=info.bind_host, advertise_host=info.advertise_host)
+            ForeignCallGate(self._on_call, bind_host=info.bind_host, advertise_host=info.advertise_host, cancel=self._on_cancel)
             if info is not None else None
         )
         self._runtime: WorkerRuntime = open_session(
@@ -269,6 +270,9 @@ class RayActorHost:
             capture_child_tasks=self._capture_child_tasks,
             actor_restarted=self._restarted,
         )
+
+    def _on_open_gate(self, connection: Connection, message_id: int | None, asked: OpenGate) -> None:
+        messages.reply(connection, message_id or 0, Gate(self._open_foreign_gate()))  # where workers call
 
     def _on_cancel(self, connection: Connection, message_id: int | None, cancel: CancelCall) -> None:
         call_id = cancel.call
@@ -503,8 +507,7 @@ class RayActorHost:
                 "calls": self._open_foreign_gate()}
 
     def _open_foreign_gate(self) -> dict[str, str] | None:
-        """Where another driver sends its calls over the stream protocol; None (it calls
-        through ActorService instead) where that cannot be served."""
+        """Where other processes send calls over the stream protocol; None where it cannot be served."""
         if self._foreign is None:
             return None
         try:

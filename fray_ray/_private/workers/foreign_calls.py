@@ -1,4 +1,4 @@
-"""Calls to an actor from drivers other than its owner, over the stream protocol.
+"""Calls to an actor from processes other than its owner, over the stream protocol.
 
 An actor's owner sends calls over its session connection. Another driver of the cluster finds
 a named actor through the endpoint registry and asks its ActorService to `describe` it; the
@@ -7,7 +7,11 @@ already reach the actor's ActorService learns it). The caller then sends the sam
 messages the owner does, with every top-level argument value inlined, and gets `CallDone`
 back on its own connection, pipelined and without an HTTP request per call.
 
-The gate starts on the first `describe`, so actors nobody looks up pay nothing for it.
+The owner's own workers send their calls here too, once the owner names the gate to them
+(`direct_calls.py`); they may cancel a call they sent (`CancelCall`).
+
+The gate starts on the first `describe` or the owner's `OpenGate`, so actors nobody looks
+up pay nothing for it.
 """
 
 from __future__ import annotations
@@ -18,20 +22,27 @@ from collections.abc import Callable
 from typing import Any
 
 from fray_ray._private import messages
-from fray_ray._private.messages import CallDone, CallMethod
+from fray_ray._private.core.object_ref import ObjectRef
+from fray_ray._private.messages import CallDone, CallMethod, CancelCall
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
 from fray_ray._private.stream.stream_server import HELLO, StreamServer
 
 #: Runs a call that arrived from another driver (the host's own `CallMethod` handler).
 RunCall = Callable[[Connection, int | None, CallMethod], None]
+#: Cancels a call (the host's own `CancelCall` handler).
+CancelRun = Callable[[Connection, int | None, CancelCall], None]
 
 
 class ForeignCallGate:
     """The stream server other drivers send an actor's calls to, and where each call's answer
     goes back. Thread-safe."""
 
-    def __init__(self, run_call: RunCall, *, bind_host: str, advertise_host: str) -> None:
+    def __init__(self, run_call: RunCall, *, bind_host: str, advertise_host: str,
+                 cancel: CancelRun | None = None) -> None:
         self._run_call = run_call
+        #: refs to the objects answers named, kept for the process's life: the caller's own
+        #: refs to them may reach the driver after this process's refs are gone
+        self._pinned: list[ObjectRef[Any]] = []
         self._bind_host = bind_host
         self._advertise_host = advertise_host
         self._lock = threading.Lock()  # guards everything below
@@ -42,7 +53,7 @@ class ForeignCallGate:
         self._closed = False
         self._handlers = {
             HELLO: _welcome,
-            **messages.handlers({CallMethod: self._on_call}),
+            **messages.handlers({CallMethod: self._on_call, **({CancelCall: cancel} if cancel else {})}),
         }
 
     def open(self) -> dict[str, str] | None:
@@ -84,6 +95,9 @@ class ForeignCallGate:
             caller = self._callers.pop(done.call, None)
         if caller is None:
             return False
+        contained = [oid for value in done.results for oid in value.contained_refs]
+        if contained:
+            self._pinned.extend(ObjectRef(oid) for oid in contained)  # before the answer goes
         try:
             messages.notify(caller, done)
         except ConnectionClosed:
