@@ -265,3 +265,38 @@ def first_calls_while_it_starts(count: int) -> list[int]:
 
 def test_calls_stay_in_order_when_they_switch_to_the_direct_path() -> None:
     assert fray_ray.get(first_calls_while_it_starts.remote(200)) == list(range(1, 401))
+
+
+@fray_ray.remote
+class Named:
+    def listed_method(self) -> int:
+        return 1
+
+    def failing_method(self) -> None:
+        raise ValueError("listed failure")
+
+
+@fray_ray.remote
+def call_for_the_state_api(actor: Any) -> int:
+    fray_ray.get([actor.listed_method.remote() for _ in range(3)])
+    try:
+        fray_ray.get(actor.failing_method.remote())
+    except ValueError:
+        pass
+    return _direct_sent()
+
+
+def test_the_state_api_lists_direct_calls(driver_calls: list[bytes]) -> None:
+    from fray_ray.util.state import list_tasks
+
+    actor = Named.remote()
+    fray_ray.get(actor.listed_method.remote())
+    driver_calls.clear()
+    assert fray_ray.get(call_for_the_state_api.remote(actor)) >= 4
+    assert driver_calls == []
+    rows = list_tasks(filters=[("name", "=", "Named.listed_method")], limit=100)
+    assert len(rows) == 4  # one through the driver, three straight to the host
+    assert {row.state for row in rows} == {"FINISHED"}
+    failed = list_tasks(filters=[("name", "=", "Named.failing_method")])
+    assert [row.state for row in failed] == ["FAILED"]
+    assert failed[0].type == "ACTOR_TASK"

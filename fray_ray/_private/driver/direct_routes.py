@@ -5,26 +5,34 @@ driver that runs, has a gate (its host opens one when asked, `OpenGate`) and has
 worker's earlier calls still queued or running here gets its gate named, with the instance
 it reaches; otherwise the worker keeps calling through the driver. A call whose host went
 away under it comes back (`take_back`) and meets the rules of `actor_restarts` as a call the
-driver had sent to that instance would. `DirectRoutes` is a base of `ActorManager`
+driver had sent to that instance would. Hosts keep a record of the direct calls they finished
+until the state API asks (`direct_call_events`), so that listing them costs nothing per call.
+`DirectRoutes` is a base of `ActorManager`
 (`actors.py`) and shares its state and its lock.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fray_ray._private import messages
-from fray_ray._private.core.task_spec import ActorCallSpec
+from fray_ray._private.core.task_spec import ActorCallSpec, Arguments
 from fray_ray._private.driver import actor_restarts as restarts
 from fray_ray._private.driver.actor_records import ActorRecord, ActorState
-from fray_ray._private.messages import OpenGate, Route
+from fray_ray._private.messages import ListDirectCalls, OpenGate, Route
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
+from fray_ray._private.observe.task_events import TaskEvent, TaskEvents, finished_call_record
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
 
 if TYPE_CHECKING:
     from fray_ray._private.objects.object_table import ObjectTable
+
+
+#: How long the state API waits for each host's list of the direct calls it finished.
+LIST_WAIT_S = 5.0
 
 
 class DirectRoutes:
@@ -34,6 +42,7 @@ class DirectRoutes:
     _actors: dict[bytes, ActorRecord]
     _objects: ObjectTable
     _retries: restarts.RetryBudget
+    _events: TaskEvents
 
     if TYPE_CHECKING:
 
@@ -113,3 +122,28 @@ class DirectRoutes:
                 self._send_call(connection, call)
         if error is not None:
             self._fail_call(call, error)
+
+    def direct_call_events(self) -> list[TaskEvent]:
+        """A live source of `TaskEvents`: the direct calls hosts finished since last asked join
+        the history (asked of every host with a gate, each answering within `LIST_WAIT_S`)."""
+        with self._lock:
+            hosts = [(record, record.gate[0]) for record in self._actors.values()
+                     if record.gate is not None and record.gate[0] is record.connection]
+        asked = []
+        for record, connection in hosts:
+            try:
+                asked.append((record, messages.request(connection, ListDirectCalls())))
+            except ConnectionClosed:
+                pass
+        done, _ = concurrent.futures.wait([future for _, future in asked], timeout=LIST_WAIT_S)
+        records = []
+        for record, future in asked:
+            if future not in done or future.exception() is not None:
+                continue
+            for call_id, method, arrived, ended, error in messages.reply_of(ListDirectCalls(), future.result()).records:
+                call = ActorCallSpec(record.spec.actor_id, call_id, method, cast(Arguments, None), (), 1,
+                                     submitted_at=arrived, started_at=arrived)
+                records.append(finished_call_record(call, record.spec.class_name, record.host, record.pid,
+                                                    [error] if error is not None else None, ended))
+        self._events.add_finished(records)
+        return []

@@ -32,7 +32,17 @@ from fray_ray._private.messages._codec import (
     reply_of,
     request,
 )
-from fray_ray._private.messages._direct_calls import AskRoute, Gate, HandBack, HandOver, HandOverDone, OpenGate, Route
+from fray_ray._private.messages._direct_calls import (
+    AskRoute,
+    DirectCallRecords,
+    Gate,
+    HandBack,
+    HandOver,
+    HandOverDone,
+    ListDirectCalls,
+    OpenGate,
+    Route,
+)
 from fray_ray._private.messages._from_workers import (
     ActorCreated,
     ActorExiting,
@@ -98,6 +108,8 @@ from fray_ray._private.messages._to_workers import (
 )
 
 __all__ = [
+    "DirectCallRecords",
+    "ListDirectCalls",
     "Route",
     "OpenGate",
     "HandOverDone",

@@ -92,3 +92,20 @@ class HandBack(Message):
 
     call: ActorCallSpec = spec()
     incarnation: int = 0
+
+
+@dataclass(repr=False, eq=False)
+class DirectCallRecords(Message):
+    """Direct calls a host finished since it was last asked: [call id, method, arrived,
+    ended, error or None] each (times in wall-clock seconds)."""
+
+    records: Any = pickled()
+
+
+@_message
+@dataclass(repr=False, eq=False)
+class ListDirectCalls(Message):
+    """Driver to actor host: the direct calls it finished since it was last asked (the state API)."""
+
+    KIND: ClassVar[str] = "list_direct_calls"
+    REPLY: ClassVar[type[Message]] = DirectCallRecords

@@ -46,9 +46,7 @@ from fray_ray._private.messages import (
     CancelCall,
     CreateInstance,
     Die,
-    Gate,
     Message,
-    OpenGate,
 )
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
 from fray_ray._private.observe.logs import flush_forwarded, forward_output
@@ -115,7 +113,7 @@ class RayActorHost:
         self._creation_error: BaseException | None = None
         self._stopped = threading.Event()
         handlers = messages.handlers({CreateInstance: self._on_create, CallMethod: self._on_call, Die: self._on_die,
-                                      CancelCall: self._on_cancel, OpenGate: self._on_open_gate})
+                                      CancelCall: self._on_cancel})
         self._calls_lock = threading.Lock()  # guards _cancelled and _running
         self._cancelled: set[bytes] = set()
         self._running: dict[bytes, Any] = {}  # call id -> TaskContext or asyncio.Task
@@ -129,6 +127,7 @@ class RayActorHost:
             ForeignCallGate(self._on_call, bind_host=info.bind_host, advertise_host=info.advertise_host, cancel=self._on_cancel)
             if info is not None else None
         )
+        handlers.update(self._foreign.owner_handlers() if self._foreign is not None else {})
         self._runtime: WorkerRuntime = open_session(
             session_address, token, "actor", self._actor_id, handlers, on_runtime=self._set_runtime,
             in_process=in_process,
@@ -270,9 +269,6 @@ class RayActorHost:
             capture_child_tasks=self._capture_child_tasks,
             actor_restarted=self._restarted,
         )
-
-    def _on_open_gate(self, connection: Connection, message_id: int | None, asked: OpenGate) -> None:
-        messages.reply(connection, message_id or 0, Gate(self._open_foreign_gate()))  # where workers call
 
     def _on_cancel(self, connection: Connection, message_id: int | None, cancel: CancelCall) -> None:
         call_id = cancel.call

@@ -11,21 +11,30 @@ The owner's own workers send their calls here too, once the owner names the gate
 (`direct_calls.py`); they may cancel a call they sent (`CancelCall`).
 
 The gate starts on the first `describe` or the owner's `OpenGate`, so actors nobody looks
-up pay nothing for it.
+up pay nothing for it. It keeps a short record of each call it answered until the owner asks
+for them (`ListDirectCalls`, when its state API lists tasks).
 """
 
 from __future__ import annotations
 
+import collections
+import logging
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from fray_ray._private import messages
 from fray_ray._private.core.object_ref import ObjectRef
-from fray_ray._private.messages import CallDone, CallMethod, CancelCall
+from fray_ray._private.messages import CallDone, CallMethod, CancelCall, DirectCallRecords, Gate, ListDirectCalls, OpenGate
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
 from fray_ray._private.stream.stream_server import HELLO, StreamServer
+
+logger = logging.getLogger(__name__)
+
+#: Finished calls kept for the owner's state API between two of its questions; older ones go.
+RECORDS_KEPT = 10_000
 
 #: Runs a call that arrived from another driver (the host's own `CallMethod` handler).
 RunCall = Callable[[Connection, int | None, CallMethod], None]
@@ -48,7 +57,9 @@ class ForeignCallGate:
         self._lock = threading.Lock()  # guards everything below
         self._server: StreamServer | None = None
         self._token = ""
-        self._callers: dict[bytes, Connection] = {}  # call id -> the connection it came on
+        #: call id -> the connection it came on, its method and when it arrived
+        self._callers: dict[bytes, tuple[Connection, str, float]] = {}
+        self._records: collections.deque[list[Any]] = collections.deque(maxlen=RECORDS_KEPT)
         self._connections: set[Connection] = set()
         self._closed = False
         self._handlers = {
@@ -69,6 +80,25 @@ class ForeignCallGate:
             port = self._server.port
         return {"address": f"{self._advertise_host}:{port}", "token": self._token}
 
+    def owner_handlers(self) -> dict[str, Any]:
+        """Handlers for what the owner asks on the host's session: open the gate, list the calls."""
+        return messages.handlers({OpenGate: self._on_open, ListDirectCalls: self._on_list})
+
+    def _on_open(self, connection: Connection, message_id: int | None, asked: OpenGate) -> None:
+        try:
+            where = self.open()
+        except OSError as exc:
+            logger.warning("cannot serve calls over the stream protocol: %s", exc)
+            where = None
+        if message_id is not None:
+            messages.reply(connection, message_id, Gate(where))
+
+    def _on_list(self, connection: Connection, message_id: int | None, asked: ListDirectCalls) -> None:
+        with self._lock:
+            records, self._records = list(self._records), collections.deque(maxlen=RECORDS_KEPT)
+        if message_id is not None:
+            messages.reply(connection, message_id, DirectCallRecords(records))
+
     def _accept(self, connection: Connection, greeting: list[Any]) -> None:
         with self._lock:
             if self._closed:
@@ -81,25 +111,28 @@ class ForeignCallGate:
     def _forget(self, connection: Connection) -> None:
         with self._lock:
             self._connections.discard(connection)
-            for call_id in [c for c, caller in self._callers.items() if caller is connection]:
+            for call_id in [c for c, caller in self._callers.items() if caller[0] is connection]:
                 del self._callers[call_id]
 
     def _on_call(self, connection: Connection, message_id: int | None, call: CallMethod) -> None:
         with self._lock:
-            self._callers[call.call] = connection
+            self._callers[call.call] = (connection, call.method, time.time())
         self._run_call(connection, message_id, call)
 
     def answer(self, done: CallDone) -> bool:
         """Send `done` to the driver its call came from; False if it came from the owner."""
         with self._lock:
             caller = self._callers.pop(done.call, None)
+            if caller is not None:
+                error = next((value for value in done.results if value.is_error), None)
+                self._records.append([done.call, caller[1], caller[2], time.time(), error])
         if caller is None:
             return False
         contained = [oid for value in done.results for oid in value.contained_refs]
         if contained:
             self._pinned.extend(ObjectRef(oid) for oid in contained)  # before the answer goes
         try:
-            messages.notify(caller, done)
+            messages.notify(caller[0], done)
         except ConnectionClosed:
             pass  # that driver is gone; nobody waits for the answer
         return True
