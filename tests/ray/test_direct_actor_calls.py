@@ -300,3 +300,49 @@ def test_the_state_api_lists_direct_calls(driver_calls: list[bytes]) -> None:
     failed = list_tasks(filters=[("name", "=", "Named.failing_method")])
     assert [row.state for row in failed] == ["FAILED"]
     assert failed[0].type == "ACTOR_TASK"
+
+
+@fray_ray.remote(concurrency_groups={"control": 1})
+class Slow:
+    def __init__(self) -> None:
+        self.opened = threading.Event()
+
+    def wait_open(self) -> str:
+        self.opened.wait()
+        return "open"
+
+    @fray_ray.method(concurrency_group="control")
+    def open(self) -> None:
+        self.opened.set()
+
+
+@fray_ray.remote
+class Keeper:
+    def __init__(self) -> None:
+        self.kept: list[Any] = []
+
+    def keep(self, refs: list[Any]) -> None:
+        self.kept = refs
+
+    def kept_refs(self) -> list[Any]:
+        return self.kept
+
+
+@fray_ray.remote(max_retries=0)
+def hand_out_and_die(slow: Any, keeper: Any) -> None:
+    pending = slow.wait_open.remote()
+    fray_ray.get(keeper.keep.remote([pending]))  # the ref leaves this process before its value is known
+    os._exit(1)
+
+
+def test_a_handed_over_result_fails_with_owner_died_when_its_caller_dies() -> None:
+    from fray_ray.exceptions import OwnerDiedError, WorkerCrashedError
+
+    slow, keeper = Slow.remote(), Keeper.remote()
+    fray_ray.get(keeper.kept_refs.remote())
+    with pytest.raises(WorkerCrashedError):
+        fray_ray.get(hand_out_and_die.remote(slow, keeper))
+    (pending,) = fray_ray.get(keeper.kept_refs.remote())
+    fray_ray.get(slow.open.remote())
+    with pytest.raises(OwnerDiedError):
+        fray_ray.get(pending, timeout=60)

@@ -20,7 +20,6 @@ overtake each other), and for generator methods and calls that retry exceptions.
 from __future__ import annotations
 
 import concurrent.futures
-import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -105,6 +104,8 @@ class DirectCalls:
         self._producers: dict[bytes, bytes] = {}
         self._values: dict[bytes, SerializedValue] = {}
         self._handed_over: set[bytes] = set()
+        #: handed over, no ref left here, the call still running: its value goes to the driver
+        self._released: set[bytes] = set()
         self._changed = threading.Condition(self._lock)  # a result arrived (for `wait`)
         self.sent = 0  # calls sent straight to hosts (tests read it)
         object_ref.set_escape_hook(self.escaped)
@@ -212,9 +213,14 @@ class DirectCalls:
                 for oid, value in zip(call.spec.return_ids, results):
                     if oid not in self._producers:
                         continue  # nothing refers to it any more
-                    self._values[oid] = value
                     if oid in self._handed_over:
                         handed.append((oid, value))
+                    if oid in self._released:
+                        self._released.discard(oid)
+                        self._handed_over.discard(oid)
+                        del self._producers[oid]
+                    else:
+                        self._values[oid] = value
             self._changed.notify_all()
         for call, results in ended:
             call.keep = []
@@ -238,6 +244,7 @@ class DirectCalls:
                 for oid in call.spec.return_ids:
                     self._producers.pop(oid, None)  # the driver's from now on
                     self._handed_over.discard(oid)
+                    self._released.discard(oid)
             self._changed.notify_all()
         for call in unanswered:
             if not call.cancelled:
@@ -249,7 +256,7 @@ class DirectCalls:
     # ---- reading results -----------------------------------------------------------------
 
     def holds(self, object_id: bytes) -> bool:
-        return object_id in self._producers
+        return object_id in self._producers and object_id not in self._released
 
     def values(self, object_ids: Sequence[bytes], timeout: float | None) -> dict[bytes, SerializedValue]:
         """The values of those of `object_ids` this process holds, waiting for them; ids that
@@ -313,13 +320,19 @@ class DirectCalls:
         with self._lock:
             driver_ids = []
             for oid in object_ids:
-                if self._producers.pop(oid, None) is None:
+                if oid not in self._producers:
                     driver_ids.append(oid)
                     continue
-                self._values.pop(oid, None)
-                if oid in self._handed_over:
+                value = self._values.pop(oid, None)
+                if oid not in self._handed_over:
+                    del self._producers[oid]
+                    continue
+                driver_ids.append(oid)
+                if value is None and self._producers[oid] in self._calls:
+                    self._released.add(oid)  # its value still goes to the driver as it comes
+                else:
+                    del self._producers[oid]
                     self._handed_over.discard(oid)
-                    driver_ids.append(oid)
         return driver_ids
 
     # ---- cancel --------------------------------------------------------------------------
@@ -355,8 +368,10 @@ class DirectCalls:
             pass
 
     def close(self) -> None:
+        """The process ends: calls not answered yet go back to the driver, which may still be
+        waiting for their results."""
         object_ref.set_escape_hook(None)
         with self._lock:
             links = list(self._links.values())
-        for link in itertools.chain(links):
-            link.connection.close()
+        for link in links:
+            self._link_closed(link)
