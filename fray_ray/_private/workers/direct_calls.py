@@ -124,7 +124,7 @@ class DirectCalls:
                 refs = through_driver()
                 way.through_driver.append(spec.call_id)
                 return refs
-            return self._send(spec, way, link)
+            return self._send(spec, way, link, through_driver)
 
     def _route(self, actor_id: bytes, way: _ActorWay) -> _HostLink | None:
         """The live link to the actor's host, asking the driver if it is time; None: through the driver."""
@@ -165,7 +165,7 @@ class DirectCalls:
             self._links[address] = link
         return link
 
-    def _send(self, spec: ActorCallSpec, way: _ActorWay, link: _HostLink) -> list[Any]:
+    def _send(self, spec: ActorCallSpec, way: _ActorWay, link: _HostLink, through_driver: Callable[[], list[Any]]) -> list[Any]:
         arguments = spec.arguments
         named = (*arguments.value.contained_refs, *((arguments.stored,) if arguments.stored else ()))
         call = _Call(spec, way.incarnation, link, concurrent.futures.Future(), [ObjectRef(oid) for oid in named])
@@ -177,15 +177,23 @@ class DirectCalls:
         message = CallMethod.of(spec, self._ready_value)
         with link.lock:
             alone = not link.in_flight
-            link.in_flight[spec.call_id] = call
-            closed = link.closed
-            if not closed:
+            sent = not link.closed
+            if sent:
+                link.in_flight[spec.call_id] = call
                 try:
                     messages.notify(link.connection, message, defer=not alone)
                 except ConnectionClosed:
-                    closed = True
-        if closed:
-            self._link_closed(link)
+                    sent = link.in_flight.pop(spec.call_id, None) is None  # gone with the link's close
+        if not sent:  # never left: it goes through the driver, after the calls handed back before it
+            with self._lock:
+                self._calls.pop(spec.call_id, None)
+                for oid in spec.return_ids:
+                    self._producers.pop(oid, None)
+            call.keep = []
+            way.link = None
+            through_driver()
+            way.through_driver.append(spec.call_id)
+            return refs
         self.sent += 1
         return refs
 
@@ -239,16 +247,19 @@ class DirectCalls:
         with self._lock:
             if self._links.get(link.address) is link:
                 del self._links[link.address]
+            wanted = []  # calls whose results something still refers to
             for call in unanswered:
                 self._calls.pop(call.spec.call_id, None)
+                if any(oid in self._producers for oid in call.spec.return_ids):
+                    wanted.append(call)
                 for oid in call.spec.return_ids:
                     self._producers.pop(oid, None)  # the driver's from now on
                     self._handed_over.discard(oid)
                     self._released.discard(oid)
             self._changed.notify_all()
+        for call in wanted:
+            self._notify(HandBack(call.spec, call.incarnation))
         for call in unanswered:
-            if not call.cancelled:
-                self._notify(HandBack(call.spec, call.incarnation))
             call.keep = []
             call.future.set_result([])  # waiters look again: the driver has these now
         link.connection.close()
@@ -281,13 +292,15 @@ class DirectCalls:
                 wait_for_reply(call.future, remaining)
         return found
 
-    def wait(self, object_ids: Sequence[bytes], num_returns: int, timeout: float | None) -> set[bytes]:
+    def wait(self, object_ids: Sequence[bytes], num_returns: int, timeout: float | None) -> set[bytes] | None:
         """Which of `object_ids` (all held here) are ready: `num_returns` of them, or fewer
-        once `timeout` passes."""
+        once `timeout` passes; None as soon as one of them went to the driver (wait there)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
             while True:
-                ready = {oid for oid in object_ids if oid in self._values or oid not in self._producers}
+                if any(oid not in self._producers or oid in self._released for oid in object_ids):
+                    return None
+                ready = {oid for oid in object_ids if oid in self._values}
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if len(ready) >= num_returns or (remaining is not None and remaining <= 0):
                     return ready

@@ -237,8 +237,8 @@ class WorkerRuntime:
         direct = self.direct
         held = [key for key in keys if direct is not None and direct.holds(key)]
         if direct is not None and held:
-            if len(held) == len(keys):  # all made here: answered here
-                ready_here = direct.wait(keys, num_returns, timeout)
+            ready_here = direct.wait(keys, num_returns, timeout) if len(held) == len(keys) else None
+            if ready_here is not None:  # all made here: answered here
                 ready_refs = [r for r, k in zip(refs, keys) if k in ready_here][:num_returns]
                 chosen = {id(r) for r in ready_refs}
                 return ready_refs, [r for r in refs if id(r) not in chosen]
