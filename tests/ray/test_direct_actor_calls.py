@@ -346,3 +346,30 @@ def test_a_handed_over_result_fails_with_owner_died_when_its_caller_dies() -> No
     fray_ray.get(slow.open.remote())
     with pytest.raises(OwnerDiedError):
         fray_ray.get(pending, timeout=60)
+
+
+@fray_ray.remote(max_restarts=1, max_task_retries=-1)
+class Journal:
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+
+    def step(self, number: int, crash: bool = False) -> list[int]:
+        if crash and not fray_ray.get_runtime_context().was_current_actor_reconstructed:
+            os._exit(1)
+        self.steps.append(number)
+        return list(self.steps)
+
+
+@fray_ray.remote
+def pipeline_across_a_restart(journal: Any) -> list[list[int]]:
+    before = [fray_ray.get(journal.step.remote(0)), fray_ray.get(journal.step.remote(1))]
+    in_flight = [journal.step.remote(2, crash=True), journal.step.remote(3), journal.step.remote(4)]
+    after = journal.step.remote(5)  # made while the others may be on their way back to the driver
+    return before + fray_ray.get(in_flight) + [fray_ray.get(after)]
+
+
+def test_pipelined_direct_calls_keep_their_order_across_a_restart() -> None:
+    journal = Journal.remote()
+    fray_ray.get(journal.step.remote(-1))
+    results = fray_ray.get(pipeline_across_a_restart.remote(journal))
+    assert results == [[-1, 0], [-1, 0, 1], [2], [2, 3], [2, 3, 4], [2, 3, 4, 5]]

@@ -82,7 +82,6 @@ class _HostLink:
 class _ActorWay:
     """How this process reaches one actor."""
 
-    lock: threading.Lock = field(default_factory=threading.Lock)  # one submission at a time
     link: _HostLink | None = None
     incarnation: int = 0
     asked_at: float = float("-inf")
@@ -96,6 +95,9 @@ class DirectCalls:
 
     def __init__(self, session: Connection) -> None:
         self._session = session
+        #: held while a call is routed and sent, and while a closed link's calls are handed back,
+        #: so that no call of this process overtakes an earlier one on its way to the driver
+        self._order = threading.RLock()
         self._lock = threading.Lock()  # guards the tables below
         self._ways: dict[bytes, _ActorWay] = {}
         self._links: dict[str, _HostLink] = {}
@@ -118,7 +120,7 @@ class DirectCalls:
             return through_driver()
         with self._lock:
             way = self._ways.setdefault(spec.actor_id, _ActorWay())
-        with way.lock:
+        with self._order:
             link = self._route(spec.actor_id, way)
             if link is None:
                 refs = through_driver()
@@ -185,6 +187,7 @@ class DirectCalls:
                 except ConnectionClosed:
                     sent = link.in_flight.pop(spec.call_id, None) is None  # gone with the link's close
         if not sent:  # never left: it goes through the driver, after the calls handed back before it
+            self._link_closed(link)
             with self._lock:
                 self._calls.pop(spec.call_id, None)
                 for oid in spec.return_ids:
@@ -241,6 +244,11 @@ class DirectCalls:
 
     def _link_closed(self, link: _HostLink) -> None:
         """The host went away (or its gate closed): calls it did not answer go back to the driver."""
+        with self._order:
+            self._hand_back(link)
+        link.connection.close()
+
+    def _hand_back(self, link: _HostLink) -> None:
         with link.lock:
             link.closed = True
             unanswered, link.in_flight = list(link.in_flight.values()), {}
@@ -259,10 +267,12 @@ class DirectCalls:
             self._changed.notify_all()
         for call in wanted:
             self._notify(HandBack(call.spec, call.incarnation))
+            way = self._ways.get(call.spec.actor_id)
+            if way is not None:  # its later calls go through the driver until this one ended
+                way.through_driver.append(call.spec.call_id)
         for call in unanswered:
             call.keep = []
             call.future.set_result([])  # waiters look again: the driver has these now
-        link.connection.close()
 
     # ---- reading results -----------------------------------------------------------------
 
