@@ -373,3 +373,39 @@ def test_pipelined_direct_calls_keep_their_order_across_a_restart() -> None:
     fray_ray.get(journal.step.remote(-1))
     results = fray_ray.get(pipeline_across_a_restart.remote(journal))
     assert results == [[-1, 0], [-1, 0, 1], [2], [2, 3], [2, 3, 4], [2, 3, 4, 5]]
+
+
+@fray_ray.remote
+class AwaitsAnother:
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    async def twice(self) -> list[int]:
+        first = await self.target.incr.remote()
+        second = await self.target.incr.remote()
+        return [first, second]
+
+
+def test_an_async_actor_awaits_direct_call_results() -> None:
+    counter = Counter.remote()
+    fray_ray.get(counter.incr.remote())
+    assert fray_ray.get(AwaitsAnother.remote(counter).twice.remote()) == [2, 3]
+
+
+@fray_ray.remote
+def get_with_a_timeout(gate: Any) -> str:
+    blocked = gate.blocked.remote()
+    try:
+        fray_ray.get(blocked, timeout=0.5)
+        outcome = "no timeout"
+    except fray_ray.exceptions.GetTimeoutError:
+        outcome = "timed out"
+    ready, _ = fray_ray.wait([blocked], num_returns=1, timeout=0.2)
+    gate.open.remote()
+    return f"{outcome}, {len(ready)} ready, then {fray_ray.get(blocked)}"
+
+
+def test_get_and_wait_with_timeouts_on_direct_results() -> None:
+    gate = Gate.remote()
+    fray_ray.get(gate.after.remote())
+    assert fray_ray.get(get_with_a_timeout.remote(gate)) == "timed out, 0 ready, then through"
