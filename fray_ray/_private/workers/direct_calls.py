@@ -42,6 +42,7 @@ from fray_ray._private.messages import (
     Route,
 )
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
+from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.stream.stream_server import introduce
 from fray_ray._private.workers.task_interrupts import wait_for_reply
@@ -186,14 +187,19 @@ class DirectCalls:
                     messages.notify(link.connection, message, defer=not alone)
                 except ConnectionClosed:
                     sent = link.in_flight.pop(spec.call_id, None) is None  # gone with the link's close
+                except MessageTooLarge:  # the driver's path says which limit it exceeds, as for its calls
+                    link.in_flight.pop(spec.call_id, None)
+                    sent = False
         if not sent:  # never left: it goes through the driver, after the calls handed back before it
-            self._link_closed(link)
+            if link.closed:
+                self._link_closed(link)
             with self._lock:
                 self._calls.pop(spec.call_id, None)
                 for oid in spec.return_ids:
                     self._producers.pop(oid, None)
             call.keep = []
-            way.link = None
+            if link.closed:
+                way.link = None
             through_driver()
             way.through_driver.append(spec.call_id)
             return refs
