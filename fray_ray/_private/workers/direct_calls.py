@@ -45,7 +45,7 @@ from fray_ray._private.objects.serialization import SerializedValue, serialize_e
 from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.stream.stream_server import introduce
-from fray_ray._private.workers.task_interrupts import wait_for_reply
+from fray_ray._private.workers.task_interrupts import reading_until, wait_for_reply
 
 #: How long after a "call through the driver" answer a caller asks again (doubling to the
 #: longest while the answer stays the same): a routing choice, no result depends on it.
@@ -303,7 +303,7 @@ class DirectCalls:
                     break  # the driver's now
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if not call.future.done():
-                    call.link.connection.serve_until(call.future.done, remaining)
+                    _read_answer(call, remaining)
                     remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                 wait_for_reply(call.future, remaining)
         return found
@@ -404,3 +404,11 @@ class DirectCalls:
             links = list(self._links.values())
         for link in links:
             self._link_closed(link)
+
+
+def _read_answer(call: _Call, timeout: float | None) -> None:
+    """Read the call's connection on this thread until its answer is in (no thread is woken
+    for it), the time is up, or this task is cancelled (raised once the reading has stopped)."""
+    connection = call.link.connection
+    with reading_until(connection.wake_lender) as interrupted:
+        connection.serve_until(lambda: call.future.done() or interrupted(), timeout)
