@@ -409,3 +409,4 @@ def test_get_and_wait_with_timeouts_on_direct_results() -> None:
     gate = Gate.remote()
     fray_ray.get(gate.after.remote())
     assert fray_ray.get(get_with_a_timeout.remote(gate)) == "timed out, 0 ready, then through"
+

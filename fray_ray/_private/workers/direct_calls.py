@@ -41,6 +41,7 @@ from fray_ray._private.messages import (
     HandOverDone,
     Route,
 )
+from fray_ray._private.objects.refcount import LocalReferenceCounter
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
 from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
@@ -63,8 +64,8 @@ class _Call:
     incarnation: int
     link: _HostLink
     future: concurrent.futures.Future[list[SerializedValue]]
-    #: refs to the objects its arguments name, kept until it ends (the host fetches them)
-    keep: list[ObjectRef[Any]]
+    #: refs to the objects its arguments name, kept until it ends (the host fetches them); None once ended
+    keep: list[ObjectRef[Any]] | None
     cancelled: bool = False
 
 
@@ -94,8 +95,11 @@ class _ActorWay:
 class DirectCalls:
     """The direct calls of one worker process and the results they made. Thread-safe."""
 
-    def __init__(self, session: Connection) -> None:
+    def __init__(self, session: Connection, references: LocalReferenceCounter) -> None:
+        """`references`: the process's counts of refs and handles; a call in flight counts as a
+        handle to its actor, which ends when its last handle goes only after its calls end."""
         self._session = session
+        self._references = references
         #: held while a call is routed and sent, and while a closed link's calls are handed back,
         #: so that no call of this process overtakes an earlier one on its way to the driver
         self._order = threading.RLock()
@@ -173,6 +177,7 @@ class DirectCalls:
         named = (*arguments.value.contained_refs, *((arguments.stored,) if arguments.stored else ()))
         call = _Call(spec, way.incarnation, link, concurrent.futures.Future(), [ObjectRef(oid) for oid in named])
         refs = [ObjectRef(oid, _announced=True) for oid in spec.return_ids]
+        self._references.add(spec.actor_id)  # released as the call ends (`_ended`)
         with self._lock:
             self._calls[spec.call_id] = call
             for oid in spec.return_ids:
@@ -197,7 +202,7 @@ class DirectCalls:
                 self._calls.pop(spec.call_id, None)
                 for oid in spec.return_ids:
                     self._producers.pop(oid, None)
-            call.keep = []
+            self._ended(call)
             if link.closed:
                 way.link = None
             through_driver()
@@ -205,6 +210,12 @@ class DirectCalls:
             return refs
         self.sent += 1
         return refs
+
+    def _ended(self, call: _Call) -> None:
+        """The call needs neither its arguments' objects nor its actor from this process any more."""
+        if call.keep is not None:
+            call.keep = None
+            self._references.release_later(call.spec.actor_id)
 
     def _ready_value(self, object_id: bytes) -> SerializedValue | None:
         return self._values.get(object_id)
@@ -240,7 +251,7 @@ class DirectCalls:
                         self._values[oid] = value
             self._changed.notify_all()
         for call, results in ended:
-            call.keep = []
+            self._ended(call)
             if not call.future.done():
                 call.future.set_result(list(results))
         if handed:
@@ -277,7 +288,7 @@ class DirectCalls:
             if way is not None:  # its later calls go through the driver until this one ended
                 way.through_driver.append(call.spec.call_id)
         for call in unanswered:
-            call.keep = []
+            self._ended(call)
             call.future.set_result([])  # waiters look again: the driver has these now
 
     # ---- reading results -----------------------------------------------------------------

@@ -452,7 +452,7 @@ def open_session(
     runtime = WorkerRuntime(connection)
     runtime.reads_shared_memory = bool(identity)
     if not in_process:  # one process, one runtime: its refs' escapes are this runtime's
-        runtime.direct = DirectCalls(connection)
+        runtime.direct = DirectCalls(connection, runtime.references)
     runtime.set_info(messages.reply_of(hello, (info, [])))
     if on_runtime is not None:
         on_runtime(runtime)
