@@ -252,6 +252,14 @@ def main(argv: list[str] | None = None) -> int:
             shape = cat.shapes["cross_driver_calls"]
             runner.shape("cross_driver_calls", lambda: cross_driver.run(args.backend, backend.ray, timing, shape.timeout_s))
 
+    if by_kind[Kind.NODES]:
+        if args.local_mode:
+            runner.record("node_calls", {"status": "error", "error": "a local_mode session has no nodes"}, 0.0)
+        else:
+            import node_calls
+
+            runner.shape("node_calls", lambda: node_calls.run(args.backend, backend.ray, timing))
+
     if by_kind[Kind.FLOOR]:  # last: its echo children (and multiprocessing's helper) are not the session's
         runner.shape("floor", lambda: run_floor(backend, timing))
 

@@ -23,6 +23,7 @@ class Kind(enum.Enum):
     LIFECYCLE = "lifecycle"  # the first (cold) session of a fresh interpreter
     SESSION = "session"  # inside one `init(num_cpus=2)` session shared by the batch
     CROSS_DRIVER = "cross_driver"  # a session a second driver process can join
+    NODES = "nodes"  # a head and two simulated nodes (`cluster_utils.Cluster`)
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,10 @@ BASE_TARGETS: dict[str, Target] = {
     "envelope_get_s": Target(TargetKind.RATIO, 1.0, "≥ Ray's speed"),
     "envelope_queued_s": Target(TargetKind.RATIO, 1.0, "≥ Ray's speed"),
     "envelope_large_gbps": Target(TargetKind.RATIO, 1.0, "≥ Ray's GB/s"),
+    "node_task_to_actor_calls": Target(TargetKind.RATIO, 3.0, "≥ 3× rate"),
+    "node_task_to_actor_driver_us": Target(TargetKind.AT_MOST, 5.0, "≤ 5 µs"),
+    "node_actor_to_actor_calls": Target(TargetKind.RATIO, 3.0, "≥ 3× rate"),
+    "node_actor_to_actor_driver_us": Target(TargetKind.AT_MOST, 5.0, "≤ 5 µs"),
 }
 
 
@@ -250,6 +255,12 @@ def catalog(curves: Curves, timeout_scale: float = 1.0, envelope: EnvelopeSizes 
     add(Shape("cross_driver_calls", Kind.CROSS_DRIVER, "cross_driver", 180,
               "a second driver process calls a named actor the first one created", ()),
         Metric("cross_driver_calls", "calls/s", "higher", "call + get from the second driver, one at a time"))
+    add(Shape("node_calls", Kind.NODES, "node_calls", 240,
+              "a head and two simulated nodes: node B calls an actor on node A, call + get, one at a time", ()),
+        Metric("node_task_to_actor_calls", "calls/s", "higher", "a task on node B calling the actor"),
+        Metric("node_task_to_actor_driver_us", "µs", "lower", "the driver's CPU per such call"),
+        Metric("node_actor_to_actor_calls", "calls/s", "higher", "an actor on node B calling the actor"),
+        Metric("node_actor_to_actor_driver_us", "µs", "lower", "the driver's CPU per such call"))
     for name, (unit, text) in DERIVED.items():
         metrics.append(Metric(name, unit, "lower", text, ratio_to_ray=False))
 

@@ -17,6 +17,16 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+#: Told the id of every ref pickled in this process (a ref leaving it); None: nobody listens.
+_escape_hook: Callable[[bytes], None] | None = None
+
+
+def set_escape_hook(hook: Callable[[bytes], None] | None) -> None:
+    """Have `hook(object_id)` called as each ref is pickled: a worker hands the objects it
+    holds itself to the driver before a ref to one can reach another process."""
+    global _escape_hook
+    _escape_hook = hook
+
 
 class RefRuntime(Protocol):
     """What a ref asks of the runtime of the process it is in (every `runtime.CoreRuntime` has it)."""
@@ -65,6 +75,8 @@ class ObjectRef(Generic[T]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         note_contained_ref(self._id)
+        if _escape_hook is not None:
+            _escape_hook(self._id)
         return (_rebuild_ref, (self._id,))
 
     # ---- identity ------------------------------------------------------------------------

@@ -47,6 +47,8 @@ class ActorRecord:
     handles: int = 0
     out_of_scope: bool = False
     args_released: bool = False
+    #: the host's call gate for this driver's workers, with the connection of the host that opened it
+    gate: tuple[Connection, dict[str, str]] | None = None
     host: str | None = None  # the cluster host its process runs on, once it said hello
     created: float = field(default_factory=time.time)  # wall-clock seconds
     ended: float | None = None  # when it died for good

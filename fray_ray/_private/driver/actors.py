@@ -30,6 +30,7 @@ from fray_ray._private.driver.actor_records import ActorRecord, ActorState
 from fray_ray._private.driver.actor_reservations import ActorReservations
 from fray_ray._private.driver.actor_restarts import CallFate, died_error
 from fray_ray._private.driver.cluster_ledger import ClusterLedger
+from fray_ray._private.driver.direct_routes import DirectRoutes
 from fray_ray._private.driver.idle_workers import LentWorker, may_use_idle_worker
 from fray_ray._private.driver.named_actors import NamedActors
 from fray_ray._private.driver.streams import StreamTable
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class ActorManager(ActorCalls, NamedActors):  # ActorCalls first: its _complete_call is the one that runs
+class ActorManager(ActorCalls, NamedActors, DirectRoutes):  # ActorCalls first: its _complete_call is the one that runs
     def __init__(
         self,
         objects: ObjectTable,

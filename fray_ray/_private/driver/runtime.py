@@ -175,6 +175,7 @@ class DriverRuntime(DriverReads):
         self.gangs = GangScheduler(self.objects, self.launcher, self.timers, error_for=self._error_value)
         self.actors.on_resources_released = self._resources_released
         self.task_events.add_live_source(self.actors.live_call_events)
+        self.task_events.add_live_source(self.actors.direct_call_events)  # workers' calls straight to hosts
         if not self.launcher.in_process and lending_enabled():  # new actors may take idle executors
             self.actors.lend_worker = lambda spec: self.scheduler.lend_idle(lambda pool: pool_can_host(pool, spec))
         self.ledger.make_room = self.scheduler.make_room  # idle executors give way to new processes

@@ -21,6 +21,7 @@ from fray_ray._private import messages
 from fray_ray._private.core.placement_group_handle import PlacementGroupInfo
 from fray_ray._private.core.task_spec import ActorCreationSpec, TaskSpec
 from fray_ray._private.driver.actors import ActorManager
+from fray_ray._private.driver.direct_session import direct_call_handlers
 from fray_ray._private.driver.gangs import GangScheduler
 from fray_ray._private.driver.launcher import WorkerLauncher
 from fray_ray._private.driver.scheduler import TaskScheduler
@@ -180,6 +181,7 @@ class SessionService:
             ReleaseGang: self._release_gang,
             GangSize: self._gang_size,
             Withdrawn: self._withdrawn,
+            **direct_call_handlers(driver, self._count_borrow),
         }, batched={CallDone: self._calls_done, TaskDone: self._tasks_done})
 
     @property

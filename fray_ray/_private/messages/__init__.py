@@ -32,6 +32,17 @@ from fray_ray._private.messages._codec import (
     reply_of,
     request,
 )
+from fray_ray._private.messages._direct_calls import (
+    AskRoute,
+    DirectCallRecords,
+    Gate,
+    HandBack,
+    HandOver,
+    HandOverDone,
+    ListDirectCalls,
+    OpenGate,
+    Route,
+)
 from fray_ray._private.messages._from_workers import (
     ActorCreated,
     ActorExiting,
@@ -97,6 +108,15 @@ from fray_ray._private.messages._to_workers import (
 )
 
 __all__ = [
+    "DirectCallRecords",
+    "ListDirectCalls",
+    "Route",
+    "OpenGate",
+    "HandOverDone",
+    "HandOver",
+    "HandBack",
+    "Gate",
+    "AskRoute",
     "ActorCreated",
     "ActorExiting",
     "ActorFailed",

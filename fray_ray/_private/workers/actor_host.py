@@ -113,9 +113,8 @@ class RayActorHost(ActorStateRow):
         self._creation_error: BaseException | None = None
         self._stopped = threading.Event()
         self._killed = threading.Event()  # ray.kill without restart: no driver finds it by name now
-        handlers = messages.handlers(
-            {CreateInstance: self._on_create, CallMethod: self._on_call, Die: self._on_die, CancelCall: self._on_cancel}
-        )
+        handlers = messages.handlers({CreateInstance: self._on_create, CallMethod: self._on_call, Die: self._on_die,
+                                      CancelCall: self._on_cancel})
         self._calls_lock = threading.Lock()  # guards _cancelled and _running
         self._cancelled: set[bytes] = set()
         self._running: dict[bytes, Any] = {}  # call id -> TaskContext or asyncio.Task
@@ -123,12 +122,13 @@ class RayActorHost(ActorStateRow):
         # Set before the session opens: its reader may deliver `create` (which sets it) at once.
         self._detached = False
         info = None if in_process else get_job_info()
-        #: where other drivers send their calls (a named actor's); None in-process. Set before
-        #: the session opens too: a call may arrive, and be answered, at once.
+        #: where other processes send calls (`foreign_calls`); None in-process. Set before the
+        #: session opens too: a call may arrive, and be answered, at once.
         self._foreign = (
-            ForeignCallGate(self._on_call, bind_host=info.bind_host, advertise_host=info.advertise_host)
+            ForeignCallGate(self._on_call, bind_host=info.bind_host, advertise_host=info.advertise_host, cancel=self._on_cancel)
             if info is not None else None
         )
+        handlers.update(self._foreign.owner_handlers() if self._foreign is not None else {})
         self._runtime: WorkerRuntime = open_session(
             session_address, token, "actor", self._actor_id, handlers, on_runtime=self._set_runtime,
             in_process=in_process,
@@ -506,8 +506,7 @@ class RayActorHost(ActorStateRow):
                 "calls": self._open_foreign_gate()}
 
     def _open_foreign_gate(self) -> dict[str, str] | None:
-        """Where another driver sends its calls over the stream protocol; None (it calls
-        through ActorService instead) where that cannot be served."""
+        """Where other processes send calls over the stream protocol; None where it cannot be served."""
         if self._foreign is None:
             return None
         try:

@@ -1,4 +1,4 @@
-"""Calls to an actor from drivers other than its owner, over the stream protocol.
+"""Calls to an actor from processes other than its owner, over the stream protocol.
 
 An actor's owner sends calls over its session connection. Another driver of the cluster finds
 a named actor through the endpoint registry and asks its ActorService to `describe` it; the
@@ -7,42 +7,64 @@ already reach the actor's ActorService learns it). The caller then sends the sam
 messages the owner does, with every top-level argument value inlined, and gets `CallDone`
 back on its own connection, pipelined and without an HTTP request per call.
 
-The gate starts on the first `describe`, so actors nobody looks up pay nothing for it.
+The owner's own workers send their calls here too, once the owner names the gate to them
+(`direct_calls.py`); they may cancel a call they sent (`CancelCall`).
+
+The gate starts on the first `describe` or the owner's `OpenGate`, so actors nobody looks
+up pay nothing for it. It keeps a short record of each call it answered until the owner asks
+for them (`ListDirectCalls`, when its state API lists tasks).
 """
 
 from __future__ import annotations
 
+import collections
+import logging
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from fray_ray._private import messages
-from fray_ray._private.messages import CallDone, CallMethod
+from fray_ray._private.core.object_ref import ObjectRef
+from fray_ray._private.messages import CallDone, CallMethod, CancelCall, DirectCallRecords, Gate, ListDirectCalls, OpenGate
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
 from fray_ray._private.stream.stream_server import HELLO, StreamServer
 
+logger = logging.getLogger(__name__)
+
+#: Finished calls kept for the owner's state API between two of its questions; older ones go.
+RECORDS_KEPT = 10_000
+
 #: Runs a call that arrived from another driver (the host's own `CallMethod` handler).
 RunCall = Callable[[Connection, int | None, CallMethod], None]
+#: Cancels a call (the host's own `CancelCall` handler).
+CancelRun = Callable[[Connection, int | None, CancelCall], None]
 
 
 class ForeignCallGate:
     """The stream server other drivers send an actor's calls to, and where each call's answer
     goes back. Thread-safe."""
 
-    def __init__(self, run_call: RunCall, *, bind_host: str, advertise_host: str) -> None:
+    def __init__(self, run_call: RunCall, *, bind_host: str, advertise_host: str,
+                 cancel: CancelRun | None = None) -> None:
         self._run_call = run_call
+        #: refs to the objects answers named, kept for the process's life: the caller's own
+        #: refs to them may reach the driver after this process's refs are gone
+        self._pinned: list[ObjectRef[Any]] = []
         self._bind_host = bind_host
         self._advertise_host = advertise_host
         self._lock = threading.Lock()  # guards everything below
         self._server: StreamServer | None = None
         self._token = ""
-        self._callers: dict[bytes, Connection] = {}  # call id -> the connection it came on
+        #: call id -> the connection it came on, its method and when it arrived
+        self._callers: dict[bytes, tuple[Connection, str, float]] = {}
+        self._records: collections.deque[list[Any]] = collections.deque(maxlen=RECORDS_KEPT)
         self._connections: set[Connection] = set()
         self._closed = False
         self._handlers = {
             HELLO: _welcome,
-            **messages.handlers({CallMethod: self._on_call}),
+            **messages.handlers({CallMethod: self._on_call, **({CancelCall: cancel} if cancel else {})}),
         }
 
     def open(self) -> dict[str, str] | None:
@@ -58,6 +80,25 @@ class ForeignCallGate:
             port = self._server.port
         return {"address": f"{self._advertise_host}:{port}", "token": self._token}
 
+    def owner_handlers(self) -> dict[str, Any]:
+        """Handlers for what the owner asks on the host's session: open the gate, list the calls."""
+        return messages.handlers({OpenGate: self._on_open, ListDirectCalls: self._on_list})
+
+    def _on_open(self, connection: Connection, message_id: int | None, asked: OpenGate) -> None:
+        try:
+            where = self.open()
+        except OSError as exc:
+            logger.warning("cannot serve calls over the stream protocol: %s", exc)
+            where = None
+        if message_id is not None:
+            messages.reply(connection, message_id, Gate(where))
+
+    def _on_list(self, connection: Connection, message_id: int | None, asked: ListDirectCalls) -> None:
+        with self._lock:
+            records, self._records = list(self._records), collections.deque(maxlen=RECORDS_KEPT)
+        if message_id is not None:
+            messages.reply(connection, message_id, DirectCallRecords(records))
+
     def _accept(self, connection: Connection, greeting: list[Any]) -> None:
         with self._lock:
             if self._closed:
@@ -70,22 +111,28 @@ class ForeignCallGate:
     def _forget(self, connection: Connection) -> None:
         with self._lock:
             self._connections.discard(connection)
-            for call_id in [c for c, caller in self._callers.items() if caller is connection]:
+            for call_id in [c for c, caller in self._callers.items() if caller[0] is connection]:
                 del self._callers[call_id]
 
     def _on_call(self, connection: Connection, message_id: int | None, call: CallMethod) -> None:
         with self._lock:
-            self._callers[call.call] = connection
+            self._callers[call.call] = (connection, call.method, time.time())
         self._run_call(connection, message_id, call)
 
     def answer(self, done: CallDone) -> bool:
         """Send `done` to the driver its call came from; False if it came from the owner."""
         with self._lock:
             caller = self._callers.pop(done.call, None)
+            if caller is not None:
+                error = next((value for value in done.results if value.is_error), None)
+                self._records.append([done.call, caller[1], caller[2], time.time(), error])
         if caller is None:
             return False
+        contained = [oid for value in done.results for oid in value.contained_refs]
+        if contained:
+            self._pinned.extend(ObjectRef(oid) for oid in contained)  # before the answer goes
         try:
-            messages.notify(caller, done)
+            messages.notify(caller[0], done)
         except ConnectionClosed:
             pass  # that driver is gone; nobody waits for the answer
         return True

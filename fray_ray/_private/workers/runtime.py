@@ -66,6 +66,7 @@ from fray_ray._private.observe.metrics import stop_reporting
 from fray_ray._private.stream.buffers import WORKER_BLOCKS
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.stream.stream_server import introduce
+from fray_ray._private.workers.direct_calls import DirectCalls
 from fray_ray._private.workers.task_interrupts import wait_for_reply
 from fray_ray.exceptions import GetTimeoutError
 
@@ -96,6 +97,8 @@ class WorkerRuntime:
         self.session_name = "session"  # the driver's, once it says (get_session_name())
         #: large fetched buffers may come as the driver's shared-memory files (`shared_memory`)
         self.reads_shared_memory = False
+        #: actor calls sent straight to actor hosts, and their results (None: all go through the driver)
+        self.direct: DirectCalls | None = None
 
     def report_metrics(self, points: list[list[Any]]) -> None:
         messages.notify(self.connection, MetricsReport(points))
@@ -124,6 +127,10 @@ class WorkerRuntime:
                 value = self._cache.pop(object_id, None)
                 if value is not None:
                     self._cache_bytes -= value.size
+        if self.direct is not None:
+            object_ids = self.direct.forget(object_ids)
+        if not object_ids:
+            return
         try:
             messages.notify(self.connection, Release(object_ids))
         except ConnectionClosed:
@@ -164,6 +171,12 @@ class WorkerRuntime:
         """The stored values (or errors) of `object_ids`, from the cache or the driver."""
         self.references.flush()
         found: dict[bytes, SerializedValue] = {}
+        direct = self.direct
+        if direct is not None and any(direct.holds(oid) for oid in object_ids):
+            try:
+                found.update(direct.values([oid for oid in object_ids if direct.holds(oid)], timeout))
+            except concurrent.futures.TimeoutError:
+                raise GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} seconds.") from None
         with self._cache_lock:
             for object_id in object_ids:
                 value = self._cache.get(object_id)
@@ -221,6 +234,15 @@ class WorkerRuntime:
     ) -> tuple[list[Any], list[Any]]:
         self.references.flush()
         keys = [r._stream_id if isinstance(r, ObjectRefGenerator) else r.binary() for r in refs]
+        direct = self.direct
+        held = [key for key in keys if direct is not None and direct.holds(key)]
+        if direct is not None and held:
+            ready_here = direct.wait(keys, num_returns, timeout) if len(held) == len(keys) else None
+            if ready_here is not None:  # all made here: answered here
+                ready_refs = [r for r, k in zip(refs, keys) if k in ready_here][:num_returns]
+                chosen = {id(r) for r in ready_refs}
+                return ready_refs, [r for r in refs if id(r) not in chosen]
+            direct.hand_over(held)  # the driver waits for them with the rest
         streams = [[r._stream_id, r._next_index] for r in refs if isinstance(r, ObjectRefGenerator)]
         asked = Wait(keys, num_returns, timeout, streams)
         ready = set(messages.reply_of(asked, wait_for_reply(messages.request(self.connection, asked), None)).ready)
@@ -304,6 +326,11 @@ class WorkerRuntime:
         return self._simple(CreateActor(spec, self._parent())).actor_id
 
     def submit_actor_call(self, spec: ActorCallSpec) -> list[Any]:
+        if self.direct is not None:
+            return self.direct.submit(spec, lambda: self._submit_actor_call(spec))
+        return self._submit_actor_call(spec)
+
+    def _submit_actor_call(self, spec: ActorCallSpec) -> list[Any]:
         reply = self._simple(SubmitActorCall(spec, self._parent()))
         if spec.num_returns == "streaming":
             return [ObjectRefGenerator(spec.call_id)]
@@ -321,6 +348,8 @@ class WorkerRuntime:
         self._simple(KillActor(actor_id, no_restart))
 
     def cancel(self, ref: ObjectRef, force: bool, recursive: bool) -> None:
+        if self.direct is not None and self.direct.cancel(ref.binary(), force):
+            return
         self._simple(Cancel(ref.binary(), force, recursive))
 
     def get_named_actor(self, name: str, namespace: str | None) -> Mapping[str, Any]:
@@ -369,6 +398,8 @@ class WorkerRuntime:
 
     def shutdown(self) -> None:
         stop_reporting(self)  # what tasks recorded reaches the driver before the session closes
+        if self.direct is not None:
+            self.direct.close()
         self.connection.close()
 
 
@@ -420,6 +451,8 @@ def open_session(
     connection, info = introduce(session_address, greeting, name=f"{kind}-session", received_blocks=blocks)
     runtime = WorkerRuntime(connection)
     runtime.reads_shared_memory = bool(identity)
+    if not in_process:  # one process, one runtime: its refs' escapes are this runtime's
+        runtime.direct = DirectCalls(connection, runtime.references)
     runtime.set_info(messages.reply_of(hello, (info, [])))
     if on_runtime is not None:
         on_runtime(runtime)

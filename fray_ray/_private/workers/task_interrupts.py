@@ -5,19 +5,26 @@ is waiting in `ray.get`/`ray.wait` (a task asleep in `time.sleep` or in C code i
 it sees the interrupt when it runs Python again). fray_ray does the same: the exception is set
 on the task's thread (`PyThreadState_SetAsyncExc`), and a thread that waits for the driver's
 reply does so through `wait_for_reply`, which the interrupt wakes so that the exception fires.
+A thread that reads a connection itself while it waits (`reading_until`) must not be
+interrupted in the middle of a frame: its interrupt is held until it stops reading, then raised.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import ctypes
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 _waiting_lock = threading.Lock()  # guards _waiting
 #: thread id -> the event that wakes that thread's `wait_for_reply`
 _waiting: dict[int, threading.Event] = {}
+#: thread id -> what makes that thread stop reading a connection (see `reading_until`)
+_reading: dict[int, Callable[[], None]] = {}
+_held: set[int] = set()  # threads whose interrupt waits until they stop reading
 
 
 def wait_for_reply(future: concurrent.futures.Future, timeout: float | None) -> Any:
@@ -42,9 +49,34 @@ def wait_for_reply(future: concurrent.futures.Future, timeout: float | None) -> 
     return future.result(0)  # the result, its exception, or TimeoutError if the time ran out
 
 
+@contextlib.contextmanager
+def reading_until(stop_reading: Callable[[], None]) -> Iterator[Callable[[], bool]]:
+    """While this thread reads a connection: yields whether an interrupt came (the reading
+    should stop); `stop_reading()` is called when one does. Raises KeyboardInterrupt after."""
+    thread_id = threading.get_ident()
+    with _waiting_lock:
+        _reading[thread_id] = stop_reading
+    try:
+        yield lambda: thread_id in _held
+    finally:
+        with _waiting_lock:
+            del _reading[thread_id]
+            interrupted = thread_id in _held
+            _held.discard(thread_id)
+    if interrupted:
+        raise KeyboardInterrupt
+
+
 def interrupt_thread(thread_id: int) -> None:
     """Raise KeyboardInterrupt in `thread_id` at its next bytecode, waking it if it waits
-    for a reply."""
+    for a reply; once it stops reading, if it reads a connection."""
+    with _waiting_lock:
+        stop_reading = _reading.get(thread_id)
+        if stop_reading is not None:
+            _held.add(thread_id)
+    if stop_reading is not None:
+        stop_reading()
+        return
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(KeyboardInterrupt))
     with _waiting_lock:
         wake = _waiting.get(thread_id)

@@ -1,0 +1,81 @@
+"""Calls made on one simulated node to an actor on another: the driver should not be on the path.
+
+A head and two simulated nodes (`cluster_utils.Cluster` on both backends), node A and node B
+told apart by a custom resource each. An actor lives on node A; a task pinned to node B, and
+then an actor pinned to node B, call it synchronously (call + get, one at a time) for a
+warm-up and one round, and report how many calls they made. The driver only waits for that
+task's (or method's) result meanwhile, so its CPU time over the round, per call, is what each
+such call costs it (Ray: none; fray_ray sent every call through its driver before workers
+called actors directly).
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from typing import Any
+
+NODE_A = "bench_node_a"
+NODE_B = "bench_node_b"
+
+
+def _cluster(backend_name: str) -> Any:
+    module = importlib.import_module("ray.cluster_utils" if backend_name == "ray" else "fray_ray.cluster_utils")
+    cluster = module.Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster.add_node(num_cpus=1, resources={NODE_A: 1})
+    cluster.add_node(num_cpus=1, resources={NODE_B: 1})
+    return cluster
+
+
+def _remotes(ray: Any) -> Any:
+    class Target:
+        def ping(self) -> int:
+            return 1
+
+    def call_for(target: Any, seconds: float) -> int:
+        """Sync calls to `target` for `seconds`; how many."""
+        calls, end = 0, time.perf_counter() + seconds
+        while calls == 0 or time.perf_counter() < end:
+            ray.get(target.ping.remote())
+            calls += 1
+        return calls
+
+    class Caller:
+        def __init__(self, target: Any) -> None:
+            self.target = target
+
+        def call_for(self, seconds: float) -> int:
+            return call_for(self.target, seconds)
+
+    return (ray.remote(num_cpus=0, resources={NODE_A: 0.01})(Target),
+            ray.remote(num_cpus=0, resources={NODE_B: 0.01})(call_for),
+            ray.remote(num_cpus=0, resources={NODE_B: 0.01})(Caller))
+
+
+def _measured(ray: Any, run: Any, timing: Any) -> tuple[float, float]:
+    """(calls/s, driver CPU µs per call) of `run(seconds)` (a ref to a count), after a warm-up."""
+    ray.get(run(timing.warmup_s))
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    calls = ray.get(run(timing.round_s))
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    return calls / wall, cpu / calls * 1e6
+
+
+def run(backend_name: str, ray: Any, timing: Any) -> dict[str, Any]:
+    """Both shapes in one session: one value of each metric."""
+    cluster = _cluster(backend_name)
+    try:
+        cluster.connect()
+        target_cls, call_for, caller_cls = _remotes(ray)
+        target = target_cls.remote()
+        ray.get(target.ping.remote())
+        task_rate, task_cpu = _measured(ray, lambda s: call_for.remote(target, s), timing)
+        caller = caller_cls.remote(target)
+        actor_rate, actor_cpu = _measured(ray, lambda s: caller.call_for.remote(s), timing)
+        return {"status": "ok", "metrics": {
+            "node_task_to_actor_calls": task_rate, "node_task_to_actor_driver_us": task_cpu,
+            "node_actor_to_actor_calls": actor_rate, "node_actor_to_actor_driver_us": actor_cpu,
+        }, "extra": {}}
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

@@ -1,0 +1,93 @@
+"""The session's side of workers' direct actor calls (`direct_routes.py`, and in a worker
+`workers/direct_calls.py`): routes asked for, results handed over, calls handed back."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from fray_ray._private import messages
+from fray_ray._private.messages import AskRoute, HandBack, HandOver, HandOverDone, Route
+from fray_ray._private.objects.serialization import serialize_error
+from fray_ray._private.stream.protocol import Connection
+from fray_ray.exceptions import OwnerDiedError
+
+if TYPE_CHECKING:
+    from fray_ray._private.driver.actors import ActorManager
+    from fray_ray._private.objects.object_table import ObjectTable
+
+#: How many handed-over objects a worker's set holds before those done are dropped from it.
+PRUNE_AT = 1024
+
+
+class DirectCallDriver(Protocol):
+    """The driver's parts these handlers reach (the session's `SessionDriver` has them)."""
+
+    objects: ObjectTable
+    actors: ActorManager
+
+
+#: Counts one ref of the connection's worker to each object (the session's borrow table).
+CountBorrow = Callable[[Connection, list[bytes]], None]
+
+
+def direct_call_handlers(driver: DirectCallDriver, count_borrow: CountBorrow) -> dict[Any, Any]:
+    """The session's handlers for what workers say about their direct calls (the driver's
+    parts are looked up as messages come: the session exists before them)."""
+
+    def ask_route(connection: Connection, message_id: int | None, ask: AskRoute) -> None:
+        if message_id is None:
+            return
+
+        def answer(route: Route) -> None:
+            messages.reply(connection, message_id, route)
+
+        driver.actors.route(ask.actor, ask.through_driver, answer)
+
+    #: per worker connection, the objects it handed over (until its process ends)
+    handed: dict[Connection, set[bytes]] = {}
+    lock = threading.Lock()
+
+    def hand_over(connection: Connection, message_id: int | None, over: HandOver) -> None:
+        objects = driver.objects
+        new = [(oid, producer) for oid, producer in zip(over.ids, over.producers) if not objects.known(oid)]
+        for oid, producer in new:
+            objects.create_pending([oid], producer=producer)
+        count_borrow(connection, [oid for oid, _ in new])
+        with lock:
+            first = connection not in handed
+            held = handed.setdefault(connection, set())
+            if len(held) > PRUNE_AT:
+                held.difference_update([oid for oid in held if objects.is_done(oid) or not objects.known(oid)])
+            held.update(oid for oid, _ in new)
+        if first:
+            connection.add_close_callback(owner_died)
+
+    def owner_died(connection: Connection) -> None:
+        """The worker's process ended: objects it handed over and never gave values for fail
+        as Ray's do when their owner dies."""
+        with lock:
+            held = handed.pop(connection, set())
+        lost = [oid for oid in held if driver.objects.known(oid) and not driver.objects.is_done(oid)]
+        try:
+            driver.objects.fulfil_all([(oid, serialize_error(OwnerDiedError(oid.hex(), None, ""))) for oid in lost])
+        except RuntimeError:
+            pass  # one completed meanwhile: it keeps its value
+
+    def hand_over_done(connection: Connection, message_id: int | None, done: HandOverDone) -> None:
+        try:
+            driver.objects.fulfil_all(list(zip(done.ids, done.results)))
+        except RuntimeError:
+            pass  # a value the driver has already (the call was also handed back): the first one stands
+
+    def hand_back(connection: Connection, message_id: int | None, back: HandBack) -> None:
+        call, objects = back.call, driver.objects
+        new = [oid for oid in call.return_ids if not objects.known(oid)]
+        with lock:
+            handed.get(connection, set()).difference_update(call.return_ids)  # the driver runs it now
+        objects.create_pending(new, producer=call.call_id)
+        count_borrow(connection, new)
+        driver.actors.take_back(call, back.incarnation)
+
+    return {AskRoute: ask_route, HandOver: hand_over, HandOverDone: hand_over_done, HandBack: hand_back}

@@ -1,0 +1,111 @@
+"""What a worker and its driver say about actor calls the worker sends straight to the actor.
+
+A worker asks once per actor where the actor's host takes calls (`AskRoute`); the driver names
+the host's call gate, which it asks the host to open (`OpenGate`), or says to keep calling
+through it. Results stay with the caller until a ref to one leaves its process: then the
+caller hands the object to the driver (`HandOver`, then `HandOverDone` with its value). Calls
+whose host died under them go back to the driver (`HandBack`), which applies Ray's restart and
+retry rules as for its own calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from fray_ray._private.core.task_spec import ActorCallSpec
+from fray_ray._private.messages._codec import Message, _message, pickled, spec, values
+from fray_ray._private.objects.serialization import SerializedValue
+
+
+@dataclass(repr=False, eq=False)
+class Route(Message):
+    """Where an actor's host takes calls: its gate's `address` and `token`, and the instance
+    (`incarnation`) they reach; no address: call through the driver. `pending`: the calls
+    asked about that are still queued or running in the driver."""
+
+    address: str | None = None
+    token: str = ""
+    incarnation: int = 0
+    pending: list[bytes] = field(default_factory=list)
+
+
+@_message
+@dataclass(repr=False, eq=False)
+class AskRoute(Message):
+    """Where to send calls to `actor`; `through_driver`: this worker's calls to it that went
+    through the driver and may not have ended (direct calls wait until none is left)."""
+
+    KIND: ClassVar[str] = "ask_route"
+    REPLY: ClassVar[type[Message]] = Route
+
+    actor: bytes
+    through_driver: list[bytes] = field(default_factory=list)
+
+
+@dataclass(repr=False, eq=False)
+class Gate(Message):
+    """An actor host's call gate ({"address", "token"}), or None where it has none."""
+
+    gate: Any = pickled()
+
+
+@_message
+@dataclass(repr=False, eq=False)
+class OpenGate(Message):
+    """Driver to actor host: open the gate other processes send calls to, and say where."""
+
+    KIND: ClassVar[str] = "open_gate"
+    REPLY: ClassVar[type[Message]] = Gate
+
+
+@_message
+@dataclass(repr=False, eq=False)
+class HandOver(Message):
+    """The driver owns these results of direct calls from now on (a ref to each left the
+    caller's process); their values follow in `HandOverDone`. The caller holds one ref to each."""
+
+    KIND: ClassVar[str] = "hand_over"
+
+    ids: list[bytes]
+    producers: list[bytes]
+
+
+@_message
+@dataclass(repr=False, eq=False)
+class HandOverDone(Message):
+    """The values (or errors) of objects handed over."""
+
+    KIND: ClassVar[str] = "hand_over_done"
+
+    ids: list[bytes]
+    results: list[SerializedValue] = values()
+
+
+@_message
+@dataclass(repr=False, eq=False)
+class HandBack(Message):
+    """A direct call whose host went away before answering, on instance `incarnation` of its
+    actor: the driver owns its results from now on and retries it or fails it by its rules."""
+
+    KIND: ClassVar[str] = "hand_back"
+
+    call: ActorCallSpec = spec()
+    incarnation: int = 0
+
+
+@dataclass(repr=False, eq=False)
+class DirectCallRecords(Message):
+    """Direct calls a host finished since it was last asked: [call id, method, arrived,
+    ended, error or None] each (times in wall-clock seconds)."""
+
+    records: Any = pickled()
+
+
+@_message
+@dataclass(repr=False, eq=False)
+class ListDirectCalls(Message):
+    """Driver to actor host: the direct calls it finished since it was last asked (the state API)."""
+
+    KIND: ClassVar[str] = "list_direct_calls"
+    REPLY: ClassVar[type[Message]] = DirectCallRecords

@@ -1,0 +1,425 @@
+"""Actor calls a worker sends straight to the actor's host, and their results, kept here.
+
+A task or actor that calls an actor asks its driver once where the actor's host takes calls
+(its gate: an address and a secret, `foreign_calls.py`), then sends each call there as the
+driver would (`CallMethod`) on one connection per host, in submission order, and the host
+answers (`CallDone`) on that connection. The results stay in this process: `get` and `wait`
+of them are answered here, and a synchronous call is one frame each way.
+
+The driver learns of a result only when a ref to it leaves this process (pickled into
+arguments, a put, a return value): the object is then handed over (`HandOver`), and its value
+follows when it is known (`HandOverDone`); from then on the driver owns it. A call whose
+host went away before answering is handed back to the driver (`HandBack`), which retries or
+fails it by Ray's rules, as it does its own calls.
+
+Calls go through the driver instead while the actor is not running, belongs to another
+driver, or this process has calls to it still queued in the driver (a caller's calls never
+overtake each other), and for generator methods and calls that retry exceptions.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fray_ray._private import messages
+from fray_ray._private.core import object_ref
+from fray_ray._private.core.cancelled_calls import cancelled_call_error
+from fray_ray._private.core.object_ref import ObjectRef
+from fray_ray._private.core.task_spec import ActorCallSpec
+from fray_ray._private.messages import (
+    AskRoute,
+    CallDone,
+    CallMethod,
+    CancelCall,
+    HandBack,
+    HandOver,
+    HandOverDone,
+    Route,
+)
+from fray_ray._private.objects.refcount import LocalReferenceCounter
+from fray_ray._private.objects.serialization import SerializedValue, serialize_error
+from fray_ray._private.stream.frames import MessageTooLarge
+from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
+from fray_ray._private.stream.stream_server import introduce
+from fray_ray._private.workers.task_interrupts import reading_until, wait_for_reply
+
+#: How long after a "call through the driver" answer a caller asks again (doubling to the
+#: longest while the answer stays the same): a routing choice, no result depends on it.
+ASK_AGAIN_S = 0.05
+ASK_AGAIN_LONGEST_S = 2.0
+#: How long connecting to a host's gate may take before calls go through the driver.
+CONNECT_TIMEOUT_S = 10.0
+
+
+@dataclass(eq=False)
+class _Call:
+    """A direct call in flight: what the driver needs if it is handed back."""
+
+    spec: ActorCallSpec
+    incarnation: int
+    link: _HostLink
+    future: concurrent.futures.Future[list[SerializedValue]]
+    #: refs to the objects its arguments name, kept until it ends (the host fetches them); None once ended
+    keep: list[ObjectRef[Any]] | None
+    cancelled: bool = False
+
+
+@dataclass(eq=False)
+class _HostLink:
+    """The connection to one actor host's gate."""
+
+    address: str
+    connection: Connection
+    lock: threading.Lock = field(default_factory=threading.Lock)  # keeps sends in order
+    in_flight: dict[bytes, _Call] = field(default_factory=dict)
+    closed: bool = False
+
+
+@dataclass(eq=False)
+class _ActorWay:
+    """How this process reaches one actor."""
+
+    link: _HostLink | None = None
+    incarnation: int = 0
+    asked_at: float = float("-inf")
+    ask_again_s: float = ASK_AGAIN_S
+    #: this process's calls to it sent through the driver that may not have ended
+    through_driver: list[bytes] = field(default_factory=list)
+
+
+class DirectCalls:
+    """The direct calls of one worker process and the results they made. Thread-safe."""
+
+    def __init__(self, session: Connection, references: LocalReferenceCounter) -> None:
+        """`references`: the process's counts of refs and handles; a call in flight counts as a
+        handle to its actor, which ends when its last handle goes only after its calls end."""
+        self._session = session
+        self._references = references
+        #: held while a call is routed and sent, and while a closed link's calls are handed back,
+        #: so that no call of this process overtakes an earlier one on its way to the driver
+        self._order = threading.RLock()
+        self._lock = threading.Lock()  # guards the tables below
+        self._ways: dict[bytes, _ActorWay] = {}
+        self._links: dict[str, _HostLink] = {}
+        self._calls: dict[bytes, _Call] = {}  # call id -> call in flight
+        #: return id -> its call's id, while this process holds the result (or waits for it)
+        self._producers: dict[bytes, bytes] = {}
+        self._values: dict[bytes, SerializedValue] = {}
+        self._handed_over: set[bytes] = set()
+        #: handed over, no ref left here, the call still running: its value goes to the driver
+        self._released: set[bytes] = set()
+        self._changed = threading.Condition(self._lock)  # a result arrived (for `wait`)
+        self.sent = 0  # calls sent straight to hosts (tests read it)
+        object_ref.set_escape_hook(self.escaped)
+
+    # ---- submitting ----------------------------------------------------------------------
+
+    def submit(self, spec: ActorCallSpec, through_driver: Callable[[], list[Any]]) -> list[Any]:
+        """Send `spec` to its actor's host, or through the driver (`through_driver()`)."""
+        if spec.num_returns in ("streaming", "dynamic") or spec.retry_exceptions:
+            return through_driver()
+        with self._lock:
+            way = self._ways.setdefault(spec.actor_id, _ActorWay())
+        with self._order:
+            link = self._route(spec.actor_id, way)
+            if link is None:
+                refs = through_driver()
+                way.through_driver.append(spec.call_id)
+                return refs
+            return self._send(spec, way, link, through_driver)
+
+    def _route(self, actor_id: bytes, way: _ActorWay) -> _HostLink | None:
+        """The live link to the actor's host, asking the driver if it is time; None: through the driver."""
+        if way.link is not None and not way.link.closed:
+            return way.link
+        way.link = None
+        now = time.monotonic()
+        if now - way.asked_at < way.ask_again_s:
+            return None
+        way.asked_at = now
+        try:
+            route: Route = messages.call(self._session, AskRoute(actor_id, list(way.through_driver)))
+        except (ConnectionClosed, RemoteError):
+            return None
+        way.through_driver = list(route.pending)
+        if route.address is None:
+            way.ask_again_s = min(way.ask_again_s * 2, ASK_AGAIN_LONGEST_S)
+            return None
+        way.ask_again_s = ASK_AGAIN_S
+        link = self._link(route.address, route.token)
+        if link is not None:
+            way.link, way.incarnation = link, route.incarnation
+        return link
+
+    def _link(self, address: str, token: str) -> _HostLink | None:
+        with self._lock:
+            link = self._links.get(address)
+        if link is not None and not link.closed:
+            return link
+        try:
+            connection, _ = introduce(address, {"token": token}, name="direct-calls", timeout=CONNECT_TIMEOUT_S)
+        except (ConnectionClosed, RemoteError, OSError, ValueError):
+            return None
+        link = _HostLink(address, connection)
+        connection.add_close_callback(lambda _: self._link_closed(link))
+        connection.start(messages.handlers({}, batched={CallDone: lambda _, done: self._answered(link, done)}))
+        with self._lock:
+            self._links[address] = link
+        return link
+
+    def _send(self, spec: ActorCallSpec, way: _ActorWay, link: _HostLink, through_driver: Callable[[], list[Any]]) -> list[Any]:
+        arguments = spec.arguments
+        named = (*arguments.value.contained_refs, *((arguments.stored,) if arguments.stored else ()))
+        call = _Call(spec, way.incarnation, link, concurrent.futures.Future(), [ObjectRef(oid) for oid in named])
+        refs = [ObjectRef(oid, _announced=True) for oid in spec.return_ids]
+        self._references.add(spec.actor_id)  # released as the call ends (`_ended`)
+        with self._lock:
+            self._calls[spec.call_id] = call
+            for oid in spec.return_ids:
+                self._producers[oid] = spec.call_id
+        message = CallMethod.of(spec, self._ready_value)
+        with link.lock:
+            alone = not link.in_flight
+            sent = not link.closed
+            if sent:
+                link.in_flight[spec.call_id] = call
+                try:
+                    messages.notify(link.connection, message, defer=not alone)
+                except ConnectionClosed:
+                    sent = link.in_flight.pop(spec.call_id, None) is None  # gone with the link's close
+                except MessageTooLarge:  # the driver's path says which limit it exceeds, as for its calls
+                    link.in_flight.pop(spec.call_id, None)
+                    sent = False
+        if not sent:  # never left: it goes through the driver, after the calls handed back before it
+            if link.closed:
+                self._link_closed(link)
+            with self._lock:
+                self._calls.pop(spec.call_id, None)
+                for oid in spec.return_ids:
+                    self._producers.pop(oid, None)
+            self._ended(call)
+            if link.closed:
+                way.link = None
+            through_driver()
+            way.through_driver.append(spec.call_id)
+            return refs
+        self.sent += 1
+        return refs
+
+    def _ended(self, call: _Call) -> None:
+        """The call needs neither its arguments' objects nor its actor from this process any more."""
+        if call.keep is not None:
+            call.keep = None
+            self._references.release_later(call.spec.actor_id)
+
+    def _ready_value(self, object_id: bytes) -> SerializedValue | None:
+        return self._values.get(object_id)
+
+    # ---- answers -------------------------------------------------------------------------
+
+    def _answered(self, link: _HostLink, answers: Sequence[CallDone]) -> None:
+        ended = []
+        with link.lock:
+            for done in answers:
+                call = link.in_flight.pop(done.call, None)
+                if call is not None:
+                    ended.append((call, done.results))
+        self._finish(ended)
+
+    def _finish(self, ended: Iterable[tuple[_Call, Sequence[SerializedValue]]]) -> None:
+        handed: list[tuple[bytes, SerializedValue]] = []
+        with self._lock:
+            for call, results in ended:
+                self._calls.pop(call.spec.call_id, None)
+                if call.cancelled:
+                    continue
+                for oid, value in zip(call.spec.return_ids, results):
+                    if oid not in self._producers:
+                        continue  # nothing refers to it any more
+                    if oid in self._handed_over:
+                        handed.append((oid, value))
+                    if oid in self._released:
+                        self._released.discard(oid)
+                        self._handed_over.discard(oid)
+                        del self._producers[oid]
+                    else:
+                        self._values[oid] = value
+            self._changed.notify_all()
+        for call, results in ended:
+            self._ended(call)
+            if not call.future.done():
+                call.future.set_result(list(results))
+        if handed:
+            self._notify(HandOverDone([oid for oid, _ in handed], [value for _, value in handed]))
+        for call, _ in ended:
+            call.link.connection.wake_lender()
+
+    def _link_closed(self, link: _HostLink) -> None:
+        """The host went away (or its gate closed): calls it did not answer go back to the driver."""
+        with self._order:
+            self._hand_back(link)
+        link.connection.close()
+
+    def _hand_back(self, link: _HostLink) -> None:
+        with link.lock:
+            link.closed = True
+            unanswered, link.in_flight = list(link.in_flight.values()), {}
+        with self._lock:
+            if self._links.get(link.address) is link:
+                del self._links[link.address]
+            wanted = []  # calls whose results something still refers to
+            for call in unanswered:
+                self._calls.pop(call.spec.call_id, None)
+                if any(oid in self._producers for oid in call.spec.return_ids):
+                    wanted.append(call)
+                for oid in call.spec.return_ids:
+                    self._producers.pop(oid, None)  # the driver's from now on
+                    self._handed_over.discard(oid)
+                    self._released.discard(oid)
+            self._changed.notify_all()
+        for call in wanted:
+            self._notify(HandBack(call.spec, call.incarnation))
+            way = self._ways.get(call.spec.actor_id)
+            if way is not None:  # its later calls go through the driver until this one ended
+                way.through_driver.append(call.spec.call_id)
+        for call in unanswered:
+            self._ended(call)
+            call.future.set_result([])  # waiters look again: the driver has these now
+
+    # ---- reading results -----------------------------------------------------------------
+
+    def holds(self, object_id: bytes) -> bool:
+        return object_id in self._producers and object_id not in self._released
+
+    def values(self, object_ids: Sequence[bytes], timeout: float | None) -> dict[bytes, SerializedValue]:
+        """The values of those of `object_ids` this process holds, waiting for them; ids that
+        went to the driver meanwhile are left out. Raises TimeoutError."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        found: dict[bytes, SerializedValue] = {}
+        for object_id in object_ids:
+            while True:
+                with self._lock:
+                    value = self._values.get(object_id)
+                    call_id = self._producers.get(object_id)
+                    call = self._calls.get(call_id) if call_id is not None else None
+                if value is not None:
+                    found[object_id] = value
+                    break
+                if call is None:
+                    break  # the driver's now
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not call.future.done():
+                    _read_answer(call, remaining)
+                    remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                wait_for_reply(call.future, remaining)
+        return found
+
+    def wait(self, object_ids: Sequence[bytes], num_returns: int, timeout: float | None) -> set[bytes] | None:
+        """Which of `object_ids` (all held here) are ready: `num_returns` of them, or fewer
+        once `timeout` passes; None as soon as one of them went to the driver (wait there)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while True:
+                if any(oid not in self._producers or oid in self._released for oid in object_ids):
+                    return None
+                ready = {oid for oid in object_ids if oid in self._values}
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if len(ready) >= num_returns or (remaining is not None and remaining <= 0):
+                    return ready
+                self._changed.wait(remaining)
+
+    # ---- refs leaving the process, and forgetting ----------------------------------------
+
+    def escaped(self, object_id: bytes) -> None:
+        """A ref to `object_id` is being pickled: if it is one of ours, the driver takes it over."""
+        if object_id in self._producers:
+            self.hand_over([object_id])
+
+    def hand_over(self, object_ids: Iterable[bytes]) -> None:
+        with self._lock:
+            ids = [oid for oid in object_ids if oid in self._producers and oid not in self._handed_over]
+            self._handed_over.update(ids)
+            producers = [self._producers[oid] for oid in ids]
+            ready = [(oid, self._values[oid]) for oid in ids if oid in self._values]
+        if not ids:
+            return
+        self._notify(HandOver(ids, producers))
+        if ready:
+            self._notify(HandOverDone([oid for oid, _ in ready], [value for _, value in ready]))
+
+    def forget(self, object_ids: list[bytes]) -> list[bytes]:
+        """Refs to these are gone from this process: drop the results held here; returns the
+        ids the driver counts this process's refs to (all but ours it never took over)."""
+        if not self._producers:
+            return object_ids
+        with self._lock:
+            driver_ids = []
+            for oid in object_ids:
+                if oid not in self._producers:
+                    driver_ids.append(oid)
+                    continue
+                value = self._values.pop(oid, None)
+                if oid not in self._handed_over:
+                    del self._producers[oid]
+                    continue
+                driver_ids.append(oid)
+                if value is None and self._producers[oid] in self._calls:
+                    self._released.add(oid)  # its value still goes to the driver as it comes
+                else:
+                    del self._producers[oid]
+                    self._handed_over.discard(oid)
+        return driver_ids
+
+    # ---- cancel --------------------------------------------------------------------------
+
+    def cancel(self, object_id: bytes, force: bool) -> bool:
+        """Cancel the direct call that makes `object_id`; False if it is not one of ours."""
+        with self._lock:
+            call_id = self._producers.get(object_id)
+            call = self._calls.get(call_id) if call_id is not None else None
+        if call is None:
+            return object_id in self._producers  # done already: nothing to cancel
+        if force:
+            raise ValueError("force=True is not supported for actor tasks.")
+        with call.link.lock:
+            if call.link.in_flight.pop(call.spec.call_id, None) is None:
+                return True  # answered meanwhile
+        error = serialize_error(cancelled_call_error(
+            call.spec.call_id, class_name=call.spec.name or "Actor", method=call.spec.method,
+            actor_id=call.spec.actor_id, pid=None, coroutine_running=False,
+        ))
+        self._finish([(call, [error] * len(call.spec.return_ids))])
+        call.cancelled = True
+        try:
+            messages.notify(call.link.connection, CancelCall(call.spec.call_id))
+        except ConnectionClosed:
+            pass
+        return True
+
+    def _notify(self, message: messages.Message) -> None:
+        try:
+            messages.notify(self._session, message)
+        except ConnectionClosed:
+            pass
+
+    def close(self) -> None:
+        """The process ends: calls not answered yet go back to the driver, which may still be
+        waiting for their results."""
+        object_ref.set_escape_hook(None)
+        with self._lock:
+            links = list(self._links.values())
+        for link in links:
+            self._link_closed(link)
+
+
+def _read_answer(call: _Call, timeout: float | None) -> None:
+    """Read the call's connection on this thread until its answer is in (no thread is woken
+    for it), the time is up, or this task is cancelled (raised once the reading has stopped)."""
+    connection = call.link.connection
+    with reading_until(connection.wake_lender) as interrupted:
+        connection.serve_until(lambda: call.future.done() or interrupted(), timeout)

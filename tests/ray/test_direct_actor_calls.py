@@ -1,0 +1,412 @@
+"""Tasks and actors call actors straight on the actor's host: real worker processes on the
+embedded cluster. The driver process is this test's: it counts the calls that reach it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import fray_ray
+from fray_ray._private.core import runtime_slot
+from fray_ray.exceptions import ActorDiedError, TaskCancelledError
+
+
+@pytest.fixture(scope="module")
+def session(cluster_session: fray_ray.RayContext) -> fray_ray.RayContext:
+    return cluster_session
+
+
+@pytest.fixture
+def driver_calls(session: fray_ray.RayContext) -> Iterator[list[bytes]]:
+    """The ids of the actor calls the driver accepts while the test runs (from itself or a worker)."""
+    actors = runtime_slot.current().actors
+    seen: list[bytes] = []
+    original = actors.submit_call
+
+    def counted(call: Any) -> None:
+        seen.append(call.call_id)
+        original(call)
+
+    actors.submit_call = counted
+    try:
+        yield seen
+    finally:
+        del actors.submit_call
+
+
+@fray_ray.remote
+class Counter:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def incr(self, by: int = 1) -> int:
+        self.count += by
+        return self.count
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def _direct_sent() -> int:
+    """How many calls this worker process sent straight to actor hosts."""
+    direct = runtime_slot.current().direct
+    return 0 if direct is None else direct.sent
+
+
+@fray_ray.remote
+def call_in_order(counter: Any, count: int) -> tuple[list[int], list[int], int]:
+    one_by_one = [fray_ray.get(counter.incr.remote()) for _ in range(count)]
+    pipelined = fray_ray.get([counter.incr.remote() for _ in range(count)])
+    return one_by_one, pipelined, _direct_sent()
+
+
+def test_a_task_calls_an_actor_in_order_without_the_driver(driver_calls: list[bytes]) -> None:
+    counter = Counter.remote()
+    assert fray_ray.get(counter.incr.remote()) == 1  # the driver's own call: it is up
+    driver_calls.clear()
+    one_by_one, pipelined, sent = fray_ray.get(call_in_order.remote(counter, 300))
+    assert one_by_one == list(range(2, 302))
+    assert pipelined == list(range(302, 602))
+    assert sent >= 600
+    assert driver_calls == []
+
+
+@fray_ray.remote
+class Caller:
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    def calls(self, count: int) -> tuple[list[int], int]:
+        values = [fray_ray.get(self.target.incr.remote()) for _ in range(count)]
+        return values, _direct_sent()
+
+
+def test_an_actor_calls_an_actor_directly(driver_calls: list[bytes]) -> None:
+    counter = Counter.remote()
+    fray_ray.get(counter.incr.remote())
+    caller = Caller.remote(counter)
+    driver_calls.clear()
+    values, sent = fray_ray.get(caller.calls.remote(100))
+    assert values == list(range(2, 102))
+    assert sent >= 100
+    assert len(driver_calls) == 1  # the driver's own call to `calls`
+
+
+@fray_ray.remote
+def pass_on(counter: Any) -> list[int]:
+    return fray_ray.get(call_in_order.remote(counter, 5))[0]
+
+
+def test_a_handle_passed_on_twice() -> None:
+    counter = Counter.remote()
+    fray_ray.get(counter.incr.remote())
+    assert fray_ray.get(pass_on.remote(counter)) == [2, 3, 4, 5, 6]
+
+
+@fray_ray.remote
+def double(value: int) -> int:
+    return value * 2
+
+
+@fray_ray.remote
+def results_that_leave(counter: Any) -> tuple[int, list[Any], list[int]]:
+    first = counter.incr.remote(10)
+    nested = fray_ray.get(double.remote(first))  # a top-level argument of another task
+    inside = fray_ray.get(double.remote([first]))  # nested: the task gets the ref, not the value
+    late = counter.incr.remote(5)  # not yet known here when it leaves
+    ready, _ = fray_ray.wait([late], num_returns=1)
+    return nested, [late], [inside == [first, first], len(ready)]
+
+
+def test_direct_results_that_leave_the_caller_work_everywhere() -> None:
+    counter = Counter.remote()
+    nested, holder, checks = fray_ray.get(results_that_leave.remote(counter))
+    assert nested == 20
+    assert checks == [True, 1]
+    assert fray_ray.get(holder[0]) == 15  # a ref returned inside a value reaches the driver
+
+
+@fray_ray.remote
+def passes_to_actor(counter: Any) -> int:
+    made = counter.incr.remote(7)
+    return fray_ray.get(counter.incr.remote(made))  # a direct result as a direct call's argument
+
+
+def test_a_direct_result_as_an_argument_of_the_next_call() -> None:
+    counter = Counter.remote()
+    assert fray_ray.get(passes_to_actor.remote(counter)) == 14
+
+
+@fray_ray.remote(max_restarts=1, max_task_retries=1)
+class CrashesOnce:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def work(self, crash: bool) -> str:
+        self.calls += 1
+        if crash and not fray_ray.get_runtime_context().was_current_actor_reconstructed:
+            os._exit(1)
+        return f"calls={self.calls}"
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+@fray_ray.remote
+def survive_restart(actor: Any) -> tuple[str, str, int]:
+    before = fray_ray.get(actor.work.remote(False))
+    during = fray_ray.get(actor.work.remote(True))  # kills the first instance; retried on the next
+    return before, during, _direct_sent()
+
+
+def test_a_direct_call_is_retried_on_the_restarted_actor() -> None:
+    actor = CrashesOnce.remote()
+    first_pid = fray_ray.get(actor.pid.remote())
+    before, during, sent = fray_ray.get(survive_restart.remote(actor))
+    assert before == "calls=1"
+    assert during == "calls=1"  # the new instance ran it once
+    assert sent >= 2
+    assert fray_ray.get(actor.pid.remote()) != first_pid
+
+
+@fray_ray.remote(max_restarts=0)
+class Fragile:
+    def ping(self) -> str:
+        return "pong"
+
+    def die(self) -> None:
+        os._exit(1)
+
+
+@fray_ray.remote
+def call_until_dead(actor: Any) -> tuple[str, str]:
+    first = fray_ray.get(actor.ping.remote())
+    try:
+        fray_ray.get(actor.die.remote())
+    except ActorDiedError as exc:
+        return first, type(exc).__name__
+    return first, "no error"
+
+
+def test_a_direct_call_fails_with_actor_died_when_no_restart_is_left() -> None:
+    actor = Fragile.remote()
+    fray_ray.get(actor.ping.remote())
+    assert fray_ray.get(call_until_dead.remote(actor)) == ("pong", "ActorDiedError")
+
+
+@fray_ray.remote(concurrency_groups={"control": 1})
+class Gate:
+    def __init__(self) -> None:
+        self.opened = threading.Event()
+
+    def blocked(self) -> str:
+        self.opened.wait()
+        return "through"
+
+    def after(self) -> str:
+        return "after"
+
+    @fray_ray.method(concurrency_group="control")
+    def open(self) -> None:
+        self.opened.set()
+
+
+@fray_ray.remote
+def cancel_a_queued_call(gate: Any) -> tuple[str, str, str]:
+    running = gate.blocked.remote()
+    queued = gate.after.remote()
+    fray_ray.cancel(queued)
+    gate.open.remote()  # another concurrency group: it runs while `blocked` waits
+    try:
+        fray_ray.get(queued)
+        outcome = "ran"
+    except TaskCancelledError:
+        outcome = "cancelled"
+    return fray_ray.get(running), outcome, fray_ray.get(gate.after.remote())
+
+
+def test_cancel_and_concurrency_groups_of_direct_calls() -> None:
+    gate = Gate.remote()
+    fray_ray.get(gate.after.remote())
+    assert fray_ray.get(cancel_a_queued_call.remote(gate)) == ("through", "cancelled", "after")
+
+
+@fray_ray.remote
+class AsyncAdder:
+    async def add(self, a: int, b: int) -> int:
+        await asyncio.sleep(0)
+        return a + b
+
+
+@fray_ray.remote
+def many_async_calls(adder: Any) -> tuple[list[int], int]:
+    return fray_ray.get([adder.add.remote(i, i) for i in range(50)]), _direct_sent()
+
+
+def test_an_async_actor_answers_direct_calls() -> None:
+    adder = AsyncAdder.remote()
+    fray_ray.get(adder.add.remote(0, 0))
+    values, sent = fray_ray.get(many_async_calls.remote(adder))
+    assert values == [2 * i for i in range(50)]
+    assert sent >= 50
+
+
+@fray_ray.remote
+def first_calls_while_it_starts(count: int) -> list[int]:
+    counter = Counter.remote()  # made here: its first calls go through the driver, later ones not
+    return [fray_ray.get(counter.incr.remote()) for _ in range(count)] + fray_ray.get(
+        [counter.incr.remote() for _ in range(count)])
+
+
+def test_calls_stay_in_order_when_they_switch_to_the_direct_path() -> None:
+    assert fray_ray.get(first_calls_while_it_starts.remote(200)) == list(range(1, 401))
+
+
+@fray_ray.remote
+class Named:
+    def listed_method(self) -> int:
+        return 1
+
+    def failing_method(self) -> None:
+        raise ValueError("listed failure")
+
+
+@fray_ray.remote
+def call_for_the_state_api(actor: Any) -> int:
+    fray_ray.get([actor.listed_method.remote() for _ in range(3)])
+    try:
+        fray_ray.get(actor.failing_method.remote())
+    except ValueError:
+        pass
+    return _direct_sent()
+
+
+def test_the_state_api_lists_direct_calls(driver_calls: list[bytes]) -> None:
+    from fray_ray.util.state import list_tasks
+
+    actor = Named.remote()
+    fray_ray.get(actor.listed_method.remote())
+    driver_calls.clear()
+    assert fray_ray.get(call_for_the_state_api.remote(actor)) >= 4
+    assert driver_calls == []
+    rows = list_tasks(filters=[("name", "=", "Named.listed_method")], limit=100)
+    assert len(rows) == 4  # one through the driver, three straight to the host
+    assert {row.state for row in rows} == {"FINISHED"}
+    failed = list_tasks(filters=[("name", "=", "Named.failing_method")])
+    assert [row.state for row in failed] == ["FAILED"]
+    assert failed[0].type == "ACTOR_TASK"
+
+
+@fray_ray.remote(concurrency_groups={"control": 1})
+class Slow:
+    def __init__(self) -> None:
+        self.opened = threading.Event()
+
+    def wait_open(self) -> str:
+        self.opened.wait()
+        return "open"
+
+    @fray_ray.method(concurrency_group="control")
+    def open(self) -> None:
+        self.opened.set()
+
+
+@fray_ray.remote
+class Keeper:
+    def __init__(self) -> None:
+        self.kept: list[Any] = []
+
+    def keep(self, refs: list[Any]) -> None:
+        self.kept = refs
+
+    def kept_refs(self) -> list[Any]:
+        return self.kept
+
+
+@fray_ray.remote(max_retries=0)
+def hand_out_and_die(slow: Any, keeper: Any) -> None:
+    pending = slow.wait_open.remote()
+    fray_ray.get(keeper.keep.remote([pending]))  # the ref leaves this process before its value is known
+    os._exit(1)
+
+
+def test_a_handed_over_result_fails_with_owner_died_when_its_caller_dies() -> None:
+    from fray_ray.exceptions import OwnerDiedError, WorkerCrashedError
+
+    slow, keeper = Slow.remote(), Keeper.remote()
+    fray_ray.get(keeper.kept_refs.remote())
+    with pytest.raises(WorkerCrashedError):
+        fray_ray.get(hand_out_and_die.remote(slow, keeper))
+    (pending,) = fray_ray.get(keeper.kept_refs.remote())
+    fray_ray.get(slow.open.remote())
+    with pytest.raises(OwnerDiedError):
+        fray_ray.get(pending, timeout=60)
+
+
+@fray_ray.remote(max_restarts=1, max_task_retries=-1)
+class Journal:
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+
+    def step(self, number: int, crash: bool = False) -> list[int]:
+        if crash and not fray_ray.get_runtime_context().was_current_actor_reconstructed:
+            os._exit(1)
+        self.steps.append(number)
+        return list(self.steps)
+
+
+@fray_ray.remote
+def pipeline_across_a_restart(journal: Any) -> list[list[int]]:
+    before = [fray_ray.get(journal.step.remote(0)), fray_ray.get(journal.step.remote(1))]
+    in_flight = [journal.step.remote(2, crash=True), journal.step.remote(3), journal.step.remote(4)]
+    after = journal.step.remote(5)  # made while the others may be on their way back to the driver
+    return before + fray_ray.get(in_flight) + [fray_ray.get(after)]
+
+
+def test_pipelined_direct_calls_keep_their_order_across_a_restart() -> None:
+    journal = Journal.remote()
+    fray_ray.get(journal.step.remote(-1))
+    results = fray_ray.get(pipeline_across_a_restart.remote(journal))
+    assert results == [[-1, 0], [-1, 0, 1], [2], [2, 3], [2, 3, 4], [2, 3, 4, 5]]
+
+
+@fray_ray.remote
+class AwaitsAnother:
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    async def twice(self) -> list[int]:
+        first = await self.target.incr.remote()
+        second = await self.target.incr.remote()
+        return [first, second]
+
+
+def test_an_async_actor_awaits_direct_call_results() -> None:
+    counter = Counter.remote()
+    fray_ray.get(counter.incr.remote())
+    assert fray_ray.get(AwaitsAnother.remote(counter).twice.remote()) == [2, 3]
+
+
+@fray_ray.remote
+def get_with_a_timeout(gate: Any) -> str:
+    blocked = gate.blocked.remote()
+    try:
+        fray_ray.get(blocked, timeout=0.5)
+        outcome = "no timeout"
+    except fray_ray.exceptions.GetTimeoutError:
+        outcome = "timed out"
+    ready, _ = fray_ray.wait([blocked], num_returns=1, timeout=0.2)
+    gate.open.remote()
+    return f"{outcome}, {len(ready)} ready, then {fray_ray.get(blocked)}"
+
+
+def test_get_and_wait_with_timeouts_on_direct_results() -> None:
+    gate = Gate.remote()
+    fray_ray.get(gate.after.remote())
+    assert fray_ray.get(get_with_a_timeout.remote(gate)) == "timed out, 0 ready, then through"
+
