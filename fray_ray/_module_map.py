@@ -75,8 +75,9 @@ MODULE_MAP: tuple[ModuleEntry, ...] = (
                 "Intel, Apple, Neuron, NPU, HPU and other devices describe hardware Iris does not schedule"),
     ModuleEntry("ray._private.accelerators.accelerator", _P),
     ModuleEntry("ray._private.accelerators.tpu", _P, "the slice as the host's environment describes it "
-                "(`TPU_NAME`, `TPU_WORKER_ID`, `TPU_ACCELERATOR_TYPE`, `TPU_TOPOLOGY`); Ray also asks a GCE VM's "
-                "metadata server, which fray_ray does not; the old `_get_current_node_tpu_pod_type` and "
+                "(`TPU_NAME`, `TPU_WORKER_ID`, `TPU_ACCELERATOR_TYPE`, `TPU_TOPOLOGY`), which on Iris the "
+                "driver supplies to a process it places on a TPU host whose worker does not set them (docs/tpu.md); "
+                "Ray also asks a GCE VM's metadata server, which fray_ray does not; the old `_get_current_node_tpu_pod_type` and "
                 "`_get_current_node_tpu_worker_id` spellings work too"),
     ModuleEntry("ray._private.accelerators.nvidia_gpu", _PART, "the GPU count and visible devices; "
                 "`get_current_node_accelerator_type()` is None (Ray reads the model from the NVIDIA driver)"),
