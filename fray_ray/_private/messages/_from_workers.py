@@ -40,6 +40,8 @@ class Objects(Message):
     ids: list[bytes]
     found: list[SerializedValue] = values()
     shared: list[list[Any]] = field(default_factory=list)
+    #: values held by another process: [index in found, holder address, size] (`remote_values`)
+    held: list[list[Any]] = field(default_factory=list)
 
 
 @dataclass(repr=False, eq=False)
@@ -132,6 +134,8 @@ class TaskDone(Message):
     ran_s: float | None = None  # how long the task ran, as the executor measured it
     #: a `num_returns="dynamic"` generator raised after sending its items so far as `Yield`s
     generator_failed: bool = False
+    #: results this executor holds: [index in results, its holder address, size] (`remote_values`)
+    held: list[list[Any]] = field(default_factory=list)
 
 
 @_message

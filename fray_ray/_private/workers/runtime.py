@@ -66,6 +66,7 @@ from fray_ray._private.observe.metrics import stop_reporting
 from fray_ray._private.stream.buffers import WORKER_BLOCKS
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.stream.stream_server import introduce
+from fray_ray._private.workers.held_results import WORKER_HOLDER
 from fray_ray._private.workers.task_interrupts import wait_for_reply
 from fray_ray.exceptions import GetTimeoutError
 
@@ -192,6 +193,8 @@ class WorkerRuntime:
 
             raise RaySystemError(f"lost the connection to the driver: {exc}") from exc
         values = answer.found
+        if answer.held:  # held by other processes: fetched from each holder, not through the driver
+            values = _fetched_from_holders(answer.ids, values, answer.held)
         if answer.shared:
             try:
                 values = WORKER_BORROWS.attach(self.connection, values, answer.shared, _return_leases)
@@ -387,6 +390,12 @@ def _rebuild_remote_error(error: RemoteError) -> BaseException:
     return exceptions.RaySystemError(f"{kind}: {error.message}")
 
 
+def _fetched_from_holders(ids: list[bytes], values: list[SerializedValue], held: list[list[Any]]) -> list[SerializedValue]:
+    wanted = [(ids[index], holder) for index, holder, _ in held]
+    fetched = WORKER_HOLDER.fetch(wanted)
+    return [fetched.get(object_id, value) for object_id, value in zip(ids, values)]
+
+
 def _return_leases(connection: Connection, leases: list[int]) -> None:
     try:
         messages.notify(connection, ReturnShared(leases))
@@ -421,6 +430,8 @@ def open_session(
     runtime = WorkerRuntime(connection)
     runtime.reads_shared_memory = bool(identity)
     runtime.set_info(messages.reply_of(hello, (info, [])))
+    if not in_process:
+        WORKER_HOLDER.configure(token, runtime.object_store_memory)
     if on_runtime is not None:
         on_runtime(runtime)
     connection.start(dict(handlers))
