@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fray_ray._private.core.generators import ObjectRefGenerator
 from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.driver.streams import END, StreamTable
+from fray_ray._private.objects.holder_clients import HolderLost
 from fray_ray._private.objects.remote_values import RemoteResult
 from fray_ray._private.objects.serialization import SerializedValue, deserialize, deserialize_all
 from fray_ray._private.stream import read_hints
@@ -29,6 +30,10 @@ if TYPE_CHECKING:
     from fray_ray._private.objects.holder_clients import HolderClients
     from fray_ray._private.objects.object_table import ObjectTable
     from fray_ray._private.objects.refcount import LocalReferenceCounter
+
+
+#: Reads of one `get` that may meet a lost holder before the last one reports what it finds.
+READ_AGAIN = 4
 
 
 class DriverReads:
@@ -55,6 +60,14 @@ class DriverReads:
         return self._fetched([object_id], [value])[0] if type(value) is RemoteResult else value
 
     def get(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
+        for _ in range(READ_AGAIN - 1):
+            try:
+                return self._get_once(refs, timeout)
+            except HolderLost:
+                continue  # its values are being rebuilt, or failed: read them again
+        return self._get_once(refs, timeout)
+
+    def _get_once(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
         self.references.flush()
         object_ids = [r.binary() for r in refs]
         ready = self.objects.ready_values(object_ids)
@@ -203,7 +216,11 @@ class DriverReads:
             if future.done():
                 return
             if value is not None:
-                value = self._fetched_one(object_id, value)
+                try:
+                    value = self._fetched_one(object_id, value)
+                except HolderLost:  # being rebuilt, or failed now: wait for that
+                    self.objects.add_done_callback(object_id, done)
+                    return
             if value is None:
                 future.set_exception(self._lost(object_id))
             elif value.is_error:

@@ -89,6 +89,25 @@ class HeldLineage:
         for spec in done:
             self._objects.decref(spec.arguments.value.contained_refs)
 
+    def suspect(self, holder: str, then: Callable[[], None] = lambda: None) -> bool:
+        """A reader could not reach `holder`: if this process cannot either, its values are
+        rebuilt or failed now (True). `then` runs after, on a thread of its own (the check
+        may take a moment and must not hold up the caller's stream)."""
+        def check() -> None:
+            if not self._holders.reachable(holder):
+                self.holder_gone(holder)
+            then()
+
+        threading.Thread(target=check, name="holder-check", daemon=True).start()
+        return True
+
+    def unreachable(self, holder: str) -> bool:
+        """The driver's own read could not reach `holder` (see `HolderClients.on_unreachable`)."""
+        if self._holders.reachable(holder):
+            return False
+        self.holder_gone(holder)
+        return True
+
     def holder_gone(self, holder: str) -> None:
         """The process at `holder` exited: rebuild or fail each value it held."""
         self._holders.holder_gone(holder)

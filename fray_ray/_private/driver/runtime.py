@@ -167,6 +167,7 @@ class DriverRuntime(DriverReads):
         )
         self.lineage = HeldLineage(self.objects, self.holders, self.route_task, self.scheduler.spec_of)
         self.objects.on_remote_freed = self._remote_freed
+        self.holders.on_unreachable = self.lineage.unreachable
         self.scheduler.hand_off = self.lineage.hand_off
         self.actors = ActorManager(
             self.objects,

@@ -48,6 +48,7 @@ from fray_ray._private.messages import (
     GetObjects,
     GetResources,
     Hello,
+    HolderUnreachable,
     KillActor,
     ListNamedActors,
     Log,
@@ -151,6 +152,8 @@ class SessionService:
             ActorFailed: self._actor_failed,
             ActorExiting: self._actor_exiting,
             GetObjects: self._get,
+            HolderUnreachable: lambda connection, message_id, report: self._driver.lineage.suspect(
+                report.holder, lambda: messages.reply(connection, message_id, Done())),
             GetAbandoned: self._get_abandoned,
             Wait: self._wait,
             Put: self._put,

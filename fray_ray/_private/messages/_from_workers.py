@@ -390,6 +390,18 @@ class ReturnShared(Message):
 
 @_message
 @dataclass(repr=False, eq=False)
+class HolderUnreachable(Message):
+    """The worker could not reach the holder of a value it read (`remote_values`): the driver
+    checks, and deals with the holder's loss before answering."""
+
+    KIND: ClassVar[str] = "holder_unreachable"
+    REPLY: ClassVar[type[Message]] = Done
+
+    holder: str
+
+
+@_message
+@dataclass(repr=False, eq=False)
 class Log(Message):
     """Lines a worker printed: [stream name, prefix, line] each."""
 

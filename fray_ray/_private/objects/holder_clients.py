@@ -37,6 +37,15 @@ def lost(object_id: bytes, holder: str, why: str, reason: str = "OBJECT_LOST") -
     ))
 
 
+class HolderLost(Exception):
+    """A holder could not be reached and its owner has now dealt with its loss: read the
+    objects again from the owner (they may be pending a rebuild, or failed)."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(holder)
+        self.holder = holder
+
+
 class HolderClients:
     """This process's streams to holders, by address. Thread-safe."""
 
@@ -54,6 +63,19 @@ class HolderClients:
         self._releases: queue.SimpleQueue[list[tuple[str, bytes]] | None] = queue.SimpleQueue()
         self._releaser: threading.Thread | None = None
         self.fetched_bytes = 0  # bytes that crossed a stream from a holder (not mapped)
+        #: on_unreachable(holder): tell the owner a holder cannot be reached; True if it has
+        #: now dealt with the loss (the read is then retried through the owner)
+        self.on_unreachable: Callable[[str], bool] | None = None
+
+    def reachable(self, holder: str) -> bool:
+        """Whether the process at `holder` still answers (the owner's check of a reader's report)."""
+        if self.is_gone(holder):
+            return False
+        try:
+            self._connection(holder)
+        except (OSError, ConnectionClosed, RemoteError):
+            return False
+        return True
 
     def holder_gone(self, holder: str) -> None:
         """The process at `holder` exited: reads of what it held fail at once from now on."""
@@ -67,7 +89,8 @@ class HolderClients:
 
     def fetch(self, wanted: Sequence[tuple[bytes, str]]) -> dict[bytes, SerializedValue]:
         """The values of (object id, holder) pairs; a value that cannot be fetched comes back
-        as an `ObjectLostError` to raise."""
+        as an `ObjectLostError` to raise. Raises HolderLost when a holder is unreachable and
+        the owner has dealt with it."""
         by_holder: dict[str, list[bytes]] = {}
         for object_id, holder in wanted:
             by_holder.setdefault(holder, []).append(object_id)
@@ -89,7 +112,12 @@ class HolderClients:
             values = unpack_values(body["values"], buffers)
             if body.get("shared"):
                 values = self.borrows.attach(connection, values, body["shared"], _return_leases)
-        except (OSError, ConnectionClosed, RemoteError, ValueError, TypeError, KeyError) as exc:
+        except (OSError, ConnectionClosed) as exc:
+            self._forget(holder)
+            if self.on_unreachable is not None and self.on_unreachable(holder):
+                raise HolderLost(holder) from exc
+            return {oid: lost(oid, holder, f"{type(exc).__name__}: {exc}") for oid in ids}
+        except (RemoteError, ValueError, TypeError, KeyError) as exc:
             self._forget(holder)
             return {oid: lost(oid, holder, f"{type(exc).__name__}: {exc}") for oid in ids}
         found: dict[bytes, SerializedValue] = dict(zip(body["ids"], values))

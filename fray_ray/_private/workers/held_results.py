@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fray_ray._private.objects.held_objects import HeldObjects, HolderServer
@@ -41,10 +41,13 @@ class WorkerHolder:
         self._held: HeldObjects | None = None
         self._server: HolderServer | None = None
         self._clients: HolderClients | None = None
+        self._report_unreachable: Callable[[str], bool] | None = None
 
-    def configure(self, token: str, object_store_memory: int) -> None:
-        """Called as the session opens (a worker process has one session at a time)."""
+    def configure(self, token: str, object_store_memory: int, report_unreachable: Callable[[str], bool]) -> None:
+        """Called as the session opens (a worker process has one session at a time);
+        `report_unreachable(holder)` tells the driver of a holder that does not answer."""
         with self._lock:
+            self._report_unreachable = report_unreachable
             self._token = token
             self._limit = object_store_memory if object_store_memory > 0 else DEFAULT_HELD_MEMORY
 
@@ -100,6 +103,7 @@ class WorkerHolder:
             if self._clients is None:
                 self._clients = HolderClients(self._token, WORKER_BORROWS, own_address=lambda: self.address,
                                               local=self._read_own)
+                self._clients.on_unreachable = self._report_unreachable
             return self._clients
 
     def _read_own(self, object_ids: list[bytes]) -> list[SerializedValue | None]:

@@ -40,6 +40,7 @@ from fray_ray._private.messages import (
     GetObjects,
     GetResources,
     Hello,
+    HolderUnreachable,
     KillActor,
     ListNamedActors,
     Message,
@@ -59,6 +60,7 @@ from fray_ray._private.messages import (
     WaitPlacementGroup,
     Welcome,
 )
+from fray_ray._private.objects.holder_clients import HolderLost
 from fray_ray._private.objects.refcount import LocalReferenceCounter
 from fray_ray._private.objects.serialization import SerializedValue, deserialize, deserialize_all, serialize
 from fray_ray._private.objects.shared_memory import WORKER_BORROWS, shared_memory_dir
@@ -161,8 +163,8 @@ class WorkerRuntime:
                 _, old = self._cache.popitem(last=False)
                 self._cache_bytes -= old.size
 
-    def fetch(self, object_ids: Sequence[bytes], timeout: float | None) -> dict[bytes, SerializedValue]:
-        """The stored values (or errors) of `object_ids`, from the cache or the driver."""
+    def fetch(self, object_ids: Sequence[bytes], timeout: float | None, _lost_again: int = 0) -> dict[bytes, SerializedValue]:
+        """The stored values (or errors) of `object_ids`, from the cache, the driver or their holders."""
         self.references.flush()
         found: dict[bytes, SerializedValue] = {}
         with self._cache_lock:
@@ -194,7 +196,12 @@ class WorkerRuntime:
             raise RaySystemError(f"lost the connection to the driver: {exc}") from exc
         values = answer.found
         if answer.held:  # held by other processes: fetched from each holder, not through the driver
-            values = _fetched_from_holders(answer.ids, values, answer.held)
+            try:
+                values = _fetched_from_holders(answer.ids, values, answer.held)
+            except HolderLost:
+                if _lost_again > 2:
+                    raise
+                return {**found, **self.fetch(missing, timeout, _lost_again + 1)}  # the driver dealt with it
         if answer.shared:
             try:
                 values = WORKER_BORROWS.attach(self.connection, values, answer.shared, _return_leases)
@@ -396,6 +403,15 @@ def _fetched_from_holders(ids: list[bytes], values: list[SerializedValue], held:
     return [fetched.get(object_id, value) for object_id, value in zip(ids, values)]
 
 
+def _report_unreachable(runtime: WorkerRuntime, holder: str) -> bool:
+    """Tell the driver a holder did not answer; it has dealt with that once it replies."""
+    try:
+        messages.call(runtime.connection, HolderUnreachable(holder))
+    except (ConnectionClosed, RemoteError):
+        return False
+    return True
+
+
 def _return_leases(connection: Connection, leases: list[int]) -> None:
     try:
         messages.notify(connection, ReturnShared(leases))
@@ -431,7 +447,7 @@ def open_session(
     runtime.reads_shared_memory = bool(identity)
     runtime.set_info(messages.reply_of(hello, (info, [])))
     if not in_process:
-        WORKER_HOLDER.configure(token, runtime.object_store_memory)
+        WORKER_HOLDER.configure(token, runtime.object_store_memory, lambda holder: _report_unreachable(runtime, holder))
     if on_runtime is not None:
         on_runtime(runtime)
     connection.start(dict(handlers))
