@@ -156,3 +156,23 @@ def test_an_idle_executor_hands_its_values_over_before_it_is_retired(hosts: Clus
     wait_for(lambda: not pid_alive(pid), what="the idle executor on host a to be retired")
     assert driver.objects.holders([ref.binary()]) == {}  # the driver holds it now
     assert int(fray_ray.get(ref)[0]) == 11
+
+
+def test_a_workers_large_put_stays_in_that_worker(hosts: Cluster) -> None:
+    @fray_ray.remote(resources={"a": 1})
+    def put_there(value: int) -> list[fray_ray.ObjectRef]:
+        return [fray_ray.put(np.full(SIZE, value, np.uint8))]
+
+    driver = runtime_state.current()
+    stored_before = driver.objects.store.used
+    (ref,) = fray_ray.get(put_there.remote(4))
+    assert driver.objects.holders([ref.binary()])  # held on host a, not in the driver
+    assert driver.objects.store.used - stored_before < INLINE_LIMIT
+    assert fray_ray.get(total_on_b.remote(ref)) == 4 * SIZE
+    assert int(fray_ray.get(ref)[0]) == 4
+
+    pid = fray_ray.get(holder_state.remote())["pid"]
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(pid), what="the holder to die")
+    with pytest.raises(ObjectReconstructionFailedError, match="ray.put"):  # a put has no lineage
+        fray_ray.get(ref, timeout=120)

@@ -23,7 +23,10 @@ from typing import Any
 from fray_ray._private.core.retry_policy import within_retries
 from fray_ray._private.core.task_spec import TaskSpec
 from fray_ray._private.objects.holder_clients import HolderClients, lost
+from fray_ray._private.objects.ids import OBJECT_ID_SIZE
 from fray_ray._private.objects.object_table import ObjectTable
+from fray_ray._private.objects.remote_values import with_remote_results
+from fray_ray._private.objects.serialization import SerializedValue
 from fray_ray._private.stream.protocol import Connection
 
 logger = logging.getLogger(__name__)
@@ -43,13 +46,30 @@ class HeldLineage:
         self._rebuilds: dict[bytes, int] = {}  # task id -> times it ran again to rebuild
         self._live: dict[bytes, int] = {}  # task id -> its objects still kept here
 
-    def results_held(self, connection: Connection, task_id: bytes, held: list[list[Any]]) -> None:
-        """An executor says it holds these results of `task_id` ([index, holder, size] each):
-        keep the task's lineage, and learn of the holder's end from its connection's."""
-        holder = held[0][1] if isinstance(held[0], list) and len(held[0]) == 3 else None
+    def put_held(self, connection: Connection, object_id: bytes | None, value: SerializedValue,
+                 held: list[list[Any]]) -> bytes:
+        """A worker's `ray.put` it keeps itself under `object_id`: record where (no lineage: a
+        put cannot be rebuilt). ValueError for an id that is no fresh put id."""
+        if not isinstance(object_id, bytes) or len(object_id) != OBJECT_ID_SIZE or object_id[-4:] != bytes(4):
+            raise ValueError("a held put must name a put id")
+        if self._objects.known(object_id):
+            raise ValueError(f"object {object_id.hex()} exists already")
+        (remote,) = with_remote_results([value], held)
+        self._note_holder(connection, held)
+        self._objects.put(object_id, remote)
+        return object_id
+
+    def _note_holder(self, connection: Connection, held: list[list[Any]]) -> None:
+        """Learn of the end of the holder an executor speaks for from its connection's."""
+        holder = held[0][1] if held and isinstance(held[0], list) and len(held[0]) == 3 else None
         if isinstance(holder, str) and connection.peer_info.get("holder") != holder:
             connection.peer_info["holder"] = holder
             connection.add_close_callback(lambda _closed: self.holder_gone(holder))
+
+    def results_held(self, connection: Connection, task_id: bytes, held: list[list[Any]]) -> None:
+        """An executor says it holds these results of `task_id` ([index, holder, size] each):
+        keep the task's lineage, and learn of the holder's end from its connection's."""
+        self._note_holder(connection, held)
         spec = None if connection.peer_info.get("kind") == "gang" else self._spec_of(task_id)
         if spec is not None:
             indices = [entry[0] for entry in held if isinstance(entry, list) and entry and isinstance(entry[0], int)]
@@ -116,6 +136,9 @@ class HeldLineage:
         with self._lock:
             for object_id in self._objects.held_by(holder):
                 spec = self._specs.get(object_id)
+                if spec is None and object_id[-4:] == bytes(4):  # index 0: a put
+                    failed.append((object_id, "OBJECT_UNRECONSTRUCTABLE_PUT", "it was made by ray.put()"))
+                    continue
                 if spec is None:
                     failed.append((object_id, "OBJECT_UNRECONSTRUCTABLE_LINEAGE_EVICTED", "its lineage was not kept"))
                     continue

@@ -374,7 +374,10 @@ class SessionService:
     def _put(self, connection: Connection, message_id: int | None, put: Put) -> None:
         assert message_id is not None
         try:
-            object_id = self._driver.store(put.value, copy=False)  # the frame's buffers are ours
+            if put.held:  # the worker keeps it: recorded by where it is
+                object_id = self._driver.lineage.put_held(connection, put.id, put.value, put.held)
+            else:
+                object_id = self._driver.store(put.value, copy=False)  # the frame's buffers are ours
         except Exception as exc:  # noqa: BLE001 - ObjectStoreFullError, raised at the worker's put
             connection.reply_error(message_id, type(exc).__name__, str(exc.args[0] if exc.args else exc))
             return

@@ -237,12 +237,15 @@ class Wait(Message):
 @_message
 @dataclass(repr=False, eq=False)
 class Put(Message):
-    """Store a value with the driver."""
+    """Store a value with the driver; or, with `held`, record that the worker holds it under
+    the put id `id` it chose ([0, holder address, size], `remote_values`)."""
 
     KIND: ClassVar[str] = "put"
     REPLY: ClassVar[type[Message]] = Stored
 
     value: SerializedValue = value()
+    id: bytes | None = None
+    held: list[list[Any]] = field(default_factory=list)
 
 
 @_message

@@ -120,8 +120,10 @@ class ObjectTable:
         `copy`: the buffers alias the caller's memory. Raises ObjectStoreFullError (and
         stores nothing) when the value fits neither in memory nor on disk.
         """
-        if value.is_error:
-            held: HeldValue = self.store.hold_anyway(value)
+        if type(value) is RemoteResult:
+            held: HeldValue = RemoteValue(value.holder, value.remote_size, value.contained_refs)
+        elif value.is_error:
+            held = self.store.hold_anyway(value)
         else:
             held = self.store.hold(object_id, value, copy=copy, make_room=self._make_room)
         with self._lock:

@@ -20,6 +20,7 @@ from typing import Any
 
 from fray_ray._private.objects.held_objects import HeldObjects, HolderServer
 from fray_ray._private.objects.holder_clients import HolderClients
+from fray_ray._private.objects.ids import new_put_id
 from fray_ray._private.objects.remote_values import held_entry
 from fray_ray._private.objects.serialization import INLINE_LIMIT, SerializedValue
 from fray_ray._private.objects.shared_memory import WORKER_BORROWS, shared_memory_dir
@@ -93,6 +94,20 @@ class WorkerHolder:
             held.append(held_entry(index, server.address, value.size))
             sent[index] = SerializedValue(b"", (), value.contained_refs, False)
         return sent, held
+
+    def keep_put(self, value: SerializedValue) -> tuple[bytes, list[list[Any]]] | None:
+        """Keep a large `ray.put` value here under a new put id: (id, where), or None to send
+        it to the driver (small, or this process cannot hold values)."""
+        if value.size <= INLINE_LIMIT or not self._token:
+            return None
+        object_id = new_put_id()
+        try:
+            server = self._started()
+            server.held.hold(object_id, value)
+        except Exception as exc:  # noqa: BLE001 - ObjectStoreFullError here: the driver may have room
+            logger.warning("cannot keep a put value here (%s); it goes to the driver", exc)
+            return None
+        return object_id, [held_entry(0, server.address, value.size)]
 
     def fetch(self, wanted: Sequence[tuple[bytes, str]]) -> dict[bytes, SerializedValue]:
         """The values of (object id, holder address) pairs, each from its holder."""

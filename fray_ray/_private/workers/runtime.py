@@ -145,9 +145,15 @@ class WorkerRuntime:
         too_large = too_large_for_store(serialized, self.object_store_memory, "The object put")
         if too_large is not None:
             raise too_large
+        kept = WORKER_HOLDER.keep_put(serialized)  # a large value stays in this process
+        if kept is not None:
+            object_id, held = kept
+            serialized = SerializedValue(b"", (), serialized.contained_refs, False)
         try:
-            stored = messages.call(self.connection, Put(serialized))
+            stored = messages.call(self.connection, Put(serialized, object_id, held) if kept else Put(serialized))
         except RemoteError as exc:
+            if kept is not None and WORKER_HOLDER.held is not None:
+                WORKER_HOLDER.held.release([kept[0]])
             raise _rebuild_remote_error(exc) from None
         return ObjectRef(stored.id, _announced=True)
 
