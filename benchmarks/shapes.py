@@ -23,6 +23,7 @@ class Kind(enum.Enum):
     LIFECYCLE = "lifecycle"  # the first (cold) session of a fresh interpreter
     SESSION = "session"  # inside one `init(num_cpus=2)` session shared by the batch
     CROSS_DRIVER = "cross_driver"  # a session a second driver process can join
+    MULTI_NODE = "multi_node"  # a head and two simulated nodes of `cluster_utils.Cluster` (`multi_node.py`)
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,11 @@ BASE_TARGETS: dict[str, Target] = {
     "envelope_get_s": Target(TargetKind.RATIO, 1.0, "≥ Ray's speed"),
     "envelope_queued_s": Target(TargetKind.RATIO, 1.0, "≥ Ray's speed"),
     "envelope_large_gbps": Target(TargetKind.RATIO, 1.0, "≥ Ray's GB/s"),
+    "node_to_node_100mb_gbps": Target(TargetKind.RATIO, 1.0, "≥ Ray's GB/s"),
+    "node_to_node_driver_cpu_s_per_gb": Target(TargetKind.AT_MOST, 0.1, "≤ 0.1 s per GB"),
+    "node_to_node_driver_peak_rss_mib": Target(TargetKind.AT_MOST, 100.0, "≤ 100 MiB above idle"),
+    "parallel_puts_gbps": Target(TargetKind.RATIO, 1.0, "≥ Ray's GB/s"),
+    "wait_one_of_1k": Target(TargetKind.RATIO, 1.0, "≥ Ray's rate"),
 }
 
 
@@ -250,6 +256,17 @@ def catalog(curves: Curves, timeout_scale: float = 1.0, envelope: EnvelopeSizes 
     add(Shape("cross_driver_calls", Kind.CROSS_DRIVER, "cross_driver", 180,
               "a second driver process calls a named actor the first one created", ()),
         Metric("cross_driver_calls", "calls/s", "higher", "call + get from the second driver, one at a time"))
+    add(Shape("node_to_node_100mb", Kind.MULTI_NODE, "multi_node", 300,
+              "8 × 100 MB arrays made by tasks on node A, summed by tasks on node B", ()),
+        Metric("node_to_node_100mb_gbps", "GB/s", "higher", "bytes moved A → B per second"),
+        Metric("node_to_node_driver_cpu_s_per_gb", "s", "lower", "the driver's CPU per GB moved"),
+        Metric("node_to_node_driver_peak_rss_mib", "MiB", "lower", "the driver's peak RSS above its start"))
+    add(Shape("parallel_puts", Kind.MULTI_NODE, "multi_node", 300,
+              "4 tasks on two nodes each ray.put a 100 MB array at once", ()),
+        Metric("parallel_puts_gbps", "GB/s", "higher", "bytes put per second"))
+    add(Shape("wait_one_of_1k", Kind.MULTI_NODE, "multi_node", 300,
+              "ray.wait(num_returns=1) loop over 1,000 pending tasks", ()),
+        Metric("wait_one_of_1k", "refs/s", "higher", "ready refs taken per second"))
     for name, (unit, text) in DERIVED.items():
         metrics.append(Metric(name, unit, "lower", text, ratio_to_ray=False))
 
@@ -267,5 +284,6 @@ def catalog(curves: Curves, timeout_scale: float = 1.0, envelope: EnvelopeSizes 
         "actors": tuple(s.name for s in shapes if s.name.startswith("actors_")),
         "curves": tuple(s.name for s in shapes if s.size),
         "envelope": tuple(s.name for s in shapes if s.name.startswith("envelope_")),
+        "multi_node": tuple(s.name for s in shapes if s.kind is Kind.MULTI_NODE),
     }
     return Catalog(curves, env, shape_map, metric_map, targets, groups)

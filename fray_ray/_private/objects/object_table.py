@@ -272,6 +272,13 @@ class ObjectTable:
                     failed = True
         return pending, None, failed
 
+    def done_among(self, object_ids: Sequence[bytes]) -> list[bytes]:
+        """Those of `object_ids` that are done, in their order (one lock for all)."""
+        with self._lock:
+            entries = self._entries
+            done = (ObjectState.READY, ObjectState.FAILED)
+            return [oid for oid in object_ids if (e := entries.get(oid)) is not None and e.state in done]
+
     def is_error(self, object_id: bytes) -> bool:
         """True if the object holds an error (cheaper than `value` for spilled objects)."""
         with self._lock:
