@@ -176,3 +176,26 @@ def test_a_workers_large_put_stays_in_that_worker(hosts: Cluster) -> None:
     wait_for(lambda: not pid_alive(pid), what="the holder to die")
     with pytest.raises(ObjectReconstructionFailedError, match="ray.put"):  # a put has no lineage
         fray_ray.get(ref, timeout=120)
+
+
+def test_a_value_held_on_the_drivers_host_is_mapped_not_sent(fresh_shutdown: None) -> None:
+    """One host: the executor shares the driver's shared-memory directory, so the driver maps
+    the held value's file instead of receiving its bytes."""
+    fray_ray.init(num_cpus=1)
+
+    @fray_ray.remote
+    def here() -> np.ndarray:
+        return np.full(SIZE, 6, np.uint8)
+
+    driver = runtime_state.current()
+    ref = here.remote()
+    array = fray_ray.get(ref)
+    assert driver.objects.holders([ref.binary()])  # held by the executor
+    assert int(array.sum()) == 6 * SIZE and not array.flags.writeable
+    assert driver.holders.fetched_bytes == 0  # lent as a file, mapped here
+    base: object = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    while isinstance(base, memoryview):
+        base = base.obj
+    assert type(base).__name__.startswith("c_char_Array")
