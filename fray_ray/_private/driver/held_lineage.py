@@ -64,6 +64,7 @@ class HeldLineage:
         holder = held[0][1] if held and isinstance(held[0], list) and len(held[0]) == 3 else None
         if isinstance(holder, str) and connection.peer_info.get("holder") != holder:
             connection.peer_info["holder"] = holder
+            self._holders.holder_started(holder)
             connection.add_close_callback(lambda _closed: self.holder_gone(holder))
 
     def results_held(self, connection: Connection, task_id: bytes, held: list[list[Any]]) -> None:

@@ -50,12 +50,12 @@ class HolderClients:
     """This process's streams to holders, by address. Thread-safe."""
 
     def __init__(self, token: str, borrows: BorrowedBlocks, *, own_address: Callable[[], str | None] = lambda: None,
-                 local: LocalRead | None = None, timeout: float = 60.0) -> None:
+                 local: LocalRead | None = None, connect_timeout: float = 10.0) -> None:
         self._token = token
         self.borrows = borrows
         self._own_address = own_address
         self._local = local
-        self._timeout = timeout
+        self._connect_timeout = connect_timeout  # a transfer itself has none: a large one takes its time
         self._lock = threading.Lock()  # guards _connections and _connecting
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, threading.Lock] = {}
@@ -83,6 +83,11 @@ class HolderClients:
             self._gone.add(holder)
         self._forget(holder)
 
+    def holder_started(self, holder: str) -> None:
+        """A new process serves at `holder` (an address a dead holder had may be reused)."""
+        with self._lock:
+            self._gone.discard(holder)
+
     def is_gone(self, holder: str) -> bool:
         with self._lock:
             return holder in self._gone
@@ -108,7 +113,7 @@ class HolderClients:
             return {oid: lost(oid, holder, "its worker process exited") for oid in ids}
         try:
             connection = self._connection(holder)
-            body, buffers = connection.call(FETCH, {"ids": ids}, timeout=self._timeout)
+            body, buffers = connection.call(FETCH, {"ids": ids})
             values = unpack_values(body["values"], buffers)
             if body.get("shared"):
                 values = self.borrows.attach(connection, values, body["shared"], _return_leases)
@@ -176,7 +181,7 @@ class HolderClients:
                 if connection is not None and not connection.closed:
                     return connection
             greeting = {"token": self._token, "shared_memory": self.borrows.identity}
-            connection, _ = introduce(holder, greeting, name="holder-client", timeout=min(self._timeout, 10.0))
+            connection, _ = introduce(holder, greeting, name="holder-client", timeout=self._connect_timeout)
             connection.add_close_callback(lambda closed, holder=holder: self._closed(holder, closed))
             connection.start({})
             with self._lock:
