@@ -199,3 +199,27 @@ def test_a_value_held_on_the_drivers_host_is_mapped_not_sent(fresh_shutdown: Non
     while isinstance(base, memoryview):
         base = base.obj
     assert type(base).__name__.startswith("c_char_Array")
+
+
+def test_a_borrower_keeps_a_held_value_alive_after_the_driver_drops_it(hosts: Cluster) -> None:
+    @fray_ray.remote(resources={"b": 1}, num_cpus=0)
+    class Keeper:
+        def keep(self, refs: list[fray_ray.ObjectRef]) -> None:
+            self.refs = refs  # borrowed: the ref lives on in this actor
+
+        def total(self) -> int:
+            return int(fray_ray.get(self.refs[0]).sum())
+
+        def drop(self) -> None:
+            self.refs = []
+
+    keeper = Keeper.remote()
+    ref = make.remote(2)
+    fray_ray.get(keeper.keep.remote([ref]))
+    object_id = ref.binary()
+    del ref  # the driver's last ref: the borrower still counts
+    assert object_id in fray_ray.get(holder_state.remote())["held"]
+    assert fray_ray.get(keeper.total.remote()) == 2 * SIZE
+    fray_ray.get(keeper.drop.remote())
+    fray_ray.kill(keeper)  # its process ends: nothing borrows the object any more
+    wait_for(lambda: object_id not in fray_ray.get(holder_state.remote())["held"], what="the holder to release it")
