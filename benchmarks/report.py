@@ -60,9 +60,11 @@ SECTIONS = (
     ("Actors", lambda n: n.startswith("actors_")),
     ("Cross-driver", lambda n: n.startswith("cross_driver")),
     ("Envelope", lambda n: n.startswith("envelope_")),
+    ("Several nodes", lambda n: n.startswith(("node_to_node_", "parallel_puts", "wait_one_of_"))),
     ("Calls and objects", lambda n: True),
 )
-SECTION_ORDER = ("Floor", "Lifecycle", "Calls and objects", "Queued tasks", "Actors", "Cross-driver", "Envelope")
+SECTION_ORDER = ("Floor", "Lifecycle", "Calls and objects", "Queued tasks", "Actors", "Cross-driver", "Envelope",
+                 "Several nodes")
 
 
 def sections(cat: Catalog, rows: dict[str, dict[str, Any]]) -> list[tuple[str, list[str]]]:

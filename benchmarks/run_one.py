@@ -259,6 +259,15 @@ def main(argv: list[str] | None = None) -> int:
             import node_calls
 
             runner.shape("node_calls", lambda: node_calls.run(args.backend, backend.ray, timing))
+    if by_kind[Kind.MULTI_NODE]:
+        if args.local_mode:
+            for name in by_kind[Kind.MULTI_NODE]:
+                runner.record(name, {"status": "error", "error": "a local_mode session has no nodes"}, 0.0)
+        else:
+            import multi_node
+
+            for name in by_kind[Kind.MULTI_NODE]:
+                runner.shape(name, lambda name=name: multi_node.run(name, args.backend, backend.ray))
 
     if by_kind[Kind.FLOOR]:  # last: its echo children (and multiprocessing's helper) are not the session's
         runner.shape("floor", lambda: run_floor(backend, timing))

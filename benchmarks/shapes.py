@@ -24,6 +24,7 @@ class Kind(enum.Enum):
     SESSION = "session"  # inside one `init(num_cpus=2)` session shared by the batch
     CROSS_DRIVER = "cross_driver"  # a session a second driver process can join
     NODES = "nodes"  # a head and two simulated nodes (`cluster_utils.Cluster`)
+    MULTI_NODE = "multi_node"  # a head and two simulated nodes of `cluster_utils.Cluster` (`multi_node.py`)
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,11 @@ BASE_TARGETS: dict[str, Target] = {
     "node_task_to_actor_driver_us": Target(TargetKind.AT_MOST, 5.0, "≤ 5 µs"),
     "node_actor_to_actor_calls": Target(TargetKind.RATIO, 3.0, "≥ 3× rate"),
     "node_actor_to_actor_driver_us": Target(TargetKind.AT_MOST, 5.0, "≤ 5 µs"),
+    "node_to_node_100mb_gbps": Target(TargetKind.RATIO, 1.0, "≥ Ray's GB/s"),
+    "node_to_node_driver_cpu_s_per_gb": Target(TargetKind.AT_MOST, 0.1, "≤ 0.1 s per GB"),
+    "node_to_node_driver_peak_rss_mib": Target(TargetKind.AT_MOST, 100.0, "≤ 100 MiB above idle"),
+    "parallel_puts_gbps": Target(TargetKind.RATIO, 1.0, "≥ Ray's GB/s"),
+    "wait_one_of_1k": Target(TargetKind.RATIO, 1.0, "≥ Ray's rate"),
 }
 
 
@@ -261,6 +267,17 @@ def catalog(curves: Curves, timeout_scale: float = 1.0, envelope: EnvelopeSizes 
         Metric("node_task_to_actor_driver_us", "µs", "lower", "the driver's CPU per such call"),
         Metric("node_actor_to_actor_calls", "calls/s", "higher", "an actor on node B calling the actor"),
         Metric("node_actor_to_actor_driver_us", "µs", "lower", "the driver's CPU per such call"))
+    add(Shape("node_to_node_100mb", Kind.MULTI_NODE, "multi_node", 300,
+              "8 × 100 MB arrays made by tasks on node A, summed by tasks on node B", ()),
+        Metric("node_to_node_100mb_gbps", "GB/s", "higher", "bytes moved A → B per second"),
+        Metric("node_to_node_driver_cpu_s_per_gb", "s", "lower", "the driver's CPU per GB moved"),
+        Metric("node_to_node_driver_peak_rss_mib", "MiB", "lower", "the driver's peak RSS above its start"))
+    add(Shape("parallel_puts", Kind.MULTI_NODE, "multi_node", 300,
+              "4 tasks on two nodes each ray.put a 100 MB array at once", ()),
+        Metric("parallel_puts_gbps", "GB/s", "higher", "bytes put per second"))
+    add(Shape("wait_one_of_1k", Kind.MULTI_NODE, "multi_node", 300,
+              "ray.wait(num_returns=1) loop over 1,000 pending tasks", ()),
+        Metric("wait_one_of_1k", "refs/s", "higher", "ready refs taken per second"))
     for name, (unit, text) in DERIVED.items():
         metrics.append(Metric(name, unit, "lower", text, ratio_to_ray=False))
 
@@ -278,5 +295,6 @@ def catalog(curves: Curves, timeout_scale: float = 1.0, envelope: EnvelopeSizes 
         "actors": tuple(s.name for s in shapes if s.name.startswith("actors_")),
         "curves": tuple(s.name for s in shapes if s.size),
         "envelope": tuple(s.name for s in shapes if s.name.startswith("envelope_")),
+        "multi_node": tuple(s.name for s in shapes if s.kind is Kind.MULTI_NODE),
     }
     return Catalog(curves, env, shape_map, metric_map, targets, groups)

@@ -4,7 +4,9 @@
 address of its own: `add_node(num_cpus=..., resources=...)` adds a host while the cluster runs,
 `remove_node(node)` takes one away as a failure does (its tasks and actors die with it, and it
 stays listed as dead in `ray.nodes()`), `connect()` starts a driver on it. Nodes are
-`ClusterNode` values carrying Ray's `node_id`, `unique_id` and `node_ip_address`.
+`ClusterNode` values carrying Ray's `node_id`, `unique_id` and `node_ip_address`. Each node
+but the head (the driver's host) has a shared-memory directory of its own, so large values
+move between nodes as between machines.
 
 >>> cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})  # doctest: +SKIP
 >>> node = cluster.add_node(num_cpus=1, resources={"special": 1})  # doctest: +SKIP

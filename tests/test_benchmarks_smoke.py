@@ -61,6 +61,16 @@ def test_the_cross_driver_shape_runs_on_fray_ray(tmp_path):
 
 
 @pytest.mark.slow  # over 10 s on its own
+def test_the_several_node_shapes_run_on_fray_ray(tmp_path):
+    proc, report = _compare(tmp_path, "--reps", "1", "--shapes", "multi_node")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for name in ("node_to_node_100mb_gbps", "node_to_node_driver_cpu_s_per_gb", "parallel_puts_gbps", "wait_one_of_1k"):
+        row = report["metrics"][name]["fray_ray"]
+        assert row["n"] == 1 and row["median"] > 0, (name, row, report.get("notes"))
+    assert "**Several nodes**" in proc.stdout
+
+
+@pytest.mark.slow  # over 10 s on its own
 def test_a_curve_point_that_runs_out_of_time_is_reported_not_dropped(tmp_path):
     # with every timeout shrunk to microseconds, submitting 500 tasks already takes too long
     proc, report = _compare(tmp_path, "--reps", "2", "--shapes", "queued_tasks", "--tasks-curve", "500,800",

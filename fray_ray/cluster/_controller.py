@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from fray_ray.cluster._cgroups import MemoryCgroups
 from fray_ray.cluster._config import LOOPBACK, WorkerSpec
+from fray_ray.cluster._host_memory import HostMemoryDirs
 from fray_ray.cluster._jobs import JobRecord
 from fray_ray.cluster._log_query import LogQuery, answer, line_level
 from fray_ray.cluster._logs import LogStore
@@ -86,8 +87,10 @@ class EmbeddedController:
         max_finished_jobs: int = 10_000,
         memory_cgroups: MemoryCgroups | None = None,
         run_setup_scripts: bool = True,
+        host_memory: HostMemoryDirs | None = None,
     ) -> None:
-        """`worker_hosts`: the address each worker advertises and binds (default 127.0.0.1)."""
+        """`worker_hosts`: the address each worker advertises and binds (default 127.0.0.1);
+        `host_memory`: the shared-memory directory of each simulated host."""
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._state = ClusterState(
@@ -111,6 +114,7 @@ class EmbeddedController:
             keep_workdirs=keep_workdirs,
             memory_cgroups=memory_cgroups,
             run_setup_scripts=run_setup_scripts,
+            host_memory=host_memory,
         )
         self._workers: dict[str, LocalWorker] = {}
         self._contract: TaskContract | None = None  # what tasks are told; set by start()

@@ -27,6 +27,7 @@ from fray_ray.cluster._config import ClusterConfig, WorkerSpec, simulated_host
 from fray_ray.cluster._controller import EmbeddedController, WorkerStatus
 from fray_ray.cluster._dashboard import DashboardApp
 from fray_ray.cluster._guard import ProcessGuard
+from fray_ray.cluster._host_memory import HostMemoryDirs
 from fray_ray.cluster._http import build_app
 from fray_ray.cluster._logs import LogStore
 from fray_ray.cluster._process import ProcessSupervisor
@@ -71,6 +72,7 @@ class EmbeddedCluster:
         self._guard: ProcessGuard | None = None
         self._supervisor: ProcessSupervisor | None = None
         self._memory_cgroups: MemoryCgroups | None = None  # per-attempt memory limits, if allowed
+        self._host_memory: HostMemoryDirs | None = None  # simulated hosts' shared-memory dirs
         self._controller: EmbeddedController | None = None
         self._server: RpcServer | None = None
         self._logs: LogStore | None = None
@@ -101,7 +103,9 @@ class EmbeddedCluster:
                 self._temp_dir = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=config.work_dir)
                 with open(os.path.join(self._temp_dir, OWNER_FILE), "w") as owner:
                     owner.write(str(os.getpid()))
-                self._guard = ProcessGuard(self._temp_dir).start()
+                self._host_memory = HostMemoryDirs(config.advertise_host)
+                also_remove = (self._host_memory.root,) if self._host_memory.root else ()
+                self._guard = ProcessGuard(self._temp_dir, also_remove=also_remove).start()
                 self._logs = LogStore(config.max_log_lines_per_attempt)
                 self._supervisor = ProcessSupervisor(guard=self._guard, template=self._template_settings()).start()
                 self._memory_cgroups = MemoryCgroups.open()
@@ -119,6 +123,7 @@ class EmbeddedCluster:
                     max_finished_jobs=config.max_finished_jobs,
                     memory_cgroups=self._memory_cgroups,
                     run_setup_scripts=config.run_setup_scripts,
+                    host_memory=self._host_memory,
                 )
                 app = build_app(
                     ControllerService(self._controller),
@@ -180,6 +185,8 @@ class EmbeddedCluster:
             self._memory_cgroups = None
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
+        if self._host_memory is not None:
+            self._host_memory.remove()
         self._server = None
         self._supervisor = None
         self._guard = None

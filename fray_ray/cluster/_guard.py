@@ -73,8 +73,11 @@ class ProcessGuard:
     """Marks, cages and reaps one cluster's processes. `start()`, hand it to the
     `ProcessSupervisor`, and `stop()` after the supervisor has stopped."""
 
-    def __init__(self, temp_dir: str, *, use_cgroup: bool = True) -> None:
+    def __init__(self, temp_dir: str, *, use_cgroup: bool = True, also_remove: tuple[str, ...] = ()) -> None:
+        """`also_remove`: more owner-marked cluster dirs (named like the temp dir) the reaper
+        deletes if the owner dies, made before or after `start`."""
         self._temp_dir = temp_dir
+        self._also_remove = also_remove
         self._use_cgroup = use_cgroup
         self._owner = os.getpid()
         self._lock = threading.Lock()  # guards _state, _pipe and _pending
@@ -138,7 +141,7 @@ class ProcessGuard:
             self._cgroup = self._make_cgroup()
         environment = {k: v for k, v in os.environ.items() if not k.startswith(_reaper.MARKER_PREFIX)}
         argv = [sys.executable, "-I", "-S", os.path.abspath(_reaper.__file__), str(self._owner),
-                self.marker, self._temp_dir, self._cgroup or ""]
+                self.marker, self._temp_dir, self._cgroup or "", *self._also_remove]
         try:
             self._reaper = subprocess.Popen(
                 argv,

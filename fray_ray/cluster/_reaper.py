@@ -221,14 +221,16 @@ def _serve(owner: int, groups: set[int]) -> bool:
 
 def main(argv: list[str]) -> int:
     owner, marker, temp_dir, cgroup = int(argv[0]), argv[1].encode(), argv[2], argv[3]
+    also_remove = argv[4:]  # more cluster dirs of this owner (simulated hosts' shared memory)
     for sig in (signal.SIGINT, signal.SIGHUP):  # a terminal's signals are for the owner
         signal.signal(sig, signal.SIG_IGN)
     groups: set[int] = set()
     orderly = _serve(owner, groups)
     sweep(groups, cgroup, marker, spare={owner, os.getpid()})
     if not orderly:
-        remove_temp_dir(temp_dir, owner)
-        remove_orphaned_dirs(os.path.dirname(temp_dir))
+        for path in (temp_dir, *also_remove):
+            remove_temp_dir(path, owner)
+            remove_orphaned_dirs(os.path.dirname(path))
         if cgroup:
             remove_cgroup(cgroup)
     return 0

@@ -28,6 +28,7 @@ from google.protobuf import json_format
 
 from fray_ray.cluster._cgroups import MemoryCgroups
 from fray_ray.cluster._config import WorkerSpec
+from fray_ray.cluster._host_memory import SHARED_MEMORY_DIR_ENV, HostMemoryDirs
 from fray_ray.cluster._logs import LogStore
 from fray_ray.cluster._paths import path_inside
 from fray_ray.cluster._process import ProcessSpec, ProcessSupervisor
@@ -80,6 +81,8 @@ class TaskContract:
     #: per-attempt memory limits (None: the machine does not allow them)
     memory_cgroups: MemoryCgroups | None = None
     run_setup_scripts: bool = True
+    #: each simulated host's shared-memory directory (None: every task keeps the driver's)
+    host_memory: HostMemoryDirs | None = None
 
 
 #: The virtualenv setup scripts populate, as in Iris (`$IRIS_WORKDIR/.venv`); the command runs
@@ -322,6 +325,9 @@ class LocalWorker:
             # tasks that hold chips, not the whole device, read it so); only processes holding
             # the device get the JAX/PJRT selection.
             env.update({key: value for key, value in self.spec.device_env.items() if key.startswith("TPU_")})
+        shared = contract.host_memory.for_host(self.worker_id, self.host) if contract.host_memory else None
+        if shared is not None and env.get(SHARED_MEMORY_DIR_ENV, "x"):  # "" (sharing off) stays off
+            env[SHARED_MEMORY_DIR_ENV] = shared
         env.update(launch.env_vars)
         env.update(
             {

@@ -18,15 +18,22 @@ from typing import TYPE_CHECKING, Any
 from fray_ray._private.core.generators import ObjectRefGenerator
 from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.driver.streams import END, StreamTable
-from fray_ray._private.objects.serialization import deserialize, deserialize_all
+from fray_ray._private.objects.holder_clients import HolderLost
+from fray_ray._private.objects.remote_values import RemoteResult
+from fray_ray._private.objects.serialization import SerializedValue, deserialize, deserialize_all
 from fray_ray._private.stream import read_hints
 from fray_ray._private.stream.outbox import flush_deferred
 from fray_ray.exceptions import GetTimeoutError, ObjectFreedError
 
 if TYPE_CHECKING:
     from fray_ray._private.driver.timers import TimerQueue
+    from fray_ray._private.objects.holder_clients import HolderClients
     from fray_ray._private.objects.object_table import ObjectTable
     from fray_ray._private.objects.refcount import LocalReferenceCounter
+
+
+#: Reads of one `get` that may meet a lost holder before the last one reports what it finds.
+READ_AGAIN = 4
 
 
 class DriverReads:
@@ -36,15 +43,36 @@ class DriverReads:
     references: LocalReferenceCounter
     streams: StreamTable
     timers: TimerQueue
+    holders: HolderClients
 
     def _lost(self, object_id: bytes) -> BaseException:
         return ObjectFreedError(object_id.hex(), None, "")
 
+    def _fetched(self, object_ids: Sequence[bytes], values: Sequence[Any]) -> list[Any]:
+        """`values` with each value a worker holds fetched from it (mapped on this host)."""
+        wanted = [(oid, value.holder) for oid, value in zip(object_ids, values) if type(value) is RemoteResult]
+        if not wanted:
+            return list(values)
+        found = self.holders.fetch(wanted)
+        return [found.get(oid, value) if type(value) is RemoteResult else value for oid, value in zip(object_ids, values)]
+
+    def _fetched_one(self, object_id: bytes, value: SerializedValue) -> SerializedValue:
+        return self._fetched([object_id], [value])[0] if type(value) is RemoteResult else value
+
     def get(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
+        for _ in range(READ_AGAIN - 1):
+            try:
+                return self._get_once(refs, timeout)
+            except HolderLost:
+                continue  # its values are being rebuilt, or failed: read them again
+        return self._get_once(refs, timeout)
+
+    def _get_once(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
         self.references.flush()
         object_ids = [r.binary() for r in refs]
         ready = self.objects.ready_values(object_ids)
         if ready is not None:  # the common case: everything is there
+            ready = self._fetched(object_ids, ready)
             for value in ready:
                 if value.is_error:
                     raise deserialize(value)
@@ -87,6 +115,7 @@ class DriverReads:
                 raise GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} seconds.")
         values = self.objects.values(object_ids)
         assert values is not None
+        values = self._fetched(object_ids, values)
         for value in values:
             if value is not None and value.is_error:
                 raise deserialize(value)  # the first error among them, in the order asked
@@ -108,6 +137,11 @@ class DriverReads:
         Ids in `stream_indices` are generators: ready when their next item (or end) is there.
         """
         streams = dict(stream_indices or {})
+        if not streams:  # enough done already (a wait loop over many refs): no callbacks at all
+            done_now = self.objects.done_among(object_ids)
+            if len(done_now) >= num_returns or timeout == 0:
+                callback(done_now)
+                return
         lock = threading.Lock()
         state = {"fired": False}
         ready: list[bytes] = []
@@ -186,6 +220,12 @@ class DriverReads:
             value = self.objects.value(object_id)
             if future.done():
                 return
+            if value is not None:
+                try:
+                    value = self._fetched_one(object_id, value)
+                except HolderLost:  # being rebuilt, or failed now: wait for that
+                    self.objects.add_done_callback(object_id, done)
+                    return
             if value is None:
                 future.set_exception(self._lost(object_id))
             elif value.is_error:

@@ -367,8 +367,13 @@ class ExecutorPool:
             self._by_connection.pop(executor.connection, None)
         return executor
 
+    #: hand_off(connection): before an executor is retired, what it holds moves elsewhere
+    hand_off: Callable[[Connection], None] | None = None
+
     def _retire(self, executor: ExecutorRecord) -> None:
         if executor.connection is not None:
+            if self.hand_off is not None:
+                self.hand_off(executor.connection)
             try:
                 messages.notify(executor.connection, Exit())
             except ConnectionClosed:

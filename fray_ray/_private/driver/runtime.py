@@ -37,6 +37,7 @@ from fray_ray._private.driver.cluster_view import ClusterView
 from fray_ray._private.driver.dashboard_feed import DashboardFeed, DashboardSettings, start_session_feed
 from fray_ray._private.driver.driver_reads import DriverReads
 from fray_ray._private.driver.gangs import GangScheduler, slice_shape
+from fray_ray._private.driver.held_lineage import HeldLineage
 from fray_ray._private.driver.idle_workers import lending_enabled, pool_can_host
 from fray_ray._private.driver.launcher import WorkerEntryPoints, WorkerLauncher
 from fray_ray._private.driver.nodes import node_id_for
@@ -47,11 +48,12 @@ from fray_ray._private.driver.streams import StreamTable, failed_generator_value
 from fray_ray._private.driver.timers import TimerQueue
 from fray_ray._private.objects import ids
 from fray_ray._private.objects import ids as ids_module
+from fray_ray._private.objects.holder_clients import HolderClients
 from fray_ray._private.objects.object_store import ObjectStore, ObjectStoreConfig
 from fray_ray._private.objects.object_table import ObjectTable
 from fray_ray._private.objects.refcount import LocalReferenceCounter
 from fray_ray._private.objects.serialization import SerializedValue, serialize, serialize_error
-from fray_ray._private.objects.shared_memory import LentBlocks, host_identity, shared_memory_dir
+from fray_ray._private.objects.shared_memory import BorrowedBlocks, LentBlocks, host_identity, shared_memory_dir
 from fray_ray._private.objects.spilling import remove_orphaned_spill_dirs
 from fray_ray._private.observe.metrics import process_registry
 from fray_ray._private.observe.output_folding import FoldSettings, OutputFolder, print_line
@@ -125,6 +127,9 @@ class DriverRuntime(DriverReads):
         #: workers whose hello names this identity read large objects from shared memory
         self.shared_memory_identity = host_identity(shared_dir)
         self.lent_blocks = LentBlocks()
+        #: values workers hold are fetched from them (mapped when they share this host's directory)
+        self.holders = HolderClients(self._token, BorrowedBlocks())
+        self.holders.borrows.use_directory(shared_dir)
         self.references = LocalReferenceCounter(self.objects.incref, self.objects.decref)
         self.ledger = ClusterLedger()
         self.view = ClusterView(
@@ -160,6 +165,10 @@ class DriverRuntime(DriverReads):
             placement_groups=self.placement_groups,
             events=self.task_events,
         )
+        self.lineage = HeldLineage(self.objects, self.holders, self.route_task, self.scheduler.spec_of)
+        self.objects.on_remote_freed = self._remote_freed
+        self.holders.on_unreachable = self.lineage.unreachable
+        self.scheduler.hand_off = self.lineage.hand_off
         self.actors = ActorManager(
             self.objects,
             self.ledger,
@@ -233,7 +242,12 @@ class DriverRuntime(DriverReads):
                 resource.stop()
             except Exception:  # noqa: BLE001 - keep releasing the rest
                 logger.debug("stopping %r failed", resource, exc_info=True)
+        self.holders.close()
         self.objects.store.close()
+
+    def _remote_freed(self, held: list[tuple[str, bytes]]) -> None:
+        self.holders.release(held)
+        self.lineage.freed([object_id for _, object_id in held])
 
     def worker_info(self, worker_id: bytes | None, host_id: str | None = None) -> dict[str, Any]:
         """What a worker learns when it says hello: its node is the host it runs on."""

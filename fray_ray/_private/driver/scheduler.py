@@ -98,6 +98,12 @@ class TaskScheduler(TaskWithdrawals):
         self._closed = False
         self._maintenance = timers.call_later(IDLE_TIMEOUT_S / 3, self._maintain)
 
+    def spec_of(self, task_id: bytes) -> TaskSpec | None:
+        """The spec of a task not finished yet (None if unknown or done)."""
+        with self._lock:
+            record = self._tasks.get(task_id)
+            return None if record is None else record.spec
+
     # ---- submission ----------------------------------------------------------------------
 
     def submit(self, spec: TaskSpec) -> None:

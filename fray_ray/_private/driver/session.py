@@ -49,6 +49,7 @@ from fray_ray._private.messages import (
     GetObjects,
     GetResources,
     Hello,
+    HolderUnreachable,
     KillActor,
     ListNamedActors,
     Log,
@@ -80,10 +81,12 @@ from fray_ray._private.messages import (
     Yield,
 )
 from fray_ray._private.objects.object_table import ObjectTable
-from fray_ray._private.objects.serialization import SerializedValue
+from fray_ray._private.objects.remote_values import split_remote, with_remote_results
+from fray_ray._private.objects.serialization import SerializedValue, serialize_error
 from fray_ray._private.objects.shared_memory import LentBlocks
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
 from fray_ray._private.stream.stream_server import GateStats, StreamServer
+from fray_ray.exceptions import RaySystemError
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +153,8 @@ class SessionService:
             ActorFailed: self._actor_failed,
             ActorExiting: self._actor_exiting,
             GetObjects: self._get,
+            HolderUnreachable: lambda connection, message_id, report: self._driver.lineage.suspect(
+                report.holder, lambda: messages.reply(connection, message_id, Done())),
             GetAbandoned: self._get_abandoned,
             Wait: self._wait,
             Put: self._put,
@@ -269,6 +274,14 @@ class SessionService:
     # ---- results -------------------------------------------------------------------------
 
     def _tasks_done(self, connection: Connection, answers: list[TaskDone]) -> None:
+        for done in answers:
+            if done.held:  # large results the executor keeps: recorded by where they are
+                self._driver.lineage.results_held(connection, done.task, done.held)
+                try:
+                    done.results = with_remote_results(done.results, done.held)
+                except ValueError as exc:
+                    failed = serialize_error(RaySystemError(f"the executor's answer was malformed: {exc}"))
+                    done.results, done.user_error = [failed] * len(done.results), True
         if connection.peer_info.get("kind") == "gang":
             for done in answers:
                 self._driver.gangs.task_done(connection, done.task, done.results, done.user_error)
@@ -311,11 +324,12 @@ class SessionService:
                     continue
                 ids.append(object_id)
                 found.append(value)
+            found, held = split_remote(found)  # the worker fetches those from their holders
             shared: list[list[Any]] = []
             if get.shared and connection.peer_info.get("shared_memory"):
                 found, lent = self._driver.lent_blocks.lend(connection, found)
                 shared = [entry.to_wire() for entry in lent]
-            messages.reply(connection, message_id, Objects(ids, found, shared))
+            messages.reply(connection, message_id, Objects(ids, found, shared, held))
 
         def done(object_id: bytes) -> None:
             value = objects.value(object_id)
@@ -362,7 +376,10 @@ class SessionService:
     def _put(self, connection: Connection, message_id: int | None, put: Put) -> None:
         assert message_id is not None
         try:
-            object_id = self._driver.store(put.value, copy=False)  # the frame's buffers are ours
+            if put.held:  # the worker keeps it: recorded by where it is
+                object_id = self._driver.lineage.put_held(connection, put.id, put.value, put.held)
+            else:
+                object_id = self._driver.store(put.value, copy=False)  # the frame's buffers are ours
         except Exception as exc:  # noqa: BLE001 - ObjectStoreFullError, raised at the worker's put
             connection.reply_error(message_id, type(exc).__name__, str(exc.args[0] if exc.args else exc))
             return

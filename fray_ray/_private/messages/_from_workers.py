@@ -40,6 +40,8 @@ class Objects(Message):
     ids: list[bytes]
     found: list[SerializedValue] = values()
     shared: list[list[Any]] = field(default_factory=list)
+    #: values held by another process: [index in found, holder address, size] (`remote_values`)
+    held: list[list[Any]] = field(default_factory=list)
 
 
 @dataclass(repr=False, eq=False)
@@ -132,6 +134,8 @@ class TaskDone(Message):
     ran_s: float | None = None  # how long the task ran, as the executor measured it
     #: a `num_returns="dynamic"` generator raised after sending its items so far as `Yield`s
     generator_failed: bool = False
+    #: results this executor holds: [index in results, its holder address, size] (`remote_values`)
+    held: list[list[Any]] = field(default_factory=list)
 
 
 @_message
@@ -233,12 +237,15 @@ class Wait(Message):
 @_message
 @dataclass(repr=False, eq=False)
 class Put(Message):
-    """Store a value with the driver."""
+    """Store a value with the driver; or, with `held`, record that the worker holds it under
+    the put id `id` it chose ([0, holder address, size], `remote_values`)."""
 
     KIND: ClassVar[str] = "put"
     REPLY: ClassVar[type[Message]] = Stored
 
     value: SerializedValue = value()
+    id: bytes | None = None
+    held: list[list[Any]] = field(default_factory=list)
 
 
 @_message
@@ -382,6 +389,18 @@ class ReturnShared(Message):
     KIND: ClassVar[str] = "return_shared"
 
     leases: list[int]
+
+
+@_message
+@dataclass(repr=False, eq=False)
+class HolderUnreachable(Message):
+    """The worker could not reach the holder of a value it read (`remote_values`): the driver
+    checks, and deals with the holder's loss before answering."""
+
+    KIND: ClassVar[str] = "holder_unreachable"
+    REPLY: ClassVar[type[Message]] = Done
+
+    holder: str
 
 
 @_message

@@ -8,7 +8,9 @@ Completion callbacks run after the lock is released.
 
 Values are held through the session's ObjectStore: in memory within `object_store_memory`,
 or spilled to a file. When room is needed, the oldest unpinned values in memory are spilled
-(`_make_room`); a read of a spilled value maps its file.
+(`_make_room`); a read of a spilled value maps its file. A value another process holds
+(`remote_values`) is recorded by its holder and size alone: reads get its placeholder, and
+freeing it tells the holder (`on_remote_freed`).
 """
 
 from __future__ import annotations
@@ -20,10 +22,15 @@ from dataclasses import dataclass
 
 from fray_ray._private.objects.ids import OBJECT_ID_SIZE
 from fray_ray._private.objects.object_store import ObjectStore
+from fray_ray._private.objects.remote_values import RemoteResult, RemoteValue
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
-from fray_ray._private.objects.stored_values import HeldValue, StoredValue
+from fray_ray._private.objects.stored_values import SpilledValue, StoredValue
 
 DoneCallback = Callable[[bytes], None]
+#: What an entry holds: the value itself, its spill file, or where another process holds it.
+HeldValue = StoredValue | SpilledValue | RemoteValue
+#: on_remote_freed([(holder, object id), ...]): the owner no longer needs these held values.
+RemoteFreed = Callable[[list[tuple[str, bytes]]], None]
 
 
 class ForeignReferences:
@@ -93,6 +100,8 @@ class ObjectTable:
         self.store = store
         #: where counts for actor handles (held by values, tasks, workers) go
         self.foreign = foreign
+        #: told of values other processes hold once they are freed here
+        self.on_remote_freed: RemoteFreed | None = None
 
     # ---- creation and completion ---------------------------------------------------------
 
@@ -111,8 +120,10 @@ class ObjectTable:
         `copy`: the buffers alias the caller's memory. Raises ObjectStoreFullError (and
         stores nothing) when the value fits neither in memory nor on disk.
         """
-        if value.is_error:
-            held: HeldValue = self.store.hold_anyway(value)
+        if type(value) is RemoteResult:
+            held: HeldValue = RemoteValue(value.holder, value.remote_size, value.contained_refs)
+        elif value.is_error:
+            held = self.store.hold_anyway(value)
         else:
             held = self.store.hold(object_id, value, copy=copy, make_room=self._make_room)
         with self._lock:
@@ -124,6 +135,8 @@ class ObjectTable:
 
     def _hold_result(self, object_id: bytes, value: SerializedValue) -> HeldValue:
         """A task's result, or the ObjectStoreFullError its reader gets when it fits nowhere."""
+        if type(value) is RemoteResult:
+            return RemoteValue(value.holder, value.remote_size, value.contained_refs)
         if value.is_error:
             return self.store.hold_anyway(value)
         try:
@@ -164,7 +177,7 @@ class ObjectTable:
                 if entry.references <= 0:
                     to_free.append(object_id)
         if unwanted:
-            self.store.release_all(unwanted)
+            self._release(list(zip([object_id for object_id, _ in results], held_values)), unwanted)
         if foreign:
             self._forward_incref(foreign)
         for object_id, callbacks in done:
@@ -199,6 +212,8 @@ class ObjectTable:
             held = None if entry is None else entry.value
             if held is None or isinstance(held, StoredValue):
                 return None if held is None else held.serialized()
+            if type(held) is RemoteValue:
+                return held.placeholder()
         return self.store.read(held)
 
     def ready_values(self, object_ids: Sequence[bytes]) -> list[SerializedValue] | None:
@@ -220,6 +235,8 @@ class ObjectTable:
                     values.append(None)
                 elif type(held) is StoredValue:
                     values.append(held.serialized())
+                elif type(held) is RemoteValue:
+                    values.append(held.placeholder())
                 else:
                     spilled.append((len(values), held))
                     values.append(None)
@@ -255,6 +272,13 @@ class ObjectTable:
                     failed = True
         return pending, None, failed
 
+    def done_among(self, object_ids: Sequence[bytes]) -> list[bytes]:
+        """Those of `object_ids` that are done, in their order (one lock for all)."""
+        with self._lock:
+            entries = self._entries
+            done = (ObjectState.READY, ObjectState.FAILED)
+            return [oid for oid in object_ids if (e := entries.get(oid)) is not None and e.state in done]
+
     def is_error(self, object_id: bytes) -> bool:
         """True if the object holds an error (cheaper than `value` for spilled objects)."""
         with self._lock:
@@ -270,7 +294,17 @@ class ObjectTable:
     def spilled_ids(self) -> list[bytes]:
         """Ids of the objects whose values are on disk now."""
         with self._lock:
-            return [oid for oid, e in self._entries.items() if e.value is not None and not isinstance(e.value, StoredValue)]
+            return [oid for oid, e in self._entries.items() if isinstance(e.value, SpilledValue)]
+
+    def holders(self, object_ids: Sequence[bytes]) -> dict[bytes, str]:
+        """Where each of `object_ids` that another process holds is held (its holder's address)."""
+        with self._lock:
+            found = {}
+            for object_id in object_ids:
+                entry = self._entries.get(object_id)
+                if entry is not None and type(entry.value) is RemoteValue:
+                    found[object_id] = entry.value.holder
+            return found
 
     # ---- spilling ------------------------------------------------------------------------
 
@@ -400,6 +434,7 @@ class ObjectTable:
         """Drop the entries among `object_ids` that nothing refers to any more, and their values
         (a value that holds refs releases them in turn)."""
         freed: list[HeldValue] = []
+        freed_ids: list[bytes] = []
         inner: list[bytes] = []
         with self._lock:
             for object_id in object_ids:
@@ -413,12 +448,83 @@ class ObjectTable:
                 entry.value = None
                 if value is not None:
                     freed.append(value)
+                    freed_ids.append(object_id)
                     if value.contained_refs:
                         inner.extend(value.contained_refs)
         if freed:
-            self.store.release_all(freed)
+            self._release(list(zip(freed_ids, freed)), freed)
         if inner:
             self.decref(inner)
+
+    def held_by(self, holder: str) -> list[bytes]:
+        """Ids of the objects whose value the process at `holder` holds."""
+        with self._lock:
+            return [oid for oid, e in self._entries.items() if type(e.value) is RemoteValue and e.value.holder == holder]
+
+    def take_over(self, object_id: bytes, value: SerializedValue) -> bool:
+        """Hold here, from now on, a value another process held (copied: its buffers may be
+        that process's memory). False, holding nothing, if the object is gone or held here
+        already. Raises ObjectStoreFullError when it fits nowhere."""
+        with self._lock:
+            entry = self._entries.get(object_id)
+            if entry is None or type(entry.value) is not RemoteValue:
+                return False
+        held = self.store.hold(object_id, value, copy=True, make_room=self._make_room)
+        with self._lock:
+            entry = self._entries.get(object_id)
+            swapped = entry is not None and type(entry.value) is RemoteValue
+            if swapped:
+                entry.value = held  # type: ignore[union-attr]
+                if type(held) is StoredValue:
+                    self._resident[object_id] = None
+        if not swapped:
+            self.store.release(held)
+        return swapped
+
+    def rebuild(self, object_ids: Sequence[bytes]) -> list[bytes]:
+        """Make these done objects PENDING again (their task runs once more), keeping their
+        references; returns those made pending. Their values are released."""
+        reset: list[bytes] = []
+        dropped: list[tuple[bytes, HeldValue]] = []
+        with self._lock:
+            for object_id in object_ids:
+                entry = self._entries.get(object_id)
+                if entry is None or entry.state not in (ObjectState.READY, ObjectState.FAILED):
+                    continue
+                if entry.value is not None:
+                    dropped.append((object_id, entry.value))  # the rerun's value brings its own refs
+                entry.state = ObjectState.PENDING
+                entry.value = None
+                self._resident.pop(object_id, None)
+                reset.append(object_id)
+        local = [held for _, held in dropped if type(held) is not RemoteValue]
+        if local:
+            self.store.release_all(local)
+        inner = [ref for _, held in dropped for ref in held.contained_refs]
+        if inner:
+            self.decref(inner)
+        return reset
+
+    def fail_lost(self, object_id: bytes, error: SerializedValue) -> None:
+        """A held value that is gone for good: reads of the object raise `error` from now on."""
+        with self._lock:
+            entry = self._entries.get(object_id)
+            if entry is None or type(entry.value) is not RemoteValue:
+                return
+            entry.value = self.store.hold_anyway(error)
+            entry.state = ObjectState.FAILED
+
+    def _release(self, named: list[tuple[bytes, HeldValue]], values: list[HeldValue]) -> None:
+        """Give `values` back: the store's to the store, the held ones' ids to their holders
+        (`named` pairs each value with its object id)."""
+        wanted = {id(value) for value in values}
+        remote = [(held.holder, object_id) for object_id, held in named
+                  if type(held) is RemoteValue and id(held) in wanted]
+        local = [held for held in values if type(held) is not RemoteValue]
+        if local:
+            self.store.release_all(local)
+        if remote and self.on_remote_freed is not None:
+            self.on_remote_freed(remote)
 
     def references(self, object_id: bytes) -> int:
         with self._lock:

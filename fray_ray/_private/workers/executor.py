@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import cloudpickle
@@ -48,6 +48,7 @@ from fray_ray._private.objects.serialization import SerializedValue, serialize
 from fray_ray._private.observe.logs import flush_forwarded
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
 from fray_ray._private.workers.call_endings import exit_worker, send_item
+from fray_ray._private.workers.held_results import WORKER_HOLDER
 from fray_ray._private.workers.runtime import WorkerRuntime, open_session
 from fray_ray._private.workers.task_interrupts import interrupt_thread
 from fray_ray._private.workers.worker_start import prepare_worker
@@ -202,13 +203,14 @@ class Executor:
             if task is None:
                 return
             started = time.perf_counter()
+            returns = task.returns if task.num_returns not in ("streaming", "dynamic") else ()
             done = self._run(task)
             ran_s = time.perf_counter() - started
             # The task's arguments are dropped before its result goes: the next task's arguments,
             # which may follow at once, can then be read into their memory (`buffers`).
             del task
             self.runtime.return_shared()  # before the result: the driver may reuse the block at once
-            self._send_done(*done, ran_s=ran_s)
+            self._send_done(*done, ran_s=ran_s, returns=returns)
             del done
             # What the task dropped (refs and actor handles among its arguments) is released now,
             # not at the next task's first call: an actor whose last handle was here ends.
@@ -324,11 +326,14 @@ class Executor:
         return serialize(DynamicObjectRefGenerator(refs))
 
     def _send_done(self, task_id: bytes, results: list[SerializedValue] | None, error: BaseException | None, count: int,
-                   generator_failed: bool = False, ran_s: float | None = None) -> None:
+                   generator_failed: bool = False, ran_s: float | None = None, returns: Sequence[bytes] = ()) -> None:
         values = error_results(error, count) if error is not None else list(results or [])
         user_error = error is not None or any(r.is_error for r in values)
+        held: list[list[Any]] = []
+        if returns and not user_error and not self._in_process and not self._max_calls:  # one that exits soon sends all
+            values, held = WORKER_HOLDER.keep_large(values, returns)  # large results stay here
         try:
-            messages.notify(self.runtime.connection, TaskDone(task_id, values, user_error, ran_s, generator_failed))
+            messages.notify(self.runtime.connection, TaskDone(task_id, values, user_error, ran_s, generator_failed, held))
         except ConnectionClosed:
             pass
         except Exception as exc:  # noqa: BLE001 - e.g. a result msgpack cannot carry

@@ -40,6 +40,7 @@ from fray_ray._private.messages import (
     GetObjects,
     GetResources,
     Hello,
+    HolderUnreachable,
     KillActor,
     ListNamedActors,
     Message,
@@ -59,6 +60,7 @@ from fray_ray._private.messages import (
     WaitPlacementGroup,
     Welcome,
 )
+from fray_ray._private.objects.holder_clients import HolderLost
 from fray_ray._private.objects.refcount import LocalReferenceCounter
 from fray_ray._private.objects.serialization import SerializedValue, deserialize, deserialize_all, serialize
 from fray_ray._private.objects.shared_memory import WORKER_BORROWS, shared_memory_dir
@@ -67,6 +69,7 @@ from fray_ray._private.stream.buffers import WORKER_BLOCKS
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.stream.stream_server import introduce
 from fray_ray._private.workers.direct_calls import DirectCalls
+from fray_ray._private.workers.held_results import WORKER_HOLDER
 from fray_ray._private.workers.task_interrupts import wait_for_reply
 from fray_ray.exceptions import GetTimeoutError
 
@@ -149,9 +152,15 @@ class WorkerRuntime:
         too_large = too_large_for_store(serialized, self.object_store_memory, "The object put")
         if too_large is not None:
             raise too_large
+        kept = WORKER_HOLDER.keep_put(serialized)  # a large value stays in this process
+        if kept is not None:
+            object_id, held = kept
+            serialized = SerializedValue(b"", (), serialized.contained_refs, False)
         try:
-            stored = messages.call(self.connection, Put(serialized))
+            stored = messages.call(self.connection, Put(serialized, object_id, held) if kept else Put(serialized))
         except RemoteError as exc:
+            if kept is not None and WORKER_HOLDER.held is not None:
+                WORKER_HOLDER.held.release([kept[0]])
             raise _rebuild_remote_error(exc) from None
         return ObjectRef(stored.id, _announced=True)
 
@@ -167,8 +176,8 @@ class WorkerRuntime:
                 _, old = self._cache.popitem(last=False)
                 self._cache_bytes -= old.size
 
-    def fetch(self, object_ids: Sequence[bytes], timeout: float | None) -> dict[bytes, SerializedValue]:
-        """The stored values (or errors) of `object_ids`, from the cache or the driver."""
+    def fetch(self, object_ids: Sequence[bytes], timeout: float | None, _lost_again: int = 0) -> dict[bytes, SerializedValue]:
+        """The stored values (or errors) of `object_ids`, from the cache, the driver or their holders."""
         self.references.flush()
         found: dict[bytes, SerializedValue] = {}
         direct = self.direct
@@ -205,6 +214,13 @@ class WorkerRuntime:
 
             raise RaySystemError(f"lost the connection to the driver: {exc}") from exc
         values = answer.found
+        if answer.held:  # held by other processes: fetched from each holder, not through the driver
+            try:
+                values = _fetched_from_holders(answer.ids, values, answer.held)
+            except HolderLost:
+                if _lost_again > 2:
+                    raise
+                return {**found, **self.fetch(missing, timeout, _lost_again + 1)}  # the driver dealt with it
         if answer.shared:
             try:
                 values = WORKER_BORROWS.attach(self.connection, values, answer.shared, _return_leases)
@@ -418,6 +434,21 @@ def _rebuild_remote_error(error: RemoteError) -> BaseException:
     return exceptions.RaySystemError(f"{kind}: {error.message}")
 
 
+def _fetched_from_holders(ids: list[bytes], values: list[SerializedValue], held: list[list[Any]]) -> list[SerializedValue]:
+    wanted = [(ids[index], holder) for index, holder, _ in held]
+    fetched = WORKER_HOLDER.fetch(wanted)
+    return [fetched.get(object_id, value) for object_id, value in zip(ids, values)]
+
+
+def _report_unreachable(runtime: WorkerRuntime, holder: str) -> bool:
+    """Tell the driver a holder did not answer; it has dealt with that once it replies."""
+    try:
+        messages.call(runtime.connection, HolderUnreachable(holder))
+    except (ConnectionClosed, RemoteError):
+        return False
+    return True
+
+
 def _return_leases(connection: Connection, leases: list[int]) -> None:
     try:
         messages.notify(connection, ReturnShared(leases))
@@ -454,6 +485,8 @@ def open_session(
     if not in_process:  # one process, one runtime: its refs' escapes are this runtime's
         runtime.direct = DirectCalls(connection, runtime.references)
     runtime.set_info(messages.reply_of(hello, (info, [])))
+    if not in_process:
+        WORKER_HOLDER.configure(token, runtime.object_store_memory, lambda holder: _report_unreachable(runtime, holder))
     if on_runtime is not None:
         on_runtime(runtime)
     connection.start(dict(handlers))

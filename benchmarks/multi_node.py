@@ -1,0 +1,151 @@
+"""Shapes on several nodes: a head and two simulated nodes made with `cluster_utils.Cluster`
+(raylets of their own on Ray, simulated hosts on fray_ray), custom resources pinning work.
+
+- `node_to_node_100mb`: tasks on node A make 100 MB arrays, tasks on node B sum them: GB/s, the
+  driver's CPU seconds per GB moved, and the driver's peak RSS above where it started.
+- `parallel_puts`: four tasks (two per node) each `ray.put` a 100 MB array at once and return
+  the ref; the driver waits for the refs (the values stay put): GB/s.
+- `wait_one_of_1k`: 1,000 short tasks are submitted, then `ray.wait(refs, num_returns=1)`
+  takes one ready ref at a time until none is left: refs/s.
+
+The driver is this process: its CPU is `time.process_time()` (fray_ray's embedded controller
+runs here too, so its CPU counts against fray_ray), its RSS is sampled every 10 ms.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from workloads import ok
+
+MB100 = 100 * 1000 * 1000
+TRANSFERS = 8  # arrays moved from A to B per repetition
+PUTTERS = 4
+WAIT_TASKS = 1_000
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class PeakRss:
+    """The highest RSS of this process while it runs (sampled)."""
+
+    def __init__(self, interval_s: float = 0.01) -> None:
+        self.start = _rss_bytes()
+        self.peak = self.start
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, args=(interval_s,), daemon=True)
+        self._thread.start()
+
+    def _sample(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            self.peak = max(self.peak, _rss_bytes())
+
+    def stop(self) -> float:
+        """MiB above the RSS at the start."""
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_bytes())
+        return (self.peak - self.start) / (1 << 20)
+
+
+@contextmanager
+def three_nodes(backend: str, ray: Any) -> Iterator[None]:
+    root = tempfile.mkdtemp(prefix="mn-", dir="/tmp")  # Ray's unix sockets want a short path
+    os.environ["RAY_TMPDIR"] = root
+    cluster_utils = importlib.import_module(f"{backend}.cluster_utils")
+    cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        cluster.add_node(num_cpus=2, resources={"node_a": 4})
+        cluster.add_node(num_cpus=2, resources={"node_b": 4})
+        cluster.connect()
+        yield
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        os.environ.pop("RAY_TMPDIR", None)
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def node_to_node(ray: Any) -> dict[str, Any]:
+    import numpy as np
+
+    @ray.remote(resources={"node_a": 1})
+    def make(seed: int) -> Any:
+        return np.full(MB100, seed % 250, np.uint8)
+
+    @ray.remote(resources={"node_b": 1})
+    def consume(array: Any) -> int:
+        return int(array[::4096].sum())
+
+    ray.get([consume.remote(make.remote(i)) for i in range(4)])  # warm every worker of both nodes
+    peak = PeakRss()
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    results = ray.get([consume.remote(make.remote(i)) for i in range(TRANSFERS)])
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    growth = peak.stop()
+    assert len(results) == TRANSFERS
+    gb = TRANSFERS * MB100 / 1e9
+    return ok({"node_to_node_100mb_gbps": gb / wall, "node_to_node_driver_cpu_s_per_gb": cpu / gb,
+               "node_to_node_driver_peak_rss_mib": growth})
+
+
+def parallel_puts(ray: Any) -> dict[str, Any]:
+    import numpy as np
+
+    def putter(resource: str) -> Callable[..., Any]:
+        @ray.remote(resources={resource: 1})
+        def put_one(seed: int) -> list[Any]:
+            return [ray.put(np.full(MB100, seed % 250, np.uint8))]
+
+        return put_one
+
+    on_a, on_b = putter("node_a"), putter("node_b")
+    ray.get([on_a.remote(0), on_b.remote(0)])  # warm
+    t0 = time.perf_counter()
+    refs = ray.get([(on_a if i % 2 else on_b).remote(i) for i in range(PUTTERS)])
+    wall = time.perf_counter() - t0
+    assert len(refs) == PUTTERS
+    del refs
+    return ok({"parallel_puts_gbps": PUTTERS * MB100 / 1e9 / wall})
+
+
+def wait_one_of_1k(ray: Any) -> dict[str, Any]:
+    @ray.remote(num_cpus=0.25)
+    def tick(i: int) -> int:
+        return i
+
+    ray.get([tick.remote(i) for i in range(50)])  # warm
+    t0 = time.perf_counter()
+    pending = [tick.remote(i) for i in range(WAIT_TASKS)]
+    taken = 0
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        taken += len(ready)
+    wall = time.perf_counter() - t0
+    assert taken == WAIT_TASKS
+    return ok({"wait_one_of_1k": WAIT_TASKS / wall})
+
+
+SHAPES: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "node_to_node_100mb": node_to_node,
+    "parallel_puts": parallel_puts,
+    "wait_one_of_1k": wait_one_of_1k,
+}
+
+
+def run(name: str, backend: str, ray: Any) -> dict[str, Any]:
+    """One repetition of shape `name` on a fresh three-node cluster."""
+    with three_nodes(backend, ray):
+        return SHAPES[name](ray)

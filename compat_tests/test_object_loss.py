@@ -1,0 +1,60 @@
+"""A task's large result lives on the node that made it: when that node dies, the object is
+rebuilt by running its task again (within `max_retries`), or its `get` raises an
+`ObjectLostError` (`ObjectReconstructionFailedError`) saying why, never hangs. Nodes are
+`cluster_utils.Cluster` nodes: raylets of their own on Ray, simulated hosts on fray_ray."""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import tempfile
+
+import numpy as np
+import pytest
+
+from compat_tests._backend import BACKEND, ray
+
+SIZE = 4 << 20  # far above the 100 KiB inline limit: stored on the producing node
+
+
+@pytest.fixture
+def cluster(shutdown_only, monkeypatch):
+    root = tempfile.mkdtemp(prefix="ol-", dir="/tmp")  # Ray's unix sockets want a short path
+    monkeypatch.setenv("RAY_TMPDIR", root)
+    for name in ("RAY_ADDRESS", "FRAY_RAY_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+    cluster_utils = importlib.import_module(f"{BACKEND}.cluster_utils")
+    made = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        yield made
+    finally:
+        ray.shutdown()
+        made.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@ray.remote(resources={"producer": 1})
+def _array(value):
+    return np.full(SIZE, value, np.uint8)
+
+
+def test_object_loss__result_of_a_dead_node_is_rebuilt_by_its_task(cluster):
+    node = cluster.add_node(num_cpus=1, resources={"producer": 1})
+    cluster.connect()
+    ref = _array.options(max_retries=2).remote(5)
+    ray.wait([ref], fetch_local=False)
+    cluster.remove_node(node)
+    cluster.add_node(num_cpus=1, resources={"producer": 1})  # somewhere for the task to run again
+    assert int(ray.get(ref, timeout=120).sum()) == 5 * SIZE
+
+
+def test_object_loss__without_retries_get_raises_object_lost(cluster):
+    node = cluster.add_node(num_cpus=1, resources={"producer": 1})
+    cluster.connect()
+    ref = _array.options(max_retries=0).remote(6)
+    ray.wait([ref], fetch_local=False)
+    cluster.remove_node(node)
+    with pytest.raises(ray.exceptions.ObjectLostError) as lost:
+        ray.get(ref, timeout=120)
+    assert isinstance(lost.value, ray.exceptions.ObjectReconstructionFailedError)
+    assert "max_retries=0" in str(lost.value)

@@ -1,0 +1,185 @@
+"""The owner's side of values held by workers: lineage, loss, and hand-off on retirement.
+
+A task's result that its executor keeps (`objects/remote_values.py`) lives only in that process.
+So the driver, as Ray's owner does, keeps the task's spec (its lineage) while such a result
+may still be read, with the task's arguments alive. When the holder's process exits:
+
+- each of its values whose task may run again (`max_retries`, counted per task as Ray counts
+  reconstructions) is made pending again and the task resubmitted: readers wait for the rerun;
+- any other one fails with `ObjectReconstructionFailedError` (an `ObjectLostError`) saying why
+  (retries disabled, or used up), never a hang.
+
+An executor retired while idle hands its values over first: the driver fetches them from it
+and holds them itself (`hand_off`), so retirement never loses an object.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fray_ray._private.core.retry_policy import within_retries
+from fray_ray._private.core.task_spec import TaskSpec
+from fray_ray._private.objects.holder_clients import HolderClients, lost
+from fray_ray._private.objects.ids import OBJECT_ID_SIZE
+from fray_ray._private.objects.object_table import ObjectTable
+from fray_ray._private.objects.remote_values import with_remote_results
+from fray_ray._private.objects.serialization import SerializedValue
+from fray_ray._private.stream.protocol import Connection
+
+logger = logging.getLogger(__name__)
+
+
+class HeldLineage:
+    """Specs of the tasks whose results workers hold, and what to do when a holder goes."""
+
+    def __init__(self, objects: ObjectTable, holders: HolderClients, resubmit: Callable[[TaskSpec], None],
+                 spec_of: Callable[[bytes], TaskSpec | None]) -> None:
+        self._objects = objects
+        self._holders = holders
+        self._resubmit = resubmit
+        self._spec_of = spec_of  # a running task's spec
+        self._lock = threading.Lock()  # guards the maps below
+        self._specs: dict[bytes, TaskSpec] = {}  # object id -> the task that makes it
+        self._rebuilds: dict[bytes, int] = {}  # task id -> times it ran again to rebuild
+        self._live: dict[bytes, int] = {}  # task id -> its objects still kept here
+
+    def put_held(self, connection: Connection, object_id: bytes | None, value: SerializedValue,
+                 held: list[list[Any]]) -> bytes:
+        """A worker's `ray.put` it keeps itself under `object_id`: record where (no lineage: a
+        put cannot be rebuilt). ValueError for an id that is no fresh put id."""
+        if not isinstance(object_id, bytes) or len(object_id) != OBJECT_ID_SIZE or object_id[-4:] != bytes(4):
+            raise ValueError("a held put must name a put id")
+        if self._objects.known(object_id):
+            raise ValueError(f"object {object_id.hex()} exists already")
+        (remote,) = with_remote_results([value], held)
+        self._note_holder(connection, held)
+        self._objects.put(object_id, remote)
+        return object_id
+
+    def _note_holder(self, connection: Connection, held: list[list[Any]]) -> None:
+        """Learn of the end of the holder an executor speaks for from its connection's."""
+        holder = held[0][1] if held and isinstance(held[0], list) and len(held[0]) == 3 else None
+        if isinstance(holder, str) and connection.peer_info.get("holder") != holder:
+            connection.peer_info["holder"] = holder
+            self._holders.holder_started(holder)
+            connection.add_close_callback(lambda _closed: self.holder_gone(holder))
+
+    def results_held(self, connection: Connection, task_id: bytes, held: list[list[Any]]) -> None:
+        """An executor says it holds these results of `task_id` ([index, holder, size] each):
+        keep the task's lineage, and learn of the holder's end from its connection's."""
+        self._note_holder(connection, held)
+        spec = None if connection.peer_info.get("kind") == "gang" else self._spec_of(task_id)
+        if spec is not None:
+            indices = [entry[0] for entry in held if isinstance(entry, list) and entry and isinstance(entry[0], int)]
+            self.keep(spec, [spec.return_ids[i] for i in indices if 0 <= i < len(spec.return_ids)])
+
+    def keep(self, spec: TaskSpec, object_ids: Sequence[bytes]) -> None:
+        """`object_ids` (some returns of `spec`) are held by a worker: remember how to make them."""
+        fresh = []
+        with self._lock:
+            for object_id in object_ids:
+                if object_id not in self._specs:
+                    self._specs[object_id] = spec
+                    fresh.append(object_id)
+            if fresh:
+                first = spec.task_id not in self._live
+                self._live[spec.task_id] = self._live.get(spec.task_id, 0) + len(fresh)
+            else:
+                first = False
+        if first:
+            self._objects.incref(spec.arguments.value.contained_refs)  # rebuilding needs them
+
+    def freed(self, object_ids: Sequence[bytes]) -> None:
+        """These objects were freed: their lineage is no longer needed."""
+        done: list[TaskSpec] = []
+        with self._lock:
+            for object_id in object_ids:
+                spec = self._specs.pop(object_id, None)
+                if spec is None:
+                    continue
+                left = self._live.get(spec.task_id, 0) - 1
+                if left > 0:
+                    self._live[spec.task_id] = left
+                else:
+                    self._live.pop(spec.task_id, None)
+                    self._rebuilds.pop(spec.task_id, None)
+                    done.append(spec)
+        for spec in done:
+            self._objects.decref(spec.arguments.value.contained_refs)
+
+    def suspect(self, holder: str, then: Callable[[], None] = lambda: None) -> bool:
+        """A reader could not reach `holder`: if this process cannot either, its values are
+        rebuilt or failed now (True). `then` runs after, on a thread of its own (the check
+        may take a moment and must not hold up the caller's stream)."""
+        def check() -> None:
+            if not self._holders.reachable(holder):
+                self.holder_gone(holder)
+            then()
+
+        threading.Thread(target=check, name="holder-check", daemon=True).start()
+        return True
+
+    def unreachable(self, holder: str) -> bool:
+        """The driver's own read could not reach `holder` (see `HolderClients.on_unreachable`)."""
+        if self._holders.reachable(holder):
+            return False
+        self.holder_gone(holder)
+        return True
+
+    def holder_gone(self, holder: str) -> None:
+        """The process at `holder` exited: rebuild or fail each value it held."""
+        self._holders.holder_gone(holder)
+        rerun: dict[bytes, TaskSpec] = {}
+        failed: list[tuple[bytes, str, str]] = []
+        with self._lock:
+            for object_id in self._objects.held_by(holder):
+                spec = self._specs.get(object_id)
+                if spec is None and object_id[-4:] == bytes(4):  # index 0: a put
+                    failed.append((object_id, "OBJECT_UNRECONSTRUCTABLE_PUT", "it was made by ray.put()"))
+                    continue
+                if spec is None:
+                    failed.append((object_id, "OBJECT_UNRECONSTRUCTABLE_LINEAGE_EVICTED", "its lineage was not kept"))
+                    continue
+                if spec.task_id in rerun:
+                    continue
+                done = self._rebuilds.get(spec.task_id, 0)
+                if spec.max_retries == 0:
+                    failed.append((object_id, "OBJECT_UNRECONSTRUCTABLE_RETRIES_DISABLED",
+                                   "its task was created with max_retries=0"))
+                elif not within_retries(spec.max_retries, done):
+                    failed.append((object_id, "OBJECT_UNRECONSTRUCTABLE_MAX_ATTEMPTS_EXCEEDED",
+                                   f"its task ran again {done} times already (max_retries={spec.max_retries})"))
+                else:
+                    self._rebuilds[spec.task_id] = done + 1
+                    rerun[spec.task_id] = spec
+        for object_id, reason, why in failed:
+            self._objects.fail_lost(object_id, lost(object_id, holder, f"its worker process exited; {why}", reason))
+        for spec in rerun.values():
+            logger.info("rebuilding the results of task %s: the worker holding them exited", spec.name)
+            if self._objects.rebuild(spec.return_ids):
+                self._resubmit(spec)
+
+    def hand_off(self, connection: Connection) -> None:
+        """Before the executor on `connection` is retired: hold here what it holds."""
+        holder = (connection.peer_info or {}).get("holder")
+        if not isinstance(holder, str):
+            return
+        ids = self._objects.held_by(holder)
+        if not ids:
+            return
+        fetched = self._holders.fetch([(object_id, holder) for object_id in ids])
+        taken = []
+        for object_id, value in fetched.items():
+            if value.is_error:
+                continue  # it could not be fetched: its loss is handled when the holder goes
+            try:
+                if self._objects.take_over(object_id, value):
+                    taken.append(object_id)
+            except Exception:  # noqa: BLE001 - ObjectStoreFullError: it stays (and may be lost) there
+                logger.warning("could not take over object %s from %s", object_id.hex(), holder, exc_info=True)
+        del fetched
+        self._holders.release([(holder, object_id) for object_id in taken])
+        self.freed(taken)  # held here now: no rebuild needed

@@ -1,0 +1,130 @@
+"""A worker process's part in keeping objects where they are made.
+
+A task's result larger than `INLINE_LIMIT` stays in the executor that made it (`HeldObjects`,
+served by a `HolderServer` this process starts on first use, at its host's address); its
+`task_done` says only where and how big. When this process reads an object another process
+holds, the driver answers with the holder's address and the value is fetched from there
+directly (`HolderClients`), or read in place if this process is the holder.
+
+The store's memory limit is `FRAY_RAY_HELD_OBJECT_MEMORY` (bytes) if set, else the session's
+`object_store_memory`; beyond it values are spilled to a file of this process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fray_ray._private.objects.held_objects import HeldObjects, HolderServer
+from fray_ray._private.objects.holder_clients import HolderClients
+from fray_ray._private.objects.ids import new_put_id
+from fray_ray._private.objects.remote_values import held_entry
+from fray_ray._private.objects.serialization import INLINE_LIMIT, SerializedValue
+from fray_ray._private.objects.shared_memory import WORKER_BORROWS, shared_memory_dir
+
+logger = logging.getLogger(__name__)
+
+#: Overrides the memory a worker keeps its held values in (bytes).
+HELD_MEMORY_ENV = "FRAY_RAY_HELD_OBJECT_MEMORY"
+DEFAULT_HELD_MEMORY = 1 << 30
+
+
+class WorkerHolder:
+    """This process's held values, their server and its streams to other holders. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # guards everything below
+        self._token = ""
+        self._limit = DEFAULT_HELD_MEMORY
+        self._held: HeldObjects | None = None
+        self._server: HolderServer | None = None
+        self._clients: HolderClients | None = None
+        self._report_unreachable: Callable[[str], bool] | None = None
+
+    def configure(self, token: str, object_store_memory: int, report_unreachable: Callable[[str], bool]) -> None:
+        """Called as the session opens (a worker process has one session at a time);
+        `report_unreachable(holder)` tells the driver of a holder that does not answer."""
+        with self._lock:
+            self._report_unreachable = report_unreachable
+            self._token = token
+            self._limit = object_store_memory if object_store_memory > 0 else DEFAULT_HELD_MEMORY
+
+    @property
+    def held(self) -> HeldObjects | None:
+        return self._held
+
+    @property
+    def address(self) -> str | None:
+        server = self._server
+        return server.address if server is not None else None
+
+    def _started(self) -> HolderServer:
+        with self._lock:
+            if self._server is None:
+                if not self._token:
+                    raise RuntimeError("this worker has no session to hold values for")
+                directory = shared_memory_dir()
+                limit = int(os.environ.get(HELD_MEMORY_ENV) or self._limit)
+                self._held = HeldObjects(limit, shared_dir=directory, session_name=f"held-{os.getpid()}")
+                bind = os.environ.get("IRIS_BIND_HOST") or "127.0.0.1"
+                advertise = os.environ.get("IRIS_ADVERTISE_HOST") or bind
+                self._server = HolderServer(self._held, token=self._token, bind_host=bind,
+                                            advertise_host=advertise, shared_dir=directory).start()
+            return self._server
+
+    def keep_large(self, values: Sequence[SerializedValue], returns: Sequence[bytes]) -> tuple[list[SerializedValue], list[list[Any]]]:
+        """`values` (a task's results, one per id of `returns`) with each large one kept here
+        and sent as an empty value, and the entries that say where those are."""
+        sent = list(values)
+        held: list[list[Any]] = []
+        if len(returns) != len(sent):
+            return sent, held
+        for index, (object_id, value) in enumerate(zip(returns, sent)):
+            if value.is_error or value.size <= INLINE_LIMIT:
+                continue
+            try:
+                server = self._started()
+                server.held.hold(object_id, value)
+            except Exception as exc:  # noqa: BLE001 - the value still goes to the driver as before
+                logger.warning("cannot keep result %s here (%s); it goes to the driver", object_id.hex(), exc)
+                continue
+            held.append(held_entry(index, server.address, value.size))
+            sent[index] = SerializedValue(b"", (), value.contained_refs, False)
+        return sent, held
+
+    def keep_put(self, value: SerializedValue) -> tuple[bytes, list[list[Any]]] | None:
+        """Keep a large `ray.put` value here under a new put id: (id, where), or None to send
+        it to the driver (small, or this process cannot hold values)."""
+        if value.size <= INLINE_LIMIT or not self._token:
+            return None
+        object_id = new_put_id()
+        try:
+            server = self._started()
+            server.held.hold(object_id, value)
+        except Exception as exc:  # noqa: BLE001 - ObjectStoreFullError here: the driver may have room
+            logger.warning("cannot keep a put value here (%s); it goes to the driver", exc)
+            return None
+        return object_id, [held_entry(0, server.address, value.size)]
+
+    def fetch(self, wanted: Sequence[tuple[bytes, str]]) -> dict[bytes, SerializedValue]:
+        """The values of (object id, holder address) pairs, each from its holder."""
+        return self._client().fetch(wanted)
+
+    def _client(self) -> HolderClients:
+        with self._lock:
+            if self._clients is None:
+                self._clients = HolderClients(self._token, WORKER_BORROWS, own_address=lambda: self.address,
+                                              local=self._read_own)
+                self._clients.on_unreachable = self._report_unreachable
+            return self._clients
+
+    def _read_own(self, object_ids: list[bytes]) -> list[SerializedValue | None]:
+        held = self._held
+        return held.values(object_ids) if held is not None else [None] * len(object_ids)
+
+
+#: This worker process's holder (an executor's or an actor host's).
+WORKER_HOLDER = WorkerHolder()

@@ -1,0 +1,54 @@
+"""The owner's records of values other processes hold: placeholders, wire entries, and the
+object table's handling of them (no bytes stored, freed ones reported, lost ones failed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fray_ray._private.objects.object_store import ObjectStore, ObjectStoreConfig
+from fray_ray._private.objects.object_table import ObjectState, ObjectTable
+from fray_ray._private.objects.remote_values import RemoteResult, split_remote, with_remote_results
+from fray_ray._private.objects.serialization import INLINE_LIMIT, SerializedValue, serialize, serialize_error
+
+OID = b"t" * 24 + (1).to_bytes(4, "little")
+
+
+def test_a_placeholder_says_where_and_how_big_and_round_trips_through_messages() -> None:
+    values = [serialize(1), SerializedValue(b"", (), (b"r" * 28,), False)]
+    replaced = with_remote_results(values, [[1, "127.0.0.2:9", 5 << 20]])
+    assert type(replaced[1]) is RemoteResult and replaced[1].size == 5 << 20 > INLINE_LIMIT
+    assert replaced[1].contained_refs == (b"r" * 28,) and replaced[0] is values[0]
+    sent, held = split_remote(replaced)
+    assert held == [[1, "127.0.0.2:9", 5 << 20]] and type(sent[1]) is SerializedValue and sent[1].payload == b""
+
+
+@pytest.mark.parametrize("entry", [[5, "h:1", 1], [0, "", 1], [0, "h:1", -1], ["0", "h:1", 1], [0, "h:1"], "x"])
+def test_malformed_entries_are_refused(entry: object) -> None:
+    with pytest.raises(ValueError):
+        with_remote_results([serialize(1)], [entry])
+
+
+def test_the_table_records_a_held_value_without_its_bytes_and_reports_its_release() -> None:
+    table = ObjectTable(ObjectStore(ObjectStoreConfig(1 << 20)))
+    freed: list[tuple[str, bytes]] = []
+    table.on_remote_freed = freed.extend
+    table.create_pending([OID], producer=OID[:24])
+    table.incref([OID])
+    table.fulfil(OID, RemoteResult("127.0.0.2:9", 8 << 20))
+    assert table.store.used == 0 and table.holders([OID]) == {OID: "127.0.0.2:9"}
+    assert type(table.value(OID)) is RemoteResult and table.spilled_ids() == []
+    assert table.held_by("127.0.0.2:9") == [OID]
+    table.decref([OID])
+    assert freed == [("127.0.0.2:9", OID)]
+
+
+def test_a_lost_value_fails_and_a_rebuilt_one_waits_again() -> None:
+    table = ObjectTable(ObjectStore(ObjectStoreConfig(1 << 20)))
+    other = OID[:-4] + (2).to_bytes(4, "little")
+    table.create_pending([OID, other], referenced=True)
+    table.fulfil_all([(OID, RemoteResult("h:1", 1 << 20)), (other, RemoteResult("h:1", 1 << 20))])
+    table.fail_lost(OID, serialize_error(RuntimeError("gone")))
+    assert table.state(OID) is ObjectState.FAILED and table.is_error(OID)
+    assert table.rebuild([other]) == [other] and table.state(other) is ObjectState.PENDING
+    table.fulfil(other, serialize(7))  # the rerun's value
+    assert table.state(other) is ObjectState.READY
