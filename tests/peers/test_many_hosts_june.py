@@ -62,6 +62,7 @@ PROGRAM = {
                 return self.total
     """,
     "data/unit.txt": "m2\n",
+    "pyproject.toml": "",  # a project: all of it ships, the data file included
 }
 
 SUBMITTED = """

@@ -42,6 +42,7 @@ def driver_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_shutdown: 
     home = tmp_path / "driver"
     home.mkdir()
     (home / "data.txt").write_text("shipped")
+    (home / "pyproject.toml").write_text("")  # a project: all of it ships, data files included
     monkeypatch.chdir(home)
     yield home
 

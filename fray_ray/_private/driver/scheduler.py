@@ -1,19 +1,17 @@
 """Task scheduling in the driver: dependencies, logical resources, warm executor pools.
 
-A task waits until its top-level ref arguments are ready, then queues in the pool for its
-resource shape. An executor takes a lease on the ledger for its shape when it gets work (on
-the node it runs on, when that node has room) and holds it while it has work; it runs one
-task at a time, and a few more wait in its own queue so it never idles between tasks (more
-for short tasks, see `prefetch`); queued tasks are taken back when the task ahead of them
-runs long while another executor idles (`withdrawals`). The tasks a scheduling round gives
-one executor leave in one frame, and answers that arrive together are handled together
-(`tasks_done`).
-When no executor is idle, a new one is launched (an Iris job through the Fray client), up to
-what the cluster's nodes have room for. A task blocked in `get`
-lends its lease back and its executor hands its queued tasks back, so a parent waiting on
-its children never starves them. Executors idle too long are retired.
+A task waits until its top-level ref arguments are ready, then queues in the pool for its resource
+shape. An executor takes a lease on the ledger for its shape when it gets work (on the node it runs
+on, when that node has room) and holds it while it has work; it runs one task at a time, and a few
+more wait in its own queue so it never idles between tasks (more for short tasks, see `prefetch`);
+queued tasks are taken back when the task ahead of them runs long while another executor idles
+(`withdrawals`). The tasks a scheduling round gives one executor leave in one frame, and answers
+that arrive together are handled together (`tasks_done`). When no executor is idle, a new one is
+launched (an Iris job through the Fray client), up to what the cluster's nodes have room for. A
+task blocked in `get` lends its lease back and its executor hands its queued tasks back, so a
+parent waiting on its children never starves them. Executors idle too long are retired.
 
-One lock guards all scheduler state. Messages to executors and Fray calls happen after it is
+One lock guards all scheduler state; messages to executors and Fray calls happen after it is
 released. Launching, admitting and retiring executors is in `executor_pool`.
 """
 
@@ -101,8 +99,7 @@ class TaskScheduler(TaskWithdrawals):
     def spec_of(self, task_id: bytes) -> TaskSpec | None:
         """The spec of a task not finished yet (None if unknown or done)."""
         with self._lock:
-            record = self._tasks.get(task_id)
-            return None if record is None else record.spec
+            return record.spec if (record := self._tasks.get(task_id)) is not None else None
 
     # ---- submission ----------------------------------------------------------------------
 
@@ -390,8 +387,7 @@ class TaskScheduler(TaskWithdrawals):
                     record.state = TaskState.READY
                     attempt = (record.event.attempt if record.event is not None else 0, record.system_failures)
                     record.event = self._events.retried(record.event, self._error_for("system", WorkerCrashedError(
-                        f"The process running task {record.spec.name} died (attempt {attempt[1]}); retried.")),
-                        "WORKER_DIED")
+                        f"The process running task {record.spec.name} died (attempt {attempt[1]}); retried.")), "WORKER_DIED")
                     self._ready[record.spec.pool].appendleft(record)  # retried work goes first
                 else:
                     record.state = TaskState.DONE
@@ -573,9 +569,8 @@ class TaskScheduler(TaskWithdrawals):
     # ---- maintenance ---------------------------------------------------------------------
 
     def close(self) -> tuple[list[Any], list[Any]]:
-        """Stop scheduling; tell executors to exit. Returns their Fray jobs for cleanup: those
-        of idle executors, which exit by themselves, and those of executors still running a
-        task, which would exit only once it ends, so are to be stopped at once."""
+        """Stop scheduling; tell executors to exit. Returns their Fray jobs: idle executors'
+        (they exit by themselves) and busy ones' (to be stopped at once, not after their task)."""
         self._exits.close()
         with self._lock:
             self._closed = True
@@ -595,7 +590,6 @@ class TaskScheduler(TaskWithdrawals):
             if executor.job is not None:
                 (busy_jobs if id(executor) in busy else idle_jobs).append(executor.job)
         return idle_jobs, busy_jobs
-
 
     def about_to_run(self) -> int:
         """How many submitted tasks have not begun running while an executor is starting for
