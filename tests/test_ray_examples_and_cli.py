@@ -191,8 +191,9 @@ def test_status_jobs_logs_and_stop_against_a_cluster() -> None:
             assert controller.job_state(job_id).name == "KILLED"
 
 
-def test_commands_without_an_address_say_so() -> None:
+def test_commands_without_an_address_say_so(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("FRAY_RAY_ADDRESS", "RAY_ADDRESS")}
+    env["FRAY_RAY_TEMP_DIR"] = str(tmp_path)  # no cluster another test started is recorded here
     result = subprocess.run([sys.executable, "-m", "fray_ray", "jobs"], cwd=ROOT, capture_output=True, text=True,
                             timeout=TIMEOUT, env=env)
     assert result.returncode != 0 and "no cluster address" in result.stderr
