@@ -7,6 +7,11 @@
   the ref; the driver waits for the refs (the values stay put): GB/s.
 - `wait_one_of_1k`: 1,000 short tasks are submitted, then `ray.wait(refs, num_returns=1)`
   takes one ready ref at a time until none is left: refs/s.
+- `broadcast_512mib_4` and `broadcast_1gib_8`: a head, an origin node and 4 (8) reader nodes;
+  an actor on the origin `ray.put`s the array and one task per reader node sums it: the
+  seconds from submitting the reads to the last sum, and (fray_ray only) the bytes the
+  origin's process sent, in multiples of the array (each host fetches once, from any host that
+  has a copy, so at most 2).
 
 The driver is this process: its CPU is `time.process_time()` (fray_ray's embedded controller
 runs here too, so its CPU counts against fray_ray), its RSS is sampled every 10 ms.
@@ -145,7 +150,78 @@ SHAPES: dict[str, Callable[[Any], dict[str, Any]]] = {
 }
 
 
+#: broadcast shape -> (array bytes, reader nodes)
+BROADCASTS = {"broadcast_512mib_4": (512 << 20, 4), "broadcast_1gib_8": (1 << 30, 8)}
+
+
+@contextmanager
+def broadcast_nodes(backend: str, ray: Any, size: int, readers: int) -> Iterator[None]:
+    """A head, an `origin` node and `readers` nodes (`reader_<i>`), each store sized for the array."""
+    root = tempfile.mkdtemp(prefix="bc-", dir="/tmp")
+    os.environ["RAY_TMPDIR"] = root
+    cluster_utils = importlib.import_module(f"{backend}.cluster_utils")
+    store = {"object_store_memory": size * 2 + (256 << 20)} if backend == "ray" else {}
+    cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, **store})
+    try:
+        cluster.add_node(num_cpus=1, resources={"origin": 1}, **store)
+        for index in range(readers):
+            cluster.add_node(num_cpus=1, resources={f"reader_{index}": 1}, **store)
+        cluster.connect()
+        yield
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        os.environ.pop("RAY_TMPDIR", None)
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def broadcast(name: str, backend: str, ray: Any) -> dict[str, Any]:
+    import numpy as np
+
+    size, readers = BROADCASTS[name]
+
+    @ray.remote(resources={"origin": 1})
+    class Origin:
+        def make(self) -> list[Any]:
+            self.ref = ray.put(np.full(size, 7, np.uint8))
+            return [self.ref]
+
+        def sent_bytes(self) -> int:
+            if backend != "fray_ray":
+                return 0
+            from fray_ray._private.workers.held_results import WORKER_HOLDER
+
+            held = WORKER_HOLDER.held
+            return 0 if held is None else held.served_bytes
+
+    def reader(index: int) -> Any:
+        @ray.remote(resources={f"reader_{index}": 1})
+        def total(box: list[Any]) -> int:
+            return int(ray.get(box[0])[:: 1 << 16].sum())
+
+        return total
+
+    tasks = [reader(i) for i in range(readers)]
+    ray.get([t.remote([ray.put(np.zeros(1 << 16, np.uint8))]) for t in tasks])  # warm a worker on every node
+    origin = Origin.remote()
+    (ref,) = ray.get(origin.make.remote())
+    t0 = time.perf_counter()
+    sums = ray.get([t.remote([ref]) for t in tasks])
+    wall = time.perf_counter() - t0
+    assert sums == [7 * (size >> 16)] * readers, sums
+    metrics = {f"{name}_s": wall}
+    if backend == "fray_ray":
+        metrics[f"{name}_origin_x"] = ray.get(origin.sent_bytes.remote()) / size
+    return ok(metrics)
+
+
 def run(name: str, backend: str, ray: Any) -> dict[str, Any]:
-    """One repetition of shape `name` on a fresh three-node cluster."""
+    """One repetition of shape `name` on a fresh cluster (three nodes, or a broadcast's)."""
+    if name in BROADCASTS:
+        size, readers = BROADCASTS[name]
+        with broadcast_nodes(backend, ray, size, readers):
+            return broadcast(name, backend, ray)
     with three_nodes(backend, ray):
         return SHAPES[name](ray)

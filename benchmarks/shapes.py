@@ -172,6 +172,10 @@ BASE_TARGETS: dict[str, Target] = {
     "node_to_node_driver_peak_rss_mib": Target(TargetKind.AT_MOST, 100.0, "≤ 100 MiB above idle"),
     "parallel_puts_gbps": Target(TargetKind.RATIO, 1.0, "≥ Ray's GB/s"),
     "wait_one_of_1k": Target(TargetKind.RATIO, 1.0, "≥ Ray's rate"),
+    "broadcast_512mib_4_s": Target(TargetKind.RATIO, 1.0, "≥ Ray's speed"),
+    "broadcast_512mib_4_origin_x": Target(TargetKind.AT_MOST, 2.0, "≤ 2× the array"),
+    "broadcast_1gib_8_s": Target(TargetKind.RATIO, 1.0, "≥ Ray's speed"),
+    "broadcast_1gib_8_origin_x": Target(TargetKind.AT_MOST, 2.0, "≤ 2× the array"),
 }
 
 
@@ -278,6 +282,11 @@ def catalog(curves: Curves, timeout_scale: float = 1.0, envelope: EnvelopeSizes 
     add(Shape("wait_one_of_1k", Kind.MULTI_NODE, "multi_node", 300,
               "ray.wait(num_returns=1) loop over 1,000 pending tasks", ()),
         Metric("wait_one_of_1k", "refs/s", "higher", "ready refs taken per second"))
+    for name, text in (("broadcast_512mib_4", "a 512 MiB array put by an actor on one node, read on 4 others"),
+                       ("broadcast_1gib_8", "a 1 GiB array put by an actor on one node, read on 8 others")):
+        add(Shape(name, Kind.MULTI_NODE, "multi_node", 600, text, ()),
+            Metric(f"{name}_s", "s", "lower", "first read submitted to last sum"),
+            Metric(f"{name}_origin_x", "×", "lower", "bytes the origin sent, in arrays", ratio_to_ray=False, fray_only=True))
     for name, (unit, text) in DERIVED.items():
         metrics.append(Metric(name, unit, "lower", text, ratio_to_ray=False))
 
@@ -295,6 +304,7 @@ def catalog(curves: Curves, timeout_scale: float = 1.0, envelope: EnvelopeSizes 
         "actors": tuple(s.name for s in shapes if s.name.startswith("actors_")),
         "curves": tuple(s.name for s in shapes if s.size),
         "envelope": tuple(s.name for s in shapes if s.name.startswith("envelope_")),
-        "multi_node": tuple(s.name for s in shapes if s.kind is Kind.MULTI_NODE),
+        "multi_node": tuple(s.name for s in shapes if s.kind is Kind.MULTI_NODE and not s.name.startswith("broadcast_")),
+        "broadcast": tuple(s.name for s in shapes if s.name.startswith("broadcast_")),
     }
     return Catalog(curves, env, shape_map, metric_map, targets, groups)

@@ -45,6 +45,7 @@ class HeldLineage:
         self._specs: dict[bytes, TaskSpec] = {}  # object id -> the task that makes it
         self._rebuilds: dict[bytes, int] = {}  # task id -> times it ran again to rebuild
         self._live: dict[bytes, int] = {}  # task id -> its objects still kept here
+        self._hosts: dict[str, str] = {}  # holder address -> its host's shared-memory identity
 
     def put_held(self, connection: Connection, object_id: bytes | None, value: SerializedValue,
                  held: list[list[Any]]) -> bytes:
@@ -64,8 +65,15 @@ class HeldLineage:
         holder = held[0][1] if held and isinstance(held[0], list) and len(held[0]) == 3 else None
         if isinstance(holder, str) and connection.peer_info.get("holder") != holder:
             connection.peer_info["holder"] = holder
+            with self._lock:
+                self._hosts[holder] = connection.peer_info.get("host") or ""
             self._holders.holder_started(holder)
             connection.add_close_callback(lambda _closed: self.holder_gone(holder))
+
+    def host_of(self, holder: str) -> str:
+        """The shared-memory identity of `holder`'s host ("" if unknown)."""
+        with self._lock:
+            return self._hosts.get(holder, "")
 
     def results_held(self, connection: Connection, task_id: bytes, held: list[list[Any]]) -> None:
         """An executor says it holds these results of `task_id` ([index, holder, size] each):
@@ -132,6 +140,8 @@ class HeldLineage:
     def holder_gone(self, holder: str) -> None:
         """The process at `holder` exited: rebuild or fail each value it held."""
         self._holders.holder_gone(holder)
+        with self._lock:
+            self._hosts.pop(holder, None)
         rerun: dict[bytes, TaskSpec] = {}
         failed: list[tuple[bytes, str, str]] = []
         with self._lock:

@@ -52,6 +52,7 @@ from fray_ray._private.objects.holder_clients import HolderClients
 from fray_ray._private.objects.object_store import ObjectStore, ObjectStoreConfig
 from fray_ray._private.objects.object_table import ObjectTable
 from fray_ray._private.objects.refcount import LocalReferenceCounter
+from fray_ray._private.objects.relays import RelayPlan
 from fray_ray._private.objects.serialization import SerializedValue, serialize, serialize_error
 from fray_ray._private.objects.shared_memory import BorrowedBlocks, LentBlocks, host_identity, shared_memory_dir
 from fray_ray._private.objects.spilling import remove_orphaned_spill_dirs
@@ -167,6 +168,9 @@ class DriverRuntime(DriverReads):
         )
         self.lineage = HeldLineage(self.objects, self.holders, self.route_task, self.scheduler.spec_of)
         self.objects.on_remote_freed = self._remote_freed
+        #: large objects many hosts read: which workers keep copies to serve onward
+        self.relays = RelayPlan()
+        self.objects.on_values_dropped = self._values_dropped
         self.holders.on_unreachable = self.lineage.unreachable
         self.scheduler.hand_off = self.lineage.hand_off
         self.actors = ActorManager(
@@ -248,6 +252,11 @@ class DriverRuntime(DriverReads):
     def _remote_freed(self, held: list[tuple[str, bytes]]) -> None:
         self.holders.release(held)
         self.lineage.freed([object_id for _, object_id in held])
+
+    def _values_dropped(self, object_ids: list[bytes]) -> None:
+        copies = self.relays.forget(object_ids)
+        if copies:
+            self.holders.release(copies)
 
     def worker_info(self, worker_id: bytes | None, host_id: str | None = None) -> dict[str, Any]:
         """What a worker learns when it says hello: its node is the host it runs on."""

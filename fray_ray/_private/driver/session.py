@@ -24,6 +24,7 @@ from fray_ray._private.driver.actors import ActorManager
 from fray_ray._private.driver.direct_session import direct_call_handlers
 from fray_ray._private.driver.gangs import GangScheduler
 from fray_ray._private.driver.launcher import WorkerLauncher
+from fray_ray._private.driver.object_gets import answer_get
 from fray_ray._private.driver.scheduler import TaskScheduler
 from fray_ray._private.driver.streams import END, StreamTable
 from fray_ray._private.messages import (
@@ -55,7 +56,6 @@ from fray_ray._private.messages import (
     Log,
     MetricsReport,
     NextItem,
-    Objects,
     PlacementGroupTable,
     Put,
     Ready,
@@ -81,7 +81,8 @@ from fray_ray._private.messages import (
     Yield,
 )
 from fray_ray._private.objects.object_table import ObjectTable
-from fray_ray._private.objects.remote_values import split_remote, with_remote_results
+from fray_ray._private.objects.relays import RelayPlan
+from fray_ray._private.objects.remote_values import with_remote_results
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
 from fray_ray._private.objects.shared_memory import LentBlocks
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
@@ -104,6 +105,7 @@ class SessionDriver(Protocol):
     launcher: WorkerLauncher
     lent_blocks: LentBlocks
     shared_memory_identity: str
+    relays: RelayPlan
 
     def worker_info(self, worker_id: bytes | None, host_id: str | None = None) -> dict[str, Any]: ...
     def store(self, value: SerializedValue, *, copy: bool = True) -> bytes: ...
@@ -152,7 +154,7 @@ class SessionService:
             ActorReady: self._actor_ready,
             ActorFailed: self._actor_failed,
             ActorExiting: self._actor_exiting,
-            GetObjects: self._get,
+            GetObjects: lambda connection, message_id, get: answer_get(self._driver, connection, message_id, get),
             HolderUnreachable: lambda connection, message_id, report: self._driver.lineage.suspect(
                 report.holder, lambda: messages.reply(connection, message_id, Done())),
             GetAbandoned: self._get_abandoned,
@@ -250,8 +252,9 @@ class SessionService:
         kind, worker_id = hello.kind, hello.id
         host = hello.host if isinstance(hello.host, str) else None
         identity = self._driver.shared_memory_identity
-        connection.peer_info = {"kind": kind, "id": worker_id, "pid": hello.pid,
-                                "shared_memory": bool(identity) and hello.shared_memory == identity}
+        host_memory = hello.shared_memory if isinstance(hello.shared_memory, str) else ""
+        connection.peer_info = {"kind": kind, "id": worker_id, "pid": hello.pid, "host": host_memory,
+                                "shared_memory": bool(identity) and host_memory == identity}
         messages.reply(connection, message_id, Welcome(**self._driver.worker_info(worker_id, host)))
         if kind == "executor":
             accepted = self._driver.scheduler.executor_connected(worker_id, connection, hello.pid, host)
@@ -306,60 +309,6 @@ class SessionService:
         self._driver.actors.exiting(exiting.actor, exiting.call)
 
     # ---- objects -------------------------------------------------------------------------
-
-    def _get(self, connection: Connection, message_id: int | None, get: GetObjects) -> None:
-        assert message_id is not None
-        object_ids = get.ids
-        task_id = get.task
-        objects = self._driver.objects
-        state = {"remaining": set(), "replied": False}
-        lock = threading.Lock()
-
-        def reply() -> None:
-            ids = []
-            found = []
-            for object_id in object_ids:
-                value = objects.value(object_id)
-                if value is None:
-                    continue
-                ids.append(object_id)
-                found.append(value)
-            found, held = split_remote(found)  # the worker fetches those from their holders
-            shared: list[list[Any]] = []
-            if get.shared and connection.peer_info.get("shared_memory"):
-                found, lent = self._driver.lent_blocks.lend(connection, found)
-                shared = [entry.to_wire() for entry in lent]
-            messages.reply(connection, message_id, Objects(ids, found, shared, held))
-
-        def done(object_id: bytes) -> None:
-            value = objects.value(object_id)
-            with lock:
-                if state["replied"]:
-                    return
-                state["remaining"].discard(object_id)
-                failed = value is not None and value.is_error
-                if state["remaining"] and not failed:
-                    return
-                state["replied"] = True
-            reply()
-            self._driver.scheduler.task_unblocked(task_id)
-
-        missing = [oid for oid in object_ids if not objects.is_done(oid)]
-        unknown = [oid for oid in missing if not objects.known(oid)]
-        if unknown:
-            connection.reply_error(
-                message_id, "ObjectLostError",
-                f"Object {unknown[0].hex()} is not known to the driver (it was freed or never existed).",
-            )
-            return
-        if not missing or any((v := objects.value(oid)) is not None and v.is_error for oid in object_ids):
-            reply()
-            return
-        with lock:
-            state["remaining"] = set(missing)
-        self._driver.scheduler.task_blocked(task_id)
-        for object_id in missing:
-            objects.add_done_callback(object_id, done)
 
     def _get_abandoned(self, connection: Connection, message_id: int | None, abandoned: GetAbandoned) -> None:
         self._driver.scheduler.task_unblocked(abandoned.task)

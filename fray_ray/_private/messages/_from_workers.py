@@ -42,6 +42,10 @@ class Objects(Message):
     shared: list[list[Any]] = field(default_factory=list)
     #: values held by another process: [index in found, holder address, size] (`remote_values`)
     held: list[list[Any]] = field(default_factory=list)
+    #: ids among `held` whose address is a relay's, which answers once its copy is in (`relays`)
+    copies: list[bytes] = field(default_factory=list)
+    #: ids the asker is to keep a copy of and serve onward at the `relay` address it gave
+    relays: list[bytes] = field(default_factory=list)
 
 
 @dataclass(repr=False, eq=False)
@@ -208,6 +212,10 @@ class GetObjects(Message):
     ids: list[bytes]
     task: bytes | None = None
     shared: bool = True  # large buffers may come as shared-memory files (False: as bytes)
+    #: where the asker could serve copies of large objects to other hosts (`relays`), if it can
+    relay: str | None = None
+    #: [object id, relay address] pairs: relays the asker could not fetch these from
+    failed: list[list[Any]] = field(default_factory=list)
 
 
 @_message

@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from fray_ray._private.objects.held_objects import FETCH, RELEASE, RETURN_LEASES
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error, unpack_values
 from fray_ray._private.objects.shared_memory import BorrowedBlocks
+from fray_ray._private.stream.buffers import Arrivals
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.stream.stream_server import introduce
 from fray_ray.exceptions import ObjectReconstructionFailedError
@@ -50,8 +51,11 @@ class HolderClients:
     """This process's streams to holders, by address. Thread-safe."""
 
     def __init__(self, token: str, borrows: BorrowedBlocks, *, own_address: Callable[[], str | None] = lambda: None,
-                 local: LocalRead | None = None, connect_timeout: float = 10.0) -> None:
+                 local: LocalRead | None = None, connect_timeout: float = 10.0,
+                 arrivals: Arrivals | None = None) -> None:
+        """`arrivals`: where large values fetched are read into (new private memory if None)."""
         self._token = token
+        self._arrivals = arrivals
         self.borrows = borrows
         self._own_address = own_address
         self._local = local
@@ -92,19 +96,20 @@ class HolderClients:
         with self._lock:
             return holder in self._gone
 
-    def fetch(self, wanted: Sequence[tuple[bytes, str]]) -> dict[bytes, SerializedValue]:
+    def fetch(self, wanted: Sequence[tuple[bytes, str]], copies: Collection[bytes] = ()) -> dict[bytes, SerializedValue]:
         """The values of (object id, holder) pairs; a value that cannot be fetched comes back
         as an `ObjectLostError` to raise. Raises HolderLost when a holder is unreachable and
-        the owner has dealt with it."""
-        by_holder: dict[str, list[bytes]] = {}
+        the owner has dealt with it. `copies`: ids whose holder is a relay (`relays`), which
+        answers once its copy is in; a relay that fails is no holder's loss."""
+        by_holder: dict[tuple[str, bool], list[bytes]] = {}
         for object_id, holder in wanted:
-            by_holder.setdefault(holder, []).append(object_id)
+            by_holder.setdefault((holder, object_id in copies), []).append(object_id)
         found: dict[bytes, SerializedValue] = {}
-        for holder, ids in by_holder.items():
-            found.update(self._fetch_from(holder, ids))
+        for (holder, relay), ids in by_holder.items():
+            found.update(self._fetch_from(holder, ids, relay))
         return found
 
-    def _fetch_from(self, holder: str, ids: list[bytes]) -> dict[bytes, SerializedValue]:
+    def _fetch_from(self, holder: str, ids: list[bytes], relay: bool = False) -> dict[bytes, SerializedValue]:
         if self._local is not None and holder == self._own_address():
             values = self._local(ids)
             return {oid: value if value is not None else lost(oid, holder, "it no longer holds it")
@@ -113,13 +118,13 @@ class HolderClients:
             return {oid: lost(oid, holder, "its worker process exited") for oid in ids}
         try:
             connection = self._connection(holder)
-            body, buffers = connection.call(FETCH, {"ids": ids})
+            body, buffers = connection.call(FETCH, {"ids": ids, "wait": True} if relay else {"ids": ids})
             values = unpack_values(body["values"], buffers)
             if body.get("shared"):
                 values = self.borrows.attach(connection, values, body["shared"], _return_leases)
         except (OSError, ConnectionClosed) as exc:
             self._forget(holder)
-            if self.on_unreachable is not None and self.on_unreachable(holder):
+            if not relay and self.on_unreachable is not None and self.on_unreachable(holder):
                 raise HolderLost(holder) from exc
             return {oid: lost(oid, holder, f"{type(exc).__name__}: {exc}") for oid in ids}
         except (RemoteError, ValueError, TypeError, KeyError) as exc:
@@ -181,7 +186,8 @@ class HolderClients:
                 if connection is not None and not connection.closed:
                     return connection
             greeting = {"token": self._token, "shared_memory": self.borrows.identity}
-            connection, _ = introduce(holder, greeting, name="holder-client", timeout=self._connect_timeout)
+            connection, _ = introduce(holder, greeting, name="holder-client", timeout=self._connect_timeout,
+                                      received_blocks=self._arrivals)
             connection.add_close_callback(lambda closed, holder=holder: self._closed(holder, closed))
             connection.start({})
             with self._lock:

@@ -102,6 +102,9 @@ class ObjectTable:
         self.foreign = foreign
         #: told of values other processes hold once they are freed here
         self.on_remote_freed: RemoteFreed | None = None
+        #: on_values_dropped(object ids): these objects' values are gone (freed, or to be made
+        #: again); what was copied of them elsewhere may go too
+        self.on_values_dropped: Callable[[list[bytes]], None] | None = None
 
     # ---- creation and completion ---------------------------------------------------------
 
@@ -453,6 +456,8 @@ class ObjectTable:
                         inner.extend(value.contained_refs)
         if freed:
             self._release(list(zip(freed_ids, freed)), freed)
+            if self.on_values_dropped is not None:
+                self.on_values_dropped(freed_ids)
         if inner:
             self.decref(inner)
 
@@ -503,6 +508,8 @@ class ObjectTable:
         inner = [ref for _, held in dropped for ref in held.contained_refs]
         if inner:
             self.decref(inner)
+        if reset and self.on_values_dropped is not None:
+            self.on_values_dropped(reset)
         return reset
 
     def fail_lost(self, object_id: bytes, error: SerializedValue) -> None:

@@ -13,12 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fray_ray._private.objects.serialization import SerializedValue
-from fray_ray._private.stream.buffers import BufferPool, in_use
+from fray_ray._private.objects.shared_memory import SharedBlock
+from fray_ray._private.stream.buffers import Block, BufferPool, in_use
 
 
-def _owned_bytearray(buffer: object) -> bytearray | None:
-    """The bytearray behind a whole-buffer view of one (as frames arrive from workers)."""
-    if isinstance(buffer, memoryview) and isinstance(buffer.obj, bytearray) and buffer.c_contiguous:
+def _owned_bytearray(buffer: object) -> bytearray | SharedBlock | None:
+    """The bytearray (or shared block) behind a whole-buffer view of one (as frames arrive)."""
+    if isinstance(buffer, memoryview) and isinstance(buffer.obj, (bytearray, SharedBlock)) and buffer.c_contiguous:
         if buffer.nbytes == len(buffer.obj):
             return buffer.obj
     return None
@@ -32,7 +33,7 @@ class StoredValue:
     def __init__(
         self,
         payload: bytes,
-        buffers: Sequence[bytes | bytearray],
+        buffers: Sequence[bytes | Block],
         sizes: Sequence[int],
         contained_refs: tuple[bytes, ...],
         is_error: bool,
@@ -56,7 +57,7 @@ class StoredValue:
         """Take over buffers that arrived in frames (ours already); copy anything else."""
         if not value.buffers:
             return cls._without_buffers(value)
-        buffers: list[bytes | bytearray] = []
+        buffers: list[bytes | Block] = []
         sizes: list[int] = []
         for buffer in value.buffers:
             owned = buffer if isinstance(buffer, bytes) else _owned_bytearray(buffer)

@@ -22,6 +22,7 @@ import mmap
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 #: A pool block: a bytearray, or a shared-memory block (`shared_memory.SharedBlock`, an mmap).
 Block = bytearray | mmap.mmap
@@ -115,6 +116,17 @@ class BufferPool:
             while self._free and self._kept > max(keep, 0):
                 block = self._free.pop()
                 self._kept -= len(block)
+
+
+class Arrivals(Protocol):
+    """Where a connection reads large frame buffers into (`ReceivedBlocks`, or a worker's
+    shared blocks for values it fetches from holders: `shared_memory.SharedArrivals`)."""
+
+    def take(self, size: int) -> Block | None:
+        """A block of exactly `size` bytes to read into, or None to read into new memory."""
+
+    def keep(self, block: bytearray) -> None:
+        """`block`, newly read into because `take` had none, may be reused later."""
 
 
 #: At most this many bytes of received blocks a worker process keeps (in use or free).

@@ -41,7 +41,7 @@ from typing import Any
 
 import msgpack
 
-from fray_ray._private.stream.buffers import ReceivedBlocks
+from fray_ray._private.stream.buffers import Arrivals, Block
 from fray_ray._private.stream.frames import (
     BATCH,
     BATCH_ITEMS,
@@ -98,7 +98,7 @@ def _fill(reader: io.BufferedReader, view: memoryview) -> None:
         filled += n
 
 
-def _read_exactly(reader: io.BufferedReader, size: int, blocks: ReceivedBlocks | None = None) -> bytearray:
+def _read_exactly(reader: io.BufferedReader, size: int, blocks: Arrivals | None = None) -> bytearray | Block:
     """`size` bytes from `reader`, into a free block of `blocks` if there is one. Otherwise memory
     follows what has arrived, not what was announced: beyond `EAGER_READ_BYTES` the buffer at
     most doubles what is already filled."""
@@ -136,7 +136,7 @@ class Connection(Outbox, ReadLending):
     """
 
     def __init__(self, sock: socket.socket, *, name: str = "connection",
-                 received_blocks: ReceivedBlocks | None = None) -> None:
+                 received_blocks: Arrivals | None = None) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock
         self._raw = LendableSocket(sock)

@@ -32,7 +32,7 @@ from typing import Any
 
 import msgpack
 
-from fray_ray._private.stream.buffers import ReceivedBlocks
+from fray_ray._private.stream.buffers import Arrivals
 from fray_ray._private.stream.frames import ERROR, FRAME_PREFIX, REQUEST
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 
@@ -368,7 +368,7 @@ def introduce(
     *,
     name: str = "connection",
     timeout: float = 60.0,
-    received_blocks: ReceivedBlocks | None = None,
+    received_blocks: Arrivals | None = None,
 ) -> tuple[Connection, Any]:
     """Connect to a stream server and greet it; returns the Connection (not yet started) and
     the body of the server's answer.

@@ -400,6 +400,7 @@ class RayActorHost(ActorStateRow):
         except MessageTooLarge as exc:  # the caller hears which limit its results exceed
             failed = error_results(self._wrap(exc, call), len(call.returns))
             self._send(CallDone(call.call, failed, True))
+        self._runtime.references.flush()  # refs the call dropped: an idle actor makes no later call
 
     def _has_other_calls(self, call: CallMethod) -> bool:
         """Whether other calls are running or waiting here: then this one's answer can go

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from fray_ray._private.objects.held_objects import HeldObjects, HolderServer
@@ -23,7 +23,7 @@ from fray_ray._private.objects.holder_clients import HolderClients
 from fray_ray._private.objects.ids import new_put_id
 from fray_ray._private.objects.remote_values import held_entry
 from fray_ray._private.objects.serialization import INLINE_LIMIT, SerializedValue
-from fray_ray._private.objects.shared_memory import WORKER_BORROWS, shared_memory_dir
+from fray_ray._private.objects.shared_memory import WORKER_BORROWS, SharedArrivals, shared_memory_dir
 
 logger = logging.getLogger(__name__)
 
@@ -109,15 +109,71 @@ class WorkerHolder:
             return None
         return object_id, [held_entry(0, server.address, value.size)]
 
-    def fetch(self, wanted: Sequence[tuple[bytes, str]]) -> dict[bytes, SerializedValue]:
-        """The values of (object id, holder address) pairs, each from its holder."""
-        return self._client().fetch(wanted)
+    def fetch(self, wanted: Sequence[tuple[bytes, str]], copies: Collection[bytes] = ()) -> dict[bytes, SerializedValue]:
+        """The values of (object id, holder address) pairs, each from its holder (`copies`:
+        ids whose holder is a relay)."""
+        return self._client().fetch(wanted, copies)
+
+    # ---- relaying (`objects/relays.py`) ----------------------------------------------------
+
+    def relay_address(self) -> str | None:
+        """Where this process serves copies it keeps for its host (its server starts now), or
+        None if it cannot serve."""
+        if not self._token:
+            return None
+        try:
+            return self._started().address
+        except Exception:  # noqa: BLE001 - no port to listen on: this process reads, never relays
+            logger.debug("cannot serve copies", exc_info=True)
+            return None
+
+    def kept(self, object_ids: Sequence[bytes]) -> dict[bytes, SerializedValue]:
+        """The values among `object_ids` this process holds (made here or kept as a copy)."""
+        held = self._held
+        if held is None:
+            return {}
+        return {oid: value for oid, value in zip(object_ids, held.values(list(object_ids))) if value is not None}
+
+    def expect(self, object_ids: Sequence[bytes]) -> None:
+        """The owner made this process a relay of these: readers sent here wait for them."""
+        if object_ids:
+            self._started().held.expect(object_ids)
+
+    def keep_copies(self, values: dict[bytes, SerializedValue]) -> dict[bytes, SerializedValue]:
+        """Keep a copy of each of `values` (expected here) to serve onward; returns them read
+        from the copies, so the buffers they arrived in can go. A value that is an error or
+        does not fit is given up (its waiting readers ask the owner again)."""
+        held = self._held
+        if held is None:
+            return values
+        read: dict[bytes, SerializedValue] = {}
+        for object_id, value in values.items():
+            if value.is_error or held.holds(object_id):
+                held.abandon([object_id])
+                continue
+            try:
+                held.hold(object_id, value, copy=False)
+            except Exception as exc:  # noqa: BLE001 - ObjectStoreFullError: readers go elsewhere
+                logger.info("cannot keep a copy of %s to serve (%s)", object_id.hex(), exc)
+                held.abandon([object_id])
+                continue
+            (copy,) = held.values([object_id])
+            if copy is not None:
+                read[object_id] = copy
+        return {**values, **read}
+
+    def abandon(self, object_ids: Sequence[bytes]) -> None:
+        """Copies this process was to keep and will not: their readers are answered now."""
+        held = self._held
+        if held is not None and object_ids:
+            held.abandon(object_ids)
 
     def _client(self) -> HolderClients:
         with self._lock:
             if self._clients is None:
                 self._clients = HolderClients(self._token, WORKER_BORROWS, own_address=lambda: self.address,
-                                              local=self._read_own)
+                                              local=self._read_own,
+                                              arrivals=SharedArrivals(shared_memory_dir(), self._limit))
                 self._clients.on_unreachable = self._report_unreachable
             return self._clients
 

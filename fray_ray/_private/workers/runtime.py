@@ -45,6 +45,7 @@ from fray_ray._private.messages import (
     ListNamedActors,
     Message,
     MetricsReport,
+    Objects,
     PlacementGroupTable,
     Put,
     Release,
@@ -100,6 +101,8 @@ class WorkerRuntime:
         self.session_name = "session"  # the driver's, once it says (get_session_name())
         #: large fetched buffers may come as the driver's shared-memory files (`shared_memory`)
         self.reads_shared_memory = False
+        #: this process may keep copies of large objects to serve other hosts (`objects/relays.py`)
+        self.serves_copies = False
         #: actor calls sent straight to actor hosts, and their results (None: all go through the driver)
         self.direct: DirectCalls | None = None
 
@@ -176,8 +179,10 @@ class WorkerRuntime:
                 _, old = self._cache.popitem(last=False)
                 self._cache_bytes -= old.size
 
-    def fetch(self, object_ids: Sequence[bytes], timeout: float | None, _lost_again: int = 0) -> dict[bytes, SerializedValue]:
-        """The stored values (or errors) of `object_ids`, from the cache, the driver or their holders."""
+    def fetch(self, object_ids: Sequence[bytes], timeout: float | None, _lost_again: int = 0,
+              _failed: Sequence[list[Any]] = ()) -> dict[bytes, SerializedValue]:
+        """The stored values (or errors) of `object_ids`, from the cache, the driver or their
+        holders. `_failed`: [object id, relay] pairs a previous try could not fetch."""
         self.references.flush()
         found: dict[bytes, SerializedValue] = {}
         direct = self.direct
@@ -193,13 +198,18 @@ class WorkerRuntime:
                     self._cache.move_to_end(object_id)
                     found[object_id] = value
         missing = [oid for oid in dict.fromkeys(object_ids) if oid not in found]
+        if missing and self.serves_copies:  # made here, or a copy this process keeps for its host
+            kept = WORKER_HOLDER.kept(missing)
+            found.update(kept)
+            missing = [oid for oid in missing if oid not in kept]
         if not missing:
             return found
         context = current_task.get()
         shared = self.reads_shared_memory
         if shared:
             self.return_shared()  # the driver may reuse what was read last for what comes now
-        asked = GetObjects(missing, context.task_id if context else None, shared)
+        relay = WORKER_HOLDER.relay_address() if self.serves_copies else None
+        asked = GetObjects(missing, context.task_id if context else None, shared, relay, list(_failed))
         request = messages.request(self.connection, asked)
         try:
             answer = messages.reply_of(asked, wait_for_reply(request, timeout))
@@ -213,23 +223,38 @@ class WorkerRuntime:
             from fray_ray.exceptions import RaySystemError
 
             raise RaySystemError(f"lost the connection to the driver: {exc}") from exc
+        keep = answer.relays  # copies to keep for other hosts (`objects/relays.py`)
+        WORKER_HOLDER.expect(keep)
+        try:
+            return {**found, **self._read_answer(missing, answer, timeout, _lost_again)}
+        finally:
+            WORKER_HOLDER.abandon(keep)  # those it did not keep: their readers ask again
+
+    def _read_answer(self, asked: list[bytes], answer: Objects, timeout: float | None,
+                     lost_again: int) -> dict[bytes, SerializedValue]:
+        """The values of `asked` the driver's answer gives or says where to fetch."""
         values = answer.found
+        failed: list[list[Any]] = []
         if answer.held:  # held by other processes: fetched from each holder, not through the driver
             try:
-                values = _fetched_from_holders(answer.ids, values, answer.held)
+                values, failed = _fetched_from_holders(answer.ids, values, answer.held, answer.copies)
             except HolderLost:
-                if _lost_again > 2:
+                if lost_again > 2:
                     raise
-                return {**found, **self.fetch(missing, timeout, _lost_again + 1)}  # the driver dealt with it
+                return self.fetch(asked, timeout, lost_again + 1)  # the driver dealt with it
         if answer.shared:
             try:
                 values = WORKER_BORROWS.attach(self.connection, values, answer.shared, _return_leases)
             except OSError as exc:
                 logger.warning("%s; large objects come over the session stream from now on", exc)
                 self.reads_shared_memory = False
-                return {**found, **self.fetch(missing, timeout)}
-        for object_id, value in zip(answer.ids, values):
-            found[object_id] = value
+                return self.fetch(asked, timeout)
+        found = dict(zip(answer.ids, values))
+        if failed and lost_again <= 2:  # a relay could not serve them: the driver routes them again
+            found.update(self.fetch([oid for oid, _ in failed], timeout, lost_again + 1, failed))
+        if answer.relays:  # kept for other hosts, and read from the copy (the arrival buffers can go)
+            found.update(WORKER_HOLDER.keep_copies({oid: found[oid] for oid in answer.relays if oid in found}))
+        for object_id, value in found.items():
             self._remember(object_id, value)
         return found
 
@@ -434,10 +459,14 @@ def _rebuild_remote_error(error: RemoteError) -> BaseException:
     return exceptions.RaySystemError(f"{kind}: {error.message}")
 
 
-def _fetched_from_holders(ids: list[bytes], values: list[SerializedValue], held: list[list[Any]]) -> list[SerializedValue]:
+def _fetched_from_holders(ids: list[bytes], values: list[SerializedValue], held: list[list[Any]],
+                          copies: list[bytes]) -> tuple[list[SerializedValue], list[list[Any]]]:
+    """`values` with each held one fetched from its holder, and the [object id, relay] pairs
+    of the copies a relay could not serve."""
     wanted = [(ids[index], holder) for index, holder, _ in held]
-    fetched = WORKER_HOLDER.fetch(wanted)
-    return [fetched.get(object_id, value) for object_id, value in zip(ids, values)]
+    fetched = WORKER_HOLDER.fetch(wanted, set(copies))
+    failed = [[oid, holder] for oid, holder in wanted if oid in copies and fetched[oid].is_error]
+    return [fetched.get(object_id, value) for object_id, value in zip(ids, values)], failed
 
 
 def _report_unreachable(runtime: WorkerRuntime, holder: str) -> bool:
@@ -487,6 +516,7 @@ def open_session(
     runtime.set_info(messages.reply_of(hello, (info, [])))
     if not in_process:
         WORKER_HOLDER.configure(token, runtime.object_store_memory, lambda holder: _report_unreachable(runtime, holder))
+        runtime.serves_copies = True
     if on_runtime is not None:
         on_runtime(runtime)
     connection.start(dict(handlers))
