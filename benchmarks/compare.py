@@ -299,8 +299,9 @@ def header_lines(args: argparse.Namespace, cat: Catalog, versions: dict[str, str
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", "--only", dest="shapes", default="",
-                        help="comma-separated shape or group names (default: all); "
-                             "groups: lifecycle, rates, task_args, queued_tasks, actors, curves, envelope")
+                        help="comma-separated shape or group names (default: all but the broadcasts); "
+                             "groups: lifecycle, rates, task_args, queued_tasks, actors, curves, envelope, "
+                             "multi_node, broadcast")
     parser.add_argument("--reps", type=int, help="repetitions of every shape (default 5; 3 with --quick)")
     parser.add_argument("--quick", action="store_true", help="3 repetitions, short rounds, small curves: for iterating, not for the README")
     parser.add_argument("--json", dest="json_path", help="write every value, summary, ratio and verdict to this file")
@@ -345,7 +346,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cat = catalog(_curves(args), args.timeout_scale, sizes)
     try:
-        wanted = cat.select([s.strip() for s in args.shapes.split(",") if s.strip()] or list(cat.shapes))
+        # The broadcasts start ten Ray nodes per repetition: run when asked for (`--shapes broadcast`).
+        everything = [name for name in cat.shapes if name not in cat.groups["broadcast"]]
+        wanted = cat.select([s.strip() for s in args.shapes.split(",") if s.strip()] or everything)
     except ValueError as exc:
         print(f"compare.py: {exc}", file=sys.stderr)
         return 2

@@ -166,6 +166,9 @@ def test_shape_selection_by_name_and_group():
     assert cat.select(["queued_tasks_100k", "floor"]) == ["floor", "queued_tasks_100k"]
     assert cat.select(["envelope"]) == ["envelope_args", "envelope_returns", "envelope_get", "envelope_queued",
                                         "envelope_large"]
+    assert cat.select(["broadcast"]) == ["broadcast_512mib_4", "broadcast_1gib_8"]
+    assert not set(cat.select(["multi_node"])) & set(cat.groups["broadcast"])
+    assert cat.targets["broadcast_1gib_8_origin_x"].value < 2.1
     with pytest.raises(ValueError, match="unknown shape"):
         cat.select(["actors_7"])
     assert cat.targets["actors_100"].value == 10.0 and cat.targets["actors_100_pss_total"].value == 4.0

@@ -410,3 +410,146 @@ def test_get_and_wait_with_timeouts_on_direct_results() -> None:
     fray_ray.get(gate.after.remote())
     assert fray_ray.get(get_with_a_timeout.remote(gate)) == "timed out, 0 ready, then through"
 
+
+
+@fray_ray.remote
+class Started:
+    """Says whether a call has started (another actor, so asking does not queue behind it)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def note(self) -> None:
+        self.count += 1
+
+    def seen(self) -> int:
+        return self.count
+
+
+@fray_ray.remote
+class Sleeper:
+    def __init__(self, started: Any) -> None:
+        self.runs = 0
+        self.started = started
+
+    def work(self, seconds: float) -> int:
+        import time
+
+        self.runs += 1
+        fray_ray.get(self.started.note.remote())
+        time.sleep(seconds)
+        return self.runs
+
+    def count(self) -> int:
+        return self.runs
+
+
+def _break_gates() -> None:
+    """Close every gate this worker has (as a network would): the hosts live on."""
+    direct = runtime_slot.current().direct
+    assert direct is not None
+    for link in list(direct._links.values()):
+        link.connection.close()
+
+
+@fray_ray.remote
+def break_the_gate_mid_call(actor: Any, started: Any) -> tuple[str, Any]:
+    """Send a slow call straight to the host and, once it runs there, break the gate."""
+    import time
+
+    assert fray_ray.get(actor.work.remote(0)) == 1 and _direct_sent() >= 1
+    ref = actor.work.remote(2.0)
+    deadline = time.monotonic() + 60
+    while fray_ray.get(started.seen.remote()) < 2:
+        assert time.monotonic() < deadline, "the slow call never started"
+        time.sleep(0.02)
+    _break_gates()
+    return "value", fray_ray.get(ref, timeout=60)
+
+
+def test_a_call_whose_gate_breaks_while_it_runs_is_answered_through_the_driver() -> None:
+    started = Started.remote()
+    actor = Sleeper.remote(started)
+    assert fray_ray.get(break_the_gate_mid_call.remote(actor, started)) == ("value", 2)
+    assert fray_ray.get(actor.count.remote()) == 2  # it ran once, and its answer was not lost
+
+
+@fray_ray.remote
+def lose_a_call_then_break_the_gate(actor: Any, retries: int) -> tuple[str, Any]:
+    """A call whose frame is lost on the way to the host, then the gate breaks: the caller
+    cannot tell whether it ran (nor, in general, can anyone)."""
+    from fray_ray._private import messages
+    from fray_ray._private.messages import CallMethod
+
+    assert fray_ray.get(actor.work.remote(0)) == 1 and _direct_sent() >= 1
+    send = messages.notify
+
+    def lossy(connection: Any, message: Any, **options: Any) -> None:
+        if isinstance(message, CallMethod) and message.method == "work":
+            return  # lost on the way
+        send(connection, message, **options)
+
+    messages.notify = lossy
+    try:
+        ref = actor.work.options(max_task_retries=retries).remote(0)
+    finally:
+        messages.notify = send
+    _break_gates()
+    try:
+        return "value", fray_ray.get(ref, timeout=60)
+    except Exception as exc:  # noqa: BLE001 - the test reads which error
+        return type(exc).__name__, str(exc)
+
+
+def test_a_call_lost_with_its_gate_fails_as_unavailable_without_retries_and_never_hangs() -> None:
+    actor = Sleeper.remote(Started.remote())
+    kind, detail = fray_ray.get(lose_a_call_then_break_the_gate.remote(actor, 0))
+    assert kind == "ActorUnavailableError", detail
+    assert "may or may not have been executed" in detail
+    assert fray_ray.get(actor.count.remote()) == 1  # it never reached the host
+
+
+def test_a_call_lost_with_its_gate_is_sent_again_within_its_retries() -> None:
+    actor = Sleeper.remote(Started.remote())
+    assert fray_ray.get(lose_a_call_then_break_the_gate.remote(actor, 1)) == ("value", 2)
+    assert fray_ray.get(actor.count.remote()) == 2
+
+
+@fray_ray.remote
+class Flaky:
+    def __init__(self) -> None:
+        self.failures_left = 0
+        self.runs = 0
+
+    def arm(self, failures: int) -> None:
+        self.failures_left = failures
+
+    def work(self) -> int:
+        self.runs += 1
+        if self.failures_left > 0:
+            self.failures_left -= 1
+            raise ValueError(f"run {self.runs} fails")
+        return self.runs
+
+
+@fray_ray.remote
+def retry_on_the_host(actor: Any, failures: int, retries: int) -> tuple[str, Any, int]:
+    fray_ray.get(actor.arm.remote(failures))
+    sent_before = _direct_sent()
+    ref = actor.work.options(retry_exceptions=[ValueError], max_task_retries=retries).remote()
+    try:
+        outcome: tuple[str, Any] = ("value", fray_ray.get(ref))
+    except ValueError as exc:
+        outcome = ("ValueError", str(exc))
+    return outcome[0], outcome[1], _direct_sent() - sent_before
+
+
+def test_a_direct_call_that_retries_exceptions_is_sent_again_by_its_caller(driver_calls: list[bytes]) -> None:
+    actor = Flaky.remote()
+    fray_ray.get(actor.arm.remote(0))
+    driver_calls.clear()
+    kind, value, sent = fray_ray.get(retry_on_the_host.remote(actor, 2, 2))
+    assert (kind, value, sent) == ("value", 3, 1)  # two failed runs, then the value; one call sent
+    assert driver_calls == []  # neither the call nor its retries went through the driver
+    kind, message, _ = fray_ray.get(retry_on_the_host.remote(actor, 3, 2))
+    assert kind == "ValueError" and "run 6 fails" in message  # out of retries: the last run's error

@@ -5,7 +5,8 @@ driver that runs, has a gate (its host opens one when asked, `OpenGate`) and has
 worker's earlier calls still queued or running here gets its gate named, with the instance
 it reaches; otherwise the worker keeps calling through the driver. A call whose host went
 away under it comes back (`take_back`) and meets the rules of `actor_restarts` as a call the
-driver had sent to that instance would. Hosts keep a record of the direct calls they finished
+driver had sent to that instance would; one whose host lives (only the caller's gate broke) is
+claimed from the host, or, if the host no longer has it, may or may not have run (`_gate_lost`). Hosts keep a record of the direct calls they finished
 until the state API asks (`direct_call_events`), so that listing them costs nothing per call.
 `DirectRoutes` is a base of `ActorManager`
 (`actors.py`) and shares its state and its lock.
@@ -22,7 +23,7 @@ from fray_ray._private import messages
 from fray_ray._private.core.task_spec import ActorCallSpec, Arguments
 from fray_ray._private.driver import actor_restarts as restarts
 from fray_ray._private.driver.actor_records import ActorRecord, ActorState
-from fray_ray._private.messages import ListDirectCalls, OpenGate, Route
+from fray_ray._private.messages import ClaimCalls, ListDirectCalls, OpenGate, Route
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
 from fray_ray._private.observe.task_events import TaskEvent, TaskEvents, finished_call_record
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 #: How long the state API waits for each host's list of the direct calls it finished.
 LIST_WAIT_S = 5.0
+GATE_LOST_REASON = "the connection from its caller to its host broke while the call was in flight"
 
 
 class DirectRoutes:
@@ -63,11 +65,12 @@ class DirectRoutes:
             pending = [c for c in record.in_flight if c in asked] + [c.call_id for c in record.queued if c.call_id in asked]
             usable = record.state is ActorState.ALIVE and not pending
             connection, incarnation, gate = record.connection, record.restarts, record.gate
+            retries = record.spec.max_task_retries
         if not usable:
             answer(Route(pending=pending))
             return
         if gate is not None and gate[0] is connection:
-            answer(Route(gate[1]["address"], gate[1]["token"], incarnation))
+            answer(Route(gate[1]["address"], gate[1]["token"], incarnation, max_task_retries=retries))
             return
         try:
             opened = messages.request(connection, OpenGate())
@@ -86,7 +89,7 @@ class DirectRoutes:
             with self._lock:
                 if record.connection is connection:
                     record.gate = (connection, where)
-            answer(Route(where["address"], where["token"], incarnation))
+            answer(Route(where["address"], where["token"], incarnation, max_task_retries=retries))
 
         opened.add_done_callback(named)
 
@@ -100,17 +103,21 @@ class DirectRoutes:
             self._fail_call(call, serialize_error(restarts.unknown_actor_error(call.actor_id)))
             return
         retries = record.spec.max_task_retries if call.max_task_retries is None else call.max_task_retries
+        if retries > 0:  # the caller may have sent it again already (an exception it retries)
+            retries = max(retries - call.attempt, 0)
         error: SerializedValue | None = None
-        connection = None
+        connection = probe = None
         with record.send_lock:
             with self._lock:
                 if record.state is ActorState.DEAD:
                     error = record.death
                 elif (record.state is ActorState.ALIVE and record.restarts == incarnation
                       and record.connection is not None):
-                    # This driver has not seen that instance end yet: it decides then (`_host_disconnected`).
+                    # This driver has not seen that instance end: if it did end, its end decides
+                    # (`_host_disconnected`); if it lives, only the caller's gate broke (`_gate_lost`).
                     self._retries.admit(call.call_id, retries)
                     record.in_flight[call.call_id] = call
+                    probe = record.connection
                 elif retries == 0:
                     error = restarts.unavailable_error(call.actor_id, restarts.DIED_IN_FLIGHT_REASON)
                 else:  # the attempt that died spent a retry; the next instance runs it
@@ -122,6 +129,43 @@ class DirectRoutes:
                 self._send_call(connection, call)
         if error is not None:
             self._fail_call(call, error)
+        if probe is not None:
+            self._gate_lost(record, probe, call)
+
+    def _gate_lost(self, record: ActorRecord, connection: Connection, call: ActorCallSpec) -> None:
+        """A handed-back call whose host this driver still sees: the host answers here from now
+        on if it still runs or queues the call (`ClaimCalls`). Otherwise it ran and its answer
+        was lost with the gate, or it never arrived: as in Ray, it may or may not have run, so
+        it is sent again within its retries, else fails with ActorUnavailableError. A host that
+        does not answer has ended, and its end decides (`_host_disconnected`)."""
+        try:
+            asked = messages.request(connection, ClaimCalls([call.call_id]))
+        except ConnectionClosed:
+            return
+
+        def decide() -> None:
+            with record.send_lock:
+                with self._lock:
+                    if record.in_flight.get(call.call_id) is not call or record.connection is not connection:
+                        return  # it ended meanwhile, or the instance did
+                    again = self._retries.spend(call.call_id)
+                    if again:
+                        call.attempt += 1
+                    else:
+                        del record.in_flight[call.call_id]
+                if again:
+                    self._send_call(connection, call)
+            if not again:
+                self._fail_call(call, restarts.unavailable_error(call.actor_id, GATE_LOST_REASON))
+
+        def answered(reply: concurrent.futures.Future[Any]) -> None:
+            if reply.exception() is not None:
+                return  # the host's end decides
+            claimed = messages.reply_of(ClaimCalls(), reply.result()).calls
+            if call.call_id not in claimed:  # not on this thread: the host's reader delivers the reply
+                threading.Thread(target=decide, name="gate-lost", daemon=True).start()
+
+        asked.add_done_callback(answered)
 
     def direct_call_events(self) -> list[TaskEvent]:
         """A live source of `TaskEvents`: the direct calls hosts finished since last asked join

@@ -34,6 +34,8 @@ from fray_ray._private.messages._codec import (
 )
 from fray_ray._private.messages._direct_calls import (
     AskRoute,
+    ClaimCalls,
+    Claimed,
     DirectCallRecords,
     Gate,
     HandBack,
@@ -110,6 +112,8 @@ from fray_ray._private.messages._to_workers import (
 
 __all__ = [
     "DirectCallRecords",
+    "ClaimCalls",
+    "Claimed",
     "ListDirectCalls",
     "Route",
     "OpenGate",

@@ -28,6 +28,8 @@ class Route(Message):
     token: str = ""
     incarnation: int = 0
     pending: list[bytes] = field(default_factory=list)
+    #: the actor's `max_task_retries`, for calls that retry exceptions and leave it to the actor
+    max_task_retries: int = 0
 
 
 @_message
@@ -109,3 +111,23 @@ class ListDirectCalls(Message):
 
     KIND: ClassVar[str] = "list_direct_calls"
     REPLY: ClassVar[type[Message]] = DirectCallRecords
+
+
+@dataclass(repr=False, eq=False)
+class Claimed(Message):
+    """The calls asked about that the host runs or has queued: their answers now go to the driver."""
+
+    calls: list[bytes] = field(default_factory=list)
+
+
+@_message
+@dataclass(repr=False, eq=False)
+class ClaimCalls(Message):
+    """Driver to actor host: a caller lost its gate with these direct calls unanswered; answer
+    the driver instead for any still running or queued here (the others ran and were answered,
+    or never arrived)."""
+
+    KIND: ClassVar[str] = "claim_calls"
+    REPLY: ClassVar[type[Message]] = Claimed
+
+    calls: list[bytes] = field(default_factory=list)

@@ -14,7 +14,8 @@ fails it by Ray's rules, as it does its own calls.
 
 Calls go through the driver instead while the actor is not running, belongs to another
 driver, or this process has calls to it still queued in the driver (a caller's calls never
-overtake each other), and for generator methods and calls that retry exceptions.
+overtake each other), and for generator methods. A call that raised an exception its
+`retry_exceptions` names is sent to the host again by its caller, within its retries.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fray_ray._private import messages
 from fray_ray._private.core import object_ref
 from fray_ray._private.core.cancelled_calls import cancelled_call_error
 from fray_ray._private.core.object_ref import ObjectRef
+from fray_ray._private.core.retry_policy import retries_user_exception
 from fray_ray._private.core.task_spec import ActorCallSpec
 from fray_ray._private.messages import (
     AskRoute,
@@ -67,6 +69,8 @@ class _Call:
     #: refs to the objects its arguments name, kept until it ends (the host fetches them); None once ended
     keep: list[ObjectRef[Any]] | None
     cancelled: bool = False
+    #: times it may still be sent again for an exception its `retry_exceptions` names (-1: no limit)
+    retries_left: int = 0
 
 
 @dataclass(eq=False)
@@ -90,6 +94,7 @@ class _ActorWay:
     ask_again_s: float = ASK_AGAIN_S
     #: this process's calls to it sent through the driver that may not have ended
     through_driver: list[bytes] = field(default_factory=list)
+    max_task_retries: int = 0  # the actor's
 
 
 class DirectCalls:
@@ -121,7 +126,7 @@ class DirectCalls:
 
     def submit(self, spec: ActorCallSpec, through_driver: Callable[[], list[Any]]) -> list[Any]:
         """Send `spec` to its actor's host, or through the driver (`through_driver()`)."""
-        if spec.num_returns in ("streaming", "dynamic") or spec.retry_exceptions:
+        if spec.num_returns in ("streaming", "dynamic"):
             return through_driver()
         with self._lock:
             way = self._ways.setdefault(spec.actor_id, _ActorWay())
@@ -153,7 +158,7 @@ class DirectCalls:
         way.ask_again_s = ASK_AGAIN_S
         link = self._link(route.address, route.token)
         if link is not None:
-            way.link, way.incarnation = link, route.incarnation
+            way.link, way.incarnation, way.max_task_retries = link, route.incarnation, route.max_task_retries
         return link
 
     def _link(self, address: str, token: str) -> _HostLink | None:
@@ -176,6 +181,8 @@ class DirectCalls:
         arguments = spec.arguments
         named = (*arguments.value.contained_refs, *((arguments.stored,) if arguments.stored else ()))
         call = _Call(spec, way.incarnation, link, concurrent.futures.Future(), [ObjectRef(oid) for oid in named])
+        if spec.retry_exceptions:
+            call.retries_left = way.max_task_retries if spec.max_task_retries is None else spec.max_task_retries
         refs = [ObjectRef(oid, _announced=True) for oid in spec.return_ids]
         self._references.add(spec.actor_id)  # released as the call ends (`_ended`)
         with self._lock:
@@ -226,10 +233,31 @@ class DirectCalls:
         ended = []
         with link.lock:
             for done in answers:
-                call = link.in_flight.pop(done.call, None)
+                call = link.in_flight.get(done.call)
+                if call is not None and call.retries_left and not call.cancelled and not link.closed \
+                        and retries_user_exception(call.spec.retry_exceptions, done.results) \
+                        and self._send_again(link, call):
+                    continue  # still in flight: its next attempt
+                link.in_flight.pop(done.call, None)
                 if call is not None:
                     ended.append((call, done.results))
         self._finish(ended)
+
+    def _send_again(self, link: _HostLink, call: _Call) -> bool:
+        """Send a call that raised an exception it retries to its host again (with `link.lock`
+        held, on the link's reader thread: the frame goes out from the writer thread); False
+        if it cannot be (it then ends with the exception it raised)."""
+        try:
+            message = CallMethod.of(replace(call.spec, attempt=call.spec.attempt + 1), self._ready_value)
+            messages.notify(link.connection, message, defer=True)
+        except MessageTooLarge:  # arguments since made ready no longer fit in one frame
+            return False
+        except ConnectionClosed:
+            pass  # the link's close hands it back to the driver, which applies what retries are left
+        call.spec.attempt += 1
+        if call.retries_left > 0:
+            call.retries_left -= 1
+        return True
 
     def _finish(self, ended: Iterable[tuple[_Call, Sequence[SerializedValue]]]) -> None:
         handed: list[tuple[bytes, SerializedValue]] = []

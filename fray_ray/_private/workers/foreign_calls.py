@@ -27,7 +27,17 @@ from typing import Any
 
 from fray_ray._private import messages
 from fray_ray._private.core.object_ref import ObjectRef
-from fray_ray._private.messages import CallDone, CallMethod, CancelCall, DirectCallRecords, Gate, ListDirectCalls, OpenGate
+from fray_ray._private.messages import (
+    CallDone,
+    CallMethod,
+    CancelCall,
+    ClaimCalls,
+    Claimed,
+    DirectCallRecords,
+    Gate,
+    ListDirectCalls,
+    OpenGate,
+)
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
 from fray_ray._private.stream.stream_server import HELLO, StreamServer
 
@@ -59,6 +69,8 @@ class ForeignCallGate:
         self._token = ""
         #: call id -> the connection it came on, its method and when it arrived
         self._callers: dict[bytes, tuple[Connection, str, float]] = {}
+        #: calls still running whose gate closed, or that the owner claimed: answered to the owner
+        self._orphaned: set[bytes] = set()
         self._records: collections.deque[list[Any]] = collections.deque(maxlen=RECORDS_KEPT)
         self._connections: set[Connection] = set()
         self._closed = False
@@ -82,7 +94,7 @@ class ForeignCallGate:
 
     def owner_handlers(self) -> dict[str, Any]:
         """Handlers for what the owner asks on the host's session: open the gate, list the calls."""
-        return messages.handlers({OpenGate: self._on_open, ListDirectCalls: self._on_list})
+        return messages.handlers({OpenGate: self._on_open, ListDirectCalls: self._on_list, ClaimCalls: self._on_claim})
 
     def _on_open(self, connection: Connection, message_id: int | None, asked: OpenGate) -> None:
         try:
@@ -99,6 +111,16 @@ class ForeignCallGate:
         if message_id is not None:
             messages.reply(connection, message_id, DirectCallRecords(records))
 
+    def _on_claim(self, connection: Connection, message_id: int | None, claim: ClaimCalls) -> None:
+        """The owner answers for these calls from now on: a caller lost its gate to them."""
+        with self._lock:
+            for call_id in claim.calls:
+                if self._callers.pop(call_id, None) is not None:
+                    self._orphaned.add(call_id)
+            claimed = [call_id for call_id in claim.calls if call_id in self._orphaned]
+        if message_id is not None:
+            messages.reply(connection, message_id, Claimed(claimed))
+
     def _accept(self, connection: Connection, greeting: list[Any]) -> None:
         with self._lock:
             if self._closed:
@@ -113,6 +135,7 @@ class ForeignCallGate:
             self._connections.discard(connection)
             for call_id in [c for c, caller in self._callers.items() if caller[0] is connection]:
                 del self._callers[call_id]
+                self._orphaned.add(call_id)  # its answer goes to the owner
 
     def _on_call(self, connection: Connection, message_id: int | None, call: CallMethod) -> None:
         with self._lock:
@@ -123,6 +146,7 @@ class ForeignCallGate:
         """Send `done` to the driver its call came from; False if it came from the owner."""
         with self._lock:
             caller = self._callers.pop(done.call, None)
+            self._orphaned.discard(done.call)
             if caller is not None:
                 error = next((value for value in done.results if value.is_error), None)
                 self._records.append([done.call, caller[1], caller[2], time.time(), error])
