@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +16,10 @@ import pytest
 import fray_ray
 from fray_ray._private.core import runtime_slot
 from fray_ray.exceptions import ActorDiedError, TaskCancelledError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
+
+from waiting import wait_for  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -553,3 +559,57 @@ def test_a_direct_call_that_retries_exceptions_is_sent_again_by_its_caller(drive
     assert driver_calls == []  # neither the call nor its retries went through the driver
     kind, message, _ = fray_ray.get(retry_on_the_host.remote(actor, 3, 2))
     assert kind == "ValueError" and "run 6 fails" in message  # out of retries: the last run's error
+
+
+@fray_ray.remote
+class Napper:
+    def __init__(self, started: Any) -> None:
+        self.started = started
+
+    def nap(self, seconds: float) -> str:
+        import time
+
+        fray_ray.get(self.started.note.remote())
+        time.sleep(seconds)
+        return "rested"
+
+    def ready(self) -> bool:
+        return True
+
+
+@fray_ray.remote
+def slow_direct_call(actor: Any, seconds: float, events: bool) -> tuple[str, int]:
+    assert fray_ray.get(actor.ready.remote()) and _direct_sent() >= 1  # the gate is named
+    ref = actor.nap.options(enable_task_events=events).remote(seconds)
+    return fray_ray.get(ref), _direct_sent()
+
+
+def _rows(name: str) -> list[Any]:
+    from fray_ray.util.state import list_tasks
+
+    return list_tasks(filters=[("name", "=", name)], limit=1000)
+
+
+def test_the_state_api_lists_a_direct_call_while_it_runs(driver_calls: list[bytes]) -> None:
+    started = Started.remote()
+    actor = Napper.remote(started)
+    fray_ray.get(actor.ready.remote())
+    ref = slow_direct_call.remote(actor, 3.0, True)
+    wait_for(lambda: fray_ray.get(started.seen.remote()) >= 1, what="the slow call to start")
+    running = [row for row in _rows("Napper.nap") if row.state == "RUNNING"]
+    assert len(running) == 1 and running[0].type == "ACTOR_TASK"
+    assert bytes.fromhex(running[0].task_id) not in driver_calls  # the host said so, not the driver
+    assert fray_ray.get(ref)[0] == "rested"
+    assert [row.state for row in _rows("Napper.nap")] == ["FINISHED"]
+
+
+def test_a_direct_call_without_task_events_is_not_listed() -> None:
+    started = Started.remote()
+    actor = Napper.options(name="unlisted-napper").remote(started)
+    fray_ray.get(actor.ready.remote())
+    before = len(_rows("Napper.nap"))
+    ref = slow_direct_call.remote(actor, 1.0, False)
+    wait_for(lambda: fray_ray.get(started.seen.remote()) >= 1, what="the slow call to start")
+    assert len(_rows("Napper.nap")) == before  # not while it runs
+    assert fray_ray.get(ref) == ("rested", 2)
+    assert len(_rows("Napper.nap")) == before  # nor once it ended

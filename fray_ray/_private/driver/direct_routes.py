@@ -6,10 +6,10 @@ worker's earlier calls still queued or running here gets its gate named, with th
 it reaches; otherwise the worker keeps calling through the driver. A call whose host went
 away under it comes back (`take_back`) and meets the rules of `actor_restarts` as a call the
 driver had sent to that instance would; one whose host lives (only the caller's gate broke) is
-claimed from the host, or, if the host no longer has it, may or may not have run (`_gate_lost`). Hosts keep a record of the direct calls they finished
-until the state API asks (`direct_call_events`), so that listing them costs nothing per call.
-`DirectRoutes` is a base of `ActorManager`
-(`actors.py`) and shares its state and its lock.
+claimed from the host, or, if the host no longer has it, may or may not have run (`_gate_lost`).
+Hosts keep a record of the direct calls they finished, and say which they run, when the state
+API asks (`direct_call_events`), so that listing them costs nothing per call. `DirectRoutes` is
+a base of `ActorManager` (`actors.py`) and shares its state and its lock.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from fray_ray._private.driver import actor_restarts as restarts
 from fray_ray._private.driver.actor_records import ActorRecord, ActorState
 from fray_ray._private.messages import ClaimCalls, ListDirectCalls, OpenGate, Route
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
-from fray_ray._private.observe.task_events import TaskEvent, TaskEvents, finished_call_record
+from fray_ray._private.observe.task_events import TaskEvent, TaskEvents, call_event, finished_call_record
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
 
 if TYPE_CHECKING:
@@ -65,12 +65,13 @@ class DirectRoutes:
             pending = [c for c in record.in_flight if c in asked] + [c.call_id for c in record.queued if c.call_id in asked]
             usable = record.state is ActorState.ALIVE and not pending
             connection, incarnation, gate = record.connection, record.restarts, record.gate
-            retries = record.spec.max_task_retries
+            retries, events = record.spec.max_task_retries, record.spec.task_events
         if not usable:
             answer(Route(pending=pending))
             return
         if gate is not None and gate[0] is connection:
-            answer(Route(gate[1]["address"], gate[1]["token"], incarnation, max_task_retries=retries))
+            answer(Route(gate[1]["address"], gate[1]["token"], incarnation, max_task_retries=retries,
+                         task_events=events))
             return
         try:
             opened = messages.request(connection, OpenGate())
@@ -89,7 +90,8 @@ class DirectRoutes:
             with self._lock:
                 if record.connection is connection:
                     record.gate = (connection, where)
-            answer(Route(where["address"], where["token"], incarnation, max_task_retries=retries))
+            answer(Route(where["address"], where["token"], incarnation, max_task_retries=retries,
+                         task_events=events))
 
         opened.add_done_callback(named)
 
@@ -181,13 +183,17 @@ class DirectRoutes:
                 pass
         done, _ = concurrent.futures.wait([future for _, future in asked], timeout=LIST_WAIT_S)
         records = []
+        running = []
         for record, future in asked:
             if future not in done or future.exception() is not None:
                 continue
             for call_id, method, arrived, ended, error in messages.reply_of(ListDirectCalls(), future.result()).records:
                 call = ActorCallSpec(record.spec.actor_id, call_id, method, cast(Arguments, None), (), 1,
                                      submitted_at=arrived, started_at=arrived)
-                records.append(finished_call_record(call, record.spec.class_name, record.host, record.pid,
-                                                    [error] if error is not None else None, ended))
+                if ended is None:
+                    running.append(call_event(call, record.spec.class_name, record.host, record.pid))
+                else:
+                    records.append(finished_call_record(call, record.spec.class_name, record.host, record.pid,
+                                                        [error] if error is not None else None, ended))
         self._events.add_finished(records)
-        return []
+        return running

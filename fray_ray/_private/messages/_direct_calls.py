@@ -30,6 +30,8 @@ class Route(Message):
     pending: list[bytes] = field(default_factory=list)
     #: the actor's `max_task_retries`, for calls that retry exceptions and leave it to the actor
     max_task_retries: int = 0
+    #: the actor's `enable_task_events`, for calls that leave it to the actor
+    task_events: bool = True
 
 
 @_message
@@ -98,8 +100,8 @@ class HandBack(Message):
 
 @dataclass(repr=False, eq=False)
 class DirectCallRecords(Message):
-    """Direct calls a host finished since it was last asked: [call id, method, arrived,
-    ended, error or None] each (times in wall-clock seconds)."""
+    """Direct calls a host finished since it was last asked, and those it runs now: [call id,
+    method, arrived, ended (None: running), error or None] each (times in wall-clock seconds)."""
 
     records: Any = pickled()
 

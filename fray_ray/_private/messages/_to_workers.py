@@ -155,6 +155,7 @@ class CallMethod(Message):
     num_returns: Any
     args: CallArguments = arguments()
     group: str | None = None
+    events: bool = True  # listed by the state API (`enable_task_events`; a direct call's host records it)
 
     @classmethod
     def of(

@@ -71,6 +71,7 @@ class _Call:
     cancelled: bool = False
     #: times it may still be sent again for an exception its `retry_exceptions` names (-1: no limit)
     retries_left: int = 0
+    events: bool = True  # listed by the state API
 
 
 @dataclass(eq=False)
@@ -95,6 +96,7 @@ class _ActorWay:
     #: this process's calls to it sent through the driver that may not have ended
     through_driver: list[bytes] = field(default_factory=list)
     max_task_retries: int = 0  # the actor's
+    task_events: bool = True  # the actor's `enable_task_events`
 
 
 class DirectCalls:
@@ -158,7 +160,8 @@ class DirectCalls:
         way.ask_again_s = ASK_AGAIN_S
         link = self._link(route.address, route.token)
         if link is not None:
-            way.link, way.incarnation, way.max_task_retries = link, route.incarnation, route.max_task_retries
+            way.link, way.incarnation = link, route.incarnation
+            way.max_task_retries, way.task_events = route.max_task_retries, route.task_events
         return link
 
     def _link(self, address: str, token: str) -> _HostLink | None:
@@ -190,6 +193,7 @@ class DirectCalls:
             for oid in spec.return_ids:
                 self._producers[oid] = spec.call_id
         message = CallMethod.of(spec, self._ready_value)
+        message.events = call.events = way.task_events if spec.task_events is None else spec.task_events
         with link.lock:
             alone = not link.in_flight
             sent = not link.closed
@@ -249,6 +253,7 @@ class DirectCalls:
         if it cannot be (it then ends with the exception it raised)."""
         try:
             message = CallMethod.of(replace(call.spec, attempt=call.spec.attempt + 1), self._ready_value)
+            message.events = call.events
             messages.notify(link.connection, message, defer=True)
         except MessageTooLarge:  # arguments since made ready no longer fit in one frame
             return False

@@ -67,8 +67,9 @@ class ForeignCallGate:
         self._lock = threading.Lock()  # guards everything below
         self._server: StreamServer | None = None
         self._token = ""
-        #: call id -> the connection it came on, its method and when it arrived
-        self._callers: dict[bytes, tuple[Connection, str, float]] = {}
+        #: call id -> the connection it came on, its method, when it arrived, and whether the
+        #: state API lists it (`enable_task_events`)
+        self._callers: dict[bytes, tuple[Connection, str, float, bool]] = {}
         #: calls still running whose gate closed, or that the owner claimed: answered to the owner
         self._orphaned: set[bytes] = set()
         self._records: collections.deque[list[Any]] = collections.deque(maxlen=RECORDS_KEPT)
@@ -108,8 +109,10 @@ class ForeignCallGate:
     def _on_list(self, connection: Connection, message_id: int | None, asked: ListDirectCalls) -> None:
         with self._lock:
             records, self._records = list(self._records), collections.deque(maxlen=RECORDS_KEPT)
+            running = [[call_id, method, arrived, None, None]
+                       for call_id, (_, method, arrived, events) in self._callers.items() if events]
         if message_id is not None:
-            messages.reply(connection, message_id, DirectCallRecords(records))
+            messages.reply(connection, message_id, DirectCallRecords(records + running))
 
     def _on_claim(self, connection: Connection, message_id: int | None, claim: ClaimCalls) -> None:
         """The owner answers for these calls from now on: a caller lost its gate to them."""
@@ -139,7 +142,7 @@ class ForeignCallGate:
 
     def _on_call(self, connection: Connection, message_id: int | None, call: CallMethod) -> None:
         with self._lock:
-            self._callers[call.call] = (connection, call.method, time.time())
+            self._callers[call.call] = (connection, call.method, time.time(), call.events)
         self._run_call(connection, message_id, call)
 
     def answer(self, done: CallDone) -> bool:
@@ -147,7 +150,7 @@ class ForeignCallGate:
         with self._lock:
             caller = self._callers.pop(done.call, None)
             self._orphaned.discard(done.call)
-            if caller is not None:
+            if caller is not None and caller[3]:
                 error = next((value for value in done.results if value.is_error), None)
                 self._records.append([done.call, caller[1], caller[2], time.time(), error])
         if caller is None:
