@@ -64,14 +64,15 @@ class PeakRss:
 
 
 @contextmanager
-def three_nodes(backend: str, ray: Any) -> Iterator[None]:
+def simulated_nodes(backend: str, ray: Any, nodes: list[dict[str, Any]], head: dict[str, Any]) -> Iterator[None]:
+    """A `cluster_utils.Cluster` of a head (`head`'s node arguments) and `nodes`, connected."""
     root = tempfile.mkdtemp(prefix="mn-", dir="/tmp")  # Ray's unix sockets want a short path
     os.environ["RAY_TMPDIR"] = root
     cluster_utils = importlib.import_module(f"{backend}.cluster_utils")
-    cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster = cluster_utils.Cluster(initialize_head=True, head_node_args=head)
     try:
-        cluster.add_node(num_cpus=2, resources={"node_a": 4})
-        cluster.add_node(num_cpus=2, resources={"node_b": 4})
+        for node in nodes:
+            cluster.add_node(**node)
         cluster.connect()
         yield
     finally:
@@ -81,6 +82,12 @@ def three_nodes(backend: str, ray: Any) -> Iterator[None]:
         import shutil
 
         shutil.rmtree(root, ignore_errors=True)
+
+
+def three_nodes(backend: str, ray: Any) -> Any:
+    """A head and nodes A and B (custom resources `node_a`, `node_b`)."""
+    nodes = [{"num_cpus": 2, "resources": {"node_a": 4}}, {"num_cpus": 2, "resources": {"node_b": 4}}]
+    return simulated_nodes(backend, ray, nodes, {"num_cpus": 1})
 
 
 def node_to_node(ray: Any) -> dict[str, Any]:
@@ -154,27 +161,12 @@ SHAPES: dict[str, Callable[[Any], dict[str, Any]]] = {
 BROADCASTS = {"broadcast_512mib_4": (512 << 20, 4), "broadcast_1gib_8": (1 << 30, 8)}
 
 
-@contextmanager
-def broadcast_nodes(backend: str, ray: Any, size: int, readers: int) -> Iterator[None]:
+def broadcast_nodes(backend: str, ray: Any, size: int, readers: int) -> Any:
     """A head, an `origin` node and `readers` nodes (`reader_<i>`), each store sized for the array."""
-    root = tempfile.mkdtemp(prefix="bc-", dir="/tmp")
-    os.environ["RAY_TMPDIR"] = root
-    cluster_utils = importlib.import_module(f"{backend}.cluster_utils")
     store = {"object_store_memory": size * 2 + (256 << 20)} if backend == "ray" else {}
-    cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, **store})
-    try:
-        cluster.add_node(num_cpus=1, resources={"origin": 1}, **store)
-        for index in range(readers):
-            cluster.add_node(num_cpus=1, resources={f"reader_{index}": 1}, **store)
-        cluster.connect()
-        yield
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        os.environ.pop("RAY_TMPDIR", None)
-        import shutil
-
-        shutil.rmtree(root, ignore_errors=True)
+    nodes = [{"num_cpus": 1, "resources": {"origin": 1}, **store}]
+    nodes += [{"num_cpus": 1, "resources": {f"reader_{index}": 1}, **store} for index in range(readers)]
+    return simulated_nodes(backend, ray, nodes, {"num_cpus": 1, **store})
 
 
 def broadcast(name: str, backend: str, ray: Any) -> dict[str, Any]:

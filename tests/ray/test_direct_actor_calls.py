@@ -603,7 +603,7 @@ def test_the_state_api_lists_a_direct_call_while_it_runs(driver_calls: list[byte
     assert [row.state for row in _rows("Napper.nap")] == ["FINISHED"]
 
 
-def test_a_direct_call_without_task_events_is_not_listed() -> None:
+def test_a_direct_call_without_task_events_is_not_listed(session: fray_ray.RayContext) -> None:
     started = Started.remote()
     actor = Napper.options(name="unlisted-napper").remote(started)
     fray_ray.get(actor.ready.remote())
@@ -613,3 +613,34 @@ def test_a_direct_call_without_task_events_is_not_listed() -> None:
     assert len(_rows("Napper.nap")) == before  # not while it runs
     assert fray_ray.get(ref) == ("rested", 2)
     assert len(_rows("Napper.nap")) == before  # nor once it ended
+
+
+@fray_ray.remote
+def child_task() -> str:
+    return "child ran"
+
+
+@fray_ray.remote
+class Delegator:
+    def ready(self) -> bool:
+        return True
+
+    def delegate(self) -> str:
+        return fray_ray.get(child_task.remote(), timeout=120)
+
+
+@fray_ray.remote
+def wait_on_a_direct_call_that_needs_my_cpu(actor: Any) -> tuple[str, int]:
+    assert fray_ray.get(actor.ready.remote())
+    sent = _direct_sent()
+    return fray_ray.get(actor.delegate.remote(), timeout=120), _direct_sent() - sent
+
+
+def test_a_task_waiting_on_a_direct_call_lends_its_cpu_as_in_ray(session: fray_ray.RayContext) -> None:
+    """The task holds every CPU and waits for a direct call whose method needs a CPU for a child
+    task: as in Ray, a task waiting in `get` lends its CPU, so the child runs."""
+    cpus = fray_ray.cluster_resources()["CPU"]
+    actor = Delegator.remote()
+    assert fray_ray.get(actor.ready.remote())
+    greedy = wait_on_a_direct_call_that_needs_my_cpu.options(num_cpus=cpus)
+    assert fray_ray.get(greedy.remote(actor), timeout=180) == ("child ran", 1)

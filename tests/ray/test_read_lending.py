@@ -252,16 +252,35 @@ def test_ctrl_c_while_the_main_thread_serves_never_splits_a_frame(pair) -> None:
         worker.serve_until(lambda: False, timeout=60)
     helper.join()
 
+    handled_elsewhere: list[str] = []
+
     def interrupting(connection: Connection, message_id: int | None, body: object, buffers: list[bytearray]) -> None:
         frames(connection, message_id, body, buffers)
-        signal.raise_signal(signal.SIGINT)  # in the middle of handling a frame, on the main thread
+        if threading.current_thread() is threading.main_thread():
+            signal.raise_signal(signal.SIGINT)  # in the middle of handling a frame, on the main thread
+        else:  # a SIGINT from here would land wherever the main thread is: fail instead
+            handled_elsewhere.append(threading.current_thread().name)
 
+    def send_while_served() -> None:
+        """Once the main thread reads (the standby hands reading back after a frame it reads:
+        "first"), send the interrupting frame, so that the main thread is the one to handle it."""
+        main = threading.main_thread().ident
+        wait_for(lambda: worker._lender == main and worker._lender_present)  # it wants to read
+        peer.notify("m", "first")
+        wait_for(lambda: frames.count() == before + 1 and worker._lender == main and worker._lender_present
+                 and not worker._standby_reads)
+        peer.notify("i", "interrupting")
+        peer.notify("m", "after")
+
+    before = frames.count()
     worker._handlers["i"] = interrupting
-    peer.notify("i", "interrupting")
-    peer.notify("m", "after")
+    helper = threading.Thread(target=send_while_served)
+    helper.start()
     with pytest.raises(KeyboardInterrupt):
         worker.serve_until(lambda: False, timeout=60)
-    assert frames.count() == 2  # the interrupting frame was handled whole, nothing after it yet
+    helper.join()
+    assert handled_elsewhere == []
+    assert frames.count() == before + 2  # the interrupting frame was handled whole, nothing after it yet
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert worker.serve_until(lambda: frames.count() == 3, timeout=60)
+    assert worker.serve_until(lambda: frames.count() == before + 3, timeout=60)
     assert frames.items[-1][0] == "after"

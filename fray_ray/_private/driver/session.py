@@ -74,6 +74,7 @@ from fray_ray._private.messages import (
     SubmitActorCall,
     SubmitTask,
     TaskDone,
+    TaskWaits,
     Wait,
     WaitPlacementGroup,
     Welcome,
@@ -158,6 +159,7 @@ class SessionService:
             HolderUnreachable: lambda connection, message_id, report: self._driver.lineage.suspect(
                 report.holder, lambda: messages.reply(connection, message_id, Done())),
             GetAbandoned: self._get_abandoned,
+            TaskWaits: lambda connection, message_id, waits: self._driver.scheduler.task_blocked(waits.task),
             Wait: self._wait,
             Put: self._put,
             SubmitTask: self._submit,

@@ -220,8 +220,19 @@ class GetObjects(Message):
 
 @_message
 @dataclass(repr=False, eq=False)
+class TaskWaits(Message):
+    """`task` waits for results its process gets straight from actor hosts (`direct_calls`):
+    it is blocked, as in a `get` the driver answers, until a `GetAbandoned` says it no longer waits."""
+
+    KIND: ClassVar[str] = "task_waits"
+
+    task: bytes | None = None
+
+
+@_message
+@dataclass(repr=False, eq=False)
 class GetAbandoned(Message):
-    """A get of `task` timed out: the task is no longer blocked."""
+    """A get of `task` timed out, or its wait for direct results ended: it is no longer blocked."""
 
     KIND: ClassVar[str] = "get_abandoned"
 

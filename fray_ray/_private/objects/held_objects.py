@@ -70,7 +70,7 @@ class HeldObjects:
         self.served_bytes = 0  # bytes sent to readers, for tests and benchmarks
         self.lent_bytes = 0  # bytes lent as shared-memory files
         self._unexpected_wait = unexpected_wait
-        self._waiting = threading.Lock()  # guards _expected and _waiters
+        self._waiting = threading.Lock()  # guards the counters, _expected, _released and _waiters
         self._expected: set[bytes] = set()  # copies this process is fetching to serve onward
         self._released: OrderedDict[bytes, None] = OrderedDict()  # the last ids let go, oldest first
         self._waiters: list[_Waiter] = []

@@ -108,13 +108,6 @@ class RelayPlan:
             spread.relays[reader_relay] = _Relay(reader_host, depth)
             return Route(source, keep=True)
 
-    def drop(self, object_id: bytes, relay: str) -> None:
-        """`relay` no longer serves `object_id` (a reader could not fetch it there)."""
-        with self._lock:
-            spread = self._spreads.get(object_id)
-            if spread is not None and spread.relays.pop(relay, None) is not None:
-                spread.dropped.add(relay)
-
     def relay_gone(self, relay: str) -> None:
         """The process serving at `relay` ended: none of its copies exist any more."""
         with self._lock:
@@ -135,7 +128,7 @@ class RelayPlan:
         return copies
 
     def relays_of(self, object_id: bytes) -> list[str]:
-        """The addresses keeping a copy of `object_id` now (for tests and the state API)."""
+        """The addresses keeping a copy of `object_id` now."""
         with self._lock:
             spread = self._spreads.get(object_id)
             return list(spread.relays) if spread is not None else []
@@ -165,20 +158,19 @@ def route_reads(plan: RelayPlan, ids: Sequence[bytes], values: Sequence[Serializ
             failed_at.setdefault(pair[0], []).append(pair[1])
     reads = Reads([], [], [], [])
     for index, (object_id, value) in enumerate(zip(ids, values)):
-        remote = isinstance(value, RemoteResult)
         route = FROM_ORIGIN
         if not value.is_error and value.size >= plan.min_size and reader_relay is not None:
             origin = host_of(value.holder) if isinstance(value, RemoteResult) else own_host
             route = plan.route(object_id, value.size, origin_host=origin, reader_host=reader_host,
                                reader_relay=reader_relay, failed=failed_at.get(object_id, ()))
-        if route.source is not None or remote:
-            address = route.source if route.source is not None else value.holder  # type: ignore[attr-defined]
+        address = route.source if route.source is not None else value.holder if isinstance(value, RemoteResult) else None
+        if address is None:  # in the answer itself
+            reads.values.append(value)
+        else:  # fetched by the reader from `address`
             reads.held.append(held_entry(index, address, value.size))
             reads.values.append(SerializedValue(b"", (), value.contained_refs, False))
             if route.source is not None:
                 reads.copies.append(object_id)
-        else:
-            reads.values.append(value)
         if route.keep:
             reads.keep.append(object_id)
     return reads

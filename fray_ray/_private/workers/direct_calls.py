@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from fray_ray._private import messages
 from fray_ray._private.core import object_ref
@@ -56,6 +56,17 @@ ASK_AGAIN_S = 0.05
 ASK_AGAIN_LONGEST_S = 2.0
 #: How long connecting to a host's gate may take before calls go through the driver.
 CONNECT_TIMEOUT_S = 10.0
+#: How long a task waits for direct results before its driver hears that it waits (and lends
+#: its CPU to others, as Ray's tasks do in `get`): a quick call costs the driver nothing.
+LONG_WAIT_S = 0.01
+
+
+class LongWait(Protocol):
+    """Told when a task's wait for direct results outlasts `LONG_WAIT_S`, and when it ends."""
+
+    def began(self) -> None: ...
+
+    def ended(self) -> None: ...
 
 
 @dataclass(eq=False)
@@ -329,27 +340,40 @@ class DirectCalls:
     def holds(self, object_id: bytes) -> bool:
         return object_id in self._producers and object_id not in self._released
 
-    def values(self, object_ids: Sequence[bytes], timeout: float | None) -> dict[bytes, SerializedValue]:
+    def values(self, object_ids: Sequence[bytes], timeout: float | None,
+               long_wait: LongWait | None = None) -> dict[bytes, SerializedValue]:
         """The values of those of `object_ids` this process holds, waiting for them; ids that
-        went to the driver meanwhile are left out. Raises TimeoutError."""
+        went to the driver meanwhile are left out. Raises TimeoutError. A wait that outlasts
+        `LONG_WAIT_S` is announced (`long_wait`: its task lends its CPU meanwhile, as in Ray)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         found: dict[bytes, SerializedValue] = {}
-        for object_id in object_ids:
-            while True:
-                with self._lock:
-                    value = self._values.get(object_id)
-                    call_id = self._producers.get(object_id)
-                    call = self._calls.get(call_id) if call_id is not None else None
-                if value is not None:
-                    found[object_id] = value
-                    break
-                if call is None:
-                    break  # the driver's now
-                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if not call.future.done():
-                    _read_answer(call, remaining)
+        announced = False
+        try:
+            for object_id in object_ids:
+                while True:
+                    with self._lock:
+                        value = self._values.get(object_id)
+                        call_id = self._producers.get(object_id)
+                        call = self._calls.get(call_id) if call_id is not None else None
+                    if value is not None:
+                        found[object_id] = value
+                        break
+                    if call is None:
+                        break  # the driver's now
                     remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                wait_for_reply(call.future, remaining)
+                    if not call.future.done() and long_wait is not None and not announced:
+                        _read_answer(call, LONG_WAIT_S if remaining is None else min(remaining, LONG_WAIT_S))
+                        if not call.future.done() and (remaining is None or remaining > LONG_WAIT_S):
+                            announced = True
+                            long_wait.began()
+                        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    if not call.future.done():
+                        _read_answer(call, remaining)
+                        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    wait_for_reply(call.future, remaining)
+        finally:
+            if announced and long_wait is not None:
+                long_wait.ended()
         return found
 
     def wait(self, object_ids: Sequence[bytes], num_returns: int, timeout: float | None) -> set[bytes] | None:

@@ -4,7 +4,10 @@ A task's result larger than `INLINE_LIMIT` stays in the executor that made it (`
 served by a `HolderServer` this process starts on first use, at its host's address); its
 `task_done` says only where and how big. When this process reads an object another process
 holds, the driver answers with the holder's address and the value is fetched from there
-directly (`HolderClients`), or read in place if this process is the holder.
+directly (`HolderClients`), or read in place if this process is the holder. A large object many
+hosts read may be fetched from another reader's copy instead, and this process may be asked to
+keep the copy it fetched and serve it onward (`objects/relays.py`): its server starts at its
+first read, so that the driver can name it.
 
 The store's memory limit is `FRAY_RAY_HELD_OBJECT_MEMORY` (bytes) if set, else the session's
 `object_store_memory`; beyond it values are spilled to a file of this process.
@@ -140,9 +143,10 @@ class WorkerHolder:
             self._started().held.expect(object_ids)
 
     def keep_copies(self, values: dict[bytes, SerializedValue]) -> dict[bytes, SerializedValue]:
-        """Keep a copy of each of `values` (expected here) to serve onward; returns them read
-        from the copies, so the buffers they arrived in can go. A value that is an error or
-        does not fit is given up (its waiting readers ask the owner again)."""
+        """Keep each of `values` (expected here, just fetched) to serve onward: the buffers it
+        arrived in are kept as they are (shared blocks of this host: `SharedArrivals`). Returns
+        the values as read from what is kept. One that is an error or does not fit is given up
+        (its waiting readers ask the owner again)."""
         held = self._held
         if held is None:
             return values

@@ -57,6 +57,7 @@ from fray_ray._private.messages import (
     StreamReady,
     SubmitActorCall,
     SubmitTask,
+    TaskWaits,
     Wait,
     WaitPlacementGroup,
     Welcome,
@@ -187,8 +188,10 @@ class WorkerRuntime:
         found: dict[bytes, SerializedValue] = {}
         direct = self.direct
         if direct is not None and any(direct.holds(oid) for oid in object_ids):
+            context = current_task.get()
+            waits = _TaskWaits(self, context.task_id) if context is not None and context.task_id else None
             try:
-                found.update(direct.values([oid for oid in object_ids if direct.holds(oid)], timeout))
+                found.update(direct.values([oid for oid in object_ids if direct.holds(oid)], timeout, waits))
             except concurrent.futures.TimeoutError:
                 raise GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} seconds.") from None
         with self._cache_lock:
@@ -457,6 +460,21 @@ def _rebuild_remote_error(error: RemoteError) -> BaseException:
         except TypeError:
             pass
     return exceptions.RaySystemError(f"{kind}: {error.message}")
+
+
+class _TaskWaits:
+    """Tells the driver that a task waits for direct results (`DirectCalls.values`), so that it
+    lends the task's CPU meanwhile, and when it no longer waits."""
+
+    def __init__(self, runtime: WorkerRuntime, task_id: bytes) -> None:
+        self._runtime = runtime
+        self._task_id = task_id
+
+    def began(self) -> None:
+        self._runtime._notify_quietly(TaskWaits(self._task_id))
+
+    def ended(self) -> None:
+        self._runtime._notify_quietly(GetAbandoned(self._task_id))
 
 
 def _fetched_from_holders(ids: list[bytes], values: list[SerializedValue], held: list[list[Any]],
