@@ -12,7 +12,9 @@ The owner's own workers send their calls here too, once the owner names the gate
 
 The gate starts on the first `describe` or the owner's `OpenGate`, so actors nobody looks
 up pay nothing for it. It keeps a short record of each call it answered until the owner asks
-for them (`ListDirectCalls`, when its state API lists tasks).
+for them (`ListDirectCalls`, when its state API lists tasks; the calls it runs are listed too).
+A call whose gate connection closes before it is answered, or that the owner claims because
+its caller lost the gate (`ClaimCalls`), is answered to the owner instead.
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ class ForeignCallGate:
         return {"address": f"{self._advertise_host}:{port}", "token": self._token}
 
     def owner_handlers(self) -> dict[str, Any]:
-        """Handlers for what the owner asks on the host's session: open the gate, list the calls."""
+        """Handlers for what the owner asks on the host's session: open the gate, list the
+        calls, claim the calls a caller lost its gate to."""
         return messages.handlers({OpenGate: self._on_open, ListDirectCalls: self._on_list, ClaimCalls: self._on_claim})
 
     def _on_open(self, connection: Connection, message_id: int | None, asked: OpenGate) -> None:
