@@ -644,3 +644,19 @@ def test_a_task_waiting_on_a_direct_call_lends_its_cpu_as_in_ray(session: fray_r
     assert fray_ray.get(actor.ready.remote())
     greedy = wait_on_a_direct_call_that_needs_my_cpu.options(num_cpus=cpus)
     assert fray_ray.get(greedy.remote(actor), timeout=180) == ("child ran", 1)
+
+
+@fray_ray.remote
+def ray_wait_on_a_direct_call_that_needs_my_cpu(actor: Any) -> tuple[int, int]:
+    assert fray_ray.get(actor.ready.remote())
+    sent = _direct_sent()
+    ready, pending = fray_ray.wait([actor.delegate.remote()], num_returns=1, timeout=120)
+    return len(ready), _direct_sent() - sent
+
+
+def test_a_task_in_ray_wait_on_a_direct_call_lends_its_cpu_too(session: fray_ray.RayContext) -> None:
+    cpus = fray_ray.cluster_resources()["CPU"]
+    actor = Delegator.remote()
+    assert fray_ray.get(actor.ready.remote())
+    greedy = ray_wait_on_a_direct_call_that_needs_my_cpu.options(num_cpus=cpus)
+    assert fray_ray.get(greedy.remote(actor), timeout=180) == (1, 1)

@@ -376,19 +376,32 @@ class DirectCalls:
                 long_wait.ended()
         return found
 
-    def wait(self, object_ids: Sequence[bytes], num_returns: int, timeout: float | None) -> set[bytes] | None:
+    def wait(self, object_ids: Sequence[bytes], num_returns: int, timeout: float | None,
+             long_wait: LongWait | None = None) -> set[bytes] | None:
         """Which of `object_ids` (all held here) are ready: `num_returns` of them, or fewer
-        once `timeout` passes; None as soon as one of them went to the driver (wait there)."""
+        once `timeout` passes; None as soon as one of them went to the driver (wait there). A
+        wait that outlasts `LONG_WAIT_S` is announced, as in `values`."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._changed:
+        announced = False
+        try:
             while True:
-                if any(oid not in self._producers or oid in self._released for oid in object_ids):
-                    return None
-                ready = {oid for oid in object_ids if oid in self._values}
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if len(ready) >= num_returns or (remaining is not None and remaining <= 0):
-                    return ready
-                self._changed.wait(remaining)
+                with self._changed:
+                    if any(oid not in self._producers or oid in self._released for oid in object_ids):
+                        return None
+                    ready = {oid for oid in object_ids if oid in self._values}
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if len(ready) >= num_returns or (remaining is not None and remaining <= 0):
+                        return ready
+                    if announced or long_wait is None or (remaining is not None and remaining <= LONG_WAIT_S):
+                        self._changed.wait(remaining)
+                        continue
+                    if self._changed.wait(LONG_WAIT_S):
+                        continue  # something arrived: look again before saying this waits
+                announced = True  # told outside the lock: it sends a frame
+                long_wait.began()
+        finally:
+            if announced and long_wait is not None:
+                long_wait.ended()
 
     # ---- refs leaving the process, and forgetting ----------------------------------------
 

@@ -281,7 +281,9 @@ class WorkerRuntime:
         direct = self.direct
         held = [key for key in keys if direct is not None and direct.holds(key)]
         if direct is not None and held:
-            ready_here = direct.wait(keys, num_returns, timeout) if len(held) == len(keys) else None
+            context = current_task.get()
+            waits = _TaskWaits(self, context.task_id) if context is not None and context.task_id else None
+            ready_here = direct.wait(keys, num_returns, timeout, waits) if len(held) == len(keys) else None
             if ready_here is not None:  # all made here: answered here
                 ready_refs = [r for r, k in zip(refs, keys) if k in ready_here][:num_returns]
                 chosen = {id(r) for r in ready_refs}
