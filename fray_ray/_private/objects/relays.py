@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fray_ray._private.objects.remote_values import RemoteResult, held_entry
+from fray_ray._private.objects.remote_values import RemoteResult, held_entry, split_remote
 from fray_ray._private.objects.serialization import SerializedValue
 
 #: Objects smaller than this are fetched from their origin by everyone (cheap enough to resend).
@@ -156,21 +156,23 @@ def route_reads(plan: RelayPlan, ids: Sequence[bytes], values: Sequence[Serializ
     for pair in failed:
         if isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[0], bytes) and isinstance(pair[1], str):
             failed_at.setdefault(pair[0], []).append(pair[1])
-    reads = Reads([], [], [], [])
+    sent, held = split_remote(values)  # by default: held values from their holders, the rest in the answer
+    reads = Reads(sent, held, [], [])
+    held_at = {entry[0]: entry for entry in held}
     for index, (object_id, value) in enumerate(zip(ids, values)):
-        route = FROM_ORIGIN
-        if not value.is_error and value.size >= plan.min_size and reader_relay is not None:
-            origin = host_of(value.holder) if isinstance(value, RemoteResult) else own_host
-            route = plan.route(object_id, value.size, origin_host=origin, reader_host=reader_host,
-                               reader_relay=reader_relay, failed=failed_at.get(object_id, ()))
-        address = route.source if route.source is not None else value.holder if isinstance(value, RemoteResult) else None
-        if address is None:  # in the answer itself
-            reads.values.append(value)
-        else:  # fetched by the reader from `address`
-            reads.held.append(held_entry(index, address, value.size))
-            reads.values.append(SerializedValue(b"", (), value.contained_refs, False))
-            if route.source is not None:
-                reads.copies.append(object_id)
+        if value.is_error or value.size < plan.min_size or reader_relay is None:
+            continue
+        origin = host_of(value.holder) if isinstance(value, RemoteResult) else own_host
+        route = plan.route(object_id, value.size, origin_host=origin, reader_host=reader_host,
+                           reader_relay=reader_relay, failed=failed_at.get(object_id, ()))
         if route.keep:
             reads.keep.append(object_id)
+        if route.source is None:
+            continue
+        reads.copies.append(object_id)  # fetched from a copy instead
+        if index in held_at:
+            held_at[index][1] = route.source
+        else:
+            reads.held.append(held_entry(index, route.source, value.size))
+            reads.values[index] = SerializedValue(b"", (), value.contained_refs, False)
     return reads

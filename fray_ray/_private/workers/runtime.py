@@ -188,10 +188,9 @@ class WorkerRuntime:
         found: dict[bytes, SerializedValue] = {}
         direct = self.direct
         if direct is not None and any(direct.holds(oid) for oid in object_ids):
-            context = current_task.get()
-            waits = _TaskWaits(self, context.task_id) if context is not None and context.task_id else None
             try:
-                found.update(direct.values([oid for oid in object_ids if direct.holds(oid)], timeout, waits))
+                found.update(direct.values([oid for oid in object_ids if direct.holds(oid)], timeout,
+                                           self._task_waits()))
             except concurrent.futures.TimeoutError:
                 raise GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} seconds.") from None
         with self._cache_lock:
@@ -261,6 +260,11 @@ class WorkerRuntime:
             self._remember(object_id, value)
         return found
 
+    def _task_waits(self) -> _TaskWaits | None:
+        """What tells the driver that the running task waits for direct results (None: no task runs)."""
+        context = current_task.get()
+        return _TaskWaits(self, context.task_id) if context is not None and context.task_id else None
+
     def return_shared(self) -> None:
         """Give the driver back the shared-memory leases nothing here uses any more."""
         WORKER_BORROWS.return_free(_return_leases)
@@ -281,9 +285,7 @@ class WorkerRuntime:
         direct = self.direct
         held = [key for key in keys if direct is not None and direct.holds(key)]
         if direct is not None and held:
-            context = current_task.get()
-            waits = _TaskWaits(self, context.task_id) if context is not None and context.task_id else None
-            ready_here = direct.wait(keys, num_returns, timeout, waits) if len(held) == len(keys) else None
+            ready_here = direct.wait(keys, num_returns, timeout, self._task_waits()) if len(held) == len(keys) else None
             if ready_here is not None:  # all made here: answered here
                 ready_refs = [r for r, k in zip(refs, keys) if k in ready_here][:num_returns]
                 chosen = {id(r) for r in ready_refs}
