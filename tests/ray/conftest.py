@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import fray_ray
+from fray_ray._private.driver import cluster_address
+from fray_ray._private.objects.shared_memory import SHARED_MEMORY_DIR_ENV
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +33,17 @@ def fresh_shutdown() -> Iterator[None]:
     yield
     fray_ray.shutdown()
     os.environ.pop("FRAY_RAY_LOCAL_MODE", None)
+
+
+@pytest.fixture
+def own_cluster_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """For tests that start a `cluster_utils.Cluster`: clusters are recorded in a temp dir of
+    the test's own, and no address, token or shared-memory directory is inherited."""
+    records = tmp_path / "records"
+    records.mkdir(mode=0o700)
+    monkeypatch.setenv(cluster_address.TEMP_DIR_ENV, str(records))
+    for name in ("RAY_ADDRESS", "FRAY_RAY_ADDRESS", "FRAY_RAY_TOKEN", "IRIS_AUTH_TOKEN", SHARED_MEMORY_DIR_ENV):
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture

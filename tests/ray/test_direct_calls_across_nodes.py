@@ -5,24 +5,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import fray_ray
 from fray_ray._private.core import runtime_slot
-from fray_ray._private.driver import cluster_address
 from fray_ray.cluster_utils import Cluster
 
 
 @pytest.fixture
-def two_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_shutdown: None) -> Iterator[Cluster]:
-    records = tmp_path / "records"
-    records.mkdir(mode=0o700)
-    monkeypatch.setenv(cluster_address.TEMP_DIR_ENV, str(records))
-    for name in ("RAY_ADDRESS", "FRAY_RAY_ADDRESS", "FRAY_RAY_TOKEN", "IRIS_AUTH_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
+def two_nodes(own_cluster_env: None, fresh_shutdown: None) -> Iterator[Cluster]:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:
         cluster.add_node(num_cpus=1, resources={"node_a": 1})

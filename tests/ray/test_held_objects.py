@@ -16,9 +16,8 @@ import pytest
 
 import fray_ray
 from fray_ray._private.core import runtime_state
-from fray_ray._private.driver import cluster_address, executor_pool
+from fray_ray._private.driver import executor_pool
 from fray_ray._private.objects.serialization import INLINE_LIMIT
-from fray_ray._private.objects.shared_memory import SHARED_MEMORY_DIR_ENV
 from fray_ray.cluster_utils import Cluster
 from fray_ray.exceptions import ObjectLostError, ObjectReconstructionFailedError
 
@@ -30,13 +29,8 @@ SIZE = 8 << 20  # well above the inline limit
 
 
 @pytest.fixture
-def hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_shutdown: None) -> Iterator[Cluster]:
+def hosts(own_cluster_env: None, fresh_shutdown: None) -> Iterator[Cluster]:
     """A head (the driver's host) and two simulated hosts, "a" and "b"."""
-    records = tmp_path / "records"
-    records.mkdir(mode=0o700)
-    monkeypatch.setenv(cluster_address.TEMP_DIR_ENV, str(records))
-    for name in ("RAY_ADDRESS", "FRAY_RAY_ADDRESS", "FRAY_RAY_TOKEN", "IRIS_AUTH_TOKEN", SHARED_MEMORY_DIR_ENV):
-        monkeypatch.delenv(name, raising=False)
     made = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"head": 1}})
     try:
         made.add_node(num_cpus=1, resources={"a": 1})

@@ -16,12 +16,10 @@ import pytest
 
 import fray_ray
 from fray_ray._private.core import runtime_state
-from fray_ray._private.driver import cluster_address
 from fray_ray._private.objects.held_objects import HeldObjects
 from fray_ray._private.objects.relays import FROM_ORIGIN, RelayPlan, Route, route_reads
 from fray_ray._private.objects.remote_values import RemoteResult
 from fray_ray._private.objects.serialization import SerializedValue
-from fray_ray._private.objects.shared_memory import SHARED_MEMORY_DIR_ENV
 from fray_ray.cluster_utils import Cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
@@ -187,13 +185,8 @@ READERS = 4
 
 
 @pytest.fixture
-def hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_shutdown: None) -> Iterator[Cluster]:
+def hosts(own_cluster_env: None, fresh_shutdown: None) -> Iterator[Cluster]:
     """A head, an origin host and `READERS` reader hosts, each its own shared-memory directory."""
-    records = tmp_path / "records"
-    records.mkdir(mode=0o700)
-    monkeypatch.setenv(cluster_address.TEMP_DIR_ENV, str(records))
-    for name in ("RAY_ADDRESS", "FRAY_RAY_ADDRESS", "FRAY_RAY_TOKEN", "IRIS_AUTH_TOKEN", SHARED_MEMORY_DIR_ENV):
-        monkeypatch.delenv(name, raising=False)
     made = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:
         made.add_node(num_cpus=1, resources={"origin": 1})

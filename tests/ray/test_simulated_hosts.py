@@ -15,7 +15,6 @@ import pytest
 
 import fray_ray
 from fray_ray._private.core import runtime_state
-from fray_ray._private.driver import cluster_address
 from fray_ray._private.objects.shared_memory import SHARED_MEMORY_DIR_ENV, host_identity
 from fray_ray.cluster_utils import Cluster
 
@@ -35,12 +34,7 @@ def _exporter(array: np.ndarray) -> str:
 
 
 @pytest.fixture
-def two_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_shutdown: None) -> Iterator[Cluster]:
-    records = tmp_path / "records"
-    records.mkdir(mode=0o700)
-    monkeypatch.setenv(cluster_address.TEMP_DIR_ENV, str(records))
-    for name in ("RAY_ADDRESS", "FRAY_RAY_ADDRESS", "FRAY_RAY_TOKEN", "IRIS_AUTH_TOKEN", SHARED_MEMORY_DIR_ENV):
-        monkeypatch.delenv(name, raising=False)
+def two_hosts(own_cluster_env: None, fresh_shutdown: None) -> Iterator[Cluster]:
     made = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"head": 1}})
     try:
         made.add_node(num_cpus=1, resources={"other": 1})
