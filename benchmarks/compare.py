@@ -46,7 +46,7 @@ DEFAULT_RAY_PYTHON = os.path.join(os.path.dirname(HERE), ".ci", "venvs", "ray", 
 GRACE_S = 60.0  # beyond a shape's own timeout, before the watchdog kills its process
 SHUTDOWN_LIMIT_S = 120.0
 STARTUP_LIMIT_S = 300.0  # import + init before the first shape starts
-QUIET_LIMIT_S = 60.0  # how long a process waits for the CPUs to be 90% idle before it starts
+QUIET_LIMIT_S = 60.0  # how long a process waits for the CPUs to be 90% idle before it starts (--idle-wait-s)
 
 
 class Runner:
@@ -99,9 +99,10 @@ class Runner:
     def _run_process(self, backend: str, shapes: list[str], local_mode: bool) -> dict[str, dict[str, Any]]:
         self.count += 1
         tag = f"{self.count:03d}-{backend}"
-        waited, idle = wait_for_idle_cpu(limit_s=QUIET_LIMIT_S)
-        if idle < 0.9:
-            self.notes.append(f"{tag}: started on a busy machine (CPUs {idle:.0%} idle after waiting {waited:.0f} s)")
+        if self.args.idle_wait_s > 0:
+            waited, idle = wait_for_idle_cpu(limit_s=self.args.idle_wait_s)
+            if idle < 0.9:
+                self.notes.append(f"{tag}: started on a busy machine (CPUs {idle:.0%} idle after waiting {waited:.0f} s)")
         out_json = os.path.join(self.logdir, f"{tag}.json")
         mark = uuid.uuid4().hex
         env = dict(os.environ, **{MARK_ENV: mark, "RAY_USAGE_STATS_ENABLED": "0"})
@@ -285,8 +286,9 @@ def header_lines(args: argparse.Namespace, cat: Catalog, versions: dict[str, str
     return [
         f"fray_ray {versions.get('fray_ray', '?')}, mode {mode_note}, vs {ray}",
         (f"{datetime.datetime.now().isoformat(timespec='seconds')}, {os.cpu_count()} CPUs, load average {load_before} → {loadavg()}, "
-         f"total {total:.0f} s; {args.reps} repetition(s), each a fresh process per backend and batch started once the CPUs are "
-         f"90% idle, alternating which backend goes first; rate shapes: one ~{round_s} s round after a ~{warmup_s} s warm-up; "
+         f"total {total:.0f} s; {args.reps} repetition(s), each a fresh process per backend and batch started "
+         f"{'once the CPUs are 90% idle' if args.idle_wait_s > 0 else 'at once (no wait for idle CPUs)'}, "
+         f"alternating which backend goes first; rate shapes: one ~{round_s} s round after a ~{warmup_s} s warm-up; "
          f"curves: {curves}; envelope: {cat.envelope.text()}"
          f"{' (quick)' if args.quick else ''}; cells: median ±IQR/median, {report.FLAG} spread > {stats.SPREAD_FLAG:.0%}"),
         f"load average (1/5/15 min) at the start of each repetition: {'; '.join(rep_loads)}",
@@ -315,6 +317,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                            "large_gib=4,list_ints=10000 (quick: 1000,300,1000,3000,0.25,1000)")
     parser.add_argument("--round-s", type=float, help="seconds of a rate shape's timed round (default 1; quick 0.2)")
     parser.add_argument("--warmup-s", type=float, help="warm-up seconds of a rate shape (default 0.5; quick 0.1)")
+    parser.add_argument("--idle-wait-s", type=float, default=QUIET_LIMIT_S,
+                        help="how long each benchmark process waits for the CPUs to be 90%% idle before it starts "
+                             "(default %(default)s; 0 starts at once: for smoke runs, not for numbers)")
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every shape's timeout (see shapes.py)")
     parser.add_argument("--memory-guard-gib", type=float,
                         help="stop an actors point when MemAvailable falls below this (default max(3, 15%% of RAM))")

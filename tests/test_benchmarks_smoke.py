@@ -27,7 +27,7 @@ def _run(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
 def _compare(tmp_path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
     out = tmp_path / "out.json"
     proc = _run([os.path.join(BENCH, "compare.py"), "--ray-python", "", "--fray-mode", "default", "--quick",
-                 "--round-s", "0.05", "--warmup-s", "0.02", "--json", str(out), "--quiet", *extra])
+                 "--round-s", "0.05", "--warmup-s", "0.02", "--idle-wait-s", "0", "--json", str(out), "--quiet", *extra])
     assert out.exists(), f"no JSON written; exit {proc.returncode}\n{proc.stderr[-3000:]}"
     return proc, json.loads(out.read_text())
 

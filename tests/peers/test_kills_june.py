@@ -1,0 +1,182 @@
+"""Processes killed under the real Iris controller (marin-iris 2026-06 LocalCluster), where
+every task and actor is an Iris job of its own:
+- large task results held by the worker that made them are read from the driver and from
+  another task, rebuilt from lineage after the holder's process is killed, and lost with a
+  reason when they cannot be;
+- a task's direct call to an actor whose host is killed mid-call is answered by the restarted
+  actor; a result a killed caller handed on before its value was known fails with
+  `OwnerDiedError`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+DEADLINE = 240.0
+
+PROGRAM = """
+    import os, signal, sys, time
+    import fray_ray as ray
+    from fray_ray._private.core import runtime_state
+
+    ray.init(sys.argv[1])
+    SIZE = 4 << 20
+
+    @ray.remote
+    def make(value):
+        return os.getpid(), bytes([value]) * SIZE
+
+    @ray.remote
+    def split(pair):
+        return pair[0]
+
+    @ray.remote
+    def total(pair):
+        return sum(pair[1][::4096]) * 4096
+
+    def killed_holder(ref):
+        pid = ray.get(split.remote(ref))
+        os.kill(pid, signal.SIGKILL)
+        while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z":
+            time.sleep(0.05)
+
+    driver = runtime_state.current()
+    ref = make.options(max_retries=1).remote(3)
+    print("task", ray.get(total.remote(ref)) == 3 * SIZE, flush=True)
+    print("held", bool(driver.objects.holders([ref.binary()])), flush=True)
+    print("driver", ray.get(ref)[1] == bytes([3]) * SIZE, flush=True)
+    killed_holder(ref)
+    print("rebuilt", int(ray.get(ref, timeout=180)[1][0]), flush=True)
+
+    lost = make.options(max_retries=0).remote(4)
+    ray.wait([lost])
+    killed_holder(lost)
+    try:
+        ray.get(lost, timeout=180)
+        print("lost no error", flush=True)
+    except ray.exceptions.ObjectLostError as exc:
+        print("lost", type(exc).__name__, "max_retries=0" in str(exc), flush=True)
+    ray.shutdown()
+"""
+
+
+def test_held_results_are_read_rebuilt_and_lost_on_the_real_controller(june: str, tmp_path: Path) -> None:
+    (tmp_path / "main.py").write_text(textwrap.dedent(PROGRAM))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FRAY_RAY_ADDRESS", "RAY_ADDRESS", "FRAY_RAY_TOKEN")}
+    result = subprocess.run([sys.executable, "main.py", june], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=DEADLINE, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+    lines = result.stdout.splitlines()
+    for expected in ("held True", "task True", "driver True", "rebuilt 3", "lost ObjectReconstructionFailedError True"):
+        assert expected in lines, result.stdout + result.stderr[-4000:]
+
+
+DIRECT_CALLS = """
+    import os, signal, sys, threading, time
+    import fray_ray as ray
+    from fray_ray._private.core import runtime_slot
+
+    ray.init(sys.argv[1])
+
+    def sent_direct():
+        direct = runtime_slot.current().direct
+        return 0 if direct is None else direct.sent
+
+    @ray.remote(max_restarts=1, max_task_retries=1, concurrency_groups={"control": 1})
+    class Stubborn:
+        def __init__(self):
+            self.started = threading.Event()
+
+        def pid(self):
+            return os.getpid()
+
+        def work(self):
+            if ray.get_runtime_context().was_current_actor_reconstructed:
+                return os.getpid()
+            self.started.set()
+            time.sleep(3600)
+
+        @ray.method(concurrency_group="control")
+        def working(self):
+            return self.started.is_set()
+
+    @ray.remote
+    def call_through_a_kill(actor):
+        ray.get(actor.pid.remote())
+        return ray.get(actor.work.remote(), timeout=180), sent_direct()
+
+    @ray.remote(concurrency_groups={"control": 1})
+    class Slow:
+        def __init__(self):
+            self.opened = threading.Event()
+
+        def wait_open(self):
+            self.opened.wait()
+            return "open"
+
+        @ray.method(concurrency_group="control")
+        def open(self):
+            self.opened.set()
+
+    @ray.remote
+    class Keeper:
+        def __init__(self):
+            self.kept, self.sent = [], 0
+
+        def keep(self, refs, sent):
+            self.kept, self.sent = refs, sent
+
+        def kept_refs(self):
+            return self.kept, self.sent
+
+    @ray.remote(max_retries=0)
+    def hand_on_and_get_killed(slow, keeper):
+        pending = slow.wait_open.remote()
+        # the ref leaves this process before its value is known
+        ray.get(keeper.keep.remote([pending], sent_direct()))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    actor = Stubborn.remote()
+    first = ray.get(actor.pid.remote())
+    answered = call_through_a_kill.remote(actor)
+    while not ray.get(actor.working.remote()):
+        time.sleep(0.05)
+    os.kill(first, signal.SIGKILL)
+    pid, sent = ray.get(answered, timeout=200)
+    print("restarted", pid != first, "direct", sent, flush=True)
+
+    slow, keeper = Slow.remote(), Keeper.remote()
+    ray.get(keeper.kept_refs.remote())
+    try:
+        ray.get(hand_on_and_get_killed.remote(slow, keeper), timeout=180)
+    except ray.exceptions.WorkerCrashedError:
+        print("caller killed", flush=True)
+    (pending,), sent = ray.get(keeper.kept_refs.remote())
+    print("pending call direct", sent, flush=True)
+    ray.get(slow.open.remote())
+    try:
+        print("pending", ray.get(pending, timeout=120), flush=True)
+    except ray.exceptions.OwnerDiedError:
+        print("pending OwnerDiedError", flush=True)
+    ray.shutdown()
+"""
+
+
+def test_direct_calls_survive_a_killed_host_and_a_killed_caller_fails_its_results(june: str, tmp_path: Path) -> None:
+    (tmp_path / "main.py").write_text(textwrap.dedent(DIRECT_CALLS))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FRAY_RAY_ADDRESS", "RAY_ADDRESS", "FRAY_RAY_TOKEN")}
+    result = subprocess.run([sys.executable, "main.py", june], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=DEADLINE, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+    lines = result.stdout.splitlines()
+    # "direct 2": the task's two calls went straight to the actor's host (the second answered
+    # after the restart); "pending call direct 1": the killed caller had sent its call straight too
+    for expected in ("restarted True direct 2", "caller killed", "pending call direct 1", "pending OwnerDiedError"):
+        assert expected in lines, result.stdout + result.stderr[-4000:]
