@@ -3,7 +3,8 @@
 A head and two simulated nodes (`cluster_utils.Cluster` on both backends), node A and node B
 told apart by a custom resource each. An actor lives on node A; a task pinned to node B, and
 then an actor pinned to node B, call it synchronously (call + get, one at a time) for a
-warm-up and one round, and report how many calls they made. The driver only waits for that
+warm-up and one round, and report how many calls they made. Then a task on node B reads the
+items of the actor's generator method (100 small items a call, each `get` as it comes). The driver only waits for that
 task's (or method's) result meanwhile, so its CPU time over the round, per call, is what each
 such call costs it (Ray: none; fray_ray sent every call through its driver before workers
 called actors directly).
@@ -32,6 +33,10 @@ def _remotes(ray: Any) -> Any:
         def ping(self) -> int:
             return 1
 
+        def stream(self, count: int) -> Any:
+            for item in range(count):  # not `yield from range(...)`: Ray 2.60's actor generators fail on it
+                yield item
+
     def call_for(target: Any, seconds: float) -> int:
         """Sync calls to `target` for `seconds`; how many."""
         calls, end = 0, time.perf_counter() + seconds
@@ -39,6 +44,15 @@ def _remotes(ray: Any) -> Any:
             ray.get(target.ping.remote())
             calls += 1
         return calls
+
+    def read_for(target: Any, seconds: float) -> int:
+        """Items of `target.stream` read for `seconds`; how many."""
+        items, end = 0, time.perf_counter() + seconds
+        while items == 0 or time.perf_counter() < end:
+            for ref in target.stream.remote(100):
+                ray.get(ref)
+                items += 1
+        return items
 
     class Caller:
         def __init__(self, target: Any) -> None:
@@ -49,11 +63,13 @@ def _remotes(ray: Any) -> Any:
 
     return (ray.remote(num_cpus=0, resources={NODE_A: 0.01})(Target),
             ray.remote(num_cpus=0, resources={NODE_B: 0.01})(call_for),
-            ray.remote(num_cpus=0, resources={NODE_B: 0.01})(Caller))
+            ray.remote(num_cpus=0, resources={NODE_B: 0.01})(Caller),
+            ray.remote(num_cpus=0, resources={NODE_B: 0.01})(read_for))
 
 
 def _measured(ray: Any, run: Any, timing: Any) -> tuple[float, float]:
-    """(calls/s, driver CPU µs per call) of `run(seconds)` (a ref to a count), after a warm-up."""
+    """(calls/s, driver CPU µs per call) of `run(seconds)` (a ref to a count of calls or
+    items), after a warm-up."""
     ray.get(run(timing.warmup_s))
     cpu0, wall0 = time.process_time(), time.perf_counter()
     calls = ray.get(run(timing.round_s))
@@ -62,19 +78,21 @@ def _measured(ray: Any, run: Any, timing: Any) -> tuple[float, float]:
 
 
 def run(backend_name: str, ray: Any, timing: Any) -> dict[str, Any]:
-    """Both shapes in one session: one value of each metric."""
+    """Every shape in one session: one value of each metric."""
     cluster = _cluster(backend_name)
     try:
         cluster.connect()
-        target_cls, call_for, caller_cls = _remotes(ray)
+        target_cls, call_for, caller_cls, read_for = _remotes(ray)
         target = target_cls.remote()
         ray.get(target.ping.remote())
         task_rate, task_cpu = _measured(ray, lambda s: call_for.remote(target, s), timing)
         caller = caller_cls.remote(target)
         actor_rate, actor_cpu = _measured(ray, lambda s: caller.call_for.remote(s), timing)
+        item_rate, item_cpu = _measured(ray, lambda s: read_for.remote(target, s), timing)
         return {"status": "ok", "metrics": {
             "node_task_to_actor_calls": task_rate, "node_task_to_actor_driver_us": task_cpu,
             "node_actor_to_actor_calls": actor_rate, "node_actor_to_actor_driver_us": actor_cpu,
+            "node_generator_items": item_rate, "node_generator_driver_us": item_cpu,
         }, "extra": {}}
     finally:
         ray.shutdown()

@@ -8,13 +8,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fray_ray._private import messages
-from fray_ray._private.messages import AskRoute, HandBack, HandOver, HandOverDone, Route
+from fray_ray._private.messages import AskRoute, HandBack, HandOver, HandOverDone, HandOverStream, Route
+from fray_ray._private.objects.ids import TASK_ID_SIZE
 from fray_ray._private.objects.serialization import serialize_error
 from fray_ray._private.stream.protocol import Connection
 from fray_ray.exceptions import OwnerDiedError
 
 if TYPE_CHECKING:
     from fray_ray._private.driver.actors import ActorManager
+    from fray_ray._private.driver.streams import StreamTable
     from fray_ray._private.objects.object_table import ObjectTable
 
 #: How many handed-over objects a worker's set holds before those done are dropped from it.
@@ -26,6 +28,7 @@ class DirectCallDriver(Protocol):
 
     objects: ObjectTable
     actors: ActorManager
+    streams: StreamTable
 
 
 #: Counts one ref of the connection's worker to each object (the session's borrow table).
@@ -81,6 +84,11 @@ def direct_call_handlers(driver: DirectCallDriver, count_borrow: CountBorrow) ->
         except RuntimeError:
             pass  # a value the driver has already (the call was also handed back): the first one stands
 
+    def hand_over_stream(connection: Connection, message_id: int | None, over: HandOverStream) -> None:
+        if isinstance(over.stream, bytes) and len(over.stream) == TASK_ID_SIZE and isinstance(over.before, int) \
+                and over.before >= 0:
+            driver.streams.adopt(over.stream, over.before, over.items, bool(over.finished))
+
     def hand_back(connection: Connection, message_id: int | None, back: HandBack) -> None:
         call, objects = back.call, driver.objects
         new = [oid for oid in call.return_ids if not objects.known(oid)]
@@ -90,4 +98,5 @@ def direct_call_handlers(driver: DirectCallDriver, count_borrow: CountBorrow) ->
         count_borrow(connection, new)
         driver.actors.take_back(call, back.incarnation)
 
-    return {AskRoute: ask_route, HandOver: hand_over, HandOverDone: hand_over_done, HandBack: hand_back}
+    return {AskRoute: ask_route, HandOver: hand_over, HandOverDone: hand_over_done, HandOverStream: hand_over_stream,
+            HandBack: hand_back}

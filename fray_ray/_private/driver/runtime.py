@@ -364,7 +364,8 @@ class DriverRuntime(DriverReads):
         self.actors.kill(actor_id, no_restart)
 
     def cancel_by_id(self, object_id: bytes, force: bool, recursive: bool) -> None:
-        task_id = self.objects.producer(object_id)
+        # a worker names a generator by its stream, which is its task's (or call's) id
+        task_id = object_id if self.streams.is_stream(object_id) else self.objects.producer(object_id)
         if task_id is None:
             return
         if self.actors.owns_call(task_id):

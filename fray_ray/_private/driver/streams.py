@@ -18,6 +18,7 @@ from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.objects.ids import object_id_for
 from fray_ray._private.objects.object_table import ObjectTable
 from fray_ray._private.objects.serialization import SerializedValue, serialize, serialize_error
+from fray_ray.exceptions import ActorUnavailableError
 
 #: What `next_item` returns when the stream has ended.
 END = b""
@@ -51,11 +52,33 @@ class StreamTable:
         with self._lock:
             return stream_id in self._streams
 
+    def adopt(self, stream_id: bytes, before: int, items: list[SerializedValue], finished: bool) -> None:
+        """Keep the stream of a direct generator call from here on (`HandOverStream`): at
+        first, its caller took items 1..`before` itself (its handle to the stream is counted
+        now); `items` follow item `before`."""
+        with self._lock:
+            if stream_id not in self._streams:
+                self._streams[stream_id] = _Stream(produced=before, handed_out=before, handles=1)
+        for index, value in enumerate(items, start=before + 1):
+            self.add_item(stream_id, index, value)  # one the driver has already is dropped
+        if finished:
+            self.finish(stream_id)
+
     def add_item(self, stream_id: bytes, index: int, value: SerializedValue) -> None:
-        """Store item `index` (1-based). Items a retry replays (already stored) are dropped."""
+        """Store item `index` (1-based). Items a retry replays (already stored) are dropped;
+        items missing before `index` (lost on the way) end the stream with an error."""
         with self._lock:
             stream = self._streams.get(stream_id)
-            if stream is None or stream.finished or index != stream.produced + 1:
+            if stream is None or stream.finished or index <= stream.produced:
+                return
+            missing = range(stream.produced + 1, index)
+        if missing:
+            self.finish(stream_id, serialize_error(ActorUnavailableError(
+                f"items {missing.start} to {missing.stop - 1} of this generator were lost with the connection to "
+                "its actor's host", None)))
+            return
+        with self._lock:
+            if stream.finished or index != stream.produced + 1:
                 return
             stream.produced = index
             callbacks, stream.callbacks = stream.callbacks, []

@@ -3,9 +3,11 @@
 A worker asks once per actor where the actor's host takes calls (`AskRoute`); the driver names
 the host's call gate, which it asks the host to open (`OpenGate`), or says to keep calling
 through it. Results stay with the caller until a ref to one leaves its process: then the
-caller hands the object to the driver (`HandOver`, then `HandOverDone` with its value). Calls
-whose host died under them go back to the driver (`HandBack`), which applies Ray's restart and
-retry rules as for its own calls.
+caller hands the object to the driver (`HandOver`, then `HandOverDone` with its value); the
+stream of a generator call is handed over whole (`HandOverStream`) when the caller waits for it
+together with objects the driver has, or loses the host's gate. Calls whose host died under
+them go back to the driver (`HandBack`), which applies Ray's restart and retry rules as for
+its own calls.
 """
 
 from __future__ import annotations
@@ -84,6 +86,23 @@ class HandOverDone(Message):
 
     ids: list[bytes]
     results: list[SerializedValue] = values()
+
+
+@_message
+@dataclass(repr=False, eq=False)
+class HandOverStream(Message):
+    """The driver keeps the stream of a direct generator call from now on (its caller waits
+    for it with other objects, or lost its host's gate): `items` follow the stream's first
+    `before` items (the caller took them itself, or sent them earlier), and `finished` says
+    the stream has ended (an error is its last item). Sent again by the caller for each later
+    item and for the end."""
+
+    KIND: ClassVar[str] = "hand_over_stream"
+
+    stream: bytes
+    before: int
+    items: list[SerializedValue] = values()
+    finished: bool = False
 
 
 @_message

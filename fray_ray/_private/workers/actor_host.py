@@ -16,7 +16,6 @@ import logging
 import os
 import sys
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -52,13 +51,19 @@ from fray_ray._private.observe.logs import flush_forwarded, forward_output
 from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
 from fray_ray._private.workers.actor_state_row import ActorStateRow
-from fray_ray._private.workers.call_endings import exit_worker, send_item, send_items_async
+from fray_ray._private.workers.call_endings import (
+    SendItem,
+    exit_worker,
+    send_any_items,
+    send_any_items_async,
+    to_driver,
+)
 from fray_ray._private.workers.call_threads import CallThreads
 from fray_ray._private.workers.foreign_calls import ForeignCallGate
 from fray_ray._private.workers.group_loops import GroupLoop
 from fray_ray._private.workers.runtime import WorkerRuntime, open_session
 from fray_ray._private.workers.task_interrupts import interrupt_thread
-from fray_ray._private.workers.unplanned_exits import guard_process_exits, plan_exit
+from fray_ray._private.workers.unplanned_exits import end_own_job, guard_process_exits, plan_exit
 from fray_ray._private.workers.worker_start import prepare_worker
 from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError, RayActorError
 from fray_ray.fray import current_actor
@@ -313,10 +318,7 @@ class RayActorHost(ActorStateRow):
             if inspect.iscoroutine(result):
                 result = asyncio.run(result)
             if call.num_returns == "streaming":
-                if inspect.isasyncgen(result):
-                    asyncio.run(send_items_async(self._runtime.connection, call.call, result))
-                else:
-                    send_item(self._runtime.connection, call.call, result)
+                send_any_items(self._item_sender(), call.call, result)
                 self._complete(call, [], None)
             else:
                 self._complete(call, self._results(call, result), None)
@@ -354,10 +356,7 @@ class RayActorHost(ActorStateRow):
                 if inspect.isawaitable(result):
                     result = await result
                 if call.num_returns == "streaming":
-                    if inspect.isasyncgen(result):
-                        await send_items_async(self._runtime.connection, call.call, result)
-                    else:
-                        send_item(self._runtime.connection, call.call, result)
+                    await send_any_items_async(self._item_sender(), call.call, result)
                     self._complete(call, [], None)
                 else:
                     self._complete(call, self._results(call, result), None)
@@ -401,6 +400,12 @@ class RayActorHost(ActorStateRow):
             failed = error_results(self._wrap(exc, call), len(call.returns))
             self._send(CallDone(call.call, failed, True))
         self._runtime.references.flush()  # refs the call dropped: an idle actor makes no later call
+
+    def _item_sender(self) -> SendItem:
+        """Where a generator method's items go: to the caller of a call that came through the
+        gate (`foreign_calls.py`), else to the driver."""
+        driver = to_driver(self._runtime.connection)
+        return driver if self._foreign is None else self._foreign.item_sender(driver)
 
     def _has_other_calls(self, call: CallMethod) -> bool:
         """Whether other calls are running or waiting here: then this one's answer can go
@@ -528,7 +533,7 @@ class RayActorHost(ActorStateRow):
         if restart or self._in_process:
             threading.Timer(0.05, os._exit, args=(1 if restart else 0,)).start()
             return
-        threading.Thread(target=_end_own_job, name="actor-kill", daemon=True).start()
+        threading.Thread(target=end_own_job, name="actor-kill", daemon=True).start()
 
     def _session_lost(self) -> None:
         """The creating driver went away: a detached actor keeps serving other drivers; any
@@ -547,20 +552,6 @@ class RayActorHost(ActorStateRow):
             return
         print(f"fray_ray: actor {self._class_name} lost its driver's session; exiting", file=sys.__stderr__, flush=True)
         os._exit(1)
-
-
-def _end_own_job() -> None:
-    """Ask the controller to terminate the job of this task, then exit (if still alive)."""
-    time.sleep(0.05)  # let the reply to `kill` go out first
-    try:
-        from fray_ray.fray.iris_backend import FrayIrisClient, IrisJobHandle
-
-        client = FrayIrisClient.from_job_info()
-        if client.parent_job is not None:
-            IrisJobHandle(client, client.parent_job).terminate()
-    except Exception:  # noqa: BLE001 - the exit below ends the actor either way
-        logger.debug("terminating this actor's job failed", exc_info=True)
-    os._exit(0)
 
 
 def _reset_quietly(reset: Any, token: Any) -> None:

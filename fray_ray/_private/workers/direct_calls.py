@@ -14,8 +14,9 @@ fails it by Ray's rules, as it does its own calls.
 
 Calls go through the driver instead while the actor is not running, belongs to another
 driver, or this process has calls to it still queued in the driver (a caller's calls never
-overtake each other), and for generator methods. A call that raised an exception its
-`retry_exceptions` names is sent to the host again by its caller, within its retries.
+overtake each other), and for `num_returns="dynamic"`. A call that raised an exception its
+`retry_exceptions` names is sent to the host again by its caller, within its retries. A
+generator method's items come to the caller as they are made (`direct_streams.py`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any, Protocol
 from fray_ray._private import messages
 from fray_ray._private.core import object_ref
 from fray_ray._private.core.cancelled_calls import cancelled_call_error
+from fray_ray._private.core.generators import ObjectRefGenerator
 from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.core.retry_policy import retries_user_exception
 from fray_ray._private.core.task_spec import ActorCallSpec
@@ -42,12 +44,14 @@ from fray_ray._private.messages import (
     HandOver,
     HandOverDone,
     Route,
+    Yield,
 )
 from fray_ray._private.objects.refcount import LocalReferenceCounter
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
 from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.stream.stream_server import introduce
+from fray_ray._private.workers.direct_streams import DirectStreams
 from fray_ray._private.workers.task_interrupts import reading_until, wait_for_reply
 
 #: How long after a "call through the driver" answer a caller asks again (doubling to the
@@ -132,6 +136,8 @@ class DirectCalls:
         #: handed over, no ref left here, the call still running: its value goes to the driver
         self._released: set[bytes] = set()
         self._changed = threading.Condition(self._lock)  # a result arrived (for `wait`)
+        self._streams = DirectStreams(self._lock, self._changed, self._take_item, self._notify,
+                                      lambda item_id: ObjectRef(item_id, _announced=True))
         self.sent = 0  # calls sent straight to hosts (tests read it)
         object_ref.set_escape_hook(self.escaped)
 
@@ -139,7 +145,7 @@ class DirectCalls:
 
     def submit(self, spec: ActorCallSpec, through_driver: Callable[[], list[Any]]) -> list[Any]:
         """Send `spec` to its actor's host, or through the driver (`through_driver()`)."""
-        if spec.num_returns in ("streaming", "dynamic"):
+        if spec.num_returns == "dynamic":
             return through_driver()
         with self._lock:
             way = self._ways.setdefault(spec.actor_id, _ActorWay())
@@ -186,7 +192,8 @@ class DirectCalls:
             return None
         link = _HostLink(address, connection)
         connection.add_close_callback(lambda _: self._link_closed(link))
-        connection.start(messages.handlers({}, batched={CallDone: lambda _, done: self._answered(link, done)}))
+        connection.start(messages.handlers({Yield: lambda _connection, _id, item: self._streams.arrived(item)},
+                                           batched={CallDone: lambda _, done: self._answered(link, done)}))
         with self._lock:
             self._links[address] = link
         return link
@@ -197,7 +204,12 @@ class DirectCalls:
         call = _Call(spec, way.incarnation, link, concurrent.futures.Future(), [ObjectRef(oid) for oid in named])
         if spec.retry_exceptions:
             call.retries_left = way.max_task_retries if spec.max_task_retries is None else spec.max_task_retries
-        refs = [ObjectRef(oid, _announced=True) for oid in spec.return_ids]
+        streaming = spec.num_returns == "streaming"
+        if streaming:
+            self._streams.open(spec.call_id)  # before its first item can arrive
+            refs: list[Any] = [ObjectRefGenerator(spec.call_id)]
+        else:
+            refs = [ObjectRef(oid, _announced=True) for oid in spec.return_ids]
         self._references.add(spec.actor_id)  # released as the call ends (`_ended`)
         with self._lock:
             self._calls[spec.call_id] = call
@@ -227,7 +239,11 @@ class DirectCalls:
             self._ended(call)
             if link.closed:
                 way.link = None
-            through_driver()
+            if streaming:
+                self._streams.discard(spec.call_id)
+                refs = through_driver()  # a generator the driver feeds
+            else:
+                through_driver()
             way.through_driver.append(spec.call_id)
             return refs
         self.sent += 1
@@ -241,6 +257,11 @@ class DirectCalls:
 
     def _ready_value(self, object_id: bytes) -> SerializedValue | None:
         return self._values.get(object_id)
+
+    def _take_item(self, item_id: bytes, call_id: bytes, value: SerializedValue) -> None:
+        """A generator's item the consumer took is a result of its call held here (lock held)."""
+        self._producers[item_id] = call_id
+        self._values[item_id] = value
 
     # ---- answers -------------------------------------------------------------------------
 
@@ -296,6 +317,8 @@ class DirectCalls:
             self._changed.notify_all()
         for call, results in ended:
             self._ended(call)
+            if call.spec.num_returns == "streaming":
+                self._streams.ended(call.spec.call_id, results)
             if not call.future.done():
                 call.future.set_result(list(results))
         if handed:
@@ -319,7 +342,7 @@ class DirectCalls:
             wanted = []  # calls whose results something still refers to
             for call in unanswered:
                 self._calls.pop(call.spec.call_id, None)
-                if any(oid in self._producers for oid in call.spec.return_ids):
+                if any(oid in self._producers for oid in call.spec.return_ids) or self._streams.wanted(call.spec.call_id):
                     wanted.append(call)
                 for oid in call.spec.return_ids:
                     self._producers.pop(oid, None)  # the driver's from now on
@@ -327,6 +350,7 @@ class DirectCalls:
                     self._released.discard(oid)
             self._changed.notify_all()
         for call in wanted:
+            self._streams.hand_over(call.spec.call_id)  # the driver has the stream before the call
             self._notify(HandBack(call.spec, call.incarnation))
             way = self._ways.get(call.spec.actor_id)
             if way is not None:  # its later calls go through the driver until this one ended
@@ -338,7 +362,19 @@ class DirectCalls:
     # ---- reading results -----------------------------------------------------------------
 
     def holds(self, object_id: bytes) -> bool:
-        return object_id in self._producers and object_id not in self._released
+        """Whether this process answers for `object_id` (a direct result, or a generator's stream)."""
+        return (object_id in self._producers and object_id not in self._released) or self._streams.holds(object_id)
+
+    def stream_next(self, stream_id: bytes, index: int, ask_driver: Callable[[], concurrent.futures.Future[Any]]
+                    ) -> concurrent.futures.Future[Any] | None:
+        """A future of the ref to item `index` of a direct generator call's stream (None at
+        its end); None if the driver keeps that stream (`ask_driver` is how waiters ask it
+        if the stream goes there meanwhile)."""
+        return self._streams.next_item(stream_id, index, ask_driver)
+
+    def stream_ready(self, stream_id: bytes) -> str | None:
+        """"item", "end" or "pending" for the consumer's next item; None if the driver keeps the stream."""
+        return self._streams.ready(stream_id)
 
     def values(self, object_ids: Sequence[bytes], timeout: float | None,
                long_wait: LongWait | None = None) -> dict[bytes, SerializedValue]:
@@ -386,9 +422,9 @@ class DirectCalls:
         try:
             while True:
                 with self._changed:
-                    if any(oid not in self._producers or oid in self._released for oid in object_ids):
+                    if not all(self._answers_here(oid) for oid in object_ids):
                         return None
-                    ready = {oid for oid in object_ids if oid in self._values}
+                    ready = {oid for oid in object_ids if oid in self._values or self._streams.ready(oid) in ("item", "end")}
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if len(ready) >= num_returns or (remaining is not None and remaining <= 0):
                         return ready
@@ -403,6 +439,11 @@ class DirectCalls:
             if announced and long_wait is not None:
                 long_wait.ended()
 
+    def _answers_here(self, object_id: bytes) -> bool:
+        if object_id in self._producers:
+            return object_id not in self._released
+        return self._streams.holds(object_id)
+
     # ---- refs leaving the process, and forgetting ----------------------------------------
 
     def escaped(self, object_id: bytes) -> None:
@@ -411,6 +452,8 @@ class DirectCalls:
             self.hand_over([object_id])
 
     def hand_over(self, object_ids: Iterable[bytes]) -> None:
+        """The driver takes these over (results, or streams of generator calls)."""
+        object_ids = [oid for oid in object_ids if not self._streams.hand_over(oid)]
         with self._lock:
             ids = [oid for oid in object_ids if oid in self._producers and oid not in self._handed_over]
             self._handed_over.update(ids)
@@ -424,7 +467,9 @@ class DirectCalls:
 
     def forget(self, object_ids: list[bytes]) -> list[bytes]:
         """Refs to these are gone from this process: drop the results held here; returns the
-        ids the driver counts this process's refs to (all but ours it never took over)."""
+        ids the driver counts this process's refs to (all but ours it never took over; a
+        generator's stream is counted there too)."""
+        self._streams.release(object_ids)
         if not self._producers:
             return object_ids
         with self._lock:
@@ -450,10 +495,10 @@ class DirectCalls:
     def cancel(self, object_id: bytes, force: bool) -> bool:
         """Cancel the direct call that makes `object_id`; False if it is not one of ours."""
         with self._lock:
-            call_id = self._producers.get(object_id)
-            call = self._calls.get(call_id) if call_id is not None else None
+            call_id = self._producers.get(object_id, object_id)  # a generator's stream is its call's id
+            call = self._calls.get(call_id)
         if call is None:
-            return object_id in self._producers  # done already: nothing to cancel
+            return object_id in self._producers or self._streams.holds(object_id)  # done already: nothing to cancel
         if force:
             raise ValueError("force=True is not supported for actor tasks.")
         with call.link.lock:
@@ -463,7 +508,7 @@ class DirectCalls:
             call.spec.call_id, class_name=call.spec.name or "Actor", method=call.spec.method,
             actor_id=call.spec.actor_id, pid=None, coroutine_running=False,
         ))
-        self._finish([(call, [error] * len(call.spec.return_ids))])
+        self._finish([(call, [error] * max(1, len(call.spec.return_ids)))])
         call.cancelled = True
         try:
             messages.notify(call.link.connection, CancelCall(call.spec.call_id))

@@ -47,7 +47,7 @@ from fray_ray._private.objects.ids import object_id_for
 from fray_ray._private.objects.serialization import SerializedValue, serialize
 from fray_ray._private.observe.logs import flush_forwarded
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
-from fray_ray._private.workers.call_endings import exit_worker, send_item
+from fray_ray._private.workers.call_endings import exit_worker, send_item, to_driver
 from fray_ray._private.workers.held_results import WORKER_HOLDER
 from fray_ray._private.workers.runtime import WorkerRuntime, open_session
 from fray_ray._private.workers.task_interrupts import interrupt_thread
@@ -304,7 +304,7 @@ class Executor:
 
     def _stream(self, stream_id: bytes, generator: Any) -> None:
         """Send each item of a streaming generator as it is produced."""
-        send_item(self.runtime.connection, stream_id, generator)
+        send_item(to_driver(self.runtime.connection), stream_id, generator)
 
     def _dynamic(self, task_id: bytes, generator: Any) -> SerializedValue:
         """Store every item, then return a DynamicObjectRefGenerator holding refs to them.

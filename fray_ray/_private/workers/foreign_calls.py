@@ -15,6 +15,12 @@ up pay nothing for it. It keeps a short record of each call it answered until th
 for them (`ListDirectCalls`, when its state API lists tasks; the calls it runs are listed too).
 A call whose gate connection closes before it is answered, or that the owner claims because
 its caller lost the gate (`ClaimCalls`), is answered to the owner instead.
+
+A generator method's items go to its caller as they come (`Yield`, then `CallDone` at the
+end). Once the caller's gate connection is gone they are kept here until the owner claims
+the call (the caller hands the stream to the owner first), so that none reaches the owner
+before it knows the stream; past `HELD_ITEMS_LIMIT` bytes (a caller that died, whose call is
+never claimed) they are dropped, and a claim then ends the stream with an error.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fray_ray._private import messages
+from fray_ray._private.core.execution import error_results
 from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.messages import (
     CallDone,
@@ -39,14 +46,18 @@ from fray_ray._private.messages import (
     Gate,
     ListDirectCalls,
     OpenGate,
+    Yield,
 )
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
 from fray_ray._private.stream.stream_server import HELLO, StreamServer
+from fray_ray.exceptions import ActorUnavailableError
 
 logger = logging.getLogger(__name__)
 
 #: Finished calls kept for the owner's state API between two of its questions; older ones go.
 RECORDS_KEPT = 10_000
+#: Bytes of generator items kept for calls whose caller is gone, until the owner claims them.
+HELD_ITEMS_LIMIT = 64 << 20
 
 #: Runs a call that arrived from another driver (the host's own `CallMethod` handler).
 RunCall = Callable[[Connection, int | None, CallMethod], None]
@@ -74,6 +85,11 @@ class ForeignCallGate:
         self._callers: dict[bytes, tuple[Connection, str, float, bool]] = {}
         #: calls still running whose gate closed, or that the owner claimed: answered to the owner
         self._orphaned: set[bytes] = set()
+        self._generators: set[bytes] = set()  # calls of generator methods, while they run
+        #: generator calls whose caller is gone, not claimed yet: their items and end, kept
+        #: (None: past the limit, dropped)
+        self._held: dict[bytes, list[Yield | CallDone] | None] = {}
+        self._held_bytes = 0
         self._records: collections.deque[list[Any]] = collections.deque(maxlen=RECORDS_KEPT)
         self._connections: set[Connection] = set()
         self._closed = False
@@ -119,11 +135,27 @@ class ForeignCallGate:
 
     def _on_claim(self, connection: Connection, message_id: int | None, claim: ClaimCalls) -> None:
         """The owner answers for these calls from now on: a caller lost its gate to them."""
-        with self._lock:
+        kept: list[Yield | CallDone] = []
+        with self._lock:  # held while the kept messages go: a later item must not overtake them
             for call_id in claim.calls:
                 if self._callers.pop(call_id, None) is not None:
                     self._orphaned.add(call_id)
             claimed = [call_id for call_id in claim.calls if call_id in self._orphaned]
+            for call_id in claim.calls:
+                if call_id not in self._held:
+                    continue
+                held = self._held.pop(call_id)
+                if held is None:  # its items were dropped: the stream ends with an error
+                    error = ActorUnavailableError("the generator's items were lost with its caller's connection", None)
+                    kept.append(CallDone(call_id, error_results(error, 0), True))
+                    continue
+                self._held_bytes -= sum(message.value.size for message in held if isinstance(message, Yield))
+                kept.extend(held)
+            try:
+                for message in kept:  # before the answer, in the order they were made
+                    messages.notify(connection, message)
+            except ConnectionClosed:
+                return
         if message_id is not None:
             messages.reply(connection, message_id, Claimed(claimed))
 
@@ -142,15 +174,66 @@ class ForeignCallGate:
             for call_id in [c for c, caller in self._callers.items() if caller[0] is connection]:
                 del self._callers[call_id]
                 self._orphaned.add(call_id)  # its answer goes to the owner
+                if call_id in self._generators:
+                    self._held.setdefault(call_id, [])  # once the owner has claimed it
 
     def _on_call(self, connection: Connection, message_id: int | None, call: CallMethod) -> None:
         with self._lock:
             self._callers[call.call] = (connection, call.method, time.time(), call.events)
+            if call.num_returns == "streaming":
+                self._generators.add(call.call)
         self._run_call(connection, message_id, call)
+
+    def item_sender(self, to_owner: Callable[[Yield], None]) -> Callable[[Yield], None]:
+        """Sends a generator method's items: to the caller of a call that came through this
+        gate, else with `to_owner`."""
+
+        def send(item: Yield) -> None:
+            if not self.send_item(item):
+                to_owner(item)
+
+        return send
+
+    def send_item(self, item: Yield) -> bool:
+        """Send a generator call's item to its caller; False if the call came from the owner
+        (or the owner claimed it): the owner gets the item."""
+        with self._lock:
+            caller = self._callers.get(item.stream)
+            if caller is None:
+                return self._keep(item)
+        try:
+            messages.notify(caller[0], item)
+        except ConnectionClosed:
+            with self._lock:  # the connection's close may not have been handled yet
+                if item.stream in self._callers or item.stream in self._held:
+                    self._held.setdefault(item.stream, [])
+                return self._keep(item)
+        return True
+
+    def _keep(self, message: Yield | CallDone) -> bool:
+        """Keep a message of a call whose caller is gone until the owner claims the call (with
+        `_lock` held); False if the owner takes it now."""
+        call_id = message.stream if isinstance(message, Yield) else message.call
+        if call_id not in self._held:
+            return False
+        held = self._held[call_id]
+        if held is None:
+            return True  # dropped: a claim ends the stream with an error
+        size = message.value.size if isinstance(message, Yield) else 0
+        if self._held_bytes + size > HELD_ITEMS_LIMIT:
+            self._held_bytes -= sum(kept.value.size for kept in held if isinstance(kept, Yield))
+            self._held[call_id] = None
+            return True
+        held.append(message)
+        self._held_bytes += size
+        return True
 
     def answer(self, done: CallDone) -> bool:
         """Send `done` to the driver its call came from; False if it came from the owner."""
         with self._lock:
+            self._generators.discard(done.call)
+            if self._keep(done):
+                return True  # its caller is gone: the owner gets it with the items once it claims the call
             caller = self._callers.pop(done.call, None)
             self._orphaned.discard(done.call)
             if caller is not None and caller[3]:

@@ -299,6 +299,14 @@ class WorkerRuntime:
         return ready_refs, [r for r in refs if id(r) not in chosen]
 
     def stream_next_future(self, stream_id: bytes, index: int) -> concurrent.futures.Future:
+        direct = self.direct
+        if direct is not None:  # a generator method called straight on its host: its items come here
+            future = direct.stream_next(stream_id, index, lambda: self._stream_next_from_driver(stream_id, index))
+            if future is not None:
+                return future
+        return self._stream_next_from_driver(stream_id, index)
+
+    def _stream_next_from_driver(self, stream_id: bytes, index: int) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         asked = StreamNext(stream_id, index)
         request = messages.request(self.connection, asked)
@@ -315,7 +323,8 @@ class WorkerRuntime:
         return future
 
     def stream_ready(self, stream_id: bytes, index: int) -> str:
-        return self._simple(StreamReady(stream_id, index)).state
+        state = self.direct.stream_ready(stream_id) if self.direct is not None else None
+        return state if state is not None else self._simple(StreamReady(stream_id, index)).state
 
     def reserve_gang(self, *, tpu: str, num_slices: int, timeout: float | None) -> bytes:
         return self._simple(ReserveGang(tpu, num_slices, timeout)).value
@@ -395,10 +404,11 @@ class WorkerRuntime:
     def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
         self._simple(KillActor(actor_id, no_restart))
 
-    def cancel(self, ref: ObjectRef, force: bool, recursive: bool) -> None:
-        if self.direct is not None and self.direct.cancel(ref.binary(), force):
+    def cancel(self, ref: ObjectRef | ObjectRefGenerator, force: bool, recursive: bool) -> None:
+        key = ref._stream_id if isinstance(ref, ObjectRefGenerator) else ref.binary()
+        if self.direct is not None and self.direct.cancel(key, force):
             return
-        self._simple(Cancel(ref.binary(), force, recursive))
+        self._simple(Cancel(key, force, recursive))
 
     def get_named_actor(self, name: str, namespace: str | None) -> Mapping[str, Any]:
         return self._simple(GetNamedActor(name, namespace)).value
