@@ -202,8 +202,11 @@ def read_through_a_death(actor: Any, retries: int) -> tuple[list[int], str]:
         for ref in actor.count.options(max_task_retries=retries).remote(6, 3):
             seen.append(fray_ray.get(ref, timeout=120))
     except (ActorDiedError, ActorUnavailableError) as exc:
-        return seen, type(exc).__name__
-    return seen, "ended"
+        outcome = type(exc).__name__
+    else:
+        outcome = "ended"
+    assert not runtime_slot.current().direct._streams._streams  # the driver finished the stream: nothing kept here
+    return seen, outcome
 
 
 def test_a_host_killed_mid_stream_fails_the_rest_without_retries() -> None:

@@ -350,13 +350,14 @@ class DirectCalls:
                     self._released.discard(oid)
             self._changed.notify_all()
         for call in wanted:
-            self._streams.hand_over(call.spec.call_id)  # the driver has the stream before the call
+            self._streams.hand_over(call.spec.call_id, last=True)  # the driver has the stream before the call
             self._notify(HandBack(call.spec, call.incarnation))
             way = self._ways.get(call.spec.actor_id)
             if way is not None:  # its later calls go through the driver until this one ended
                 way.through_driver.append(call.spec.call_id)
         for call in unanswered:
             self._ended(call)
+            self._streams.discard(call.spec.call_id)  # a generator nobody reads any more (the others went above)
             call.future.set_result([])  # waiters look again: the driver has these now
 
     # ---- reading results -----------------------------------------------------------------
@@ -374,7 +375,7 @@ class DirectCalls:
 
     def stream_ready(self, stream_id: bytes) -> str | None:
         """"item", "end" or "pending" for the consumer's next item; None if the driver keeps the stream."""
-        return self._streams.ready(stream_id)
+        return self._streams.ready(stream_id, settle=True)
 
     def values(self, object_ids: Sequence[bytes], timeout: float | None,
                long_wait: LongWait | None = None) -> dict[bytes, SerializedValue]:

@@ -140,35 +140,43 @@ class DirectStreams:
         if stream is None:
             return None
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        answer: tuple[bool, bytes | None] = (False, None)  # (known now, the item's id or None at the end)
         with self._lock:
-            if stream.handed_over:
-                return None
-            if index <= stream.taken:
-                answer: tuple[bool, bytes | None] = (True, object_id_for(stream_id, index))
+            handed_over = stream.handed_over
+            if handed_over:
+                pass
+            elif index <= stream.taken:
+                answer = (True, object_id_for(stream_id, index))
             elif index == stream.taken + 1 and stream.arrived:
                 answer = (True, self._take_next(stream))
             elif stream.finished:
                 answer = (True, None)
             else:
                 stream.waiters.append((index, future, ask_driver))
-                answer = (False, None)
+        if handed_over:
+            self._settle(stream)
+            return None
         if answer[0]:
             self._resolve([(future, answer[1])])
         return future
 
-    def ready(self, stream_id: bytes) -> str | None:
+    def ready(self, stream_id: bytes, *, settle: bool = False) -> str | None:
         """"item" if the consumer's next item is here, "end" if the stream ended before it,
-        else "pending"; None if the driver keeps the stream."""
+        else "pending"; None if the driver keeps the stream (`settle`: once the driver knows
+        of it; never with the lock held)."""
         stream = self._streams.get(stream_id)
+        if stream is not None and stream.handed_over and settle:
+            self._settle(stream)
         if stream is None or stream.handed_over:
             return None
         if stream.arrived:
             return "item"
         return "end" if stream.finished else "pending"
 
-    def hand_over(self, stream_id: bytes) -> bool:
+    def hand_over(self, stream_id: bytes, *, last: bool = False) -> bool:
         """Give the stream to the driver (its items not taken yet go with it); False if it is
-        not one of ours."""
+        not one of ours. `last`: no more of its items come here (the host's connection is
+        gone), so this process forgets it."""
         stream = self._streams.get(stream_id)
         if stream is None:
             return False
@@ -181,9 +189,9 @@ class DirectStreams:
                 before, finished = stream.taken, stream.finished
                 stream.forwarded = before + len(items)
                 waiters, stream.waiters = stream.waiters, []
-                if finished:
-                    del self._streams[stream_id]
             self._notify(HandOverStream(stream_id, before, items, finished=finished))
+            if finished or last:  # the driver has all of it: forgotten once the message is on its way
+                self.discard(stream_id)
         for _, future, ask_driver in waiters:  # they ask the driver now
             _chain(ask_driver(), future)
         return True
@@ -204,6 +212,13 @@ class DirectStreams:
                     del self._streams[stream_id]
 
     # ---- helpers (with the lock held where named) ------------------------------------------
+
+    @staticmethod
+    def _settle(stream: _Stream) -> None:
+        """Wait until a hand-over of `stream` under way has sent its message: what this process
+        asks the driver about the stream next reaches it after the stream."""
+        with stream.sending:
+            pass
 
     def _take_next(self, stream: _Stream) -> bytes:
         """Hand the next item to the consumer (lock held): it joins this process's direct results."""
