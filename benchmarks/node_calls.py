@@ -34,7 +34,7 @@ def _remotes(ray: Any) -> Any:
             return 1
 
         def stream(self, count: int) -> Any:
-            for item in range(count):  # not `yield from range(...)`: Ray 2.60's actor generators fail on it
+            for item in range(count):  # noqa: UP028 - Ray 2.60 actor generators fail on `yield from range(...)`
                 yield item
 
     def call_for(target: Any, seconds: float) -> int:

@@ -660,3 +660,46 @@ def test_a_task_in_ray_wait_on_a_direct_call_lends_its_cpu_too(session: fray_ray
     assert fray_ray.get(actor.ready.remote())
     greedy = ray_wait_on_a_direct_call_that_needs_my_cpu.options(num_cpus=cpus)
     assert fray_ray.get(greedy.remote(actor), timeout=180) == (1, 1)
+
+
+@fray_ray.remote
+class BigSource:
+    def make(self, size: int) -> bytes:
+        return b"x" * size
+
+
+@fray_ray.remote
+class PassesOn:
+    def __init__(self, source: Any, keeper: Any) -> None:
+        self.source, self.keeper = source, keeper
+
+    def pass_on(self, size: int) -> int:
+        ref = self.source.make.remote(size)
+        fray_ray.wait([ref])  # its value is here before the ref leaves
+        fray_ray.get(self.keeper.keep.remote([ref]))
+        return os.getpid()
+
+
+def test_a_large_direct_result_passed_on_stays_with_its_caller_and_dies_with_it() -> None:
+    from fray_ray.exceptions import OwnerDiedError
+
+    size = 2 << 20
+    keeper = Keeper.remote()
+    caller = PassesOn.remote(BigSource.remote(), keeper)
+    caller_pid = fray_ray.get(caller.pass_on.remote(size))
+    (ref,) = fray_ray.get(keeper.kept_refs.remote())
+    driver = runtime_slot.current()
+    assert driver.objects.holders([ref.binary()]), "the driver holds the value itself"
+    assert fray_ray.get(ref) == b"x" * size  # read from the caller's process
+    fray_ray.kill(caller)
+    wait_for(lambda: not _alive(caller_pid), what="the caller's process gone")
+    with pytest.raises(OwnerDiedError):  # the caller was its owner, as in Ray
+        fray_ray.get(ref, timeout=60)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

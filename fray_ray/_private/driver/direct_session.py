@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fray_ray._private import messages
 from fray_ray._private.messages import AskRoute, HandBack, HandOver, HandOverDone, HandOverStream, Route
 from fray_ray._private.objects.ids import TASK_ID_SIZE
+from fray_ray._private.objects.remote_values import with_remote_results
 from fray_ray._private.objects.serialization import serialize_error
 from fray_ray._private.stream.protocol import Connection
-from fray_ray.exceptions import OwnerDiedError
+from fray_ray.exceptions import OwnerDiedError, RaySystemError
 
 if TYPE_CHECKING:
     from fray_ray._private.driver.actors import ActorManager
+    from fray_ray._private.driver.held_lineage import HeldLineage
     from fray_ray._private.driver.streams import StreamTable
     from fray_ray._private.objects.object_table import ObjectTable
 
@@ -29,6 +31,7 @@ class DirectCallDriver(Protocol):
     objects: ObjectTable
     actors: ActorManager
     streams: StreamTable
+    lineage: HeldLineage
 
 
 #: Counts one ref of the connection's worker to each object (the session's borrow table).
@@ -79,8 +82,16 @@ def direct_call_handlers(driver: DirectCallDriver, count_borrow: CountBorrow) ->
             pass  # one completed meanwhile: it keeps its value
 
     def hand_over_done(connection: Connection, message_id: int | None, done: HandOverDone) -> None:
+        results = done.results
+        if done.held:  # large values the caller keeps: recorded by where they are
+            try:
+                results = with_remote_results(results, done.held)
+            except ValueError as exc:
+                results = [serialize_error(RaySystemError(f"the caller's hand-over was malformed: {exc}"))] * len(results)
+            else:
+                driver.lineage.kept_by_owner(connection, done.held, [done.ids[entry[0]] for entry in done.held])
         try:
-            driver.objects.fulfil_all(list(zip(done.ids, done.results)))
+            driver.objects.fulfil_all(list(zip(done.ids, results)))
         except RuntimeError:
             pass  # a value the driver has already (the call was also handed back): the first one stands
 

@@ -7,7 +7,9 @@ may still be read, with the task's arguments alive. When the holder's process ex
 - each of its values whose task may run again (`max_retries`, counted per task as Ray counts
   reconstructions) is made pending again and the task resubmitted: readers wait for the rerun;
 - any other one fails with `ObjectReconstructionFailedError` (an `ObjectLostError`) saying why
-  (retries disabled, or used up), never a hang.
+  (retries disabled, or used up), never a hang;
+- a direct call's result its caller handed over and keeps (`kept_by_owner`) fails with
+  `OwnerDiedError`: in Ray that caller is its owner, and nothing can make it again.
 
 An executor retired while idle hands its values over first: the driver fetches them from it
 and holds them itself (`hand_off`), so retirement never loses an object.
@@ -26,8 +28,9 @@ from fray_ray._private.objects.holder_clients import HolderClients, lost
 from fray_ray._private.objects.ids import OBJECT_ID_SIZE
 from fray_ray._private.objects.object_table import ObjectTable
 from fray_ray._private.objects.remote_values import with_remote_results
-from fray_ray._private.objects.serialization import SerializedValue
+from fray_ray._private.objects.serialization import SerializedValue, serialize_error
 from fray_ray._private.stream.protocol import Connection
+from fray_ray.exceptions import OwnerDiedError
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +49,7 @@ class HeldLineage:
         self._rebuilds: dict[bytes, int] = {}  # task id -> times it ran again to rebuild
         self._live: dict[bytes, int] = {}  # task id -> its objects still kept here
         self._hosts: dict[str, str] = {}  # holder address -> its host's shared-memory identity
+        self._kept_by_owner: set[bytes] = set()  # objects held by the process Ray would call their owner
 
     def put_held(self, connection: Connection, object_id: bytes | None, value: SerializedValue,
                  held: list[list[Any]]) -> bytes:
@@ -84,6 +88,13 @@ class HeldLineage:
             indices = [entry[0] for entry in held if isinstance(entry, list) and entry and isinstance(entry[0], int)]
             self.keep(spec, [spec.return_ids[i] for i in indices if 0 <= i < len(spec.return_ids)])
 
+    def kept_by_owner(self, connection: Connection, held: list[list[Any]], object_ids: Sequence[bytes]) -> None:
+        """A worker handed over these results of its direct calls and keeps their values
+        (`held`): learn of its end from its connection's."""
+        self._note_holder(connection, held)
+        with self._lock:
+            self._kept_by_owner.update(object_ids)
+
     def keep(self, spec: TaskSpec, object_ids: Sequence[bytes]) -> None:
         """`object_ids` (some returns of `spec`) are held by a worker: remember how to make them."""
         fresh = []
@@ -104,6 +115,8 @@ class HeldLineage:
         """These objects were freed: their lineage is no longer needed."""
         done: list[TaskSpec] = []
         with self._lock:
+            if self._kept_by_owner:
+                self._kept_by_owner.difference_update(object_ids)
             for object_id in object_ids:
                 spec = self._specs.pop(object_id, None)
                 if spec is None:
@@ -144,8 +157,13 @@ class HeldLineage:
             self._hosts.pop(holder, None)
         rerun: dict[bytes, TaskSpec] = {}
         failed: list[tuple[bytes, str, str]] = []
+        owner_died: list[bytes] = []
         with self._lock:
             for object_id in self._objects.held_by(holder):
+                if object_id in self._kept_by_owner:
+                    self._kept_by_owner.discard(object_id)
+                    owner_died.append(object_id)
+                    continue
                 spec = self._specs.get(object_id)
                 if spec is None and object_id[-4:] == bytes(4):  # index 0: a put
                     failed.append((object_id, "OBJECT_UNRECONSTRUCTABLE_PUT", "it was made by ray.put()"))
@@ -167,6 +185,8 @@ class HeldLineage:
                     rerun[spec.task_id] = spec
         for object_id, reason, why in failed:
             self._objects.fail_lost(object_id, lost(object_id, holder, f"its worker process exited; {why}", reason))
+        for object_id in owner_died:
+            self._objects.fail_lost(object_id, serialize_error(OwnerDiedError(object_id.hex(), None, "")))
         for spec in rerun.values():
             logger.info("rebuilding the results of task %s: the worker holding them exited", spec.name)
             if self._objects.rebuild(spec.return_ids):

@@ -80,12 +80,15 @@ class HandOver(Message):
 @_message
 @dataclass(repr=False, eq=False)
 class HandOverDone(Message):
-    """The values (or errors) of objects handed over."""
+    """The values (or errors) of objects handed over; with `held`, those the caller keeps
+    itself: [index in `results`, holder address, size] each (`remote_values`), their frame
+    values empty."""
 
     KIND: ClassVar[str] = "hand_over_done"
 
     ids: list[bytes]
     results: list[SerializedValue] = values()
+    held: list[list[Any]] = field(default_factory=list)
 
 
 @_message

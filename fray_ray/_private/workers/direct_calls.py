@@ -8,7 +8,9 @@ of them are answered here, and a synchronous call is one frame each way.
 
 The driver learns of a result only when a ref to it leaves this process (pickled into
 arguments, a put, a return value): the object is then handed over (`HandOver`), and its value
-follows when it is known (`HandOverDone`); from then on the driver owns it. A call whose
+follows when it is known (`HandOverDone`); from then on the driver owns it. A large value
+stays here all the same (this process's holder serves it, as an executor's serves its
+results), and fails with `OwnerDiedError` if this process ends, as it would in Ray. A call whose
 host went away before answering is handed back to the driver (`HandBack`), which retries or
 fails it by Ray's rules, as it does its own calls.
 
@@ -52,6 +54,7 @@ from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.stream.stream_server import introduce
 from fray_ray._private.workers.direct_streams import DirectStreams
+from fray_ray._private.workers.held_results import WORKER_HOLDER
 from fray_ray._private.workers.task_interrupts import reading_until, wait_for_reply
 
 #: How long after a "call through the driver" answer a caller asks again (doubling to the
@@ -322,7 +325,7 @@ class DirectCalls:
             if not call.future.done():
                 call.future.set_result(list(results))
         if handed:
-            self._notify(HandOverDone([oid for oid, _ in handed], [value for _, value in handed]))
+            self._send_values(handed)
         for call, _ in ended:
             call.link.connection.wake_lender()
 
@@ -464,7 +467,14 @@ class DirectCalls:
             return
         self._notify(HandOver(ids, producers))
         if ready:
-            self._notify(HandOverDone([oid for oid, _ in ready], [value for _, value in ready]))
+            self._send_values(ready)
+
+    def _send_values(self, handed: list[tuple[bytes, SerializedValue]]) -> None:
+        """The values of objects handed over: a large one stays here, served by this process's
+        holder (`held_results.py`), and the driver learns where it is and how big."""
+        ids = [oid for oid, _ in handed]
+        values, held = WORKER_HOLDER.keep_large([value for _, value in handed], ids)
+        self._notify(HandOverDone(ids, values, held))
 
     def forget(self, object_ids: list[bytes]) -> list[bytes]:
         """Refs to these are gone from this process: drop the results held here; returns the
