@@ -67,15 +67,21 @@ PROGRAM = """
 """
 
 
-def test_held_results_are_read_rebuilt_and_lost_on_the_real_controller(june: str, tmp_path: Path) -> None:
-    (tmp_path / "main.py").write_text(textwrap.dedent(PROGRAM))
+def _run(program: str, june: str, tmp_path: Path, expected: tuple[str, ...]) -> None:
+    """Run `program` as a driver of the June controller; each of `expected` is a line it prints."""
+    (tmp_path / "main.py").write_text(textwrap.dedent(program))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FRAY_RAY_ADDRESS", "RAY_ADDRESS", "FRAY_RAY_TOKEN")}
     result = subprocess.run([sys.executable, "main.py", june], cwd=tmp_path, capture_output=True, text=True,
                             timeout=DEADLINE, env=env)
     assert result.returncode == 0, result.stdout + result.stderr[-4000:]
     lines = result.stdout.splitlines()
-    for expected in ("held True", "task True", "driver True", "rebuilt 3", "lost ObjectReconstructionFailedError True"):
-        assert expected in lines, result.stdout + result.stderr[-4000:]
+    for line in expected:
+        assert line in lines, result.stdout + result.stderr[-4000:]
+
+
+def test_held_results_are_read_rebuilt_and_lost_on_the_real_controller(june: str, tmp_path: Path) -> None:
+    _run(PROGRAM, june, tmp_path, ("held True", "task True", "driver True", "rebuilt 3",
+                                   "lost ObjectReconstructionFailedError True"))
 
 
 DIRECT_CALLS = """
@@ -170,13 +176,7 @@ DIRECT_CALLS = """
 
 
 def test_direct_calls_survive_a_killed_host_and_a_killed_caller_fails_its_results(june: str, tmp_path: Path) -> None:
-    (tmp_path / "main.py").write_text(textwrap.dedent(DIRECT_CALLS))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FRAY_RAY_ADDRESS", "RAY_ADDRESS", "FRAY_RAY_TOKEN")}
-    result = subprocess.run([sys.executable, "main.py", june], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=DEADLINE, env=env)
-    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
-    lines = result.stdout.splitlines()
     # "direct 2": the task's two calls went straight to the actor's host (the second answered
     # after the restart); "pending call direct 1": the killed caller had sent its call straight too
-    for expected in ("restarted True direct 2", "caller killed", "pending call direct 1", "pending OwnerDiedError"):
-        assert expected in lines, result.stdout + result.stderr[-4000:]
+    _run(DIRECT_CALLS, june, tmp_path, ("restarted True direct 2", "caller killed", "pending call direct 1",
+                                        "pending OwnerDiedError"))

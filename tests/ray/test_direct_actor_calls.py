@@ -19,7 +19,7 @@ from fray_ray.exceptions import ActorDiedError, TaskCancelledError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
 
-from waiting import wait_for  # noqa: E402
+from waiting import pid_alive, wait_for  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -692,14 +692,6 @@ def test_a_large_direct_result_passed_on_stays_with_its_caller_and_dies_with_it(
     assert driver.objects.holders([ref.binary()]), "the driver holds the value itself"
     assert fray_ray.get(ref) == b"x" * size  # read from the caller's process
     fray_ray.kill(caller)
-    wait_for(lambda: not _alive(caller_pid), what="the caller's process gone")
+    wait_for(lambda: not pid_alive(caller_pid), what="the caller's process gone")
     with pytest.raises(OwnerDiedError):  # the caller was its owner, as in Ray
         fray_ray.get(ref, timeout=60)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

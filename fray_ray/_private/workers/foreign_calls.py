@@ -150,6 +150,8 @@ class ForeignCallGate:
                     kept.append(CallDone(call_id, error_results(error, 0), True))
                     continue
                 self._held_bytes -= sum(message.value.size for message in held if isinstance(message, Yield))
+                if any(isinstance(message, CallDone) for message in held):
+                    self._orphaned.discard(call_id)  # answered, with these
                 kept.extend(held)
             try:
                 for message in kept:  # before the answer, in the order they were made
