@@ -4,9 +4,9 @@ A head and two simulated nodes (`cluster_utils.Cluster` on both backends), node 
 told apart by a custom resource each. An actor lives on node A; a task pinned to node B, and
 then an actor pinned to node B, call it synchronously (call + get, one at a time) for a
 warm-up and one round, and report how many calls they made. Then a task on node B reads the
-items of the actor's generator method (100 small items a call, each `get` as it comes). The driver only waits for that
-task's (or method's) result meanwhile, so its CPU time over the round, per call, is what each
-such call costs it (Ray: none; fray_ray sent every call through its driver before workers
+items of the actor's generator method (100 small items a call, each `get` as it comes). The
+driver only waits for that task's (or method's) result meanwhile, so its CPU time over the
+round, per call, is what each such call costs it (Ray: none; fray_ray sent every call through its driver before workers
 called actors directly).
 """
 

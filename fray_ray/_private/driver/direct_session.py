@@ -85,6 +85,8 @@ def direct_call_handlers(driver: DirectCallDriver, count_borrow: CountBorrow) ->
         results = done.results
         if done.held:  # large values the caller keeps: recorded by where they are
             try:
+                if len(done.ids) != len(results):
+                    raise ValueError(f"{len(done.ids)} ids for {len(results)} values")
                 results = with_remote_results(results, done.held)
             except ValueError as exc:
                 results = [serialize_error(RaySystemError(f"the caller's hand-over was malformed: {exc}"))] * len(results)

@@ -72,17 +72,15 @@ class StreamTable:
             if stream is None or stream.finished or index <= stream.produced:
                 return
             missing = range(stream.produced + 1, index)
+            if not missing:
+                stream.produced = index
+                callbacks, stream.callbacks = stream.callbacks, []
+                released = stream.released
         if missing:
             self.finish(stream_id, serialize_error(ActorUnavailableError(
                 f"items {missing.start} to {missing.stop - 1} of this generator were lost with the connection to "
                 "its actor's host", None)))
             return
-        with self._lock:
-            if stream.finished or index != stream.produced + 1:
-                return
-            stream.produced = index
-            callbacks, stream.callbacks = stream.callbacks, []
-            released = stream.released
         object_id = object_id_for(stream_id, index)
         try:
             self._objects.put(object_id, value, copy=False)

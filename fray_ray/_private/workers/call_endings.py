@@ -1,6 +1,7 @@
 """How user code ends beyond returning a value: the items a generator yields, sent as they
-come (to the driver, or to the caller of a direct call), and `sys.exit()`, which ends the worker with the status it asked for.
-Executors (tasks) and actor hosts (calls) both end user code this way."""
+come (to the driver, or to the caller of a direct call), and `sys.exit()`, which ends the
+worker with the status it asked for. Executors (tasks) and actor hosts (calls) both end user
+code this way."""
 
 from __future__ import annotations
 

@@ -106,13 +106,13 @@ class DirectStreams:
                 self._notify(forward)
         self._resolve(resolved)
 
-    def ended(self, call_id: bytes, results: Sequence[SerializedValue], error: SerializedValue | None = None) -> None:
+    def ended(self, call_id: bytes, results: Sequence[SerializedValue]) -> None:
         """The call ended (its `CallDone`, or a cancel here): an error in `results` (or
         `error`) is the stream's last item."""
         stream = self._streams.get(call_id)
         if stream is None:
             return
-        error = error or next((value for value in results if value.is_error), None)
+        error = next((value for value in results if value.is_error), None)
         with stream.sending:
             with self._lock:
                 if stream.finished:
