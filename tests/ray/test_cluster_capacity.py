@@ -184,12 +184,13 @@ def test_the_view_follows_workers_that_leave_and_come_back(session: EmbeddedClus
         wait_for(lambda: ray.cluster_resources()["CPU"] == total - 4, "the lost worker's CPUs to be gone")
         lost = [n for n in ray.nodes() if not n["Alive"]]
         assert len(lost) == 1 and lost[0]["Resources"] == {}
-        # What only the lost worker could hold is now infeasible.
-        with pytest.raises(exceptions.TaskUnschedulableError, match="the largest worker, gpu, has 3"):
-            ray.get(where.options(num_cpus=4).remote(), timeout=DEADLINE)
+        # What only the lost worker could hold waits for a worker like it, instead of failing.
+        waiting = where.options(num_cpus=4).remote()
+        assert ray.wait([waiting], timeout=0)[0] == []
     finally:
         session.revive_worker("large")
     wait_for(lambda: ray.cluster_resources()["CPU"] == total, "the worker's CPUs to come back")
+    assert ray.get(waiting, timeout=DEADLINE)[0] == "large"
     assert ray.get(where.options(num_cpus=4).remote(), timeout=DEADLINE)[0] == "large"
 
 

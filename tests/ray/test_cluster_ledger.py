@@ -94,6 +94,15 @@ def test_a_cluster_without_live_workers_judges_nothing_infeasible() -> None:
     assert ledger.ready and ledger.infeasible({"CPU": 100}) is None and ledger.capacity() == {}
 
 
+def test_what_a_lost_node_could_hold_waits_for_a_replacement() -> None:
+    # A task rebuilding a lost node's object is resubmitted before any replacement joins.
+    ledger = ledger_of(host("a", 1), host("p", 1, attributes=resource_attributes({"producer": 1})))
+    ledger.update(nodes_from_hosts([host("a", 1)], head_host=None))  # p was lost
+    assert ledger.infeasible({"CPU": 1, "producer": 1}) is None
+    assert "no worker of the cluster has any" in (ledger.infeasible({"consumer": 1}) or "")
+    assert "the largest worker" in (ledger.infeasible({"CPU": 2}) or "")  # neither ever had 2 CPUs
+
+
 def test_holdings_fill_nodes_and_release_where_they_were_taken() -> None:
     ledger = ledger_of(host("a", 3), host("b", 3))
     assert ledger.count_fits({"CPU": 2}, 10) == 2  # one per node: 3 + 3 CPUs hold two, not three

@@ -169,8 +169,9 @@ class ClusterLedger:
 
     def infeasible(self, demand: Mapping[str, float], placement: Mapping[str, float] | None = None) -> str | None:
         """Why no live node could ever hold `demand` (and `placement`), naming the resource and
-        the largest node; None when one could, or while the cluster has no live node at all
-        (workers may join) or has not been seen yet."""
+        the largest node; None when one could, while the cluster has no live node at all
+        (workers may join) or has not been seen yet, or when a lost node could have held it
+        (a replacement may join: a task rebuilding a lost node's object waits for one)."""
         wanted = dict(demand)
         for key, amount in (placement or {}).items():
             wanted[key] = max(wanted.get(key, 0.0), amount)
@@ -189,6 +190,10 @@ class ClusterLedger:
     def _judge(self, wanted: Mapping[str, float]) -> str | None:
         live = self._live()
         if not live or any(ledger.fits_when_empty(wanted) for ledger in live):
+            return None
+        with self._lock:
+            lost = [self._ledgers[h] for h, node in self._nodes.items() if not node.alive]
+        if any(ledger.fits_when_empty(wanted) for ledger in lost):
             return None
         totals = [(ledger.name, ledger.capacity()) for ledger in live]
         for key, amount in wanted.items():
