@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from fray_ray.cluster._bundle_store import BundleStore
 from fray_ray.cluster._cgroups import MemoryCgroups
 from fray_ray.cluster._config import LOOPBACK, WorkerSpec
 from fray_ray.cluster._host_memory import HostMemoryDirs
@@ -29,7 +30,7 @@ from fray_ray.cluster._logs import LogStore
 from fray_ray.cluster._process import ProcessSupervisor
 from fray_ray.cluster._state import ClusterState, Effect, ForgetLogs, Kill
 from fray_ray.cluster._wire import job_status_proto, redacted_request, task_status_proto, worker_health_proto
-from fray_ray.cluster._worker import AttemptLaunch, BundleStore, LocalWorker, PortAllocator, TaskContract
+from fray_ray.cluster._worker import AttemptLaunch, LocalWorker, PortAllocator, TaskContract
 from fray_ray.iris.rpc import controller_pb2, finelog_logging_pb2, job_pb2, logging_pb2, time_pb2
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,6 @@ Outcomes go back to the controller through the listener it passes in.
 from __future__ import annotations
 
 import functools
-import io
 import json
 import logging
 import os
@@ -26,6 +25,7 @@ from typing import Protocol
 
 from google.protobuf import json_format
 
+from fray_ray.cluster._bundle_store import BundleStore, HostBundles
 from fray_ray.cluster._cgroups import MemoryCgroups
 from fray_ray.cluster._config import WorkerSpec
 from fray_ray.cluster._host_memory import SHARED_MEMORY_DIR_ENV, HostMemoryDirs
@@ -145,39 +145,6 @@ class PortAllocator:
             self._held.difference_update(ports)
 
 
-class BundleStore:
-    """Workspace bundles uploaded inline with LaunchJob, by id, unpacked into workdirs."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._blobs: dict[str, bytes] = {}
-
-    def put(self, bundle_id: str, blob: bytes) -> None:
-        with self._lock:
-            self._blobs[bundle_id] = blob
-
-    def get(self, bundle_id: str) -> bytes | None:
-        with self._lock:
-            return self._blobs.get(bundle_id)
-
-
-def _unpack_bundle(blob: bytes, workdir: str) -> None:
-    with zipfile.ZipFile(io.BytesIO(blob)) as archive:
-        for member in archive.infolist():
-            if member.is_dir() and member.filename.strip("./") == "":
-                continue  # the workdir itself
-            target = path_inside(workdir, member.filename)
-            if member.is_dir():
-                os.makedirs(target, exist_ok=True)
-                continue
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            with archive.open(member) as source, open(target, "wb") as out:
-                shutil.copyfileobj(source, out)
-            mode = (member.external_attr >> 16) & 0o777
-            if mode:
-                os.chmod(target, mode)
-
-
 class _AttemptOutput:
     """Per-attempt process listener: lines to the log store, start/exit to the controller."""
 
@@ -237,7 +204,7 @@ class LocalWorker:
         self._supervisor = supervisor
         self._logs = logs
         self._ports = ports
-        self._bundles = bundles
+        self._bundles = HostBundles(bundles, f"{self._root}@bundles")  # '@' is in no worker id
         self._listener = listener
 
     @property
@@ -288,13 +255,11 @@ class LocalWorker:
         os.makedirs(workdir)
         try:
             if launch.bundle_id:
-                blob = self._bundles.get(launch.bundle_id)
-                if blob is None:
+                if not self._bundles.unpack(launch.bundle_id, workdir):
                     raise MissingBundle(
                         f"bundle {launch.bundle_id} was never uploaded to this controller "
                         "(send it inline once as bundle_blob)"
                     )
-                _unpack_bundle(blob, workdir)
             for name, content in launch.workdir_files.items():
                 path = path_inside(workdir, name)
                 os.makedirs(os.path.dirname(path), exist_ok=True)

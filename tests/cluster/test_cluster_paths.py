@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from fray_ray.cluster._bundle_store import BundleStore
 from fray_ray.cluster._config import cpu_worker
 from fray_ray.cluster._logs import LogStore
 from fray_ray.cluster._paths import PathEscape, path_inside
-from fray_ray.cluster._worker import AttemptLaunch, BundleStore, LocalWorker, PortAllocator, TaskContract
+from fray_ray.cluster._worker import AttemptLaunch, LocalWorker, PortAllocator, TaskContract
 from fray_ray.iris.types import ResourceSpec
 
 
