@@ -7,16 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import fray_ray
 from fray_ray._private.core import runtime_slot
-from fray_ray.exceptions import ActorDiedError, ActorUnavailableError, TaskCancelledError
+from fray_ray.exceptions import ActorDiedError, ActorUnavailableError, OwnerDiedError, TaskCancelledError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
+
+from waiting import pid_alive, wait_for  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -311,3 +317,65 @@ def cancel_a_generator_task() -> str:
 
 def test_a_task_cancels_a_generator_task_it_made() -> None:
     assert fray_ray.get(cancel_a_generator_task.remote()) == "cancelled"
+
+
+@fray_ray.remote
+class LargeItems:
+    def ready(self) -> bool:
+        return True
+
+    def make(self, n: int, size: int) -> Iterator[bytes]:
+        for index in range(n):
+            yield bytes([index]) * size
+
+
+@fray_ray.remote
+class RefKeeper:
+    def __init__(self) -> None:
+        self.refs: list[Any] = []
+
+    def keep(self, refs: list[Any]) -> None:
+        self.refs = refs
+
+    def kept(self) -> list[Any]:
+        return self.refs
+
+
+@fray_ray.remote
+class HandsItsStreamOver:
+    def read(self, source: Any, keeper: Any, n: int, size: int) -> tuple[int, list[int]]:
+        sent = _direct_sent()
+        while _direct_sent() == sent:  # until this caller's calls go to the source directly
+            fray_ray.get(source.ready.remote())
+        generator = source.make.remote(n, size)
+        first = fray_ray.get(next(generator))
+        fray_ray.wait([generator, fray_ray.put(b"x")], num_returns=2, timeout=60)  # the driver takes the stream
+        rest = list(generator)
+        fray_ray.get(keeper.keep.remote(rest))  # refs to the items leave this process
+        return os.getpid(), [first[0]] + [fray_ray.get(ref)[0] for ref in rest]
+
+
+def test_large_items_of_a_handed_over_stream_stay_with_their_caller_and_die_with_it() -> None:
+    size = 1 << 20  # over the inline limit
+    driver = runtime_slot.current()
+    stored: list[str] = []
+    add_item = driver.streams.add_item
+
+    def recorded(stream_id: bytes, index: int, value: Any) -> None:
+        stored.append(type(value).__name__)
+        add_item(stream_id, index, value)
+
+    driver.streams.add_item = recorded
+    try:
+        caller, keeper = HandsItsStreamOver.remote(), RefKeeper.remote()
+        pid, firsts = fray_ray.get(caller.read.remote(LargeItems.remote(), keeper, 3, size))
+    finally:
+        del driver.streams.add_item
+    assert firsts == [0, 1, 2]
+    assert stored == ["RemoteResult", "RemoteResult"]  # where they are, not their bytes
+    refs = fray_ray.get(keeper.kept.remote())
+    assert fray_ray.get(refs[1]) == bytes([2]) * size  # read from the caller's process
+    fray_ray.kill(caller)
+    wait_for(lambda: not pid_alive(pid), what="the caller's process gone")
+    with pytest.raises(OwnerDiedError):  # the caller was their owner, as in Ray
+        fray_ray.get(refs[0], timeout=60)

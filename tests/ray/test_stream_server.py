@@ -179,6 +179,15 @@ def test_introduce_gives_up_with_connection_closed_when_nothing_answers() -> Non
             introduce(address, {"token": TOKEN}, timeout=0.5)
 
 
+def test_introduce_stops_retrying_once_told_the_server_is_gone() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+    asked: list[bool] = []
+    with pytest.raises(ConnectionError):  # refused: without give_up it would retry for the minute
+        introduce(address, {"token": TOKEN}, timeout=60, give_up=lambda: asked.append(True) or len(asked) >= 2)
+    assert len(asked) == 2
+
+
 def test_close_releases_the_port_and_every_pending_connection() -> None:
     server = StreamServer(lambda connection, greeting: connection.close(), token=TOKEN).start()
     port = server.port

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from fray_ray._private import messages
 from fray_ray._private.messages import AskRoute, HandBack, HandOver, HandOverDone, HandOverStream, Route
-from fray_ray._private.objects.ids import TASK_ID_SIZE
+from fray_ray._private.objects.ids import TASK_ID_SIZE, object_id_for
 from fray_ray._private.objects.remote_values import with_remote_results
-from fray_ray._private.objects.serialization import serialize_error
+from fray_ray._private.objects.serialization import SerializedValue, serialize_error
 from fray_ray._private.stream.protocol import Connection
 from fray_ray.exceptions import OwnerDiedError, RaySystemError
 
@@ -81,17 +81,23 @@ def direct_call_handlers(driver: DirectCallDriver, count_borrow: CountBorrow) ->
         except RuntimeError:
             pass  # one completed meanwhile: it keeps its value
 
+    def kept_by_caller(connection: Connection, ids: list[bytes], values: list[SerializedValue],
+                       held: list[list[Any]]) -> list[SerializedValue]:
+        """`values` with those the caller keeps (`held`) recorded by where they are; each an
+        error if the caller's message was malformed."""
+        if not held:
+            return values
+        try:
+            if len(ids) != len(values):
+                raise ValueError(f"{len(ids)} ids for {len(values)} values")
+            values = with_remote_results(values, held)
+        except ValueError as exc:
+            return [serialize_error(RaySystemError(f"the caller's hand-over was malformed: {exc}"))] * len(values)
+        driver.lineage.kept_by_owner(connection, held, [ids[entry[0]] for entry in held])
+        return values
+
     def hand_over_done(connection: Connection, message_id: int | None, done: HandOverDone) -> None:
-        results = done.results
-        if done.held:  # large values the caller keeps: recorded by where they are
-            try:
-                if len(done.ids) != len(results):
-                    raise ValueError(f"{len(done.ids)} ids for {len(results)} values")
-                results = with_remote_results(results, done.held)
-            except ValueError as exc:
-                results = [serialize_error(RaySystemError(f"the caller's hand-over was malformed: {exc}"))] * len(results)
-            else:
-                driver.lineage.kept_by_owner(connection, done.held, [done.ids[entry[0]] for entry in done.held])
+        results = kept_by_caller(connection, done.ids, done.results, done.held)
         try:
             driver.objects.fulfil_all(list(zip(done.ids, results)))
         except RuntimeError:
@@ -100,7 +106,9 @@ def direct_call_handlers(driver: DirectCallDriver, count_borrow: CountBorrow) ->
     def hand_over_stream(connection: Connection, message_id: int | None, over: HandOverStream) -> None:
         if isinstance(over.stream, bytes) and len(over.stream) == TASK_ID_SIZE and isinstance(over.before, int) \
                 and over.before >= 0:
-            driver.streams.adopt(over.stream, over.before, over.items, bool(over.finished))
+            ids = [object_id_for(over.stream, over.before + number) for number in range(1, len(over.items) + 1)]
+            items = kept_by_caller(connection, ids, over.items, over.held)
+            driver.streams.adopt(over.stream, over.before, items, bool(over.finished))
 
     def hand_back(connection: Connection, message_id: int | None, back: HandBack) -> None:
         call, objects = back.call, driver.objects

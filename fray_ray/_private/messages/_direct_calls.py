@@ -98,7 +98,7 @@ class HandOverStream(Message):
     for it with other objects, or lost its host's gate): `items` follow the stream's first
     `before` items (the caller took them itself, or sent them earlier), and `finished` says
     the stream has ended (an error is its last item). Sent again by the caller for each later
-    item and for the end."""
+    item and for the end. `held` names the items the caller keeps itself, as in `HandOverDone`."""
 
     KIND: ClassVar[str] = "hand_over_stream"
 
@@ -106,6 +106,7 @@ class HandOverStream(Message):
     before: int
     items: list[SerializedValue] = values()
     finished: bool = False
+    held: list[list[Any]] = field(default_factory=list)
 
 
 @_message

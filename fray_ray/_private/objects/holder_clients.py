@@ -187,7 +187,7 @@ class HolderClients:
                     return connection
             greeting = {"token": self._token, "shared_memory": self.borrows.identity}
             connection, _ = introduce(holder, greeting, name="holder-client", timeout=self._connect_timeout,
-                                      received_blocks=self._arrivals)
+                                      received_blocks=self._arrivals, give_up=lambda: self.is_gone(holder))
             connection.add_close_callback(lambda closed, holder=holder: self._closed(holder, closed))
             connection.start({})
             with self._lock:

@@ -45,9 +45,11 @@ from fray_ray._private.messages import (
     HandBack,
     HandOver,
     HandOverDone,
+    HandOverStream,
     Route,
     Yield,
 )
+from fray_ray._private.objects.ids import object_id_for
 from fray_ray._private.objects.refcount import LocalReferenceCounter
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
 from fray_ray._private.stream.frames import MessageTooLarge
@@ -139,7 +141,7 @@ class DirectCalls:
         #: handed over, no ref left here, the call still running: its value goes to the driver
         self._released: set[bytes] = set()
         self._changed = threading.Condition(self._lock)  # a result arrived (for `wait`)
-        self._streams = DirectStreams(self._lock, self._changed, self._take_item, self._notify,
+        self._streams = DirectStreams(self._lock, self._changed, self._take_item, self._send_stream,
                                       lambda item_id: ObjectRef(item_id, _announced=True))
         self.sent = 0  # calls sent straight to hosts (tests read it)
         object_ref.set_escape_hook(self.escaped)
@@ -475,6 +477,15 @@ class DirectCalls:
         ids = [oid for oid, _ in handed]
         values, held = WORKER_HOLDER.keep_large([value for _, value in handed], ids)
         self._notify(HandOverDone(ids, values, held))
+
+    def _send_stream(self, over: HandOverStream) -> None:
+        """A stream's items going to the driver: large ones stay here, as `_send_values` keeps
+        results."""
+        if over.items:
+            ids = [object_id_for(over.stream, over.before + number) for number in range(1, len(over.items) + 1)]
+            items, held = WORKER_HOLDER.keep_large(over.items, ids)
+            over = HandOverStream(over.stream, over.before, items, over.finished, held)
+        self._notify(over)
 
     def forget(self, object_ids: list[bytes]) -> list[bytes]:
         """Refs to these are gone from this process: drop the results held here; returns the

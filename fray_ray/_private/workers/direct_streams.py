@@ -7,7 +7,8 @@ the driver only if a ref to it leaves this process.
 
 The driver gets the whole stream (`HandOverStream`) when this process waits for it together
 with objects the driver has, or loses the host's gate (the driver then finishes the call):
-the items not taken yet go with it, and those that arrive later are forwarded. From then on
+the items not taken yet go with it, and those that arrive later are forwarded; a large one
+stays here all the same, and the driver learns where it is. From then on
 the consumer asks the driver for items, as for a generator called through the driver.
 """
 
@@ -20,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fray_ray._private.messages import HandOverStream, Message, Yield
+from fray_ray._private.messages import HandOverStream, Yield
 from fray_ray._private.objects.ids import object_id_for
 from fray_ray._private.objects.serialization import SerializedValue
 
@@ -54,11 +55,11 @@ class DirectStreams:
     condition (`direct_calls.DirectCalls`), whose tables a taken item joins."""
 
     def __init__(self, lock: threading.Lock, changed: threading.Condition, take: TakeItem,
-                 notify: Callable[[Message], None], make_ref: Callable[[bytes], Any]) -> None:
+                 notify: Callable[[HandOverStream], None], make_ref: Callable[[bytes], Any]) -> None:
         self._lock = lock
         self._changed = changed  # notified as items arrive (for `wait`)
         self._take = take
-        self._notify = notify  # to the driver
+        self._notify = notify  # to the driver (the caller keeps large items, `DirectCalls._send_stream`)
         self._make_ref = make_ref  # an ObjectRef to a taken item
         self._streams: dict[bytes, _Stream] = {}
 
