@@ -20,6 +20,7 @@ from fray_ray._private.driver import executor_pool
 from fray_ray._private.objects.serialization import INLINE_LIMIT
 from fray_ray.cluster_utils import Cluster
 from fray_ray.exceptions import ObjectLostError, ObjectReconstructionFailedError
+from fray_ray.util.state import list_tasks
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
 
@@ -121,6 +122,9 @@ def test_a_killed_holders_result_is_rebuilt_from_its_lineage(hosts: Cluster) -> 
     wait_for(lambda: not pid_alive(pid), what="the holder to die")
     assert int(fray_ray.get(total_on_b.remote(ref))) == 7 * SIZE
     assert int(fray_ray.get(ref, timeout=120)[0]) == 7
+    # the state API lists the rebuilding run as the task's next attempt, as Ray does
+    attempts = list_tasks(filters=[("task_id", "=", ref.task_id().hex())])
+    assert sorted((t.attempt_number, t.state) for t in attempts) == [(0, "FINISHED"), (1, "FINISHED")]
 
 
 def test_a_killed_holders_result_without_retries_is_lost_with_its_reason(hosts: Cluster) -> None:

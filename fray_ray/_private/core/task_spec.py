@@ -126,6 +126,8 @@ class TaskSpec:
     gang_id: bytes | None = None
     #: `module.qualname` of the function (`get_task_function_name()`); `name` may be an option
     function_name: str = ""
+    #: a run that rebuilds results a lost holder had: its attempts follow the task's earlier ones
+    rebuilding: bool = False
 
     @property
     def placement(self) -> tuple[bytes, int] | None:

@@ -17,6 +17,7 @@ and holds them itself (`hand_off`), so retirement never loses an object.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -190,7 +191,7 @@ class HeldLineage:
         for spec in rerun.values():
             logger.info("rebuilding the results of task %s: the worker holding them exited", spec.name)
             if self._objects.rebuild(spec.return_ids):
-                self._resubmit(spec)
+                self._resubmit(dataclasses.replace(spec, rebuilding=True))
 
     def hand_off(self, connection: Connection) -> None:
         """Before the executor on `connection` is retired: hold here what it holds."""

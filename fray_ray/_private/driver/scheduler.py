@@ -111,6 +111,7 @@ class TaskScheduler(TaskWithdrawals):
         record = TaskRecord(spec, demand, event=self._events.submitted(TaskEvent(
             spec.task_id, spec.name, spec.function_name or spec.name, TaskType.NORMAL_TASK,
             TaskStatus.PENDING_ARGS_AVAIL, parent_task_id=spec.parent_task_id, resources=demand,
+            attempt=self._events.next_attempt(spec.task_id) if spec.rebuilding else 0,
         )) if spec.task_events else None)
         if problem is not None:
             from fray_ray.exceptions import TaskUnschedulableError

@@ -225,6 +225,18 @@ class TaskEvents:
             self.dropped += max(0, len(records) - room)
             history.extend(records)
 
+    def next_attempt(self, task_id: bytes) -> int:
+        """The number a new attempt of `task_id` gets after those recorded (a rebuild's run;
+        rare, so the history is searched)."""
+        with self._lock:
+            live = self._live.get(task_id)
+            if live is not None:
+                return live.attempt + 1
+            for record in reversed(self._finished):
+                if record[0] == task_id:
+                    return record[1] + 1
+        return 0
+
     def live(self, task_id: bytes) -> TaskEvent | None:
         return self._live.get(task_id)
 
