@@ -60,10 +60,6 @@ class BundleStore:
         with self._lock:
             self._blobs[bundle_id] = blob
 
-    def get(self, bundle_id: str) -> bytes | None:
-        with self._lock:
-            return self._blobs.get(bundle_id)
-
     def decoded(self, bundle_id: str) -> _Decoded | bytes | None:
         """The bundle's members, decoded once and kept; its zip when it is too large to keep
         decoded; None if it was never uploaded. PathEscape for a member whose name would land
