@@ -52,3 +52,25 @@ def test_a_lost_value_fails_and_a_rebuilt_one_waits_again() -> None:
     assert table.rebuild([other]) == [other] and table.state(other) is ObjectState.PENDING
     table.fulfil(other, serialize(7))  # the rerun's value
     assert table.state(other) is ObjectState.READY
+
+
+def test_a_refused_holder_is_reported_unreachable_at_once() -> None:
+    """Holders listen before their address is given out, so a refused connection means the
+    holder's process is gone: the reader reports it at once instead of retrying for the whole
+    connect timeout (here ten minutes: the test's own timeout would end a retrying read)."""
+    import socket
+
+    from fray_ray._private.objects.holder_clients import HolderClients, HolderLost
+    from fray_ray._private.objects.shared_memory import BorrowedBlocks
+
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        holder = f"127.0.0.1:{closed.getsockname()[1]}"
+    clients = HolderClients("token", BorrowedBlocks(), connect_timeout=600)
+    reported: list[str] = []
+    clients.on_unreachable = lambda gone: reported.append(gone) or True
+    try:
+        with pytest.raises(HolderLost):
+            clients.fetch([(b"\x01" * 28, holder)])
+    finally:
+        clients.close()
+    assert reported == [holder]

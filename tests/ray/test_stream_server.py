@@ -182,10 +182,15 @@ def test_introduce_gives_up_with_connection_closed_when_nothing_answers() -> Non
 def test_introduce_stops_retrying_once_told_the_server_is_gone() -> None:
     with socket.create_server(("127.0.0.1", 0)) as closed:
         address = f"127.0.0.1:{closed.getsockname()[1]}"
-    asked: list[bool] = []
+    failures: list[Exception] = []
+
+    def gone(failure: Exception) -> bool:
+        failures.append(failure)
+        return len(failures) >= 2
+
     with pytest.raises(ConnectionError):  # refused: without give_up it would retry for the minute
-        introduce(address, {"token": TOKEN}, timeout=60, give_up=lambda: asked.append(True) or len(asked) >= 2)
-    assert len(asked) == 2
+        introduce(address, {"token": TOKEN}, timeout=60, give_up=gone)
+    assert len(failures) == 2 and all(isinstance(f, ConnectionRefusedError) for f in failures)
 
 
 def test_close_releases_the_port_and_every_pending_connection() -> None:

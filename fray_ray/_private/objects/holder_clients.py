@@ -186,8 +186,12 @@ class HolderClients:
                 if connection is not None and not connection.closed:
                     return connection
             greeting = {"token": self._token, "shared_memory": self.borrows.identity}
+            # A holder listens before its address is given out: a refused connection means
+            # its process is gone, not yet to come.
             connection, _ = introduce(holder, greeting, name="holder-client", timeout=self._connect_timeout,
-                                      received_blocks=self._arrivals, give_up=lambda: self.is_gone(holder))
+                                      received_blocks=self._arrivals,
+                                      give_up=lambda failure: isinstance(failure, ConnectionRefusedError)
+                                      or self.is_gone(holder))
             connection.add_close_callback(lambda closed, holder=holder: self._closed(holder, closed))
             connection.start({})
             with self._lock:

@@ -369,7 +369,7 @@ def introduce(
     name: str = "connection",
     timeout: float = 60.0,
     received_blocks: Arrivals | None = None,
-    give_up: Callable[[], bool] | None = None,
+    give_up: Callable[[Exception], bool] | None = None,
 ) -> tuple[Connection, Any]:
     """Connect to a stream server and greet it; returns the Connection (not yet started) and
     the body of the server's answer.
@@ -381,7 +381,8 @@ def introduce(
     given up for a new one: a server that is merely slow may already have accepted this one,
     and a second connection of the same worker would make the first one's close look like the
     worker's death. `received_blocks`: where the connection reads large buffers into (workers).
-    `give_up()`, asked before each retry, ends the retries early (the server is known gone).
+    `give_up(failure)`, asked before each retry, ends the retries early (the server is known
+    gone, or the failure says so).
     """
     host, _, port = address.rpartition(":")
     deadline = time.monotonic() + timeout
@@ -404,7 +405,7 @@ def introduce(
                 failure = exc
             else:
                 return connection, answer
-        if time.monotonic() + delay >= deadline or (give_up is not None and give_up()):
+        if time.monotonic() + delay >= deadline or (give_up is not None and give_up(failure)):
             raise ConnectionClosed(f"could not introduce {name} to {address}: {failure}") from failure
         time.sleep(delay)
         delay = min(1.0, delay * 2)
