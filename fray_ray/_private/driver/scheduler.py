@@ -116,9 +116,8 @@ class TaskScheduler(TaskWithdrawals):
         if problem is not None:
             from fray_ray.exceptions import TaskUnschedulableError
 
-            self._finish(record, self._error_for("unschedulable", TaskUnschedulableError(
-                f"Task {spec.name} cannot run: it asks for {problem}; the cluster will never have that."
-            )))
+            error = TaskUnschedulableError(f"Task {spec.name} cannot run: it asks for {problem}; the cluster will never have that.")
+            self._finish(record, self._error_for("unschedulable", error))
             return
         with self._lock:
             self._tasks[spec.task_id] = record
