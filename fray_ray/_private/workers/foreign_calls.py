@@ -19,8 +19,9 @@ its caller lost the gate (`ClaimCalls`), is answered to the owner instead.
 A generator method's items go to its caller as they come (`Yield`, then `CallDone` at the
 end). Once the caller's gate connection is gone they are kept here until the owner claims
 the call (the caller hands the stream to the owner first), so that none reaches the owner
-before it knows the stream; past `HELD_ITEMS_LIMIT` bytes (a caller that died, whose call is
-never claimed) they are dropped, and a claim then ends the stream with an error.
+before it knows the stream; past `HELD_ITEMS_LIMIT` bytes, or once they have waited
+`HELD_ITEMS_WAIT_S` (a caller whose call nobody claims: another driver's, say), they are
+dropped, and a claim then ends the stream with an error.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ logger = logging.getLogger(__name__)
 RECORDS_KEPT = 10_000
 #: Bytes of generator items kept for calls whose caller is gone, until the owner claims them.
 HELD_ITEMS_LIMIT = 64 << 20
+#: how long a gone caller's generator call waits for the owner's claim before its items are dropped
+HELD_ITEMS_WAIT_S = 300.0
 
 #: Runs a call that arrived from another driver (the host's own `CallMethod` handler).
 RunCall = Callable[[Connection, int | None, CallMethod], None]
@@ -89,6 +92,7 @@ class ForeignCallGate:
         #: generator calls whose caller is gone, not claimed yet: their items and end, kept
         #: (None: past the limit, dropped)
         self._held: dict[bytes, list[Yield | CallDone] | None] = {}
+        self._held_since: dict[bytes, float] = {}  # when each kept call's caller went (monotonic)
         self._held_bytes = 0
         self._records: collections.deque[list[Any]] = collections.deque(maxlen=RECORDS_KEPT)
         self._connections: set[Connection] = set()
@@ -145,6 +149,7 @@ class ForeignCallGate:
                 if call_id not in self._held:
                     continue
                 held = self._held.pop(call_id)
+                self._held_since.pop(call_id, None)
                 if held is None:  # its items were dropped: the stream ends with an error
                     error = ActorUnavailableError("the generator's items were lost with its caller's connection", None)
                     kept.append(CallDone(call_id, error_results(error, 0), True))
@@ -177,7 +182,7 @@ class ForeignCallGate:
                 del self._callers[call_id]
                 self._orphaned.add(call_id)  # its answer goes to the owner
                 if call_id in self._generators:
-                    self._held.setdefault(call_id, [])  # once the owner has claimed it
+                    self._keep_for_owner(call_id)  # once the owner has claimed it
 
     def _on_call(self, connection: Connection, message_id: int | None, call: CallMethod) -> None:
         with self._lock:
@@ -208,9 +213,17 @@ class ForeignCallGate:
         except ConnectionClosed:
             with self._lock:  # the connection's close may not have been handled yet
                 if item.stream in self._callers or item.stream in self._held:
-                    self._held.setdefault(item.stream, [])
+                    self._keep_for_owner(item.stream)
                 return self._keep(item)
         return True
+
+    def _keep_for_owner(self, call_id: bytes) -> None:
+        """From now on the messages of generator call `call_id` wait for the owner's claim
+        (with `_lock` held)."""
+        if call_id not in self._held:
+            self._held[call_id] = []
+            self._held_since[call_id] = time.monotonic()
+        self._drop_unclaimed()
 
     def _keep(self, message: Yield | CallDone) -> bool:
         """Keep a message of a call whose caller is gone until the owner claims the call (with
@@ -218,17 +231,31 @@ class ForeignCallGate:
         call_id = message.stream if isinstance(message, Yield) else message.call
         if call_id not in self._held:
             return False
+        self._drop_unclaimed()
         held = self._held[call_id]
         if held is None:
             return True  # dropped: a claim ends the stream with an error
         size = message.value.size if isinstance(message, Yield) else 0
         if self._held_bytes + size > HELD_ITEMS_LIMIT:
-            self._held_bytes -= sum(kept.value.size for kept in held if isinstance(kept, Yield))
-            self._held[call_id] = None
+            self._drop(call_id)
             return True
         held.append(message)
         self._held_bytes += size
         return True
+
+    def _drop_unclaimed(self) -> None:
+        """Drop the items of calls that waited for a claim longer than `HELD_ITEMS_WAIT_S`
+        (with `_lock` held)."""
+        expired = time.monotonic() - HELD_ITEMS_WAIT_S
+        for call_id in [c for c, since in self._held_since.items() if since < expired]:
+            self._drop(call_id)
+
+    def _drop(self, call_id: bytes) -> None:
+        held = self._held.get(call_id)
+        if held:
+            self._held_bytes -= sum(kept.value.size for kept in held if isinstance(kept, Yield))
+        self._held[call_id] = None  # a claim ends the stream with an error
+        self._held_since.pop(call_id, None)
 
     def answer(self, done: CallDone) -> bool:
         """Send `done` to the driver its call came from; False if it came from the owner."""

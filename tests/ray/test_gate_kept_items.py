@@ -1,0 +1,71 @@
+"""The items a gate keeps for a generator call whose caller is gone, until the owner claims the
+call: bounded in bytes and in time, and a claim after they were dropped ends the stream with an
+error (one layer: the gate, with stand-in connections)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from fray_ray._private import messages
+from fray_ray._private.messages import CallDone, ClaimCalls, Yield
+from fray_ray._private.objects.serialization import SerializedValue, deserialize
+from fray_ray._private.workers import foreign_calls
+from fray_ray._private.workers.foreign_calls import ForeignCallGate
+from fray_ray.exceptions import ActorUnavailableError
+
+CALL = b"\x07" * 24
+
+
+class _Link:
+    """A connection that keeps what is sent on it."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def notify(self, kind: str, body: Any, buffers: Any, **_: Any) -> None:
+        sent = {Yield.KIND: Yield, CallDone.KIND: CallDone}[kind]
+        self.sent.append(messages.decode(sent, body, [bytearray(b) for b in buffers]))
+
+
+def _item(index: int, size: int = 10) -> Yield:
+    return Yield(CALL, index, SerializedValue(b"x" * size, (), (), False))
+
+
+@pytest.fixture
+def gate() -> ForeignCallGate:
+    gate = ForeignCallGate(lambda *args: None, bind_host="127.0.0.1", advertise_host="127.0.0.1")
+    caller = _Link()
+    gate._callers[CALL] = (caller, "items", time.time(), True)  # type: ignore[assignment]
+    gate._generators.add(CALL)
+    gate._forget(caller)  # the caller's connection closed mid-stream
+    return gate
+
+
+def test_items_wait_for_the_owners_claim_and_go_first(gate: ForeignCallGate) -> None:
+    assert gate.send_item(_item(1)) and gate.send_item(_item(2))
+    owner = _Link()
+    gate._on_claim(owner, None, ClaimCalls([CALL]))  # type: ignore[arg-type]
+    assert [m.index for m in owner.sent if isinstance(m, Yield)] == [1, 2]
+    assert gate._held_bytes == 0
+
+
+def test_items_nobody_claims_are_dropped_after_the_wait(gate: ForeignCallGate, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert gate.send_item(_item(1))
+    monkeypatch.setattr(foreign_calls, "HELD_ITEMS_WAIT_S", 0.0)
+    assert gate.send_item(_item(2))  # the wait is over: both are dropped, not sent to the owner
+    assert gate._held_bytes == 0
+    owner = _Link()
+    gate._on_claim(owner, None, ClaimCalls([CALL]))  # type: ignore[arg-type]
+    (done,) = owner.sent
+    assert isinstance(done, CallDone) and done.user_error
+    with pytest.raises(ActorUnavailableError):
+        raise deserialize(done.results[0])
+
+
+def test_items_past_the_byte_limit_are_dropped(gate: ForeignCallGate, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(foreign_calls, "HELD_ITEMS_LIMIT", 15)
+    assert gate.send_item(_item(1)) and gate.send_item(_item(2))
+    assert gate._held_bytes == 0 and gate._held[CALL] is None
