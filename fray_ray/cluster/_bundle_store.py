@@ -129,8 +129,12 @@ class HostBundles:
             shutil.rmtree(entry[0], ignore_errors=True)
         directory = os.path.join(self._root, f"{bundle_id}-{uuid.uuid4().hex[:8]}")
         os.makedirs(directory)
-        _write(decoded, directory)
-        written = tuple(_written(directory, member.name) for member in decoded.files)
+        try:
+            _write(decoded, directory)
+            written = tuple(_written(directory, member.name) for member in decoded.files)
+        except BaseException:  # a full disk, say: no half-written copy is left behind
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
         self._written[bundle_id] = (directory, written)
         self._written.move_to_end(bundle_id)
         while len(self._written) > HOST_BUNDLES:

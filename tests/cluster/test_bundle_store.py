@@ -132,3 +132,11 @@ def test_kept_bundles_are_bounded(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
         assert host.unpack(bundle_id, str(_attempt(tmp_path, str(index))))
     assert list(store._decoded) == [f"{2:064x}", f"{3:064x}"]
     assert sorted(p.name[:64] for p in (tmp_path / "host@bundles").iterdir()) == [f"{2:064x}", f"{3:064x}"]
+
+
+def test_a_bundle_that_cannot_be_written_leaves_no_copy_behind(tmp_path: Path) -> None:
+    store, host = _host(tmp_path)
+    store.put(LINKED, _zip(("a", b"a file", 0o644), ("a/b", b"under a file", 0o644)))
+    with pytest.raises(OSError):
+        host.unpack(LINKED, str(_attempt(tmp_path, "a")))
+    assert list((tmp_path / "host@bundles").iterdir()) == []
