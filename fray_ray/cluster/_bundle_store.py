@@ -3,7 +3,7 @@ task attempt's workdir.
 
 Iris gives every task attempt a fresh workdir holding the job's bundle. One bundle usually
 serves many attempts (every executor of a session ships the same project), and creating a file
-costs far more than linking one on many disks. So the controller decompresses a bundle once
+costs several times more than linking one. So the controller decompresses a bundle once
 (its member names checked once), each host writes it once into a directory of its own, and an
 attempt's workdir gets hard links to those files, in directories of its own: files an attempt
 creates, deletes or replaces stay its own. A shipped file written in place is shared with the
