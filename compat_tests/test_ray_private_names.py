@@ -55,14 +55,14 @@ def test_private_services__importable_by_attribute_after_import_ray(ray_start_re
 
 
 @ray.remote(num_cpus=1)
-def _hold(signal_name: str) -> None:
-    actor = ray.get_actor(signal_name)
-    ray.get(actor.wait.remote())
+class _HoldsACpu:
+    """Holds its CPU while it lives (a task would lend its CPU back while it waits in `get`)."""
+
+    def ready(self) -> bool:
+        return True
 
 
 def test_private_state__resources_per_node(ray_start_regular_shared):
-    from compat_tests.helpers import SignalActor
-
     state = _private("state")
     alive = {node["NodeID"]: node["Resources"] for node in ray.nodes() if node["Alive"]}
     totals = state.total_resources_per_node()
@@ -72,13 +72,12 @@ def test_private_state__resources_per_node(ray_start_regular_shared):
     assert set(free) <= set(alive)
     assert sum(per_node.get("CPU", 0.0) for per_node in free.values()) == pytest.approx(4.0)
 
-    signal = SignalActor.options(name="private-state-signal").remote()
-    held = _hold.remote("private-state-signal")
+    holder = _HoldsACpu.remote()
+    assert ray.get(holder.ready.remote())
     wait_for_condition(lambda: sum(n.get("CPU", 0.0) for n in state.available_resources_per_node().values()) == 3.0)
     wait_for_condition(lambda: state.available_resources().get("CPU") == 3.0)
     assert state.cluster_resources()["CPU"] == 4.0
-    ray.get(signal.send.remote())
-    ray.get(held)
+    ray.kill(holder)
     wait_for_condition(lambda: sum(n.get("CPU", 0.0) for n in state.available_resources_per_node().values()) == 4.0)
 
 
