@@ -89,6 +89,21 @@ def test_files_of_dead_drivers_are_removed_and_live_ones_kept(tmp_path: Path) ->
     del block
 
 
+def test_shutdown_removes_the_blocks_of_processes_killed_during_the_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_shutdown: None
+) -> None:
+    monkeypatch.setenv(SHARED_MEMORY_DIR_ENV, str(tmp_path))
+    ray.init(num_cpus=1)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    namespace = os.stat("/proc/self/ns/pid").st_ino
+    killed = tmp_path / f"fray_ray-{namespace}-{int(dead.stdout)}-{'3' * 32}"  # after the session's first sweep
+    live = tmp_path / f"fray_ray-{namespace}-{os.getppid()}-{'4' * 32}"
+    killed.write_bytes(b"x")
+    live.write_bytes(b"x")
+    ray.shutdown()
+    assert not killed.exists() and live.exists()
+
+
 def test_identities_differ_between_directories(tmp_path: Path) -> None:
     assert host_identity("/dev/shm") and host_identity("/dev/shm") == host_identity("/dev/shm")
     assert host_identity(str(tmp_path)) != host_identity("/dev/shm")

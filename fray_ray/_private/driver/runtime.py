@@ -54,7 +54,13 @@ from fray_ray._private.objects.object_table import ObjectTable
 from fray_ray._private.objects.refcount import LocalReferenceCounter
 from fray_ray._private.objects.relays import RelayPlan
 from fray_ray._private.objects.serialization import SerializedValue, serialize, serialize_error
-from fray_ray._private.objects.shared_memory import BorrowedBlocks, LentBlocks, host_identity, shared_memory_dir
+from fray_ray._private.objects.shared_memory import (
+    BorrowedBlocks,
+    LentBlocks,
+    host_identity,
+    remove_stale_files,
+    shared_memory_dir,
+)
 from fray_ray._private.objects.spilling import remove_orphaned_spill_dirs
 from fray_ray._private.observe.metrics import process_registry
 from fray_ray._private.observe.output_folding import FoldSettings, OutputFolder, print_line
@@ -123,7 +129,7 @@ class DriverRuntime(DriverReads):
         self._token = secrets.token_hex(16)
         if object_store is None:
             object_store = ObjectStoreConfig(1 << 30)
-        shared_dir = shared_memory_dir()
+        shared_dir = self._shared_dir = shared_memory_dir()
         self.objects = ObjectTable(ObjectStore(object_store, session_name=session_name, shared_dir=shared_dir))
         #: workers whose hello names this identity read large objects from shared memory
         self.shared_memory_identity = host_identity(shared_dir)
@@ -248,6 +254,8 @@ class DriverRuntime(DriverReads):
                 logger.debug("stopping %r failed", resource, exc_info=True)
         self.holders.close()
         self.objects.store.close()
+        if self._shared_dir is not None:  # blocks of this session's processes that were killed
+            remove_stale_files(self._shared_dir)
 
     def _remote_freed(self, held: list[tuple[str, bytes]]) -> None:
         self.holders.release(held)

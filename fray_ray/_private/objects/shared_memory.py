@@ -211,12 +211,17 @@ def _pid_namespace() -> int:
 
 
 def _remove_stale_files(directory: str) -> None:
-    """Once per directory: remove blocks left by drivers of this user (in this pid namespace)
-    that died without cleaning up."""
+    """Once per directory and process (`remove_stale_files`, before its first block)."""
     with _stale_lock:
         if directory in _stale_swept:
             return
         _stale_swept.add(directory)
+    remove_stale_files(directory)
+
+
+def remove_stale_files(directory: str) -> None:
+    """Remove blocks left in `directory` by processes of this user (in this pid namespace)
+    that died without cleaning up: killed drivers and workers."""
     try:
         entries = list(os.scandir(directory))
     except OSError:
