@@ -284,3 +284,47 @@ def test_ctrl_c_while_the_main_thread_serves_never_splits_a_frame(pair) -> None:
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert worker.serve_until(lambda: frames.count() == before + 3, timeout=60)
     assert frames.items[-1][0] == "after"
+
+
+class _WakeJustAfterTimeout:
+    """The standby's wake lock, with one race forced: its first timed wait times out and the
+    wake lands right after; a second wake comes before the standby waits again."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.connection = connection
+        self.timed_waits = 0
+        self.errors: list[BaseException] = []
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if timeout != -1:
+            self.timed_waits += 1
+            if self.timed_waits == 1:
+                got = self.lock.acquire(timeout=0.01)  # times out: nothing woke it yet
+                self._wake()  # ...and the wake lands just after
+                return got
+            if self.timed_waits == 2:
+                self._wake()  # a second wake before this wait
+        return self.lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def _wake(self) -> None:
+        try:
+            with self.connection._role_lock:
+                self.connection._signal_standby_locked()
+        except RuntimeError as exc:  # releasing a lock already released
+            self.errors.append(exc)
+
+
+def test_a_wake_that_lands_just_after_the_standby_timed_out_is_not_lost_or_doubled(pair) -> None:
+    peer, worker, frames = pair
+    wake = _WakeJustAfterTimeout(worker)
+    worker._standby_wake = wake
+    lender = _Lender(worker, frames)
+    _lend(peer, worker, lender, 2)
+    wait_for(lambda: wake.timed_waits >= 2, what="the standby to wait twice")
+    assert wake.errors == []
+    lender.end()

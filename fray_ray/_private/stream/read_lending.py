@@ -297,10 +297,14 @@ class ReadLending:
         present_looks = 0
         while True:
             if self._standby_parked:
-                self._standby_wake.acquire()
+                woken = self._standby_wake.acquire()
             else:
-                self._standby_wake.acquire(timeout=LENDER_AWAY_S)
+                woken = self._standby_wake.acquire(timeout=LENDER_AWAY_S)
             with self._role_lock:
+                if not woken and self._standby_woken:
+                    # The wake came just after the wait timed out: it left the lock released,
+                    # so take it now, or the next wake would release it a second time.
+                    self._standby_wake.acquire()
                 self._standby_woken = False
                 if self._closed:
                     return False
