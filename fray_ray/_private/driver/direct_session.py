@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from fray_ray._private import messages
 from fray_ray._private.messages import AskRoute, HandBack, HandOver, HandOverDone, HandOverStream, Route
-from fray_ray._private.objects.ids import TASK_ID_SIZE, object_id_for
+from fray_ray._private.objects.ids import TASK_ID_SIZE
 from fray_ray._private.objects.remote_values import with_remote_results
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
 from fray_ray._private.stream.protocol import Connection
@@ -106,8 +106,7 @@ def direct_call_handlers(driver: DirectCallDriver, count_borrow: CountBorrow) ->
     def hand_over_stream(connection: Connection, message_id: int | None, over: HandOverStream) -> None:
         if isinstance(over.stream, bytes) and len(over.stream) == TASK_ID_SIZE and isinstance(over.before, int) \
                 and over.before >= 0:
-            ids = [object_id_for(over.stream, over.before + number) for number in range(1, len(over.items) + 1)]
-            items = kept_by_caller(connection, ids, over.items, over.held)
+            items = kept_by_caller(connection, over.item_ids(), over.items, over.held)
             driver.streams.adopt(over.stream, over.before, items, bool(over.finished))
 
     def hand_back(connection: Connection, message_id: int | None, back: HandBack) -> None:

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from fray_ray._private.core.task_spec import ActorCallSpec
 from fray_ray._private.messages._codec import Message, _message, pickled, spec, values
+from fray_ray._private.objects.ids import object_id_for
 from fray_ray._private.objects.serialization import SerializedValue
 
 
@@ -107,6 +108,10 @@ class HandOverStream(Message):
     items: list[SerializedValue] = values()
     finished: bool = False
     held: list[list[Any]] = field(default_factory=list)
+
+    def item_ids(self) -> list[bytes]:
+        """The object ids of `items`: the stream's items `before + 1` onwards."""
+        return [object_id_for(self.stream, self.before + number) for number in range(1, len(self.items) + 1)]
 
 
 @_message

@@ -49,7 +49,6 @@ from fray_ray._private.messages import (
     Route,
     Yield,
 )
-from fray_ray._private.objects.ids import object_id_for
 from fray_ray._private.objects.refcount import LocalReferenceCounter
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
 from fray_ray._private.stream.frames import MessageTooLarge
@@ -482,8 +481,7 @@ class DirectCalls:
         """A stream's items going to the driver: large ones stay here, as `_send_values` keeps
         results."""
         if over.items:
-            ids = [object_id_for(over.stream, over.before + number) for number in range(1, len(over.items) + 1)]
-            items, held = WORKER_HOLDER.keep_large(over.items, ids)
+            items, held = WORKER_HOLDER.keep_large(over.items, over.item_ids())
             over = HandOverStream(over.stream, over.before, items, over.finished, held)
         self._notify(over)
 

@@ -108,8 +108,8 @@ class DirectStreams:
         self._resolve(resolved)
 
     def ended(self, call_id: bytes, results: Sequence[SerializedValue]) -> None:
-        """The call ended (its `CallDone`, or a cancel here): an error in `results` (or
-        `error`) is the stream's last item."""
+        """The call ended (its `CallDone`, or a cancel here): an error in `results` is the
+        stream's last item."""
         stream = self._streams.get(call_id)
         if stream is None:
             return
