@@ -19,7 +19,6 @@ import io
 import os
 import posixpath
 import shutil
-import string
 import threading
 import uuid
 import zipfile
@@ -106,9 +105,6 @@ class HostBundles:
         if isinstance(found, bytes):  # too large to keep: straight from the zip
             _unpack_zip(found, workdir)
             return True
-        if not _is_hex(bundle_id):  # the controller names bundles by their SHA-256
-            _write(found, workdir)
-            return True
         with self._lock:
             source = self._written_out(bundle_id, found)
         for directory in found.directories:
@@ -127,7 +123,7 @@ class HostBundles:
             return entry[0]
         if entry is not None:
             shutil.rmtree(entry[0], ignore_errors=True)
-        directory = os.path.join(self._root, f"{bundle_id}-{uuid.uuid4().hex[:8]}")
+        directory = path_inside(self._root, f"{bundle_id}-{uuid.uuid4().hex[:8]}")  # ids are SHA-256 digests
         os.makedirs(directory)
         try:
             _write(decoded, directory)
@@ -157,10 +153,6 @@ def _unchanged(directory: str, written: tuple[_Written, ...]) -> bool:
         return all(_written(directory, entry[0]) == entry for entry in written)
     except OSError:
         return False
-
-
-def _is_hex(name: str) -> bool:
-    return bool(name) and len(name) <= 128 and all(c in string.hexdigits for c in name)
 
 
 def _checked_name(name: str) -> str:
