@@ -330,20 +330,8 @@ class LargeItems:
 
 
 @fray_ray.remote
-class RefKeeper:
-    def __init__(self) -> None:
-        self.refs: list[Any] = []
-
-    def keep(self, refs: list[Any]) -> None:
-        self.refs = refs
-
-    def kept(self) -> list[Any]:
-        return self.refs
-
-
-@fray_ray.remote
 class HandsItsStreamOver:
-    def read(self, source: Any, keeper: Any, n: int, size: int) -> tuple[int, list[int]]:
+    def read(self, source: Any, n: int, size: int) -> tuple[int, list[int], list[Any]]:
         sent = _direct_sent()
         while _direct_sent() == sent:  # until this caller's calls go to the source directly
             fray_ray.get(source.ready.remote())
@@ -351,8 +339,7 @@ class HandsItsStreamOver:
         first = fray_ray.get(next(generator))
         fray_ray.wait([generator, fray_ray.put(b"x")], num_returns=2, timeout=60)  # the driver takes the stream
         rest = list(generator)
-        fray_ray.get(keeper.keep.remote(rest))  # refs to the items leave this process
-        return os.getpid(), [first[0]] + [fray_ray.get(ref)[0] for ref in rest]
+        return os.getpid(), [first[0]] + [fray_ray.get(ref)[0] for ref in rest], rest  # the refs leave this process
 
 
 def test_large_items_of_a_handed_over_stream_stay_with_their_caller_and_die_with_it() -> None:
@@ -367,13 +354,12 @@ def test_large_items_of_a_handed_over_stream_stay_with_their_caller_and_die_with
 
     driver.streams.add_item = recorded
     try:
-        caller, keeper = HandsItsStreamOver.remote(), RefKeeper.remote()
-        pid, firsts = fray_ray.get(caller.read.remote(LargeItems.remote(), keeper, 3, size))
+        caller = HandsItsStreamOver.remote()
+        pid, firsts, refs = fray_ray.get(caller.read.remote(LargeItems.remote(), 3, size))
     finally:
         del driver.streams.add_item
     assert firsts == [0, 1, 2]
     assert stored == ["RemoteResult", "RemoteResult"]  # where they are, not their bytes
-    refs = fray_ray.get(keeper.kept.remote())
     assert fray_ray.get(refs[1]) == bytes([2]) * size  # read from the caller's process
     fray_ray.kill(caller)
     wait_for(lambda: not pid_alive(pid), what="the caller's process gone")
