@@ -183,10 +183,9 @@ def test_a_retry_the_cluster_cannot_place_yet_waits_for_a_node_that_fits(
 
 
 def test_work_for_a_lost_nodes_resources_waits_for_a_replacement(cluster: Cluster) -> None:
-    """Once a node is lost, no live node may have what its work asks for: here a new task asking
-    for its resource (the task rebuilding its object is judged the same way: the compat test
-    `test_object_loss__result_of_a_dead_node_is_rebuilt_by_its_task`). The cluster had such a
-    node, so the work waits for a replacement, as Ray's would, instead of failing as unschedulable."""
+    """Once a node is lost, no live node may have what its work asks for: the task rebuilding
+    its object, or a new task asking for its resource. The cluster had such a node, so the work
+    waits for a replacement, as Ray's would, instead of failing as unschedulable."""
     producer = cluster.add_node(num_cpus=1, resources={"producer": 1})
     cluster.connect()
 
@@ -194,11 +193,12 @@ def test_work_for_a_lost_nodes_resources_waits_for_a_replacement(cluster: Cluste
     def large(fill: int) -> bytes:
         return bytes([fill]) * (4 << 20)  # over the inline limit: it stays on the producer's node
 
-    fray_ray.get(large.remote(5))
+    rebuilt = large.remote(5)
+    fray_ray.wait([rebuilt], fetch_local=False)
     cluster.remove_node(producer)
     wait_for(lambda: not any(n["Alive"] for n in fray_ray.nodes() if n["NodeID"] == producer.node_id),
              what="the driver to see the node go")
     new = large.remote(6)
     assert fray_ray.wait([new], timeout=0)[0] == []  # waiting, not failed
     cluster.add_node(num_cpus=1, resources={"producer": 1})
-    assert fray_ray.get(new, timeout=120) == bytes([6]) * (4 << 20)
+    assert fray_ray.get([rebuilt, new], timeout=120) == [bytes([5]) * (4 << 20), bytes([6]) * (4 << 20)]

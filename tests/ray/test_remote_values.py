@@ -3,10 +3,16 @@ object table's handling of them (no bytes stored, freed ones reported, lost ones
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
+from typing import Any
+
 import pytest
 
+from fray_ray._private.driver.driver_reads import DriverReads
 from fray_ray._private.objects.object_store import ObjectStore, ObjectStoreConfig
 from fray_ray._private.objects.object_table import ObjectState, ObjectTable
+from fray_ray._private.objects.refcount import LocalReferenceCounter
 from fray_ray._private.objects.remote_values import RemoteResult, split_remote, with_remote_results
 from fray_ray._private.objects.serialization import INLINE_LIMIT, SerializedValue, serialize, serialize_error
 
@@ -74,3 +80,45 @@ def test_a_refused_holder_is_reported_unreachable_at_once() -> None:
     finally:
         clients.close()
     assert reported == [holder]
+
+
+class _Ref:
+    """What a get reads of an ObjectRef: its id (a real one needs a session)."""
+
+    def __init__(self, object_id: bytes) -> None:
+        self._id = object_id
+
+    def binary(self) -> bytes:
+        return self._id
+
+
+def test_a_get_that_waits_reads_again_an_object_rebuilt_meanwhile() -> None:
+    """`get([done, pending])`: while it waits for the pending one, the done one's holder is lost
+    and its task runs again; the get then waits for the rebuilt value instead of calling the
+    object freed."""
+    reads = DriverReads()
+    table = reads.objects = ObjectTable(ObjectStore(ObjectStoreConfig(1 << 20)))
+    reads.references = LocalReferenceCounter(lambda ids: None, lambda ids: None)
+    done, pending = OID, OID[:-4] + (2).to_bytes(4, "little")
+    table.create_pending([done, pending], referenced=True)
+    table.fulfil(done, serialize("first run"))
+    watching = threading.Event()
+    watch = table.watch
+
+    def watched(*args: Any) -> Any:
+        try:
+            return watch(*args)
+        finally:
+            watching.set()
+
+    table.watch = watched  # type: ignore[method-assign]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        got = pool.submit(reads.get, [_Ref(done), _Ref(pending)], 60)
+        assert watching.wait(60)
+        assert table.rebuild([done]) == [done]
+        watching.clear()
+        got.add_done_callback(lambda _: watching.set())
+        table.fulfil(pending, serialize("other"))
+        assert watching.wait(60)  # the get ended, or waits again
+        table.fulfil(done, serialize("second run"))
+        assert got.result(60) == ["second run", "other"]

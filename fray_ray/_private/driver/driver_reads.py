@@ -19,6 +19,7 @@ from fray_ray._private.core.generators import ObjectRefGenerator
 from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.driver.streams import END, StreamTable
 from fray_ray._private.objects.holder_clients import HolderLost
+from fray_ray._private.objects.object_table import ObjectState
 from fray_ray._private.objects.remote_values import RemoteResult
 from fray_ray._private.objects.serialization import SerializedValue, deserialize, deserialize_all
 from fray_ray._private.stream import read_hints
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
 
 #: Reads of one `get` that may meet a lost holder before the last one reports what it finds.
 READ_AGAIN = 4
+
+
+class _Rebuilding(Exception):
+    """An object a get waited with went back to pending (its holder was lost): read it again."""
 
 
 class DriverReads:
@@ -63,7 +68,7 @@ class DriverReads:
         for _ in range(READ_AGAIN - 1):
             try:
                 return self._get_once(refs, timeout)
-            except HolderLost:
+            except (HolderLost, _Rebuilding):
                 continue  # its values are being rebuilt, or failed: read them again
         return self._get_once(refs, timeout)
 
@@ -120,8 +125,10 @@ class DriverReads:
             if value is not None and value.is_error:
                 raise deserialize(value)  # the first error among them, in the order asked
         for object_id, value in zip(object_ids, values):
-            if value is None:  # freed meanwhile (pending ones end the wait only with an error)
-                raise self._lost(object_id)
+            if value is None:
+                if self.objects.state(object_id) is ObjectState.PENDING:
+                    raise _Rebuilding(object_id)  # its holder was lost after the wait began
+                raise self._lost(object_id)  # freed meanwhile
         return deserialize_all(values)  # type: ignore[arg-type]
 
     def wait_async(

@@ -83,10 +83,8 @@ def answer_get(driver: GetDriver, connection: Connection, message_id: int | None
     missing = [oid for oid in object_ids if not objects.is_done(oid)]
     unknown = [oid for oid in missing if not objects.known(oid)]
     if unknown:
-        connection.reply_error(
-            message_id, "ObjectLostError",
-            f"Object {unknown[0].hex()} is not known to the driver (it was freed or never existed).",
-        )
+        # As the driver's own get says it: the asker raises ObjectFreedError for this id.
+        connection.reply_error(message_id, "ObjectFreedError", unknown[0].hex())
         return
     if not missing or any((v := objects.value(oid)) is not None and v.is_error for oid in object_ids):
         reply()

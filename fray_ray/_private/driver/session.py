@@ -73,6 +73,7 @@ from fray_ray._private.messages import (
     StreamState,
     SubmitActorCall,
     SubmitTask,
+    Sync,
     TaskDone,
     TaskWaits,
     Wait,
@@ -174,6 +175,7 @@ class SessionService:
             GetNodes: self._nodes,
             Borrow: self._borrow,
             Release: self._release,
+            Sync: self._sync,
             ReturnShared: self._return_shared,
             Log: self._log,
             MetricsReport: self._metrics,
@@ -416,6 +418,11 @@ class SessionService:
 
     def _borrow(self, connection: Connection, message_id: int | None, borrow: Borrow) -> None:
         self._count_borrow(connection, borrow.ids)
+
+    def _sync(self, connection: Connection, message_id: int | None, sync: Sync) -> None:
+        """Handlers run in the order their frames came, so answering says all before it is handled."""
+        if message_id is not None:
+            messages.reply(connection, message_id, Done())
 
     def _return_shared(self, connection: Connection, message_id: int | None, returned: ReturnShared) -> None:
         if isinstance(returned.leases, list):

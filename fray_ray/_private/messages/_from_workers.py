@@ -402,6 +402,16 @@ class Release(Message):
 
 @_message
 @dataclass(repr=False, eq=False)
+class Sync(Message):
+    """Answered once the driver has handled everything this connection sent before it: a worker
+    asks before it lets another process act on what it told the driver (`driver_notices.py`)."""
+
+    KIND: ClassVar[str] = "sync"
+    REPLY: ClassVar[type[Message]] = Done
+
+
+@_message
+@dataclass(repr=False, eq=False)
 class ReturnShared(Message):
     """The worker no longer reads these shared-memory leases (`Objects.shared`)."""
 

@@ -130,7 +130,8 @@ class RayActorHost(ActorStateRow):
         #: where other processes send calls (`foreign_calls`); None in-process. Set before the
         #: session opens too: a call may arrive, and be answered, at once.
         self._foreign = (
-            ForeignCallGate(self._on_call, bind_host=info.bind_host, advertise_host=info.advertise_host, cancel=self._on_cancel)
+            ForeignCallGate(self._on_call, bind_host=info.bind_host, advertise_host=info.advertise_host,
+                            cancel=self._on_cancel, before_answer=lambda: self._runtime.notices.confirm())
             if info is not None else None
         )
         handlers.update(self._foreign.owner_handlers() if self._foreign is not None else {})

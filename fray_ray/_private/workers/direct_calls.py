@@ -55,6 +55,7 @@ from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.stream.stream_server import introduce
 from fray_ray._private.workers.direct_streams import DirectStreams
+from fray_ray._private.workers.driver_notices import DriverNotices
 from fray_ray._private.workers.held_results import WORKER_HOLDER
 from fray_ray._private.workers.task_interrupts import reading_until, wait_for_reply
 
@@ -121,11 +122,13 @@ class _ActorWay:
 class DirectCalls:
     """The direct calls of one worker process and the results they made. Thread-safe."""
 
-    def __init__(self, session: Connection, references: LocalReferenceCounter) -> None:
+    def __init__(self, session: Connection, references: LocalReferenceCounter, notices: DriverNotices) -> None:
         """`references`: the process's counts of refs and handles; a call in flight counts as a
-        handle to its actor, which ends when its last handle goes only after its calls end."""
+        handle to its actor, which ends when its last handle goes only after its calls end.
+        `notices`: what the driver has heard, confirmed before a call carries refs to a host."""
         self._session = session
         self._references = references
+        self._notices = notices
         #: held while a call is routed and sent, and while a closed link's calls are handed back,
         #: so that no call of this process overtakes an earlier one on its way to the driver
         self._order = threading.RLock()
@@ -221,6 +224,7 @@ class DirectCalls:
                 self._producers[oid] = spec.call_id
         message = CallMethod.of(spec, self._ready_value)
         message.events = call.events = way.task_events if spec.task_events is None else spec.task_events
+        self._notices.confirm()  # the host may count its refs to our results as soon as it has the call
         with link.lock:
             alone = not link.in_flight
             sent = not link.closed
@@ -540,7 +544,8 @@ class DirectCalls:
         try:
             messages.notify(self._session, message)
         except ConnectionClosed:
-            pass
+            return
+        self._notices.sent()
 
     def close(self) -> None:
         """The process ends: calls not answered yet go back to the driver, which may still be

@@ -73,8 +73,11 @@ class ForeignCallGate:
     goes back. Thread-safe."""
 
     def __init__(self, run_call: RunCall, *, bind_host: str, advertise_host: str,
-                 cancel: CancelRun | None = None) -> None:
+                 cancel: CancelRun | None = None, before_answer: Callable[[], None] = lambda: None) -> None:
+        """`before_answer()` runs before an answer or item goes to a caller: it returns once
+        the driver has heard of the refs this process took (`driver_notices.py`)."""
         self._run_call = run_call
+        self._before_answer = before_answer
         #: refs to the objects answers named, kept for the process's life: the caller's own
         #: refs to them may reach the driver after this process's refs are gone
         self._pinned: list[ObjectRef[Any]] = []
@@ -208,6 +211,7 @@ class ForeignCallGate:
             caller = self._callers.get(item.stream)
             if caller is None:
                 return self._keep(item)
+        self._before_answer()
         try:
             messages.notify(caller[0], item)
         except ConnectionClosed:
@@ -273,6 +277,7 @@ class ForeignCallGate:
         contained = [oid for value in done.results for oid in value.contained_refs]
         if contained:
             self._pinned.extend(ObjectRef(oid) for oid in contained)  # before the answer goes
+        self._before_answer()
         try:
             messages.notify(caller[0], done)
         except ConnectionClosed:

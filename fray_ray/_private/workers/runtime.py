@@ -71,6 +71,7 @@ from fray_ray._private.stream.buffers import WORKER_BLOCKS
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.stream.stream_server import introduce
 from fray_ray._private.workers.direct_calls import DirectCalls
+from fray_ray._private.workers.driver_notices import DriverNotices
 from fray_ray._private.workers.held_results import WORKER_HOLDER
 from fray_ray._private.workers.task_interrupts import wait_for_reply
 from fray_ray.exceptions import GetTimeoutError
@@ -95,6 +96,8 @@ class WorkerRuntime:
         self.session_address = ""
         self.runtime_env = process_runtime_env()  # what tasks and actors submitted here inherit
         self.references = LocalReferenceCounter(self._on_first_ref, self._on_last_ref)
+        #: what the driver has heard of this process's refs, before another process acts on them
+        self.notices = DriverNotices(connection)
         self._cache_lock = threading.Lock()
         self._cache: OrderedDict[bytes, SerializedValue] = OrderedDict()
         self._cache_bytes = 0
@@ -126,7 +129,8 @@ class WorkerRuntime:
         try:
             messages.notify(self.connection, Borrow(object_ids))
         except ConnectionClosed:
-            pass
+            return
+        self.notices.sent()
 
     def _on_last_ref(self, object_ids: list[bytes]) -> None:
         with self._cache_lock:
@@ -225,6 +229,8 @@ class WorkerRuntime:
             from fray_ray.exceptions import RaySystemError
 
             raise RaySystemError(f"lost the connection to the driver: {exc}") from exc
+        except RemoteError as exc:  # an object the driver does not know
+            raise _rebuild_remote_error(exc) from None
         keep = answer.relays  # copies to keep for other hosts (`objects/relays.py`)
         WORKER_HOLDER.expect(keep)
         try:
@@ -468,6 +474,8 @@ def _rebuild_remote_error(error: RemoteError) -> BaseException:
         return ValueError(error.message)
     if kind == "TypeError":
         return TypeError(error.message)
+    if kind == "ObjectFreedError":  # the message is the object's id
+        return exceptions.ObjectFreedError(error.message, None, "")
     if hasattr(exceptions, kind) and isinstance(getattr(exceptions, kind), type):
         try:
             return getattr(exceptions, kind)(error.message)
@@ -544,7 +552,7 @@ def open_session(
     runtime = WorkerRuntime(connection)
     runtime.reads_shared_memory = bool(identity)
     if not in_process:  # one process, one runtime: its refs' escapes are this runtime's
-        runtime.direct = DirectCalls(connection, runtime.references)
+        runtime.direct = DirectCalls(connection, runtime.references, runtime.notices)
     runtime.set_info(messages.reply_of(hello, (info, [])))
     if not in_process:
         WORKER_HOLDER.configure(token, runtime.object_store_memory, lambda holder: _report_unreachable(runtime, holder))

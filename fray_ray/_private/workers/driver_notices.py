@@ -1,0 +1,59 @@
+"""Making sure the driver has heard what this process told it before a peer can act on it.
+
+A worker tells its driver of the refs it holds (`Borrow`) and of its direct results that leave
+it (`HandOver`) with notices on its session connection, and talks to actor hosts on other
+connections. Frames on different connections reach the driver in no fixed order, so without
+care a peer could act on a ref before the driver counts the holder that passed it on:
+
+- a callee whose answer reaches its caller before its `Borrow` reaches the driver lets the
+  caller drop its own ref first, and the driver frees an object the callee still holds;
+- a callee's `Borrow` of a caller's result that reaches the driver before the caller's
+  `HandOver` names an object the driver does not know yet.
+
+So before a call or an answer leaves for another process, `confirm()` asks the driver to
+answer a `Sync` if any notice went out since the last one it answered: the driver handles a
+connection's frames in order, so its answer says everything before it is counted. Calls and
+answers that carry no new refs, the usual case, cost nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from fray_ray._private import messages
+from fray_ray._private.messages import Sync
+from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
+
+
+class DriverNotices:
+    """Counts the notices sent on a session connection and which of them the driver has
+    answered for. Thread-safe."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._lock = threading.Lock()
+        self._sent = 0  # notices sent so far
+        self._confirmed = 0  # of those, how many the driver is known to have handled
+
+    def sent(self) -> None:
+        """A notice went out (call after sending it, so that a `confirm` counting it comes after)."""
+        with self._lock:
+            self._sent += 1
+
+    def unconfirmed(self) -> int:
+        with self._lock:
+            return self._sent - self._confirmed
+
+    def confirm(self) -> None:
+        """Return once the driver has handled every notice sent before this call (at once if it
+        has answered for them all). Must not run on the session connection's reader thread."""
+        with self._lock:
+            target = self._sent
+            if self._confirmed >= target:
+                return
+        try:
+            messages.call(self._connection, Sync())
+        except (ConnectionClosed, RemoteError):
+            return  # the driver is gone: nobody counts refs any more
+        with self._lock:
+            self._confirmed = max(self._confirmed, target)

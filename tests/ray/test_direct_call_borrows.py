@@ -1,0 +1,182 @@
+"""Refs passed between processes on direct calls stay counted while any process holds them,
+however late the driver hears of them: real worker processes on the embedded cluster.
+
+A worker's notices to its driver (`Borrow`, `HandOver`) and its direct calls travel on
+different connections. Each test here holds one kind of notice back at the driver, as a slow
+link would, and checks that the object it names is not freed under the process that holds it
+(`workers/driver_notices.py`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fray_ray
+from fray_ray._private.core import runtime_slot
+from fray_ray._private.stream.protocol import ConnectionClosed
+from fray_ray._private.workers.driver_notices import DriverNotices
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
+
+from waiting import wait_for  # noqa: E402
+
+#: How long a held-back notice waits for the caller's task to end before it is let go: the
+#: task ends within it only if the driver was not asked to confirm the notice first.
+HOLD_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def session(cluster_session: fray_ray.RayContext) -> fray_ray.RayContext:
+    return cluster_session
+
+
+@contextlib.contextmanager
+def held_back(kind: str, from_worker: bytes | None = None) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """Frames of `kind` (from the worker with id `from_worker`, or any) wait at the driver until
+    the second event is set (10 s at most), and hold back what follows them on their connection,
+    as a slow link would. The first event is set once one arrived."""
+    handlers = runtime_slot.current().session._handlers
+    original = handlers[kind]
+    arrived, let_go = threading.Event(), threading.Event()
+
+    def slow(connection: Any, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+        if from_worker is None or connection.peer_info.get("id") == from_worker:
+            arrived.set()
+            let_go.wait(10)
+        original(connection, message_id, body, buffers)
+
+    handlers[kind] = slow
+    try:
+        yield arrived, let_go
+    finally:
+        let_go.set()
+        handlers[kind] = original
+
+
+def _direct_sent() -> int:
+    direct = runtime_slot.current().direct
+    return 0 if direct is None else direct.sent
+
+
+@fray_ray.remote
+class Keeper:
+    def __init__(self) -> None:
+        self.refs: list[Any] = []
+
+    def keep(self, refs: list[Any]) -> int:
+        self.refs = refs
+        return len(refs)
+
+    def read(self) -> Any:
+        return fray_ray.get(self.refs[0], timeout=60)
+
+
+@fray_ray.remote
+class Producer:
+    def make(self) -> str:
+        return "made"
+
+
+@fray_ray.remote
+def pass_a_put_on(keeper: Any) -> int:
+    ref = fray_ray.put("put")
+    assert fray_ray.get(keeper.keep.remote([ref])) == 1
+    del ref  # the keeper's is the last ref
+    return _direct_sent()
+
+
+@fray_ray.remote
+def pass_a_result_on(producer: Any, keeper: Any) -> int:
+    fray_ray.get(keeper.keep.remote([]))  # the way to the keeper is known before the hand-over below
+    made = producer.make.remote()  # held in this process until a ref to it leaves
+    fray_ray.wait([made])
+    assert fray_ray.get(keeper.keep.remote([made])) == 1
+    del made
+    return _direct_sent()
+
+
+def _ready_keeper() -> tuple[Any, bytes]:
+    keeper = Keeper.remote()
+    assert fray_ray.get(keeper.keep.remote([])) == 0  # running: workers call it directly
+    return keeper, keeper._actor_id.binary()
+
+
+def test_a_ref_an_actor_took_outlives_the_callers_release_when_its_borrow_is_late(session: fray_ray.RayContext) -> None:
+    keeper, keeper_id = _ready_keeper()
+    with held_back("borrow", from_worker=keeper_id) as (arrived, let_go):
+        task = pass_a_put_on.remote(keeper)
+        wait_for(arrived.is_set, what="the keeper's borrow at the driver")
+        fray_ray.wait([task], timeout=HOLD_S)  # ends only if the keeper answered before its borrow counted
+        let_go.set()
+        assert fray_ray.get(task, timeout=60) >= 1, "the call went through the driver"
+    assert fray_ray.get(keeper.read.remote(), timeout=60) == "put"
+
+
+def test_a_result_passed_on_is_known_to_the_driver_before_the_callee_borrows_it(session: fray_ray.RayContext) -> None:
+    keeper, _ = _ready_keeper()
+    producer = Producer.remote()
+    fray_ray.get(producer.make.remote())
+    with held_back("hand_over") as (arrived, let_go):
+        task = pass_a_result_on.remote(producer, keeper)
+        wait_for(arrived.is_set, what="the caller's hand-over at the driver")
+        fray_ray.wait([task], timeout=HOLD_S)  # the keeper borrows meanwhile, unless the call waited
+        let_go.set()
+        assert fray_ray.get(task, timeout=60) >= 3, "the calls went through the driver"
+    assert fray_ray.get(keeper.read.remote(), timeout=60) == "made"
+
+
+@fray_ray.remote
+def read_an_unknown_object() -> str:
+    ref = fray_ray.ObjectRef(b"\x07" * 28)  # an id the driver never made
+    try:
+        fray_ray.get(ref, timeout=60)
+    except fray_ray.exceptions.ObjectLostError as exc:  # raised as the type it is, in the worker
+        return f"{type(exc).__name__} {exc.object_ref_hex}"
+    return "read"
+
+
+def test_a_worker_reading_an_object_the_driver_does_not_know_gets_object_freed_error(session: fray_ray.RayContext) -> None:
+    assert fray_ray.get(read_an_unknown_object.remote(), timeout=60) == f"ObjectFreedError {'07' * 28}"
+
+
+class _SessionStandIn:
+    """Answers every request at once, as a driver that has handled all before it; records them."""
+
+    def __init__(self, closed: bool = False) -> None:
+        self.asked: list[str] = []
+        self.closed = closed
+
+    def request(self, method: str, body: Any, buffers: Any) -> concurrent.futures.Future:
+        self.asked.append(method)
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        if self.closed:
+            future.set_exception(ConnectionClosed("gone"))
+        else:
+            future.set_result(({}, []))
+        return future
+
+
+def test_notices_are_confirmed_with_one_sync_and_only_when_some_went_out() -> None:
+    session = _SessionStandIn()
+    notices = DriverNotices(session)  # type: ignore[arg-type]
+    notices.confirm()
+    assert session.asked == []  # nothing to confirm: no round trip
+    notices.sent()
+    notices.sent()
+    notices.confirm()
+    notices.confirm()
+    assert session.asked == ["sync"] and notices.unconfirmed() == 0
+
+
+def test_confirming_with_the_driver_gone_returns() -> None:
+    notices = DriverNotices(_SessionStandIn(closed=True))  # type: ignore[arg-type]
+    notices.sent()
+    notices.confirm()  # nobody counts refs any more: nothing to wait for
