@@ -13,7 +13,7 @@ import concurrent.futures
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +39,19 @@ def session(cluster_session: fray_ray.RayContext) -> fray_ray.RayContext:
 
 
 @contextlib.contextmanager
-def held_back(kind: str, from_worker: bytes | None = None) -> Iterator[tuple[threading.Event, threading.Event]]:
-    """Frames of `kind` (from the worker with id `from_worker`, or any) wait at the driver until
-    the second event is set (10 s at most), and hold back what follows them on their connection,
-    as a slow link would. The first event is set once one arrived."""
+def held_back(kind: str, from_worker: bytes | None = None,
+              naming: Callable[[bytes], bool] | None = None) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """Frames of `kind` (from the worker with id `from_worker`, or any; naming an object id for
+    which `naming` is true, or any) wait at the driver until the second event is set (10 s at
+    most), and hold back what follows them on their connection, as a slow link would. The first
+    event is set once one arrived."""
     handlers = runtime_slot.current().session._handlers
     original = handlers[kind]
     arrived, let_go = threading.Event(), threading.Event()
 
     def slow(connection: Any, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        if from_worker is None or connection.peer_info.get("id") == from_worker:
+        if (from_worker is None or connection.peer_info.get("id") == from_worker) and \
+                (naming is None or any(naming(oid) for oid in body.get("ids", ()))):
             arrived.set()
             let_go.wait(10)
         original(connection, message_id, body, buffers)
@@ -180,3 +183,55 @@ def test_confirming_with_the_driver_gone_returns() -> None:
     notices = DriverNotices(_SessionStandIn(closed=True))  # type: ignore[arg-type]
     notices.sent()
     notices.confirm()  # nobody counts refs any more: nothing to wait for
+
+
+@fray_ray.remote
+class PutSource:
+    def make(self) -> list[Any]:
+        return [fray_ray.put(b"x" * (1 << 20))]  # large: kept in this process, its only ref in the answer
+
+    def ping(self) -> None:
+        """Releases the refs the last call dropped before it answers: an API call sends what was
+        released first, on the connection its answer to the driver takes too."""
+        fray_ray.put(None)
+
+
+@fray_ray.remote
+def take_and_drop(source: Any, times: int) -> list[str]:
+    fray_ray.get(source.make.remote())  # the way to the source is known: the calls below go straight there
+    made = []
+    for _ in range(times):
+        (ref,) = fray_ray.get(source.make.remote())
+        assert len(fray_ray.get(ref)) == 1 << 20
+        made.append(ref.hex())
+    return made
+
+
+def test_objects_an_answer_named_are_freed_once_their_caller_drops_them(session: fray_ray.RayContext) -> None:
+    objects = runtime_slot.current().objects
+    source = PutSource.remote()  # lives on: its process could keep the objects
+    made = fray_ray.get(take_and_drop.remote(source, 20), timeout=60)
+    assert len(set(made)) == 20
+    fray_ray.get(source.ping.remote(), timeout=60)
+    # The host kept each until its caller counted it; nothing keeps them once the caller is done.
+    wait_for(lambda: not any(objects.known(bytes.fromhex(oid)) for oid in made), timeout=30,
+             what="the objects the answers named to be freed")
+    assert fray_ray.get(source.ping.remote(), timeout=60) is None
+
+
+@fray_ray.remote
+def take_one(source: Any) -> tuple[int, int]:
+    (ref,) = fray_ray.get(source.make.remote())
+    return len(fray_ray.get(ref)), _direct_sent()
+
+
+def test_an_answer_keeps_what_it_names_until_the_caller_is_counted(session: fray_ray.RayContext) -> None:
+    source = PutSource.remote()
+    fray_ray.get(source.make.remote())
+    objects = runtime_slot.current().objects
+    with held_back("borrow", naming=lambda oid: bool(objects.holders([oid]))) as (arrived, let_go):  # of a put it holds
+        task = take_one.remote(source)
+        wait_for(arrived.is_set, what="the caller's borrow at the driver")  # the answer reached the caller
+        fray_ray.get(source.ping.remote(), timeout=60)  # the source's own ref goes: only its answer's keeps it
+        let_go.set()
+        assert fray_ray.get(task, timeout=60) == (1 << 20, 1)

@@ -44,6 +44,7 @@ from fray_ray._private.messages._direct_calls import (
     HandOverStream,
     ListDirectCalls,
     OpenGate,
+    ResultsTaken,
     Route,
 )
 from fray_ray._private.messages._from_workers import (
@@ -122,6 +123,7 @@ __all__ = [
     "OpenGate",
     "HandOverDone",
     "HandOverStream",
+    "ResultsTaken",
     "HandOver",
     "HandBack",
     "Gate",

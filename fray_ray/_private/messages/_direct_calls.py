@@ -68,6 +68,17 @@ class OpenGate(Message):
 
 @_message
 @dataclass(repr=False, eq=False)
+class ResultsTaken(Message):
+    """Caller to actor host: the driver counts this process's refs to the objects these calls'
+    results named, so the host may let go of its own (`ForeignCallGate.answer` kept them)."""
+
+    KIND: ClassVar[str] = "results_taken"
+
+    calls: list[bytes]
+
+
+@_message
+@dataclass(repr=False, eq=False)
 class HandOver(Message):
     """The driver owns these results of direct calls from now on (a ref to each left the
     caller's process); their values follow in `HandOverDone`. The caller holds one ref to each."""

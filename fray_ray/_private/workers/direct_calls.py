@@ -24,6 +24,7 @@ generator method's items come to the caller as they are made (`direct_streams.py
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -46,6 +47,7 @@ from fray_ray._private.messages import (
     HandOver,
     HandOverDone,
     HandOverStream,
+    ResultsTaken,
     Route,
     Yield,
 )
@@ -139,6 +141,8 @@ class DirectCalls:
         #: return id -> its call's id, while this process holds the result (or waits for it)
         self._producers: dict[bytes, bytes] = {}
         self._values: dict[bytes, SerializedValue] = {}
+        #: results held here whose values name refs, which count as this process's while held
+        self._naming: set[bytes] = set()
         self._handed_over: set[bytes] = set()
         #: handed over, no ref left here, the call still running: its value goes to the driver
         self._released: set[bytes] = set()
@@ -304,15 +308,28 @@ class DirectCalls:
             call.retries_left -= 1
         return True
 
-    def _finish(self, ended: Iterable[tuple[_Call, Sequence[SerializedValue]]]) -> None:
+    def _finish(self, ended: Sequence[tuple[_Call, Sequence[SerializedValue]]]) -> None:
         handed: list[tuple[bytes, SerializedValue]] = []
+        # The refs results name count as this process's before a result can be read; the host
+        # keeps its own until told the driver has these (`_results_taken`).
+        naming = {call.spec.call_id: call.link for call, results in ended if any(v.contained_refs for v in results)}
+        for call, results in ended:
+            for _, value in zip(call.spec.return_ids, results):
+                for ref in value.contained_refs:
+                    self._references.add(ref)
         with self._lock:
             for call, results in ended:
                 self._calls.pop(call.spec.call_id, None)
-                if call.cancelled:
-                    continue
                 for oid, value in zip(call.spec.return_ids, results):
-                    if oid not in self._producers:
+                    kept = not call.cancelled and oid in self._producers and oid not in self._released
+                    if kept:
+                        self._values[oid] = value
+                        if value.contained_refs:
+                            self._naming.add(oid)
+                    else:
+                        for ref in value.contained_refs:
+                            self._references.release_later(ref)
+                    if call.cancelled or oid not in self._producers:
                         continue  # nothing refers to it any more
                     if oid in self._handed_over:
                         handed.append((oid, value))
@@ -320,8 +337,6 @@ class DirectCalls:
                         self._released.discard(oid)
                         self._handed_over.discard(oid)
                         del self._producers[oid]
-                    else:
-                        self._values[oid] = value
             self._changed.notify_all()
         for call, results in ended:
             self._ended(call)
@@ -331,8 +346,19 @@ class DirectCalls:
                 call.future.set_result(list(results))
         if handed:
             self._send_values(handed)
+        for link in set(naming.values()):
+            calls = [call_id for call_id, to in naming.items() if to is link]
+            self._notices.then(functools.partial(self._results_taken, link, calls))
         for call, _ in ended:
             call.link.connection.wake_lender()
+
+    @staticmethod
+    def _results_taken(link: _HostLink, calls: list[bytes]) -> None:
+        """The driver counts what these calls' results name: their host may let go of its refs."""
+        try:
+            messages.notify(link.connection, ResultsTaken(calls))
+        except ConnectionClosed:
+            pass  # the host is gone, and its refs with it
 
     def _link_closed(self, link: _HostLink) -> None:
         """The host went away (or its gate closed): calls it did not answer go back to the driver."""
@@ -503,6 +529,10 @@ class DirectCalls:
                     driver_ids.append(oid)
                     continue
                 value = self._values.pop(oid, None)
+                if value is not None and oid in self._naming:
+                    self._naming.discard(oid)
+                    for ref in value.contained_refs:
+                        self._references.release_later(ref)
                 if oid not in self._handed_over:
                     del self._producers[oid]
                     continue

@@ -13,12 +13,16 @@ care a peer could act on a ref before the driver counts the holder that passed i
 So before a call or an answer leaves for another process, `confirm()` asks the driver to
 answer a `Sync` if any notice went out since the last one it answered: the driver handles a
 connection's frames in order, so its answer says everything before it is counted. Calls and
-answers that carry no new refs, the usual case, cost nothing.
+answers that carry no new refs, the usual case, cost nothing. A caller that counts the refs an
+answer named tells the host once the driver has them (`then`), and only then does the host
+let go of its own.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
+from collections.abc import Callable
 
 from fray_ray._private import messages
 from fray_ray._private.messages import Sync
@@ -55,5 +59,27 @@ class DriverNotices:
             messages.call(self._connection, Sync())
         except (ConnectionClosed, RemoteError):
             return  # the driver is gone: nobody counts refs any more
+        self._reached(target)
+
+    def then(self, callback: Callable[[], None]) -> None:
+        """Run `callback` once the driver has handled every notice sent before this call: at
+        once if it has, else on the session's reader thread when it answers (so `callback`
+        must not block)."""
+        with self._lock:
+            target = self._sent
+            if self._confirmed >= target:
+                target = -1
+        if target < 0:
+            callback()
+            return
+
+        def answered(future: concurrent.futures.Future) -> None:
+            if future.exception() is None:
+                self._reached(target)
+            callback()  # with the driver gone nobody counts refs any more: nothing to wait for
+
+        messages.request(self._connection, Sync()).add_done_callback(answered)
+
+    def _reached(self, target: int) -> None:
         with self._lock:
             self._confirmed = max(self._confirmed, target)

@@ -47,6 +47,7 @@ from fray_ray._private.messages import (
     Gate,
     ListDirectCalls,
     OpenGate,
+    ResultsTaken,
     Yield,
 )
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
@@ -78,9 +79,10 @@ class ForeignCallGate:
         the driver has heard of the refs this process took (`driver_notices.py`)."""
         self._run_call = run_call
         self._before_answer = before_answer
-        #: refs to the objects answers named, kept for the process's life: the caller's own
-        #: refs to them may reach the driver after this process's refs are gone
-        self._pinned: list[ObjectRef[Any]] = []
+        #: call id -> its caller's connection and refs to the objects its answer named, kept
+        #: until the caller says the driver counts its own (`ResultsTaken`); a caller whose
+        #: connection closed first leaves them kept for this process's life
+        self._pinned: dict[bytes, tuple[Connection, list[ObjectRef[Any]]]] = {}
         self._bind_host = bind_host
         self._advertise_host = advertise_host
         self._lock = threading.Lock()  # guards everything below
@@ -102,7 +104,8 @@ class ForeignCallGate:
         self._closed = False
         self._handlers = {
             HELLO: _welcome,
-            **messages.handlers({CallMethod: self._on_call, **({CancelCall: cancel} if cancel else {})}),
+            **messages.handlers({CallMethod: self._on_call, ResultsTaken: self._on_taken,
+                                 **({CancelCall: cancel} if cancel else {})}),
         }
 
     def open(self) -> dict[str, str] | None:
@@ -194,6 +197,18 @@ class ForeignCallGate:
                 self._generators.add(call.call)
         self._run_call(connection, message_id, call)
 
+    def _on_taken(self, connection: Connection, message_id: int | None, taken: ResultsTaken) -> None:
+        with self._lock:
+            for call_id in taken.calls:
+                pinned = self._pinned.get(call_id)
+                if pinned is not None and pinned[0] is connection:  # only its caller lets go
+                    del self._pinned[call_id]
+
+    def pinned(self) -> int:
+        """How many answered calls' objects are kept for their callers (tests read it)."""
+        with self._lock:
+            return len(self._pinned)
+
     def item_sender(self, to_owner: Callable[[Yield], None]) -> Callable[[Yield], None]:
         """Sends a generator method's items: to the caller of a call that came through this
         gate, else with `to_owner`."""
@@ -276,7 +291,9 @@ class ForeignCallGate:
             return False
         contained = [oid for value in done.results for oid in value.contained_refs]
         if contained:
-            self._pinned.extend(ObjectRef(oid) for oid in contained)  # before the answer goes
+            refs = [ObjectRef(oid) for oid in contained]  # before the answer goes
+            with self._lock:
+                self._pinned[done.call] = (caller[0], refs)
         self._before_answer()
         try:
             messages.notify(caller[0], done)
