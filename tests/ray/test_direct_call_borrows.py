@@ -235,3 +235,26 @@ def test_an_answer_keeps_what_it_names_until_the_caller_is_counted(session: fray
         fray_ray.get(source.ping.remote(), timeout=60)  # the source's own ref goes: only its answer's keeps it
         let_go.set()
         assert fray_ray.get(task, timeout=60) == (1 << 20, 1)
+
+
+@fray_ray.remote
+class PutItems:
+    def items(self, n: int) -> Iterator[Any]:
+        for index in range(n):
+            yield fray_ray.put(bytes([index]) * (1 << 20))  # large: kept in this process
+
+    def ping(self) -> None:
+        fray_ray.put(None)  # as PutSource.ping
+
+
+@fray_ray.remote
+def read_items_late(source: Any, n: int) -> list[int]:
+    refs = list(source.items.remote(n))  # each item names an object the source made
+    fray_ray.get(source.ping.remote())  # the source's own refs to them are gone now
+    return [fray_ray.get(fray_ray.get(ref))[0] for ref in refs]
+
+
+def test_items_of_a_direct_generator_keep_what_they_name_until_read(session: fray_ray.RayContext) -> None:
+    source = PutItems.remote()
+    fray_ray.get(source.ping.remote())
+    assert fray_ray.get(read_items_late.remote(source, 4), timeout=60) == [0, 1, 2, 3]

@@ -51,6 +51,8 @@ class HeldLineage:
         self._live: dict[bytes, int] = {}  # task id -> its objects still kept here
         self._hosts: dict[str, str] = {}  # holder address -> its host's shared-memory identity
         self._kept_by_owner: set[bytes] = set()  # objects held by the process Ray would call their owner
+        #: holder address -> (set once its values are rebuilt or failed, the thread doing it)
+        self._handling: dict[str, tuple[threading.Event, int]] = {}
 
     def put_held(self, connection: Connection, object_id: bytes | None, value: SerializedValue,
                  held: list[list[Any]]) -> bytes:
@@ -72,6 +74,7 @@ class HeldLineage:
             connection.peer_info["holder"] = holder
             with self._lock:
                 self._hosts[holder] = connection.peer_info.get("host") or ""
+                self._handling.pop(holder, None)  # a new process at an address a dead one had
             self._holders.holder_started(holder)
             connection.add_close_callback(lambda _closed: self.holder_gone(holder))
 
@@ -152,8 +155,29 @@ class HeldLineage:
         return True
 
     def holder_gone(self, holder: str) -> None:
-        """The process at `holder` exited: rebuild or fail each value it held."""
-        self._holders.holder_gone(holder)
+        """The process at `holder` exited: rebuild or fail each value it held. Its connection's
+        close and readers that cannot reach it may all say so at once: the first does it, the
+        others return once it is done, so a reader told to read again finds the new state."""
+        with self._lock:
+            handling = self._handling.get(holder)
+            if handling is None:
+                handling = self._handling[holder] = (threading.Event(), threading.get_ident())
+                first = True
+            else:
+                first = False
+        if not first:
+            if handling[1] != threading.get_ident():  # not from within the first one's own work
+                handling[0].wait()
+            return
+        try:
+            self._values_lost(holder)
+        finally:
+            self._holders.holder_gone(holder)  # reads of it fail at once from now on, once the table says why
+            handling[0].set()
+
+    def _values_lost(self, holder: str) -> None:
+        """Make pending again (and resubmit the task of) each value of `holder` that may be
+        rebuilt; fail the others, saying why."""
         with self._lock:
             self._hosts.pop(holder, None)
         rerun: dict[bytes, TaskSpec] = {}

@@ -148,7 +148,9 @@ class DirectCalls:
         self._released: set[bytes] = set()
         self._changed = threading.Condition(self._lock)  # a result arrived (for `wait`)
         self._streams = DirectStreams(self._lock, self._changed, self._take_item, self._send_stream,
-                                      lambda item_id: ObjectRef(item_id, _announced=True))
+                                      lambda item_id: ObjectRef(item_id, _announced=True), self._let_go)
+        #: calls whose generator items named refs this process counts (their host keeps its own until told)
+        self._items_naming: set[bytes] = set()
         self.sent = 0  # calls sent straight to hosts (tests read it)
         object_ref.set_escape_hook(self.escaped)
 
@@ -203,7 +205,7 @@ class DirectCalls:
             return None
         link = _HostLink(address, connection)
         connection.add_close_callback(lambda _: self._link_closed(link))
-        connection.start(messages.handlers({Yield: lambda _connection, _id, item: self._streams.arrived(item)},
+        connection.start(messages.handlers({Yield: lambda _connection, _id, item: self._item_arrived(item)},
                                            batched={CallDone: lambda _, done: self._answered(link, done)}))
         with self._lock:
             self._links[address] = link
@@ -274,6 +276,24 @@ class DirectCalls:
         """A generator's item the consumer took is a result of its call held here (lock held)."""
         self._producers[item_id] = call_id
         self._values[item_id] = value
+        if value.contained_refs:
+            self._naming.add(item_id)  # counted as it arrived (`_item_arrived`)
+
+    def _item_arrived(self, item: Yield) -> None:
+        """A generator's item came (on its link's reader thread, before the call's `CallDone`):
+        the refs it names count as this process's while it keeps the item."""
+        if item.value.contained_refs:
+            for ref in item.value.contained_refs:
+                self._references.add(ref)
+            with self._lock:
+                self._items_naming.add(item.stream)
+        self._streams.arrived(item)
+
+    def _let_go(self, values: Iterable[SerializedValue]) -> None:
+        """Items no longer kept here (sent to the driver, or dropped): the refs they name go."""
+        for value in values:
+            for ref in value.contained_refs:
+                self._references.release_later(ref)
 
     # ---- answers -------------------------------------------------------------------------
 
@@ -312,12 +332,14 @@ class DirectCalls:
         handed: list[tuple[bytes, SerializedValue]] = []
         # The refs results name count as this process's before a result can be read; the host
         # keeps its own until told the driver has these (`_results_taken`).
-        naming = {call.spec.call_id: call.link for call, results in ended if any(v.contained_refs for v in results)}
+        naming = {call.spec.call_id: call.link for call, results in ended
+                  if call.spec.call_id in self._items_naming or any(v.contained_refs for v in results)}
         for call, results in ended:
             for _, value in zip(call.spec.return_ids, results):
                 for ref in value.contained_refs:
                     self._references.add(ref)
         with self._lock:
+            self._items_naming.difference_update(naming)
             for call, results in ended:
                 self._calls.pop(call.spec.call_id, None)
                 for oid, value in zip(call.spec.return_ids, results):
@@ -376,6 +398,7 @@ class DirectCalls:
             wanted = []  # calls whose results something still refers to
             for call in unanswered:
                 self._calls.pop(call.spec.call_id, None)
+                self._items_naming.discard(call.spec.call_id)  # the host that kept their refs is gone
                 if any(oid in self._producers for oid in call.spec.return_ids) or self._streams.wanted(call.spec.call_id):
                     wanted.append(call)
                 for oid in call.spec.return_ids:

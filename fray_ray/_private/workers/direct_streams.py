@@ -55,7 +55,11 @@ class DirectStreams:
     condition (`direct_calls.DirectCalls`), whose tables a taken item joins."""
 
     def __init__(self, lock: threading.Lock, changed: threading.Condition, take: TakeItem,
-                 notify: Callable[[HandOverStream], None], make_ref: Callable[[bytes], Any]) -> None:
+                 notify: Callable[[HandOverStream], None], make_ref: Callable[[bytes], Any],
+                 let_go: Callable[[Sequence[SerializedValue]], None] = lambda values: None) -> None:
+        """`let_go(values)`: items this process no longer keeps, other than those taken (sent to
+        the driver, or dropped): the refs they name are not this process's any more."""
+        self._let_go = let_go
         self._lock = lock
         self._changed = changed  # notified as items arrive (for `wait`)
         self._take = take
@@ -70,7 +74,9 @@ class DirectStreams:
     def discard(self, call_id: bytes) -> None:
         """The call went through the driver after all: it feeds the generator."""
         with self._lock:
-            self._streams.pop(call_id, None)
+            stream = self._streams.pop(call_id, None)
+            if stream is not None:
+                self._let_go(stream.arrived)
 
     def holds(self, stream_id: bytes) -> bool:
         """Whether this process keeps the stream (it was not handed to the driver)."""
@@ -88,16 +94,19 @@ class DirectStreams:
         """An item came from the host (on its link's reader thread)."""
         stream = self._streams.get(item.stream)
         if stream is None:
+            self._let_go([item.value])
             return
         with stream.sending:
             resolved = []
             forward = None
             with self._lock:
+                kept = False
                 if stream.finished or stream.released:
-                    return  # a released stream's items are dropped (here, or by the driver)
-                if not stream.handed_over:
+                    pass  # a released stream's items are dropped (here, or by the driver)
+                elif not stream.handed_over:
                     if item.index == stream.produced + 1:  # a retry's replay of items it has is dropped
                         stream.arrived.append(item.value)
+                        kept = True
                         resolved = self._serve_waiters(stream)
                         self._changed.notify_all()
                 elif item.index == stream.forwarded + 1:
@@ -105,6 +114,8 @@ class DirectStreams:
                     forward = HandOverStream(item.stream, item.index - 1, [item.value])
             if forward is not None:
                 self._notify(forward)
+            if not kept:
+                self._let_go([item.value])
         self._resolve(resolved)
 
     def ended(self, call_id: bytes, results: Sequence[SerializedValue]) -> None:
@@ -191,6 +202,7 @@ class DirectStreams:
                 stream.forwarded = before + len(items)
                 waiters, stream.waiters = stream.waiters, []
             self._notify(HandOverStream(stream_id, before, items, finished=finished))
+            self._let_go(items)
             if finished or last:  # the driver has all of it: forgotten once the message is on its way
                 self.discard(stream_id)
         for _, future, ask_driver in waiters:  # they ask the driver now
@@ -208,6 +220,7 @@ class DirectStreams:
                 if stream is None:
                     continue
                 stream.released = not stream.handed_over
+                self._let_go(stream.arrived)
                 stream.arrived.clear()
                 if stream.finished:
                     del self._streams[stream_id]

@@ -31,7 +31,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fray_ray._private import messages
@@ -197,6 +197,16 @@ class ForeignCallGate:
                 self._generators.add(call.call)
         self._run_call(connection, message_id, call)
 
+    def _pin(self, call_id: bytes, caller: Connection, object_ids: Sequence[bytes]) -> None:
+        """Keep the objects an answer or item of `call_id` names until its caller has counted them."""
+        refs = [ObjectRef(oid) for oid in object_ids]  # before the answer or item goes
+        with self._lock:
+            pinned = self._pinned.get(call_id)
+            if pinned is not None and pinned[0] is caller:
+                pinned[1].extend(refs)
+            else:
+                self._pinned[call_id] = (caller, refs)
+
     def _on_taken(self, connection: Connection, message_id: int | None, taken: ResultsTaken) -> None:
         with self._lock:
             for call_id in taken.calls:
@@ -226,6 +236,8 @@ class ForeignCallGate:
             caller = self._callers.get(item.stream)
             if caller is None:
                 return self._keep(item)
+        if item.value.contained_refs:
+            self._pin(item.stream, caller[0], item.value.contained_refs)
         self._before_answer()
         try:
             messages.notify(caller[0], item)
@@ -291,9 +303,7 @@ class ForeignCallGate:
             return False
         contained = [oid for value in done.results for oid in value.contained_refs]
         if contained:
-            refs = [ObjectRef(oid) for oid in contained]  # before the answer goes
-            with self._lock:
-                self._pinned[done.call] = (caller[0], refs)
+            self._pin(done.call, caller[0], contained)
         self._before_answer()
         try:
             messages.notify(caller[0], done)
