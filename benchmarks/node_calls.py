@@ -4,7 +4,9 @@ A head and two simulated nodes (`cluster_utils.Cluster` on both backends), node 
 told apart by a custom resource each. An actor lives on node A; a task pinned to node B, and
 then an actor pinned to node B, call it synchronously (call + get, one at a time) for a
 warm-up and one round, and report how many calls they made. Then a task on node B reads the
-items of the actor's generator method (100 small items a call, each `get` as it comes). The
+items of the actor's generator method (100 small items a call, each `get` as it comes), and
+passes the result of each call to the actor on to a second actor on node A, as a ref (a
+pipeline step: the second actor borrows the object, so its owner counts it). The
 driver only waits for that task's (or method's) result meanwhile, so its CPU time over the
 round, per call, is what each such call costs it (Ray: none; fray_ray sent every call through its driver before workers
 called actors directly).
@@ -37,6 +39,9 @@ def _remotes(ray: Any) -> Any:
             for item in range(count):  # noqa: UP028 - Ray 2.60 actor generators fail on `yield from range(...)`
                 yield item
 
+        def take(self, refs: list[Any]) -> int:
+            return len(refs)
+
     def call_for(target: Any, seconds: float) -> int:
         """Sync calls to `target` for `seconds`; how many."""
         calls, end = 0, time.perf_counter() + seconds
@@ -54,6 +59,14 @@ def _remotes(ray: Any) -> Any:
                 items += 1
         return items
 
+    def pass_on_for(target: Any, sink: Any, seconds: float) -> int:
+        """Steps of `target.ping` → `sink.take([its result])` for `seconds`; how many."""
+        steps, end = 0, time.perf_counter() + seconds
+        while steps == 0 or time.perf_counter() < end:
+            ray.get(sink.take.remote([target.ping.remote()]))
+            steps += 1
+        return steps
+
     class Caller:
         def __init__(self, target: Any) -> None:
             self.target = target
@@ -64,7 +77,8 @@ def _remotes(ray: Any) -> Any:
     return (ray.remote(num_cpus=0, resources={NODE_A: 0.01})(Target),
             ray.remote(num_cpus=0, resources={NODE_B: 0.01})(call_for),
             ray.remote(num_cpus=0, resources={NODE_B: 0.01})(Caller),
-            ray.remote(num_cpus=0, resources={NODE_B: 0.01})(read_for))
+            ray.remote(num_cpus=0, resources={NODE_B: 0.01})(read_for),
+            ray.remote(num_cpus=0, resources={NODE_B: 0.01})(pass_on_for))
 
 
 def _measured(ray: Any, run: Any, timing: Any) -> tuple[float, float]:
@@ -82,17 +96,19 @@ def run(backend_name: str, ray: Any, timing: Any) -> dict[str, Any]:
     cluster = _cluster(backend_name)
     try:
         cluster.connect()
-        target_cls, call_for, caller_cls, read_for = _remotes(ray)
-        target = target_cls.remote()
-        ray.get(target.ping.remote())
+        target_cls, call_for, caller_cls, read_for, pass_on_for = _remotes(ray)
+        target, sink = target_cls.remote(), target_cls.remote()
+        ray.get([target.ping.remote(), sink.ping.remote()])
         task_rate, task_cpu = _measured(ray, lambda s: call_for.remote(target, s), timing)
         caller = caller_cls.remote(target)
         actor_rate, actor_cpu = _measured(ray, lambda s: caller.call_for.remote(s), timing)
         item_rate, item_cpu = _measured(ray, lambda s: read_for.remote(target, s), timing)
+        pass_rate, pass_cpu = _measured(ray, lambda s: pass_on_for.remote(target, sink, s), timing)
         return {"status": "ok", "metrics": {
             "node_task_to_actor_calls": task_rate, "node_task_to_actor_driver_us": task_cpu,
             "node_actor_to_actor_calls": actor_rate, "node_actor_to_actor_driver_us": actor_cpu,
             "node_generator_items": item_rate, "node_generator_driver_us": item_cpu,
+            "node_pass_on_steps": pass_rate, "node_pass_on_driver_us": pass_cpu,
         }, "extra": {}}
     finally:
         ray.shutdown()

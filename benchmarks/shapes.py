@@ -169,6 +169,7 @@ BASE_TARGETS: dict[str, Target] = {
     "node_actor_to_actor_driver_us": Target(TargetKind.AT_MOST, 5.0, "≤ 5 µs"),
     "node_generator_items": Target(TargetKind.RATIO, 1.0, "≥ Ray's rate"),
     "node_generator_driver_us": Target(TargetKind.AT_MOST, 5.0, "≤ 5 µs"),
+    "node_pass_on_steps": Target(TargetKind.RATIO, 1.0, "≥ Ray's rate"),
     "node_to_node_100mb_gbps": Target(TargetKind.RATIO, 1.0, "≥ Ray's GB/s"),
     "node_to_node_driver_cpu_s_per_gb": Target(TargetKind.AT_MOST, 0.1, "≤ 0.1 s per GB"),
     "node_to_node_driver_peak_rss_mib": Target(TargetKind.AT_MOST, 100.0, "≤ 100 MiB above idle"),
@@ -269,13 +270,15 @@ def catalog(curves: Curves, timeout_scale: float = 1.0, envelope: EnvelopeSizes 
         Metric("cross_driver_calls", "calls/s", "higher", "call + get from the second driver, one at a time"))
     add(Shape("node_calls", Kind.NODES, "node_calls", 240,
               "a head and two simulated nodes: node B calls an actor on node A, call + get, one at a time, "
-              "and reads its generator's items", ()),
+              "reads its generator's items, and passes each of its results on to a second actor as a ref", ()),
         Metric("node_task_to_actor_calls", "calls/s", "higher", "a task on node B calling the actor"),
         Metric("node_task_to_actor_driver_us", "µs", "lower", "the driver's CPU per such call"),
         Metric("node_actor_to_actor_calls", "calls/s", "higher", "an actor on node B calling the actor"),
         Metric("node_actor_to_actor_driver_us", "µs", "lower", "the driver's CPU per such call"),
         Metric("node_generator_items", "items/s", "higher", "a task on node B reading the actor's generator items"),
-        Metric("node_generator_driver_us", "µs", "lower", "the driver's CPU per such item"))
+        Metric("node_generator_driver_us", "µs", "lower", "the driver's CPU per such item"),
+        Metric("node_pass_on_steps", "steps/s", "higher", "a task on node B passing each result of the actor on to another"),
+        Metric("node_pass_on_driver_us", "µs", "lower", "the driver's CPU per such step (it counts the borrows)"))
     add(Shape("node_to_node_100mb", Kind.MULTI_NODE, "multi_node", 300,
               "8 × 100 MB arrays made by tasks on node A, summed by tasks on node B", ()),
         Metric("node_to_node_100mb_gbps", "GB/s", "higher", "bytes moved A → B per second"),
