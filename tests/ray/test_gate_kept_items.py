@@ -4,14 +4,14 @@ error (one layer: the gate, with stand-in connections)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
 from fray_ray._private import messages
-from fray_ray._private.messages import CallDone, ClaimCalls, Yield
-from fray_ray._private.objects.serialization import SerializedValue, deserialize
+from fray_ray._private.core.task_spec import CallArguments
+from fray_ray._private.messages import CallDone, CallMethod, ClaimCalls, Yield
+from fray_ray._private.objects.serialization import SerializedValue, deserialize, serialize
 from fray_ray._private.workers import foreign_calls
 from fray_ray._private.workers.foreign_calls import ForeignCallGate
 from fray_ray.exceptions import ActorUnavailableError
@@ -38,8 +38,8 @@ def _item(index: int, size: int = 10) -> Yield:
 def gate() -> ForeignCallGate:
     gate = ForeignCallGate(lambda *args: None, bind_host="127.0.0.1", advertise_host="127.0.0.1")
     caller = _Link()
-    gate._callers[CALL] = (caller, "items", time.time(), True)  # type: ignore[assignment]
-    gate._generators.add(CALL)
+    call = CallMethod(CALL, "items", [], "streaming", CallArguments(serialize(((), {}))))
+    gate._on_call(caller, None, call)  # type: ignore[arg-type]
     gate._forget(caller)  # the caller's connection closed mid-stream
     return gate
 

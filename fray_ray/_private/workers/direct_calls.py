@@ -230,7 +230,8 @@ class DirectCalls:
                 self._producers[oid] = spec.call_id
         message = CallMethod.of(spec, self._ready_value)
         message.events = call.events = way.task_events if spec.task_events is None else spec.task_events
-        self._notices.confirm()  # the host may count its refs to our results as soon as it has the call
+        if call.keep:
+            self._notices.confirm()  # the host may count the refs it names as soon as it has the call
         with link.lock:
             alone = not link.in_flight
             sent = not link.closed

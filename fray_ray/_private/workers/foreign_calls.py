@@ -32,7 +32,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from fray_ray._private import messages
 from fray_ray._private.core.execution import error_results
@@ -69,6 +69,21 @@ RunCall = Callable[[Connection, int | None, CallMethod], None]
 CancelRun = Callable[[Connection, int | None, CancelCall], None]
 
 
+class _Caller(NamedTuple):
+    """A call that came through the gate, until it is answered."""
+
+    connection: Connection  # the one it came on, where its answer goes
+    method: str
+    arrived: float
+    events: bool  # the state API lists it (`enable_task_events`)
+    names_refs: bool  # its arguments name objects, which its caller keeps until the answer comes
+
+
+def _names_refs(call: CallMethod) -> bool:
+    args = call.args
+    return bool(args.value.contained_refs or args.stored or any(v.contained_refs for v in args.inlined.values()))
+
+
 class ForeignCallGate:
     """The stream server other drivers send an actor's calls to, and where each call's answer
     goes back. Thread-safe."""
@@ -88,9 +103,7 @@ class ForeignCallGate:
         self._lock = threading.Lock()  # guards everything below
         self._server: StreamServer | None = None
         self._token = ""
-        #: call id -> the connection it came on, its method, when it arrived, and whether the
-        #: state API lists it (`enable_task_events`)
-        self._callers: dict[bytes, tuple[Connection, str, float, bool]] = {}
+        self._callers: dict[bytes, _Caller] = {}  # calls that came through the gate, until answered
         #: calls still running whose gate closed, or that the owner claimed: answered to the owner
         self._orphaned: set[bytes] = set()
         self._generators: set[bytes] = set()  # calls of generator methods, while they run
@@ -139,7 +152,7 @@ class ForeignCallGate:
         with self._lock:
             records, self._records = list(self._records), collections.deque(maxlen=RECORDS_KEPT)
             running = [[call_id, method, arrived, None, None]
-                       for call_id, (_, method, arrived, events) in self._callers.items() if events]
+                       for call_id, (_, method, arrived, events, _) in self._callers.items() if events]
         if message_id is not None:
             messages.reply(connection, message_id, DirectCallRecords(records + running))
 
@@ -184,7 +197,7 @@ class ForeignCallGate:
     def _forget(self, connection: Connection) -> None:
         with self._lock:
             self._connections.discard(connection)
-            for call_id in [c for c, caller in self._callers.items() if caller[0] is connection]:
+            for call_id in [c for c, caller in self._callers.items() if caller.connection is connection]:
                 del self._callers[call_id]
                 self._orphaned.add(call_id)  # its answer goes to the owner
                 if call_id in self._generators:
@@ -192,7 +205,7 @@ class ForeignCallGate:
 
     def _on_call(self, connection: Connection, message_id: int | None, call: CallMethod) -> None:
         with self._lock:
-            self._callers[call.call] = (connection, call.method, time.time(), call.events)
+            self._callers[call.call] = _Caller(connection, call.method, time.time(), call.events, _names_refs(call))
             if call.num_returns == "streaming":
                 self._generators.add(call.call)
         self._run_call(connection, message_id, call)
@@ -236,11 +249,11 @@ class ForeignCallGate:
             caller = self._callers.get(item.stream)
             if caller is None:
                 return self._keep(item)
-        if item.value.contained_refs:
-            self._pin(item.stream, caller[0], item.value.contained_refs)
-        self._before_answer()
+        if item.value.contained_refs:  # the caller's own refs to them are counted by the end of the call
+            self._pin(item.stream, caller.connection, item.value.contained_refs)
+            self._before_answer()
         try:
-            messages.notify(caller[0], item)
+            messages.notify(caller.connection, item)
         except ConnectionClosed:
             with self._lock:  # the connection's close may not have been handled yet
                 if item.stream in self._callers or item.stream in self._held:
@@ -296,17 +309,18 @@ class ForeignCallGate:
                 return True  # its caller is gone: the owner gets it with the items once it claims the call
             caller = self._callers.pop(done.call, None)
             self._orphaned.discard(done.call)
-            if caller is not None and caller[3]:
+            if caller is not None and caller.events:
                 error = next((value for value in done.results if value.is_error), None)
-                self._records.append([done.call, caller[1], caller[2], time.time(), error])
+                self._records.append([done.call, caller.method, caller.arrived, time.time(), error])
         if caller is None:
             return False
         contained = [oid for value in done.results for oid in value.contained_refs]
         if contained:
-            self._pin(done.call, caller[0], contained)
-        self._before_answer()
+            self._pin(done.call, caller.connection, contained)
+        if contained or caller.names_refs:  # the caller drops its refs to the arguments' objects as this comes
+            self._before_answer()
         try:
-            messages.notify(caller[0], done)
+            messages.notify(caller.connection, done)
         except ConnectionClosed:
             pass  # that driver is gone; nobody waits for the answer
         return True
