@@ -212,8 +212,8 @@ def test_objects_an_answer_named_are_freed_once_their_caller_drops_them(session:
     source = PutSource.remote()  # lives on: its process could keep the objects
     made = fray_ray.get(take_and_drop.remote(source, 20), timeout=60)
     assert len(set(made)) == 20
-    fray_ray.get(source.ping.remote(), timeout=60)
-    # The host kept each until its caller counted it; nothing keeps them once the caller is done.
+    # The host kept each until its caller counted it; nothing keeps them once the caller is done,
+    # though neither makes another call that would send what it released last.
     wait_for(lambda: not any(objects.known(bytes.fromhex(oid)) for oid in made), timeout=30,
              what="the objects the answers named to be freed")
     assert fray_ray.get(source.ping.remote(), timeout=60) is None
@@ -223,6 +223,15 @@ def test_objects_an_answer_named_are_freed_once_their_caller_drops_them(session:
 def take_one(source: Any) -> tuple[int, int]:
     (ref,) = fray_ray.get(source.make.remote())
     return len(fray_ray.get(ref)), _direct_sent()
+
+
+def test_an_idle_actor_releases_what_its_last_call_held(session: fray_ray.RayContext) -> None:
+    objects = runtime_slot.current().objects
+    source = PutSource.remote()
+    (ref,) = fray_ray.get(source.make.remote(), timeout=60)  # the driver's own call
+    made = ref.binary()
+    del ref
+    wait_for(lambda: not objects.known(made), timeout=30, what="the object the idle actor made to be freed")
 
 
 def test_an_answer_keeps_what_it_names_until_the_caller_is_counted(session: fray_ray.RayContext) -> None:

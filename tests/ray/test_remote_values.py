@@ -122,3 +122,21 @@ def test_a_get_that_waits_reads_again_an_object_rebuilt_meanwhile() -> None:
         assert watching.wait(60)  # the get ended, or waits again
         table.fulfil(done, serialize("second run"))
         assert got.result(60) == ["second run", "other"]
+
+
+def test_releases_queued_while_last_releases_are_reported_go_in_the_same_flush() -> None:
+    """A value dropped with its last ref releases the refs it names from within the report."""
+    reported: list[list[bytes]] = []
+    inner = OID[:-4] + (3).to_bytes(4, "little")
+
+    def on_last(ids: list[bytes]) -> None:
+        reported.append(ids)
+        if OID in ids:
+            counter.release_later(inner)  # what the dropped value named
+
+    counter = LocalReferenceCounter(lambda ids: None, on_last)
+    counter.add(OID)
+    counter.add(inner)
+    counter.release_later(OID)
+    counter.flush()
+    assert reported == [[OID], [inner]] and counter.live_ids() == []

@@ -39,23 +39,24 @@ class LocalReferenceCounter:
         self._released.append(object_id)
 
     def flush(self) -> None:
-        if not self._released:
-            return
-        lasts = []
-        with self._lock:
-            while self._released:
-                try:
-                    object_id = self._released.popleft()
-                except IndexError:
-                    break
-                count = self._counts.get(object_id, 0) - 1
-                if count > 0:
-                    self._counts[object_id] = count
-                else:
-                    self._counts.pop(object_id, None)
-                    lasts.append(object_id)
-        if lasts:
-            self._on_last(lasts)
+        """Apply the queued releases, and those that reporting last releases queues in turn
+        (a value dropped with its last ref releases the refs it names)."""
+        while self._released:
+            lasts = []
+            with self._lock:
+                while self._released:
+                    try:
+                        object_id = self._released.popleft()
+                    except IndexError:
+                        break
+                    count = self._counts.get(object_id, 0) - 1
+                    if count > 0:
+                        self._counts[object_id] = count
+                    else:
+                        self._counts.pop(object_id, None)
+                        lasts.append(object_id)
+            if lasts:
+                self._on_last(lasts)
 
     def count(self, object_id: bytes) -> int:
         with self._lock:

@@ -131,7 +131,8 @@ class RayActorHost(ActorStateRow):
         #: session opens too: a call may arrive, and be answered, at once.
         self._foreign = (
             ForeignCallGate(self._on_call, bind_host=info.bind_host, advertise_host=info.advertise_host,
-                            cancel=self._on_cancel, before_answer=lambda: self._runtime.notices.confirm())
+                            cancel=self._on_cancel, before_answer=lambda: self._runtime.notices.confirm(),
+                            released=lambda: self._runtime.references.flush())
             if info is not None else None
         )
         handlers.update(self._foreign.owner_handlers() if self._foreign is not None else {})
@@ -330,6 +331,8 @@ class RayActorHost(ActorStateRow):
         except BaseException as exc:  # noqa: BLE001 - delivered to the caller
             self._complete(call, None, self._wrap(exc, call))
         finally:
+            method = args = kwargs = result = None
+            self._runtime.references.flush()  # refs the call held: an idle actor makes no later call
             self._end_call(call)
             current_task.reset(token)
             if runtime_token is not None:
@@ -372,6 +375,8 @@ class RayActorHost(ActorStateRow):
             except BaseException as exc:  # noqa: BLE001 - delivered to the caller
                 self._complete(call, None, self._wrap(exc, call))
             finally:
+                method = args = kwargs = result = None
+                self._runtime.references.flush()  # refs the call held: an idle actor makes no later call
                 self._end_call(call)
                 _reset_quietly(current_task.reset, token)
                 if runtime_token is not None:

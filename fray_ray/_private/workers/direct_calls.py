@@ -24,7 +24,6 @@ generator method's items come to the caller as they are made (`direct_streams.py
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -47,7 +46,6 @@ from fray_ray._private.messages import (
     HandOver,
     HandOverDone,
     HandOverStream,
-    ResultsTaken,
     Route,
     Yield,
 )
@@ -56,6 +54,7 @@ from fray_ray._private.objects.serialization import SerializedValue, serialize_e
 from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.stream.stream_server import introduce
+from fray_ray._private.workers.answer_refs import AnswerRefs
 from fray_ray._private.workers.direct_streams import DirectStreams
 from fray_ray._private.workers.driver_notices import DriverNotices
 from fray_ray._private.workers.held_results import WORKER_HOLDER
@@ -141,16 +140,13 @@ class DirectCalls:
         #: return id -> its call's id, while this process holds the result (or waits for it)
         self._producers: dict[bytes, bytes] = {}
         self._values: dict[bytes, SerializedValue] = {}
-        #: results held here whose values name refs, which count as this process's while held
-        self._naming: set[bytes] = set()
+        self._answer_refs = AnswerRefs(references, notices)  # refs that the values held here name
         self._handed_over: set[bytes] = set()
         #: handed over, no ref left here, the call still running: its value goes to the driver
         self._released: set[bytes] = set()
         self._changed = threading.Condition(self._lock)  # a result arrived (for `wait`)
         self._streams = DirectStreams(self._lock, self._changed, self._take_item, self._send_stream,
-                                      lambda item_id: ObjectRef(item_id, _announced=True), self._let_go)
-        #: calls whose generator items named refs this process counts (their host keeps its own until told)
-        self._items_naming: set[bytes] = set()
+                                      lambda item_id: ObjectRef(item_id, _announced=True), self._answer_refs.let_go)
         self.sent = 0  # calls sent straight to hosts (tests read it)
         object_ref.set_escape_hook(self.escaped)
 
@@ -277,24 +273,12 @@ class DirectCalls:
         """A generator's item the consumer took is a result of its call held here (lock held)."""
         self._producers[item_id] = call_id
         self._values[item_id] = value
-        if value.contained_refs:
-            self._naming.add(item_id)  # counted as it arrived (`_item_arrived`)
+        self._answer_refs.kept(item_id, value)  # counted as it arrived (`_item_arrived`)
 
     def _item_arrived(self, item: Yield) -> None:
-        """A generator's item came (on its link's reader thread, before the call's `CallDone`):
-        the refs it names count as this process's while it keeps the item."""
-        if item.value.contained_refs:
-            for ref in item.value.contained_refs:
-                self._references.add(ref)
-            with self._lock:
-                self._items_naming.add(item.stream)
+        """A generator's item came (on its link's reader thread, before the call's `CallDone`)."""
+        self._answer_refs.item_arrived(item.stream, item.value)
         self._streams.arrived(item)
-
-    def _let_go(self, values: Iterable[SerializedValue]) -> None:
-        """Items no longer kept here (sent to the driver, or dropped): the refs they name go."""
-        for value in values:
-            for ref in value.contained_refs:
-                self._references.release_later(ref)
 
     # ---- answers -------------------------------------------------------------------------
 
@@ -331,27 +315,18 @@ class DirectCalls:
 
     def _finish(self, ended: Sequence[tuple[_Call, Sequence[SerializedValue]]]) -> None:
         handed: list[tuple[bytes, SerializedValue]] = []
-        # The refs results name count as this process's before a result can be read; the host
-        # keeps its own until told the driver has these (`_results_taken`).
-        naming = {call.spec.call_id: call.link for call, results in ended
-                  if call.spec.call_id in self._items_naming or any(v.contained_refs for v in results)}
-        for call, results in ended:
-            for _, value in zip(call.spec.return_ids, results):
-                for ref in value.contained_refs:
-                    self._references.add(ref)
+        naming = [(call.spec.call_id, call.link) for call, results in ended if self._answer_refs.named(call.spec.call_id, results)]
+        for call, results in ended:  # the refs a result names count as ours before it can be read
+            self._answer_refs.count(value for _, value in zip(call.spec.return_ids, results))
         with self._lock:
-            self._items_naming.difference_update(naming)
             for call, results in ended:
                 self._calls.pop(call.spec.call_id, None)
                 for oid, value in zip(call.spec.return_ids, results):
-                    kept = not call.cancelled and oid in self._producers and oid not in self._released
-                    if kept:
+                    if not call.cancelled and oid in self._producers and oid not in self._released:
                         self._values[oid] = value
-                        if value.contained_refs:
-                            self._naming.add(oid)
+                        self._answer_refs.kept(oid, value)
                     else:
-                        for ref in value.contained_refs:
-                            self._references.release_later(ref)
+                        self._answer_refs.let_go([value])
                     if call.cancelled or oid not in self._producers:
                         continue  # nothing refers to it any more
                     if oid in self._handed_over:
@@ -369,19 +344,10 @@ class DirectCalls:
                 call.future.set_result(list(results))
         if handed:
             self._send_values(handed)
-        for link in set(naming.values()):
-            calls = [call_id for call_id, to in naming.items() if to is link]
-            self._notices.then(functools.partial(self._results_taken, link, calls))
+        for link in {link for _, link in naming}:
+            self._answer_refs.tell_host(link.connection, [call_id for call_id, to in naming if to is link])
         for call, _ in ended:
             call.link.connection.wake_lender()
-
-    @staticmethod
-    def _results_taken(link: _HostLink, calls: list[bytes]) -> None:
-        """The driver counts what these calls' results name: their host may let go of its refs."""
-        try:
-            messages.notify(link.connection, ResultsTaken(calls))
-        except ConnectionClosed:
-            pass  # the host is gone, and its refs with it
 
     def _link_closed(self, link: _HostLink) -> None:
         """The host went away (or its gate closed): calls it did not answer go back to the driver."""
@@ -399,7 +365,7 @@ class DirectCalls:
             wanted = []  # calls whose results something still refers to
             for call in unanswered:
                 self._calls.pop(call.spec.call_id, None)
-                self._items_naming.discard(call.spec.call_id)  # the host that kept their refs is gone
+                self._answer_refs.host_gone(call.spec.call_id)
                 if any(oid in self._producers for oid in call.spec.return_ids) or self._streams.wanted(call.spec.call_id):
                     wanted.append(call)
                 for oid in call.spec.return_ids:
@@ -553,10 +519,8 @@ class DirectCalls:
                     driver_ids.append(oid)
                     continue
                 value = self._values.pop(oid, None)
-                if value is not None and oid in self._naming:
-                    self._naming.discard(oid)
-                    for ref in value.contained_refs:
-                        self._references.release_later(ref)
+                if value is not None:
+                    self._answer_refs.dropped(oid, value)
                 if oid not in self._handed_over:
                     del self._producers[oid]
                     continue

@@ -89,11 +89,14 @@ class ForeignCallGate:
     goes back. Thread-safe."""
 
     def __init__(self, run_call: RunCall, *, bind_host: str, advertise_host: str,
-                 cancel: CancelRun | None = None, before_answer: Callable[[], None] = lambda: None) -> None:
-        """`before_answer()` runs before an answer or item goes to a caller: it returns once
-        the driver has heard of the refs this process took (`driver_notices.py`)."""
+                 cancel: CancelRun | None = None, before_answer: Callable[[], None] = lambda: None,
+                 released: Callable[[], None] = lambda: None) -> None:
+        """`before_answer()` runs before an answer or item that names refs goes to a caller:
+        it returns once the driver has heard of the refs this process took
+        (`driver_notices.py`). `released()` tells the driver of refs dropped since."""
         self._run_call = run_call
         self._before_answer = before_answer
+        self._released = released
         #: call id -> its caller's connection and refs to the objects its answer named, kept
         #: until the caller says the driver counts its own (`ResultsTaken`); a caller whose
         #: connection closed first leaves them kept for this process's life
@@ -222,15 +225,11 @@ class ForeignCallGate:
 
     def _on_taken(self, connection: Connection, message_id: int | None, taken: ResultsTaken) -> None:
         with self._lock:
-            for call_id in taken.calls:
-                pinned = self._pinned.get(call_id)
-                if pinned is not None and pinned[0] is connection:  # only its caller lets go
-                    del self._pinned[call_id]
-
-    def pinned(self) -> int:
-        """How many answered calls' objects are kept for their callers (tests read it)."""
-        with self._lock:
-            return len(self._pinned)
+            ours = [c for c in taken.calls if c in self._pinned and self._pinned[c][0] is connection]  # only its caller lets go
+            for call_id in ours:
+                del self._pinned[call_id]
+        if ours:
+            self._released()  # an idle actor makes no call that would send these releases later
 
     def item_sender(self, to_owner: Callable[[Yield], None]) -> Callable[[Yield], None]:
         """Sends a generator method's items: to the caller of a call that came through this
