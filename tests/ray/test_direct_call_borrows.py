@@ -81,6 +81,9 @@ class Keeper:
     def read(self) -> Any:
         return fray_ray.get(self.refs[0], timeout=60)
 
+    def size(self, refs: list[Any]) -> int:
+        return len(refs)
+
 
 @fray_ray.remote
 class Producer:
@@ -104,6 +107,12 @@ def pass_a_result_on(producer: Any, keeper: Any) -> int:
     assert fray_ray.get(keeper.keep.remote([made])) == 1
     del made
     return _direct_sent()
+
+
+@fray_ray.remote
+def hand_refs_to(keeper: Any) -> tuple[int, int]:
+    refs = [fray_ray.put(index) for index in range(3)]
+    return fray_ray.get(keeper.size.remote(refs)), fray_ray.get(keeper.keep.remote(refs))
 
 
 def _ready_keeper() -> tuple[Any, bytes]:
@@ -267,3 +276,26 @@ def test_items_of_a_direct_generator_keep_what_they_name_until_read(session: fra
     source = PutItems.remote()
     fray_ray.get(source.ping.remote())
     assert fray_ray.get(read_items_late.remote(source, 4), timeout=60) == [0, 1, 2, 3]
+
+
+def test_an_actor_tells_the_driver_only_of_the_refs_it_still_holds_when_it_answers(session: fray_ray.RayContext) -> None:
+    """As a Ray borrower reports what it still holds as its task ends: refs from a call's
+    arguments that die before the answer cost the driver nothing."""
+    keeper, keeper_id = _ready_keeper()
+    handlers = runtime_slot.current().session._handlers
+    seen: list[tuple[str, list[bytes]]] = []
+    originals = {kind: handlers[kind] for kind in ("borrow", "release")}
+
+    def counting(kind: str) -> Any:
+        def handle(connection: Any, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+            if connection.peer_info.get("id") == keeper_id:
+                seen.append((kind, list(body["ids"])))
+            originals[kind](connection, message_id, body, buffers)
+        return handle
+
+    handlers.update({kind: counting(kind) for kind in originals})
+    try:
+        assert fray_ray.get(hand_refs_to.remote(keeper), timeout=60) == (3, 3)  # `size` drops them, `keep` keeps them
+    finally:
+        handlers.update(originals)
+    assert [kind for kind, _ in seen] == ["borrow"] and len(seen[0][1]) == 3, seen

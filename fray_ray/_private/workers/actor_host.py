@@ -124,6 +124,7 @@ class RayActorHost(ActorStateRow):
         self._cancelled: set[bytes] = set()
         self._running: dict[bytes, Any] = {}  # call id -> TaskContext or asyncio.Task
         self._call_threads: dict[bytes, int] = {}  # call id -> thread running it (sync calls)
+        self._deferred_borrows: dict[bytes, list[bytes]] = {}  # call id -> first refs its arguments made
         # Set before the session opens: its reader may deliver `create` (which sets it) at once.
         self._detached = False
         info = None if in_process else get_job_info()
@@ -201,7 +202,7 @@ class RayActorHost(ActorStateRow):
         cls = cloudpickle.loads(create.code)
         args, kwargs = resolve_call_arguments(create.args, self._runtime.fetch)
         self._instance = cls.__new__(cls)
-        _set_actor_env(create.env or {})
+        os.environ.update(create.env or {})
         return self._instance.__init__(*args, **kwargs)
 
     @contextlib.contextmanager
@@ -260,7 +261,9 @@ class RayActorHost(ActorStateRow):
             raise ActorExit()  # a graceful end, queued behind earlier calls
         if self._creation_error is not None or self._instance is None:
             raise _creation_failed(self._class_name)
-        args, kwargs = resolve_call_arguments(call.args, self._runtime.fetch)
+        refs = call.args.value.contained_refs or call.args.inlined  # their borrows are announced as it is answered
+        with self._runtime.notices.borrows_deferred(self._deferred_borrows, call.call) if refs else contextlib.nullcontext():
+            args, kwargs = resolve_call_arguments(call.args, self._runtime.fetch)
         call.args = _RESOLVED  # the frame's buffers are the arguments' memory: held only by them now
         method = actor_method(self._instance, call.method)
         return method, args, kwargs
@@ -398,6 +401,8 @@ class RayActorHost(ActorStateRow):
         sys.stderr.flush()
         flush_forwarded()
         self._runtime.return_shared()  # the arguments' blocks the driver may reuse for the next call
+        if (deferred := self._deferred_borrows.pop(call.call, None)) is not None:  # its caller kept them so far
+            self._runtime.notices.announce(deferred)
         done = CallDone(call.call, values, error is not None)
         try:
             if self._foreign is None or not self._foreign.answer(done):
@@ -572,10 +577,6 @@ def _creation_failed(class_name: str) -> BaseException:
     return ActorDiedError(ActorDeathInfo(
         ActorDeathReason.PROCESS_DIED, class_name=class_name, detail="Its creation task failed."
     ))
-
-
-def _set_actor_env(env: Mapping[str, str]) -> None:
-    os.environ.update(env)
 
 
 def _display_name(instance: Any, class_name: str) -> str:

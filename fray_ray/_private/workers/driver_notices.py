@@ -21,11 +21,12 @@ let go of its own.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from fray_ray._private import messages
-from fray_ray._private.messages import Sync
+from fray_ray._private.messages import Borrow, Release, Sync
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 
 
@@ -33,11 +34,71 @@ class DriverNotices:
     """Counts the notices sent on a session connection and which of them the driver has
     answered for. Thread-safe."""
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, flush_releases: Callable[[], None] = lambda: None) -> None:
+        """`flush_releases()` sends the releases this process has queued (`LocalReferenceCounter`)."""
         self._connection = connection
-        self._lock = threading.Lock()
+        self._flush_releases = flush_releases
+        self._lock = threading.Lock()  # also held while a borrow or release goes, so they go in order
         self._sent = 0  # notices sent so far
         self._confirmed = 0  # of those, how many the driver is known to have handled
+        self._unannounced: set[bytes] = set()  # first refs whose borrow waits (`borrows_deferred`)
+        self._thread = threading.local()  # .deferred: this thread's unannounced first refs, while it defers
+
+    # ---- refs ----------------------------------------------------------------------------
+
+    def borrowed(self, object_ids: list[bytes]) -> None:
+        """This process holds its first refs to these objects."""
+        deferred: list[bytes] | None = getattr(self._thread, "deferred", None)
+        with self._lock:
+            if deferred is not None:
+                deferred.extend(object_ids)
+                self._unannounced.update(object_ids)
+                return
+            self._notify(Borrow(object_ids))
+
+    def released(self, object_ids: list[bytes]) -> None:
+        """This process dropped its last refs to these objects."""
+        with self._lock:
+            if self._unannounced:
+                told = [oid for oid in object_ids if oid not in self._unannounced]
+                self._unannounced.difference_update(object_ids)
+                object_ids = told
+            if object_ids:
+                self._notify(Release(object_ids))
+
+    @contextlib.contextmanager
+    def borrows_deferred(self, into: dict[bytes, list[bytes]], key: bytes) -> Iterator[None]:
+        """First refs this thread makes meanwhile are not announced yet, as a Ray borrower
+        reports only what it still holds when its task ends: an actor call's caller keeps the
+        objects its arguments name alive until the answer, and most such refs die before it.
+        Their ids go to `into[key]`, to `announce` as the call is answered."""
+        deferred: list[bytes] = []
+        self._thread.deferred = deferred
+        try:
+            yield
+        finally:
+            self._thread.deferred = None
+            if deferred:
+                into[key] = deferred
+
+    def announce(self, object_ids: list[bytes]) -> None:
+        """Borrow those of these deferred first refs that are still held (releases queued
+        meanwhile are sent first: a ref that died unannounced is never told)."""
+        self._flush_releases()
+        with self._lock:
+            held = [oid for oid in object_ids if oid in self._unannounced]
+            self._unannounced.difference_update(held)
+            if held:
+                self._notify(Borrow(held))
+
+    def _notify(self, notice: Borrow | Release) -> None:
+        try:
+            messages.notify(self._connection, notice)
+        except ConnectionClosed:
+            return
+        self._sent += 1
+
+    # ---- confirming ----------------------------------------------------------------------
 
     def sent(self) -> None:
         """A notice went out (call after sending it, so that a `confirm` counting it comes after)."""

@@ -26,7 +26,6 @@ from fray_ray._private.core.runtime_env import process_runtime_env
 from fray_ray._private.core.task_context import current_task
 from fray_ray._private.core.task_spec import ActorCallSpec, ActorCreationSpec, TaskSpec
 from fray_ray._private.messages import (
-    Borrow,
     Cancel,
     CreateActor,
     CreatePlacementGroup,
@@ -48,7 +47,6 @@ from fray_ray._private.messages import (
     Objects,
     PlacementGroupTable,
     Put,
-    Release,
     ReleaseGang,
     RemovePlacementGroup,
     ReserveGang,
@@ -97,7 +95,7 @@ class WorkerRuntime:
         self.runtime_env = process_runtime_env()  # what tasks and actors submitted here inherit
         self.references = LocalReferenceCounter(self._on_first_ref, self._on_last_ref)
         #: what the driver has heard of this process's refs, before another process acts on them
-        self.notices = DriverNotices(connection)
+        self.notices = DriverNotices(connection, self.references.flush)
         self._cache_lock = threading.Lock()
         self._cache: OrderedDict[bytes, SerializedValue] = OrderedDict()
         self._cache_bytes = 0
@@ -126,11 +124,7 @@ class WorkerRuntime:
     # ---- references ----------------------------------------------------------------------
 
     def _on_first_ref(self, object_ids: list[bytes]) -> None:
-        try:
-            messages.notify(self.connection, Borrow(object_ids))
-        except ConnectionClosed:
-            return
-        self.notices.sent()
+        self.notices.borrowed(object_ids)
 
     def _on_last_ref(self, object_ids: list[bytes]) -> None:
         with self._cache_lock:
@@ -140,12 +134,8 @@ class WorkerRuntime:
                     self._cache_bytes -= value.size
         if self.direct is not None:
             object_ids = self.direct.forget(object_ids)
-        if not object_ids:
-            return
-        try:
-            messages.notify(self.connection, Release(object_ids))
-        except ConnectionClosed:
-            pass
+        if object_ids:
+            self.notices.released(object_ids)
 
     # ---- objects -------------------------------------------------------------------------
 
