@@ -140,3 +140,37 @@ def test_releases_queued_while_last_releases_are_reported_go_in_the_same_flush()
     counter.release_later(OID)
     counter.flush()
     assert reported == [[OID], [inner]] and counter.live_ids() == []
+
+
+def test_a_get_reads_again_an_object_whose_rebuild_ends_as_it_looks() -> None:
+    """The rebuilt value lands between the get reading the object as pending and checking why:
+    it is still no freed object."""
+    reads = DriverReads()
+    table = reads.objects = ObjectTable(ObjectStore(ObjectStoreConfig(1 << 20)))
+    reads.references = LocalReferenceCounter(lambda ids: None, lambda ids: None)
+    done, pending = OID, OID[:-4] + (2).to_bytes(4, "little")
+    table.create_pending([done, pending], referenced=True)
+    table.fulfil(done, serialize("first run"))
+    watching = threading.Event()
+    watch, values = table.watch, table.values
+
+    def watched(*args: Any) -> Any:
+        try:
+            return watch(*args)
+        finally:
+            watching.set()
+
+    def rebuilt_as_read(*args: Any, **kwargs: Any) -> Any:
+        read = values(*args, **kwargs)
+        if table.state(done) is ObjectState.PENDING:
+            table.fulfil(done, serialize("second run"))  # the rerun ends just after the read
+        return read
+
+    table.watch = watched  # type: ignore[method-assign]
+    table.values = rebuilt_as_read  # type: ignore[method-assign]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        got = pool.submit(reads.get, [_Ref(done), _Ref(pending)], 60)
+        assert watching.wait(60)
+        assert table.rebuild([done]) == [done]
+        table.fulfil(pending, serialize("other"))
+        assert got.result(60) == ["second run", "other"]

@@ -19,7 +19,6 @@ from fray_ray._private.core.generators import ObjectRefGenerator
 from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.driver.streams import END, StreamTable
 from fray_ray._private.objects.holder_clients import HolderLost
-from fray_ray._private.objects.object_table import ObjectState
 from fray_ray._private.objects.remote_values import RemoteResult
 from fray_ray._private.objects.serialization import SerializedValue, deserialize, deserialize_all
 from fray_ray._private.stream import read_hints
@@ -126,8 +125,8 @@ class DriverReads:
                 raise deserialize(value)  # the first error among them, in the order asked
         for object_id, value in zip(object_ids, values):
             if value is None:
-                if self.objects.state(object_id) is ObjectState.PENDING:
-                    raise _Rebuilding(object_id)  # its holder was lost after the wait began
+                if self.objects.known(object_id):  # pending again (or since rebuilt): its holder was lost meanwhile
+                    raise _Rebuilding(object_id)
                 raise self._lost(object_id)  # freed meanwhile
         return deserialize_all(values)  # type: ignore[arg-type]
 
