@@ -64,12 +64,17 @@ class DriverReads:
         return self._fetched([object_id], [value])[0] if type(value) is RemoteResult else value
 
     def get(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
-        for _ in range(READ_AGAIN - 1):
+        lost = 0
+        while True:
             try:
                 return self._get_once(refs, timeout)
-            except (HolderLost, _Rebuilding):
-                continue  # its values are being rebuilt, or failed: read them again
-        return self._get_once(refs, timeout)
+            except _Rebuilding:
+                continue  # each read waits for the rebuild, which ends in a value or an error
+            except HolderLost:
+                lost += 1
+                if lost >= READ_AGAIN:
+                    raise
+                # its values are being rebuilt, or failed: read them again
 
     def _get_once(self, refs: Sequence[ObjectRef], timeout: float | None) -> list[Any]:
         self.references.flush()
