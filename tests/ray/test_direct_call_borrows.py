@@ -2,9 +2,11 @@
 however late the driver hears of them: real worker processes on the embedded cluster.
 
 A worker's notices to its driver (`Borrow`, `HandOver`) and its direct calls travel on
-different connections. Each test here holds one kind of notice back at the driver, as a slow
-link would, and checks that the object it names is not freed under the process that holds it
-(`workers/driver_notices.py`).
+different connections. The race tests hold one kind of notice back at the driver, as a slow
+link would, and check that the object it names is not freed under the process that holds it
+(`workers/driver_notices.py`); the others check that objects an actor's answers or items name
+are freed once nobody holds them, and what the driver is told. The unit tests at the end
+check `DriverNotices` alone.
 """
 
 from __future__ import annotations
