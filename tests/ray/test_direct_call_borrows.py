@@ -301,3 +301,40 @@ def test_an_actor_tells_the_driver_only_of_the_refs_it_still_holds_when_it_answe
     finally:
         handlers.update(originals)
     assert [kind for kind, _ in seen] == ["borrow"] and len(seen[0][1]) == 3, seen
+
+
+@fray_ray.remote
+def sizes(refs: list[Any]) -> int:
+    return len(refs)
+
+
+@fray_ray.remote
+def keeps(refs: list[Any], keeper: Any) -> int:
+    return fray_ray.get(keeper.keep.remote(refs))  # a call in flight keeps them, then the keeper
+
+
+def test_a_task_tells_the_driver_only_of_the_refs_from_its_arguments_it_still_holds_as_it_ends(
+        session: fray_ray.RayContext) -> None:
+    keeper, _ = _ready_keeper()
+    refs = [fray_ray.put(index) for index in range(3)]
+    ids = {ref.binary() for ref in refs}
+    handlers = runtime_slot.current().session._handlers
+    seen: list[tuple[str, str]] = []
+    originals = {kind: handlers[kind] for kind in ("borrow", "release")}
+
+    def counting(kind: str) -> Any:
+        def handle(connection: Any, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+            if connection.peer_info.get("kind") == "executor" and ids & set(body["ids"]):
+                seen.append((kind, "executor"))
+            originals[kind](connection, message_id, body, buffers)
+        return handle
+
+    handlers.update({kind: counting(kind) for kind in originals})
+    try:
+        assert fray_ray.get(sizes.remote(refs), timeout=60) == 3
+        assert seen == []  # the refs died with the task: the driver pinned them meanwhile
+        assert fray_ray.get(keeps.remote(refs, keeper), timeout=60) == 3
+    finally:
+        handlers.update(originals)
+    del refs
+    assert fray_ray.get(keeper.read.remote(), timeout=60) == 0  # kept by the keeper after the task ended
