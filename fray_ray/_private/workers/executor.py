@@ -10,7 +10,6 @@ process (`actor_in_worker`).
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import os
 import sys
@@ -75,7 +74,6 @@ class Executor:
         self._max_calls = max_calls
         self._in_process = in_process
         self._functions: dict[bytes, Any] = {}
-        self._deferred_borrows: dict[bytes, list[bytes]] = {}  # task id -> first refs its arguments made
         # Every function's pickled code as it arrives: the driver sends it once per executor, and
         # the task that carried it may be handed back (`withdraw`) or cancelled before it runs.
         self._code: dict[bytes, bytes] = {}
@@ -212,8 +210,6 @@ class Executor:
             # which may follow at once, can then be read into their memory (`buffers`).
             del task
             self.runtime.return_shared()  # before the result: the driver may reuse the block at once
-            if (deferred := self._deferred_borrows.pop(done[0] or b"", None)) is not None:
-                self.runtime.notices.announce(deferred)  # the refs it still holds; the driver kept them so far
             self._send_done(*done, ran_s=ran_s, returns=returns)
             del done
             # What the task dropped (refs and actor handles among its arguments) is released now,
@@ -272,10 +268,7 @@ class Executor:
             if context.cancelled.is_set():
                 raise KeyboardInterrupt  # cancelled between the queue and here: never started
             function = self._function(task)
-            refs = task.args.value.contained_refs or task.args.inlined  # borrows announced as it ends
-            with (self.runtime.notices.borrows_deferred(self._deferred_borrows, task_id or b"") if refs
-                  else contextlib.nullcontext()):
-                args, kwargs = resolve_call_arguments(task.args, self.runtime.fetch)
+            args, kwargs = resolve_call_arguments(task.args, self.runtime.fetch)
             result = function(*args, **kwargs)
             if num_returns == "streaming":
                 self._stream(task_id, result)
