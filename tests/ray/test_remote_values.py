@@ -92,16 +92,17 @@ class _Ref:
         return self._id
 
 
-def test_a_get_that_waits_reads_again_an_object_rebuilt_meanwhile() -> None:
-    """`get([done, pending])`: while it waits for the pending one, the done one's holder is lost
-    and its task runs again; the get then waits for the rebuilt value instead of calling the
-    object freed."""
+DONE, PENDING = OID, OID[:-4] + (2).to_bytes(4, "little")
+
+
+def _reads_of_one_done_one_pending() -> tuple[DriverReads, ObjectTable, threading.Event]:
+    """A driver's reads over a table holding DONE (its first run's value) and PENDING; the event
+    is set each time a get starts waiting."""
     reads = DriverReads()
     table = reads.objects = ObjectTable(ObjectStore(ObjectStoreConfig(1 << 20)))
     reads.references = LocalReferenceCounter(lambda ids: None, lambda ids: None)
-    done, pending = OID, OID[:-4] + (2).to_bytes(4, "little")
-    table.create_pending([done, pending], referenced=True)
-    table.fulfil(done, serialize("first run"))
+    table.create_pending([DONE, PENDING], referenced=True)
+    table.fulfil(DONE, serialize("first run"))
     watching = threading.Event()
     watch = table.watch
 
@@ -112,6 +113,15 @@ def test_a_get_that_waits_reads_again_an_object_rebuilt_meanwhile() -> None:
             watching.set()
 
     table.watch = watched  # type: ignore[method-assign]
+    return reads, table, watching
+
+
+def test_a_get_that_waits_reads_again_an_object_rebuilt_meanwhile() -> None:
+    """`get([done, pending])`: while it waits for the pending one, the done one's holder is lost
+    and its task runs again; the get then waits for the rebuilt value instead of calling the
+    object freed."""
+    reads, table, watching = _reads_of_one_done_one_pending()
+    done, pending = DONE, PENDING
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         got = pool.submit(reads.get, [_Ref(done), _Ref(pending)], 60)
         assert watching.wait(60)
@@ -145,20 +155,9 @@ def test_releases_queued_while_last_releases_are_reported_go_in_the_same_flush()
 def test_a_get_reads_again_an_object_whose_rebuild_ends_as_it_looks() -> None:
     """The rebuilt value lands between the get reading the object as pending and checking why:
     it is still no freed object."""
-    reads = DriverReads()
-    table = reads.objects = ObjectTable(ObjectStore(ObjectStoreConfig(1 << 20)))
-    reads.references = LocalReferenceCounter(lambda ids: None, lambda ids: None)
-    done, pending = OID, OID[:-4] + (2).to_bytes(4, "little")
-    table.create_pending([done, pending], referenced=True)
-    table.fulfil(done, serialize("first run"))
-    watching = threading.Event()
-    watch, values = table.watch, table.values
-
-    def watched(*args: Any) -> Any:
-        try:
-            return watch(*args)
-        finally:
-            watching.set()
+    reads, table, watching = _reads_of_one_done_one_pending()
+    done, pending = DONE, PENDING
+    values = table.values
 
     def rebuilt_as_read(*args: Any, **kwargs: Any) -> Any:
         read = values(*args, **kwargs)
@@ -166,7 +165,6 @@ def test_a_get_reads_again_an_object_whose_rebuild_ends_as_it_looks() -> None:
             table.fulfil(done, serialize("second run"))  # the rerun ends just after the read
         return read
 
-    table.watch = watched  # type: ignore[method-assign]
     table.values = rebuilt_as_read  # type: ignore[method-assign]
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         got = pool.submit(reads.get, [_Ref(done), _Ref(pending)], 60)
