@@ -23,6 +23,7 @@ import pytest
 
 import fray_ray
 from fray_ray._private.core import runtime_slot
+from fray_ray._private.messages import Borrow
 from fray_ray._private.stream.protocol import ConnectionClosed
 from fray_ray._private.workers.driver_notices import DriverNotices
 
@@ -162,11 +163,16 @@ def test_a_worker_reading_an_object_the_driver_does_not_know_gets_object_freed_e
 
 
 class _SessionStandIn:
-    """Answers every request at once, as a driver that has handled all before it; records them."""
+    """Answers every request at once, as a driver that has handled all before it (or, `closed`,
+    as one that went away after the notices); records them."""
 
     def __init__(self, closed: bool = False) -> None:
         self.asked: list[str] = []
+        self.told: list[str] = []
         self.closed = closed
+
+    def notify(self, method: str, body: Any, buffers: Any, **_: Any) -> None:
+        self.told.append(method)
 
     def request(self, method: str, body: Any, buffers: Any) -> concurrent.futures.Future:
         self.asked.append(method)
@@ -183,17 +189,20 @@ def test_notices_are_confirmed_with_one_sync_and_only_when_some_went_out() -> No
     notices = DriverNotices(session)  # type: ignore[arg-type]
     notices.confirm()
     assert session.asked == []  # nothing to confirm: no round trip
-    notices.sent()
-    notices.sent()
+    notices.tell(Borrow([b"\x01" * 28]))
+    notices.tell(Borrow([b"\x02" * 28]))
     notices.confirm()
     notices.confirm()
+    assert session.told == ["borrow", "borrow"]
     assert session.asked == ["sync"] and notices.unconfirmed() == 0
 
 
 def test_confirming_with_the_driver_gone_returns() -> None:
-    notices = DriverNotices(_SessionStandIn(closed=True))  # type: ignore[arg-type]
-    notices.sent()
+    session = _SessionStandIn(closed=True)
+    notices = DriverNotices(session)  # type: ignore[arg-type]
+    notices.tell(Borrow([b"\x01" * 28]))
     notices.confirm()  # nobody counts refs any more: nothing to wait for
+    assert session.asked == ["sync"]
 
 
 @fray_ray.remote

@@ -261,7 +261,7 @@ class RayActorHost(ActorStateRow):
             raise ActorExit()  # a graceful end, queued behind earlier calls
         if self._creation_error is not None or self._instance is None:
             raise _creation_failed(self._class_name)
-        refs = call.args.value.contained_refs or call.args.inlined  # their borrows are announced as it is answered
+        refs = call.args.names_refs()  # their borrows are announced as it is answered
         with self._runtime.notices.borrows_deferred(self._deferred_borrows, call.call) if refs else contextlib.nullcontext():
             args, kwargs = resolve_call_arguments(call.args, self._runtime.fetch)
         call.args = _RESOLVED  # the frame's buffers are the arguments' memory: held only by them now
@@ -410,7 +410,6 @@ class RayActorHost(ActorStateRow):
         except MessageTooLarge as exc:  # the caller hears which limit its results exceed
             failed = error_results(self._wrap(exc, call), len(call.returns))
             self._send(CallDone(call.call, failed, True))
-        self._runtime.references.flush()  # refs the call dropped: an idle actor makes no later call
 
     def _item_sender(self) -> SendItem:
         """Where a generator method's items go: to the caller of a call that came through the

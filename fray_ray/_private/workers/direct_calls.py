@@ -559,11 +559,7 @@ class DirectCalls:
         return True
 
     def _notify(self, message: messages.Message) -> None:
-        try:
-            messages.notify(self._session, message)
-        except ConnectionClosed:
-            return
-        self._notices.sent()
+        self._notices.tell(message)
 
     def close(self) -> None:
         """The process ends: calls not answered yet go back to the driver, which may still be

@@ -56,7 +56,7 @@ class DirectStreams:
 
     def __init__(self, lock: threading.Lock, changed: threading.Condition, take: TakeItem,
                  notify: Callable[[HandOverStream], None], make_ref: Callable[[bytes], Any],
-                 let_go: Callable[[Sequence[SerializedValue]], None] = lambda values: None) -> None:
+                 let_go: Callable[[Sequence[SerializedValue]], None]) -> None:
         """`let_go(values)`: items this process no longer keeps, other than those taken (sent to
         the driver, or dropped): the refs they name are not this process's any more."""
         self._let_go = let_go

@@ -91,19 +91,19 @@ class DriverNotices:
             if held:
                 self._notify(Borrow(held))
 
-    def _notify(self, notice: Borrow | Release) -> None:
+    def tell(self, notice: messages.Message) -> None:
+        """Send the driver a notice another process may act on (a `HandOver`, say)."""
+        with self._lock:
+            self._notify(notice)
+
+    def _notify(self, notice: messages.Message) -> None:
         try:
             messages.notify(self._connection, notice)
         except ConnectionClosed:
-            return
+            return  # the driver is gone: nobody counts refs any more
         self._sent += 1
 
     # ---- confirming ----------------------------------------------------------------------
-
-    def sent(self) -> None:
-        """A notice went out (call after sending it, so that a `confirm` counting it comes after)."""
-        with self._lock:
-            self._sent += 1
 
     def unconfirmed(self) -> int:
         with self._lock:

@@ -79,11 +79,6 @@ class _Caller(NamedTuple):
     names_refs: bool  # its arguments name objects, which its caller keeps until the answer comes
 
 
-def _names_refs(call: CallMethod) -> bool:
-    args = call.args
-    return bool(args.value.contained_refs or args.stored or any(v.contained_refs for v in args.inlined.values()))
-
-
 class ForeignCallGate:
     """The stream server other drivers send an actor's calls to, and where each call's answer
     goes back. Thread-safe."""
@@ -208,7 +203,7 @@ class ForeignCallGate:
 
     def _on_call(self, connection: Connection, message_id: int | None, call: CallMethod) -> None:
         with self._lock:
-            self._callers[call.call] = _Caller(connection, call.method, time.time(), call.events, _names_refs(call))
+            self._callers[call.call] = _Caller(connection, call.method, time.time(), call.events, call.args.names_refs())
             if call.num_returns == "streaming":
                 self._generators.add(call.call)
         self._run_call(connection, message_id, call)
