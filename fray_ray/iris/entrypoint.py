@@ -2,23 +2,28 @@
 
 The callable layout is Iris's: the command is
 `bash -c "exec $IRIS_PYTHON -u $IRIS_WORKDIR/_callable_runner.py"` and the worker writes
-`_callable.pkl` (cloudpickle of `(fn, args, kwargs)`) and the runner into the task's workdir.
-The runner text below is our own; a task launched by any Iris-speaking client runs it the same
+`_callable.pkl` (cloudpickle of `(fn, args, kwargs)`) and the runner into the task's workdir,
+here with `_bytecode_cache.py` beside them (`bytecode_cache.py`: compiled shipped code shared
+by the host's workers). The runner text below is our own; a task launched by any Iris-speaking client runs it the same
 way. The return value is discarded, as in Iris: results travel back over actor RPC.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import cloudpickle
 
+from fray_ray.iris import bytecode_cache
 from fray_ray.iris.types import Entrypoint
 
 CALLABLE_FILE = "_callable.pkl"
 RUNNER_FILE = "_callable_runner.py"
+#: `bytecode_cache.py`, shipped beside the runner, which imports it before anything else.
+BYTECODE_CACHE_FILE = "_bytecode_cache.py"
 CALLABLE_COMMAND = ("bash", "-c", f"exec $IRIS_PYTHON -u $IRIS_WORKDIR/{RUNNER_FILE}")
 
 RUNNER_SOURCE = '''\
@@ -40,6 +45,12 @@ def main():
     # Tasks run from their workdir; imports should see the submitter's modules first.
     if workdir not in sys.path:
         sys.path.insert(0, workdir)
+    try:  # the host's compiled code for the shipped sources (bytecode_cache.py)
+        import _bytecode_cache
+
+        _bytecode_cache.install(workdir)
+    except Exception:  # noqa: BLE001 - without it, imports compile as usual
+        pass
     try:
         import cloudpickle
 
@@ -96,8 +107,18 @@ def callable_entrypoint(
     """An entrypoint that runs fn(*args, **kwargs) in the task."""
     return Entrypoint(
         argv=CALLABLE_COMMAND,
-        workdir_files={CALLABLE_FILE: pickle_callable(fn, args, kwargs), RUNNER_FILE: RUNNER_SOURCE.encode()},
+        workdir_files={
+            CALLABLE_FILE: pickle_callable(fn, args, kwargs),
+            RUNNER_FILE: RUNNER_SOURCE.encode(),
+            BYTECODE_CACHE_FILE: _bytecode_cache_source(),
+        },
     )
+
+
+@functools.cache
+def _bytecode_cache_source() -> bytes:
+    with open(bytecode_cache.__file__, "rb") as file:
+        return file.read()
 
 
 def command_entrypoint(argv: Sequence[str]) -> Entrypoint:

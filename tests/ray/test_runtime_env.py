@@ -131,7 +131,7 @@ def shipped_files() -> list[str]:
         os.path.relpath(os.path.join(d, n), os.environ["IRIS_WORKDIR"])
         for d, _, names in os.walk(os.environ["IRIS_WORKDIR"])
         for n in names
-        if not n.startswith("_callable")
+        if not n.startswith(("_callable", "_bytecode_cache"))
     )
 
 

@@ -5,6 +5,7 @@ standalone cluster, and their tasks list the directory they were shipped."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from fray_ray._private.driver.shipped_code import default_code
+from fray_ray.iris.bytecode_cache import ENV as BYTECODE_CACHE_ENV
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
 
@@ -36,8 +38,8 @@ DRIVER = """
         for top, dirs, files in os.walk("."):
             dirs[:] = [d for d in dirs if d != "__pycache__"]
             found += [os.path.relpath(os.path.join(top, f), ".") for f in files]
-        # Iris adds the callable it runs (_callable.pkl, _callable_runner.py) to the workdir
-        return sorted(f for f in found if not f.startswith("_callable")), {call}
+        # the job adds the callable it runs (_callable.pkl, _callable_runner.py, _bytecode_cache.py)
+        return sorted(f for f in found if not f.startswith(("_callable", "_bytecode_cache"))), {call}
 
     files, value = ray.get(shipped.remote())
     print("shipped", files, value, flush=True)
@@ -157,3 +159,19 @@ def test_a_project_over_the_limit_is_refused_at_once_naming_its_largest_entries(
     assert result.returncode != 0
     assert "BundleTooLarge" in result.stderr and "largest entries: checkpoints/ (600.0 MiB, 3 files)" in result.stderr
     assert "runtime_env={'excludes': ['checkpoints/', 'driver.py']}" in result.stderr
+
+
+def test_workers_compile_shipped_modules_through_the_hosts_cache(standalone: dict, tmp_path: Path) -> None:
+    source = f"# only this test's: {tmp_path}\ndef answer():\n    return 42\n"
+    loaded = "(type(mylib.__spec__.loader).__name__, mylib.answer(), sys.dont_write_bytecode)"
+    project = write(tmp_path / "proj", {
+        "pyproject.toml": "[project]\nname = 'proj'\n",
+        "mylib.py": source,
+        "driver.py": textwrap.dedent(DRIVER.format(imports="import mylib", call=loaded)),
+    })
+    result = run_driver(standalone, project / "driver.py", project)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "('CachedSourceLoader', 42, " in result.stdout, result.stdout
+    if result.stdout.rstrip().endswith("False)"):  # the workers write bytecode: this file's is in the cache
+        key = hashlib.blake2b(source.encode(), digest_size=20).hexdigest()
+        assert list(Path(os.environ[BYTECODE_CACHE_ENV]).glob(f"*/{key}.code")), "no cache entry for mylib.py"
