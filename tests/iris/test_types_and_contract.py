@@ -11,7 +11,14 @@ import cloudpickle
 import pytest
 
 from fray_ray.iris.controller_client import ControllerClient, normalize_address
-from fray_ray.iris.entrypoint import CALLABLE_COMMAND, CALLABLE_FILE, RUNNER_FILE, callable_entrypoint, command_entrypoint
+from fray_ray.iris.entrypoint import (
+    BYTECODE_CACHE_FILE,
+    CALLABLE_COMMAND,
+    CALLABLE_FILE,
+    RUNNER_FILE,
+    callable_entrypoint,
+    command_entrypoint,
+)
 from fray_ray.iris.errors import Unavailable
 from fray_ray.iris.job_info import job_info_from_env
 from fray_ray.iris.names import JobName
@@ -114,7 +121,8 @@ def _write_marker(path: str, text: str) -> None:
 def test_callable_entrypoint_runs_in_a_task_process(tmp_path: Path) -> None:
     marker = tmp_path / "marker.txt"
     entrypoint = callable_entrypoint(_write_marker, (str(marker),), {"text": "ran"})
-    assert entrypoint.argv == CALLABLE_COMMAND and set(entrypoint.workdir_files) == {CALLABLE_FILE, RUNNER_FILE}
+    assert entrypoint.argv == CALLABLE_COMMAND and set(entrypoint.workdir_files) == {
+        CALLABLE_FILE, RUNNER_FILE, BYTECODE_CACHE_FILE}
     _write_workdir(tmp_path, dict(entrypoint.workdir_files))
     result = _run_entrypoint(tmp_path, entrypoint.argv)
     assert result.returncode == 0, result.stderr
