@@ -11,6 +11,7 @@ check `DriverNotices` alone.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import sys
@@ -310,3 +311,50 @@ def test_an_actor_tells_the_driver_only_of_the_refs_it_still_holds_when_it_answe
     finally:
         handlers.update(originals)
     assert [kind for kind, _ in seen] == ["borrow"] and len(seen[0][1]) == 3, seen
+
+
+@fray_ray.remote
+class Latch:
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    async def wait(self) -> None:
+        await self.event.wait()
+
+    async def open(self) -> None:
+        self.event.set()
+
+
+@fray_ray.remote
+class LateSource:
+    def __init__(self) -> None:
+        self.made: str | None = None
+
+    def make_after(self, started: Any, go: Any) -> list[Any]:
+        fray_ray.get(started.open.remote())
+        fray_ray.get(go.wait.remote())
+        ref = fray_ray.put(b"x" * (1 << 20))  # large: kept in this process, its only ref in the answer
+        self.made = ref.hex()
+        return [ref]
+
+    def made_last(self) -> str | None:
+        return self.made
+
+
+@fray_ray.remote
+def cancel_while_it_runs(source: Any, started: Any, go: Any) -> str | None:
+    fray_ray.get(source.made_last.remote())  # the way to the source is known: the call below goes straight there
+    ref = source.make_after.remote(started, go)
+    fray_ray.get(started.wait.remote())
+    fray_ray.cancel(ref)  # a running method is not interrupted: it answers after this
+    fray_ray.get(go.open.remote())
+    return fray_ray.get(source.made_last.remote())  # runs once make_after has answered
+
+
+def test_what_the_answer_of_a_cancelled_call_names_is_freed(session: fray_ray.RayContext) -> None:
+    objects = runtime_slot.current().objects
+    source, started, go = LateSource.remote(), Latch.remote(), Latch.remote()
+    made = fray_ray.get(cancel_while_it_runs.remote(source, started, go), timeout=60)
+    assert made is not None
+    wait_for(lambda: not objects.known(bytes.fromhex(made)), timeout=30,
+             what="the object the cancelled call's answer named to be freed")

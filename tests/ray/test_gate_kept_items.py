@@ -1,9 +1,11 @@
 """The items a gate keeps for a generator call whose caller is gone, until the owner claims the
 call: bounded in bytes and in time, and a claim after they were dropped ends the stream with an
-error (one layer: the gate, with stand-in connections)."""
+error; and the objects answers named, let go a while after their caller's connection closed
+(one layer: the gate, with stand-in connections)."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -69,3 +71,42 @@ def test_items_past_the_byte_limit_are_dropped(gate: ForeignCallGate, monkeypatc
     monkeypatch.setattr(foreign_calls, "HELD_ITEMS_LIMIT", 15)
     assert gate.send_item(_item(1)) and gate.send_item(_item(2))
     assert gate._held_bytes == 0 and gate._held[CALL] is None
+
+
+# -- what answers name, once their caller's connection closed ---------------------------------
+
+NAMED = b"\x09" * 28
+
+
+def _answered_naming_a_ref(gate: ForeignCallGate, caller: _Link) -> None:
+    gate._on_call(caller, None, CallMethod(CALL, "make", [b"\x08" * 28], 1,  # type: ignore[arg-type]
+                                           CallArguments(serialize(((), {})))))
+    assert gate.answer(CallDone(CALL, [SerializedValue(b"x", (), (NAMED,))]))
+    assert CALL in gate._pinned
+
+
+def test_what_an_answer_named_is_let_go_a_while_after_its_callers_connection_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(foreign_calls, "ORPHANED_PINS_S", 0.05)
+    released = threading.Event()
+    gate = ForeignCallGate(lambda *args: None, bind_host="127.0.0.1", advertise_host="127.0.0.1",
+                           released=released.set)
+    caller = _Link()
+    _answered_naming_a_ref(gate, caller)
+    gate._forget(caller)  # closed before its ResultsTaken came
+    assert released.wait(30) and CALL not in gate._pinned
+    gate.close()
+
+
+def test_a_gate_closing_stops_its_timers_and_a_live_callers_pins_stay() -> None:
+    gate = ForeignCallGate(lambda *args: None, bind_host="127.0.0.1", advertise_host="127.0.0.1")
+    caller, other = _Link(), _Link()
+    _answered_naming_a_ref(gate, caller)
+    gate._forget(other)  # another caller's connection: this one's pins stay, no timer for them
+    assert not gate._unpin_timers and CALL in gate._pinned
+    gate._forget(caller)
+    (timer,) = gate._unpin_timers
+    gate.close()
+    timer.join(5)
+    assert not timer.is_alive() and CALL in gate._pinned  # cancelled: it let nothing go

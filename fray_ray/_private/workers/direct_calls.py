@@ -283,7 +283,7 @@ class DirectCalls:
     # ---- answers -------------------------------------------------------------------------
 
     def _answered(self, link: _HostLink, answers: Sequence[CallDone]) -> None:
-        ended = []
+        ended, unwanted = [], []
         with link.lock:
             for done in answers:
                 call = link.in_flight.get(done.call)
@@ -294,7 +294,11 @@ class DirectCalls:
                 link.in_flight.pop(done.call, None)
                 if call is not None:
                     ended.append((call, done.results))
+                elif self._answer_refs.named(done.call, done.results):
+                    unwanted.append(done.call)  # cancelled before it answered: nothing here takes what it names
         self._finish(ended)
+        if unwanted:
+            self._answer_refs.tell_host(link.connection, unwanted)
 
     def _send_again(self, link: _HostLink, call: _Call) -> bool:
         """Send a call that raised an exception it retries to its host again (with `link.lock`

@@ -14,7 +14,9 @@ The gate starts on the first `describe` or the owner's `OpenGate`, so actors nob
 up pay nothing for it. It keeps a short record of each call it answered until the owner asks
 for them (`ListDirectCalls`, when its state API lists tasks; the calls it runs are listed too).
 A call whose gate connection closes before it is answered, or that the owner claims because
-its caller lost the gate (`ClaimCalls`), is answered to the owner instead.
+its caller lost the gate (`ClaimCalls`), is answered to the owner instead. The objects an
+answer or item names are kept alive here until its caller says the driver counts its own refs
+to them (`ResultsTaken`), or for `ORPHANED_PINS_S` after the caller's connection closed.
 
 A generator method's items go to its caller as they come (`Yield`, then `CallDone` at the
 end). Once the caller's gate connection is gone they are kept here until the owner claims
@@ -62,6 +64,10 @@ RECORDS_KEPT = 10_000
 HELD_ITEMS_LIMIT = 64 << 20
 #: how long a gone caller's generator call waits for the owner's claim before its items are dropped
 HELD_ITEMS_WAIT_S = 300.0
+#: How long the objects answers named stay kept after their caller's connection closed before
+#: it said it counted them (`ResultsTaken`): a caller that lives on told the driver of its own
+#: refs as the answers came, which reaches the driver long before this.
+ORPHANED_PINS_S = 60.0
 
 #: Runs a call that arrived from another driver (the host's own `CallMethod` handler).
 RunCall = Callable[[Connection, int | None, CallMethod], None]
@@ -93,9 +99,10 @@ class ForeignCallGate:
         self._before_answer = before_answer
         self._released = released
         #: call id -> its caller's connection and refs to the objects its answer named, kept
-        #: until the caller says the driver counts its own (`ResultsTaken`); a caller whose
-        #: connection closed first leaves them kept for this process's life
+        #: until the caller says the driver counts its own (`ResultsTaken`), or for
+        #: `ORPHANED_PINS_S` once the caller's connection closed without saying so
         self._pinned: dict[bytes, tuple[Connection, list[ObjectRef[Any]]]] = {}
+        self._unpin_timers: set[threading.Timer] = set()
         self._bind_host = bind_host
         self._advertise_host = advertise_host
         self._lock = threading.Lock()  # guards everything below
@@ -200,6 +207,22 @@ class ForeignCallGate:
                 self._orphaned.add(call_id)  # its answer goes to the owner
                 if call_id in self._generators:
                     self._keep_for_owner(call_id)  # once the owner has claimed it
+            if self._closed or not any(caller is connection for caller, _ in self._pinned.values()):
+                return
+            timer = threading.Timer(ORPHANED_PINS_S, self._unpin_orphans, (connection,))
+            timer.daemon = True
+            self._unpin_timers.add(timer)
+        timer.start()
+
+    def _unpin_orphans(self, connection: Connection) -> None:
+        """Let go of what answers to the closed `connection` named (its `ResultsTaken` never came)."""
+        with self._lock:
+            self._unpin_timers = {t for t in self._unpin_timers if t.is_alive() and t is not threading.current_thread()}
+            orphans = [call_id for call_id, (caller, _) in self._pinned.items() if caller is connection]
+            for call_id in orphans:
+                del self._pinned[call_id]
+        if orphans:
+            self._released()
 
     def _on_call(self, connection: Connection, message_id: int | None, call: CallMethod) -> None:
         with self._lock:
@@ -324,6 +347,9 @@ class ForeignCallGate:
             self._closed = True
             server, self._server = self._server, None
             connections = list(self._connections)
+            timers, self._unpin_timers = self._unpin_timers, set()
+        for timer in timers:
+            timer.cancel()
         if server is not None:
             server.close()
         for connection in connections:
