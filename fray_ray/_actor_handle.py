@@ -14,7 +14,7 @@ import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeAlias, TypeVar, cast
 
-from fray_ray._private.core import runtime_state
+from fray_ray._private.core import object_ref, runtime_state
 from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.core.task_spec import ActorCallSpec
 from fray_ray._private.objects import ids
@@ -192,20 +192,21 @@ class ActorMethod(Generic[R]):
         num_returns = cast("int | str", options.num_returns)  # parsing resolves it (never UNSET)
         call_id = ids.new_task_id()
         return_ids, count = return_ids_for(call_id, num_returns)
-        spec = ActorCallSpec(
-            actor_id=self._handle._id_bytes,
-            call_id=call_id,
-            method=self._name,
-            arguments=pack_arguments(args, kwargs, f"{self._handle._class_name}.{self._name}"),
-            return_ids=return_ids,
-            num_returns=num_returns if isinstance(num_returns, str) else count,
-            concurrency_group=options.concurrency_group,
-            max_task_retries=None if options.max_task_retries is UNSET else options.max_task_retries,
-            retry_exceptions=options.retry_exceptions,
-            task_events=None if options.enable_task_events is UNSET else options.enable_task_events,
-            name=options.name,
-        )
-        refs: Any = runtime_state.current().submit_actor_call(spec)
+        with object_ref.escapes_held():  # the arguments' refs are dealt with as the call is routed
+            spec = ActorCallSpec(
+                actor_id=self._handle._id_bytes,
+                call_id=call_id,
+                method=self._name,
+                arguments=pack_arguments(args, kwargs, f"{self._handle._class_name}.{self._name}"),
+                return_ids=return_ids,
+                num_returns=num_returns if isinstance(num_returns, str) else count,
+                concurrency_group=options.concurrency_group,
+                max_task_retries=None if options.max_task_retries is UNSET else options.max_task_retries,
+                retry_exceptions=options.retry_exceptions,
+                task_events=None if options.enable_task_events is UNSET else options.enable_task_events,
+                name=options.name,
+            )
+            refs: Any = runtime_state.current().submit_actor_call(spec)
         if isinstance(num_returns, str) or count == 1:
             return refs[0]  # type: ignore[no-any-return]
         return refs if count else None  # type: ignore[return-value]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Callable, Generator
+import contextlib
+import threading
+from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from fray_ray._private.core import runtime_slot
@@ -19,6 +21,7 @@ T = TypeVar("T")
 
 #: Told the id of every ref pickled in this process (a ref leaving it); None: nobody listens.
 _escape_hook: Callable[[bytes], None] | None = None
+_held = threading.local()  # .ids: the refs pickled on this thread within `escapes_held`
 
 
 def set_escape_hook(hook: Callable[[bytes], None] | None) -> None:
@@ -26,6 +29,41 @@ def set_escape_hook(hook: Callable[[bytes], None] | None) -> None:
     holds itself to the driver before a ref to one can reach another process."""
     global _escape_hook
     _escape_hook = hook
+
+
+def escapes_held() -> contextlib.AbstractContextManager[None]:
+    """The escape hook is not told of refs pickled on this thread meanwhile: an actor call's
+    arguments wait until the call is routed (a worker lends its own results to a host it calls
+    directly, `take_held_escapes`). Those not taken are told as the block ends."""
+    return _NOTHING_HELD if _escape_hook is None else _holding_escapes()
+
+
+_NOTHING_HELD = contextlib.nullcontext()  # nobody listens (the driver): nothing to hold
+
+
+@contextlib.contextmanager
+def _holding_escapes() -> Iterator[None]:
+    outer = getattr(_held, "ids", None)
+    held: list[bytes] = []
+    _held.ids = held
+    try:
+        yield
+    finally:
+        _held.ids = outer
+        hook = _escape_hook
+        if hook is not None:
+            for object_id in held:
+                hook(object_id)
+
+
+def take_held_escapes() -> list[bytes]:
+    """The refs pickled so far within this thread's `escapes_held` block, which no longer tells them."""
+    held: list[bytes] | None = getattr(_held, "ids", None)
+    if not held:
+        return []
+    taken = list(held)
+    held.clear()
+    return taken
 
 
 class RefRuntime(Protocol):
@@ -76,7 +114,11 @@ class ObjectRef(Generic[T]):
     def __reduce__(self) -> tuple[Any, ...]:
         note_contained_ref(self._id)
         if _escape_hook is not None:
-            _escape_hook(self._id)
+            held = getattr(_held, "ids", None)
+            if held is None:
+                _escape_hook(self._id)
+            else:
+                held.append(self._id)
         return (_rebuild_ref, (self._id,))
 
     # ---- identity ------------------------------------------------------------------------

@@ -33,6 +33,8 @@ from fray_ray._private.messages._codec import (
     request,
 )
 from fray_ray._private.messages._direct_calls import (
+    Adopted,
+    AdoptLent,
     AskRoute,
     ClaimCalls,
     Claimed,
@@ -124,6 +126,8 @@ __all__ = [
     "HandOverDone",
     "HandOverStream",
     "ResultsTaken",
+    "Adopted",
+    "AdoptLent",
     "HandOver",
     "HandBack",
     "Gate",

@@ -44,9 +44,9 @@ def value() -> Any:
     return _wire(_Codec.VALUE)
 
 
-def values() -> Any:
+def values(**kwargs: Any) -> Any:
     """A field holding a list of SerializedValues."""
-    return _wire(_Codec.VALUES)
+    return _wire(_Codec.VALUES, **kwargs)
 
 
 def arguments() -> Any:

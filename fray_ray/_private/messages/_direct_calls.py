@@ -7,7 +7,9 @@ caller hands the object to the driver (`HandOver`, then `HandOverDone` with its 
 stream of a generator call is handed over whole (`HandOverStream`) when the caller waits for it
 together with objects the driver has, or loses the host's gate. Calls whose host died under
 them go back to the driver (`HandBack`), which applies Ray's restart and retry rules as for
-its own calls.
+its own calls. A caller's results passed in the arguments of its next direct call are lent
+to the callee rather than handed over (`CallMethod.lent`); the callee asks for them to be
+handed over (`AdoptLent`) only when it needs more than the call gave.
 """
 
 from __future__ import annotations
@@ -64,6 +66,25 @@ class OpenGate(Message):
 
     KIND: ClassVar[str] = "open_gate"
     REPLY: ClassVar[type[Message]] = Gate
+
+
+@dataclass(repr=False, eq=False)
+class Adopted(Message):
+    """The driver has the objects asked about (their lender handed them over)."""
+
+
+@_message
+@dataclass(repr=False, eq=False)
+class AdoptLent(Message):
+    """Callee to caller, on the caller's gate connection: hand these objects the caller lent
+    with a call (`CallMethod.lent`) to the driver, and answer once the driver has them; the
+    callee needs more of them than the call gave (to read a value not sent, to pass one on,
+    or to keep one past its answer)."""
+
+    KIND: ClassVar[str] = "adopt_lent"
+    REPLY: ClassVar[type[Message]] = Adopted
+
+    ids: list[bytes]
 
 
 @_message

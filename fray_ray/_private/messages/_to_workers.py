@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from fray_ray._private.core.task_spec import ActorCallSpec, CallArguments, TaskSpec, inline_arguments
-from fray_ray._private.messages._codec import Message, _message, arguments, blob, record
+from fray_ray._private.messages._codec import Message, _message, arguments, blob, record, values
 from fray_ray._private.objects.serialization import INLINE_LIMIT, SerializedValue
 
 # ---- driver to executor --------------------------------------------------------------------
@@ -156,6 +156,10 @@ class CallMethod(Message):
     args: CallArguments = arguments()
     group: str | None = None
     events: bool = True  # listed by the state API (`enable_task_events`; a direct call's host records it)
+    #: the caller's own results its arguments name, lent rather than handed to the driver
+    #: (`workers/lent_refs.py`); the first `len(lent_values)` of them come with their values
+    lent: list[bytes] = field(default_factory=list)
+    lent_values: list[SerializedValue] = values(default_factory=list)
 
     @classmethod
     def of(

@@ -133,7 +133,7 @@ class RayActorHost(ActorStateRow):
         self._foreign = (
             ForeignCallGate(self._on_call, bind_host=info.bind_host, advertise_host=info.advertise_host,
                             cancel=self._on_cancel, before_answer=lambda: self._runtime.notices.confirm(),
-                            released=lambda: self._runtime.references.flush())
+                            released=lambda: self._runtime.references.flush(), lent=lambda: self._runtime.direct.lent)
             if info is not None else None
         )
         handlers.update(self._foreign.owner_handlers() if self._foreign is not None else {})
@@ -402,7 +402,7 @@ class RayActorHost(ActorStateRow):
         flush_forwarded()
         self._runtime.return_shared()  # the arguments' blocks the driver may reuse for the next call
         if (deferred := self._deferred_borrows.pop(call.call, None)) is not None:  # its caller kept them so far
-            self._runtime.notices.announce(deferred)
+            self._runtime.notices.announce(deferred, self._runtime.direct.lent.adopt if self._runtime.direct else None)
         done = CallDone(call.call, values, error is not None)
         try:
             if self._foreign is None or not self._foreign.answer(done):

@@ -38,6 +38,7 @@ from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.core.retry_policy import retries_user_exception
 from fray_ray._private.core.task_spec import ActorCallSpec
 from fray_ray._private.messages import (
+    AdoptLent,
     AskRoute,
     CallDone,
     CallMethod,
@@ -58,7 +59,8 @@ from fray_ray._private.workers.answer_refs import AnswerRefs
 from fray_ray._private.workers.direct_streams import DirectStreams
 from fray_ray._private.workers.driver_notices import DriverNotices
 from fray_ray._private.workers.held_results import WORKER_HOLDER
-from fray_ray._private.workers.task_interrupts import reading_until, wait_for_reply
+from fray_ray._private.workers.lent_refs import LentRefs, adoption_handler, lend
+from fray_ray._private.workers.task_interrupts import read_until_done, wait_for_reply
 
 #: How long after a "call through the driver" answer a caller asks again (doubling to the
 #: longest while the answer stays the same): a routing choice, no result depends on it.
@@ -93,6 +95,7 @@ class _Call:
     #: times it may still be sent again for an exception its `retry_exceptions` names (-1: no limit)
     retries_left: int = 0
     events: bool = True  # listed by the state API
+    lent: list[bytes] = field(default_factory=list)  # results of ours its arguments name (`lent_refs.py`)
 
 
 @dataclass(eq=False)
@@ -147,24 +150,29 @@ class DirectCalls:
         self._changed = threading.Condition(self._lock)  # a result arrived (for `wait`)
         self._streams = DirectStreams(self._lock, self._changed, self._take_item, self._send_stream,
                                       lambda item_id: ObjectRef(item_id, _announced=True), self._answer_refs.let_go)
+        self.lent = LentRefs()  # what the callers of the calls this process runs lent it
         self.sent = 0  # calls sent straight to hosts (tests read it)
         object_ref.set_escape_hook(self.escaped)
 
     # ---- submitting ----------------------------------------------------------------------
 
     def submit(self, spec: ActorCallSpec, through_driver: Callable[[], list[Any]]) -> list[Any]:
-        """Send `spec` to its actor's host, or through the driver (`through_driver()`)."""
+        """Send `spec` to its actor's host, or through the driver (`through_driver()`). Results
+        of ours that its arguments name are lent to the host, else handed to the driver first."""
+        escaped = object_ref.take_held_escapes()
         if spec.num_returns == "dynamic":
+            self._escaped_all(escaped)
             return through_driver()
         with self._lock:
             way = self._ways.setdefault(spec.actor_id, _ActorWay())
         with self._order:
             link = self._route(spec.actor_id, way)
             if link is None:
+                self._escaped_all(escaped)
                 refs = through_driver()
                 way.through_driver.append(spec.call_id)
                 return refs
-            return self._send(spec, way, link, through_driver)
+            return self._send(spec, way, link, through_driver, escaped)
 
     def _route(self, actor_id: bytes, way: _ActorWay) -> _HostLink | None:
         """The live link to the actor's host, asking the driver if it is time; None: through the driver."""
@@ -201,13 +209,15 @@ class DirectCalls:
             return None
         link = _HostLink(address, connection)
         connection.add_close_callback(lambda _: self._link_closed(link))
-        connection.start(messages.handlers({Yield: lambda _connection, _id, item: self._item_arrived(item)},
+        connection.start(messages.handlers({Yield: lambda _connection, _id, item: self._item_arrived(item),
+                                            AdoptLent: adoption_handler(self.hand_over, self._notices)},
                                            batched={CallDone: lambda _, done: self._answered(link, done)}))
         with self._lock:
             self._links[address] = link
         return link
 
-    def _send(self, spec: ActorCallSpec, way: _ActorWay, link: _HostLink, through_driver: Callable[[], list[Any]]) -> list[Any]:
+    def _send(self, spec: ActorCallSpec, way: _ActorWay, link: _HostLink, through_driver: Callable[[], list[Any]],
+              escaped: list[bytes]) -> list[Any]:
         arguments = spec.arguments
         named = (*arguments.value.contained_refs, *((arguments.stored,) if arguments.stored else ()))
         call = _Call(spec, way.incarnation, link, concurrent.futures.Future(), [ObjectRef(oid) for oid in named])
@@ -225,6 +235,10 @@ class DirectCalls:
             for oid in spec.return_ids:
                 self._producers[oid] = spec.call_id
         message = CallMethod.of(spec, self._ready_value)
+        with self._lock:
+            ours = [oid for oid in dict.fromkeys(escaped) if oid in self._producers and oid not in self._handed_over]
+        call.lent = lend(message, ours, self._ready_value)
+        self._escaped_all([oid for oid in escaped if oid not in call.lent])
         message.events = call.events = way.task_events if spec.task_events is None else spec.task_events
         if call.keep:
             self._notices.confirm()  # the host may count the refs it names as soon as it has the call
@@ -241,6 +255,7 @@ class DirectCalls:
                     link.in_flight.pop(spec.call_id, None)
                     sent = False
         if not sent:  # never left: it goes through the driver, after the calls handed back before it
+            self.hand_over(call.lent)
             if link.closed:
                 self._link_closed(link)
             with self._lock:
@@ -306,6 +321,7 @@ class DirectCalls:
         if it cannot be (it then ends with the exception it raised)."""
         try:
             message = CallMethod.of(replace(call.spec, attempt=call.spec.attempt + 1), self._ready_value)
+            lend(message, call.lent, self._ready_value)
             message.events = call.events
             messages.notify(link.connection, message, defer=True)
         except MessageTooLarge:  # arguments since made ready no longer fit in one frame
@@ -377,6 +393,7 @@ class DirectCalls:
                     self._handed_over.discard(oid)
                     self._released.discard(oid)
             self._changed.notify_all()
+        self.hand_over([oid for call in unanswered for oid in call.lent])  # the driver runs them now
         for call in wanted:
             self._streams.hand_over(call.spec.call_id, last=True)  # the driver has the stream before the call
             self._notify(HandBack(call.spec, call.incarnation))
@@ -391,8 +408,9 @@ class DirectCalls:
     # ---- reading results -----------------------------------------------------------------
 
     def holds(self, object_id: bytes) -> bool:
-        """Whether this process answers for `object_id` (a direct result, or a generator's stream)."""
-        return (object_id in self._producers and object_id not in self._released) or self._streams.holds(object_id)
+        """Whether this process answers for `object_id` (a direct result, a generator's stream, a lent object)."""
+        return (object_id in self._producers and object_id not in self._released) or self._streams.holds(object_id) \
+            or self.lent.holds(object_id)
 
     def stream_next(self, stream_id: bytes, index: int, ask_driver: Callable[[], concurrent.futures.Future[Any]]
                     ) -> concurrent.futures.Future[Any] | None:
@@ -413,11 +431,12 @@ class DirectCalls:
         deadline = None if timeout is None else time.monotonic() + timeout
         found: dict[bytes, SerializedValue] = {}
         announced = False
+        self.lent.adopt(self.lent.without_value(object_ids))  # read through the driver
         try:
             for object_id in object_ids:
                 while True:
                     with self._lock:
-                        value = self._values.get(object_id)
+                        value = self._values.get(object_id) or self.lent.value(object_id)
                         call_id = self._producers.get(object_id)
                         call = self._calls.get(call_id) if call_id is not None else None
                     if value is not None:
@@ -427,13 +446,14 @@ class DirectCalls:
                         break  # the driver's now
                     remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                     if not call.future.done() and long_wait is not None and not announced:
-                        _read_answer(call, LONG_WAIT_S if remaining is None else min(remaining, LONG_WAIT_S))
+                        read_until_done(call.link.connection, call.future,
+                                        LONG_WAIT_S if remaining is None else min(remaining, LONG_WAIT_S))
                         if not call.future.done() and (remaining is None or remaining > LONG_WAIT_S):
                             announced = True
                             long_wait.began()
                         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                     if not call.future.done():
-                        _read_answer(call, remaining)
+                        read_until_done(call.link.connection, call.future, remaining)
                         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                     wait_for_reply(call.future, remaining)
         finally:
@@ -453,7 +473,8 @@ class DirectCalls:
                 with self._changed:
                     if not all(self._answers_here(oid) for oid in object_ids):
                         return None
-                    ready = {oid for oid in object_ids if oid in self._values or self._streams.ready(oid) in ("item", "end")}
+                    ready = {oid for oid in object_ids if oid in self._values or self._streams.ready(oid) in ("item", "end")
+                             or self.lent.value(oid) is not None}
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if len(ready) >= num_returns or (remaining is not None and remaining <= 0):
                         return ready
@@ -471,18 +492,21 @@ class DirectCalls:
     def _answers_here(self, object_id: bytes) -> bool:
         if object_id in self._producers:
             return object_id not in self._released
-        return self._streams.holds(object_id)
+        return self._streams.holds(object_id) or self.lent.value(object_id) is not None
 
     # ---- refs leaving the process, and forgetting ----------------------------------------
 
     def escaped(self, object_id: bytes) -> None:
-        """A ref to `object_id` is being pickled: if it is one of ours, the driver takes it over."""
-        if object_id in self._producers:
-            self.hand_over([object_id])
+        """A ref to `object_id` is being pickled: if it is one of ours, or lent, the driver takes it over."""
+        self._escaped_all([object_id])
+
+    def _escaped_all(self, object_ids: list[bytes]) -> None:
+        self.hand_over([oid for oid in object_ids if oid in self._producers or self.lent.holds(oid)])
 
     def hand_over(self, object_ids: Iterable[bytes]) -> None:
-        """The driver takes these over (results, or streams of generator calls)."""
+        """The driver takes these over (results, streams of generator calls, lent objects)."""
         object_ids = [oid for oid in object_ids if not self._streams.hand_over(oid)]
+        self.lent.adopt([oid for oid in object_ids if self.lent.holds(oid)])
         with self._lock:
             ids = [oid for oid in object_ids if oid in self._producers and oid not in self._handed_over]
             self._handed_over.update(ids)
@@ -573,11 +597,3 @@ class DirectCalls:
             links = list(self._links.values())
         for link in links:
             self._link_closed(link)
-
-
-def _read_answer(call: _Call, timeout: float | None) -> None:
-    """Read the call's connection on this thread until its answer is in (no thread is woken
-    for it), the time is up, or this task is cancelled (raised once the reading has stopped)."""
-    connection = call.link.connection
-    with reading_until(connection.wake_lender) as interrupted:
-        connection.serve_until(lambda: call.future.done() or interrupted(), timeout)

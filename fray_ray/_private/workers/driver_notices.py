@@ -81,10 +81,16 @@ class DriverNotices:
             if deferred:
                 into[key] = deferred
 
-    def announce(self, object_ids: list[bytes]) -> None:
+    def announce(self, object_ids: list[bytes], first: Callable[[list[bytes]], None] | None = None) -> None:
         """Borrow those of these deferred first refs that are still held (releases queued
-        meanwhile are sent first: a ref that died unannounced is never told)."""
+        meanwhile are sent first: a ref that died unannounced is never told); `first(held)`
+        runs before (lent objects are handed to the driver then, `lent_refs.py`)."""
         self._flush_releases()
+        if first is not None:
+            with self._lock:
+                held = [oid for oid in object_ids if oid in self._unannounced]
+            if held:
+                first(held)
         with self._lock:
             held = [oid for oid in object_ids if oid in self._unannounced]
             self._unannounced.difference_update(held)

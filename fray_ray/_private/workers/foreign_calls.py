@@ -54,6 +54,7 @@ from fray_ray._private.messages import (
 )
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
 from fray_ray._private.stream.stream_server import HELLO, StreamServer
+from fray_ray._private.workers.lent_refs import LentRefs
 from fray_ray.exceptions import ActorUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -91,11 +92,13 @@ class ForeignCallGate:
 
     def __init__(self, run_call: RunCall, *, bind_host: str, advertise_host: str,
                  cancel: CancelRun | None = None, before_answer: Callable[[], None] = lambda: None,
-                 released: Callable[[], None] = lambda: None) -> None:
+                 released: Callable[[], None] = lambda: None, lent: Callable[[], LentRefs | None] = lambda: None) -> None:
         """`before_answer()` runs before an answer or item that names refs goes to a caller:
         it returns once the driver has heard of the refs this process took
-        (`driver_notices.py`). `released()` tells the driver of refs dropped since."""
+        (`driver_notices.py`). `released()` tells the driver of refs dropped since. `lent()`:
+        where the objects a caller lends with its calls are kept (`lent_refs.py`)."""
         self._run_call = run_call
+        self._lent = lent
         self._before_answer = before_answer
         self._released = released
         #: call id -> its caller's connection and refs to the objects its answer named, kept
@@ -225,6 +228,8 @@ class ForeignCallGate:
             self._released()
 
     def _on_call(self, connection: Connection, message_id: int | None, call: CallMethod) -> None:
+        if call.lent and (lent := self._lent()) is not None:
+            lent.arrived(connection, call)
         with self._lock:
             self._callers[call.call] = _Caller(connection, call.method, time.time(), call.events, call.args.names_refs())
             if call.num_returns == "streaming":
@@ -320,6 +325,8 @@ class ForeignCallGate:
 
     def answer(self, done: CallDone) -> bool:
         """Send `done` to the driver its call came from; False if it came from the owner."""
+        if (lent := self._lent()) is not None:
+            lent.ended(done.call)
         with self._lock:
             self._generators.discard(done.call)
             if self._keep(done):

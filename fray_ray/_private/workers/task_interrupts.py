@@ -17,7 +17,10 @@ import ctypes
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fray_ray._private.stream.protocol import Connection
 
 _waiting_lock = threading.Lock()  # guards _waiting
 #: thread id -> the event that wakes that thread's `wait_for_reply`
@@ -82,3 +85,10 @@ def interrupt_thread(thread_id: int) -> None:
         wake = _waiting.get(thread_id)
     if wake is not None:
         wake.set()
+
+
+def read_until_done(connection: Connection, future: concurrent.futures.Future, timeout: float | None) -> None:
+    """Read `connection` on this thread until `future` is done (no thread is woken for its
+    answer), the time is up, or this task is cancelled (raised once the reading has stopped)."""
+    with reading_until(connection.wake_lender) as interrupted:
+        connection.serve_until(lambda: future.done() or interrupted(), timeout)

@@ -1,0 +1,216 @@
+"""A worker's results passed to the host of its next direct call are lent, not handed to the
+driver (`workers/lent_refs.py`): the driver hears nothing of a result the callee uses and
+drops, and whatever else a callee does with such a ref still works: read a value the call did
+not carry, keep the ref past its answer, pass it on, or find its lender gone. Real worker
+processes on the embedded cluster; the driver's handlers are watched to see what it hears."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fray_ray
+from fray_ray._private.core import runtime_slot
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
+
+from waiting import wait_for  # noqa: E402
+
+#: What a worker tells the driver about objects.
+NOTICES = ("hand_over", "hand_over_done", "sync", "borrow", "release")
+LARGE = 1 << 20  # over the inline limit: never sent with a call
+
+
+@pytest.fixture(scope="module")
+def session(cluster_session: fray_ray.RayContext) -> fray_ray.RayContext:
+    return cluster_session
+
+
+@contextlib.contextmanager
+def driver_hears() -> Iterator[list[str]]:
+    """The kinds of the notices about objects the driver gets meanwhile."""
+    handlers = runtime_slot.current().session._handlers
+    originals = {kind: handlers[kind] for kind in NOTICES}
+    heard: list[str] = []
+
+    def watching(kind: str) -> Any:
+        def handle(connection: Any, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
+            heard.append(kind)
+            originals[kind](connection, message_id, body, buffers)
+        return handle
+
+    handlers.update({kind: watching(kind) for kind in NOTICES})
+    try:
+        yield heard
+    finally:
+        handlers.update(originals)
+
+
+@fray_ray.remote
+class Latch:
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    async def wait(self) -> None:
+        await self.event.wait()
+
+    async def open(self) -> None:
+        self.event.set()
+
+
+@fray_ray.remote
+class Source:
+    def make(self, size: int = 8) -> bytes:
+        return b"x" * size
+
+    def make_after(self, go: Any) -> bytes:
+        fray_ray.get(go.wait.remote())
+        return b"late"
+
+
+@fray_ray.remote
+class Sink:
+    def __init__(self) -> None:
+        self.kept: list[Any] = []
+        self.error = ""
+
+    def count(self, refs: list[Any]) -> int:
+        return len(refs)
+
+    def read(self, refs: list[Any]) -> list[int]:
+        return [len(fray_ray.get(ref, timeout=60)) for ref in refs]
+
+    def keep(self, refs: list[Any]) -> int:
+        self.kept = refs
+        return len(refs)
+
+    def read_kept(self) -> int:
+        return len(fray_ray.get(self.kept[0], timeout=60))
+
+    def drop(self) -> None:
+        self.kept = []
+        fray_ray.put(None)  # an API call: sends what was released
+
+    def pass_on(self, other: Any, refs: list[Any]) -> list[int]:
+        return fray_ray.get(other.read.remote(refs), timeout=60)
+
+    def read_when(self, started: Any, go: Any, refs: list[Any]) -> None:
+        fray_ray.get(started.open.remote())
+        fray_ray.get(go.wait.remote())
+        try:
+            fray_ray.get(refs[0], timeout=60)
+        except Exception as exc:  # noqa: BLE001 - what the read raised is the answer
+            self.error = type(exc).__name__
+
+    def error_seen(self) -> str:
+        return self.error
+
+
+def ready_pair() -> tuple[Any, Any]:
+    source, sink = Source.remote(), Sink.remote()
+    fray_ray.get([source.make.remote(), sink.count.remote([])])  # both running: workers call them directly
+    return source, sink
+
+
+@fray_ray.remote
+def pass_results_on(source: Any, sink: Any, steps: int, size: int, ready: bool, read: bool) -> list[Any]:
+    fray_ray.get([source.make.remote(), sink.count.remote([])])  # the ways to both are known
+    answers = []
+    for _ in range(steps):
+        ref = source.make.remote(size)
+        if ready:
+            fray_ray.wait([ref])
+        answers.append(fray_ray.get((sink.read if read else sink.count).remote([ref]), timeout=60))
+    return answers
+
+
+def test_a_result_passed_on_and_dropped_costs_the_driver_nothing(session: fray_ray.RayContext) -> None:
+    source, sink = ready_pair()
+    with driver_hears() as heard:
+        assert fray_ray.get(pass_results_on.remote(source, sink, 5, 8, False, False), timeout=60) == [1] * 5
+    assert "hand_over" not in heard and "hand_over_done" not in heard, heard
+
+
+def test_a_small_ready_value_travels_with_the_call_and_is_read_there(session: fray_ray.RayContext) -> None:
+    source, sink = ready_pair()
+    with driver_hears() as heard:
+        assert fray_ray.get(pass_results_on.remote(source, sink, 5, 8, True, True), timeout=60) == [[8]] * 5
+    assert "hand_over" not in heard and "hand_over_done" not in heard, heard
+
+
+@pytest.mark.parametrize("size, ready", [(8, False), (LARGE, True)], ids=["pending", "large"])
+def test_a_value_the_call_did_not_carry_is_read_through_the_driver(
+    session: fray_ray.RayContext, size: int, ready: bool
+) -> None:
+    source, sink = ready_pair()
+    with driver_hears() as heard:
+        assert fray_ray.get(pass_results_on.remote(source, sink, 3, size, ready, True), timeout=60) == [[size]] * 3
+    assert heard.count("hand_over") == 3, heard  # the sink had the caller hand each over first
+
+
+@fray_ray.remote
+def lend_and_drop(source: Any, sink: Any, ready: bool) -> str:
+    fray_ray.get([source.make.remote(), sink.count.remote([])])
+    ref = source.make.remote(8)
+    if ready:
+        fray_ray.wait([ref])
+    assert fray_ray.get(sink.keep.remote([ref]), timeout=60) == 1
+    made = ref.hex()
+    del ref  # the sink's is the last ref
+    fray_ray.put(None)  # an API call: sends what was released
+    return made
+
+
+@pytest.mark.parametrize("ready", [True, False], ids=["ready", "pending"])
+def test_a_ref_the_callee_keeps_past_its_answer_stays_alive_until_it_drops_it(
+    session: fray_ray.RayContext, ready: bool
+) -> None:
+    objects = runtime_slot.current().objects
+    source, sink = ready_pair()
+    made = bytes.fromhex(fray_ray.get(lend_and_drop.remote(source, sink, ready), timeout=60))
+    assert objects.known(made)  # the sink had it handed over before it answered, and borrows it
+    assert fray_ray.get(sink.read_kept.remote(), timeout=60) == 8
+    fray_ray.get(sink.drop.remote(), timeout=60)
+    wait_for(lambda: not objects.known(made), timeout=30, what="the object to be freed once the sink dropped it")
+
+
+@fray_ray.remote
+def lend_to_one_that_passes_it_on(source: Any, sink: Any, other: Any) -> list[int]:
+    fray_ray.get([source.make.remote(), sink.count.remote([])])
+    ref = source.make.remote(8)
+    fray_ray.wait([ref])
+    return fray_ray.get(sink.pass_on.remote(other, [ref]), timeout=60)
+
+
+def test_a_lent_ref_the_callee_passes_on_can_be_read_by_the_next(session: fray_ray.RayContext) -> None:
+    source, sink = ready_pair()
+    assert fray_ray.get(lend_to_one_that_passes_it_on.remote(source, sink, Sink.remote()), timeout=60) == [8]
+
+
+@fray_ray.remote(max_retries=0)
+def lend_and_exit(source: Any, sink: Any, latches: list[Any]) -> None:
+    started, go, late = latches
+    fray_ray.get([source.make.remote(), sink.count.remote([])])
+    ref = source.make_after.remote(late)  # pending: its value is not sent
+    sink.read_when.remote(started, go, [ref])
+    fray_ray.get(started.wait.remote())  # the sink runs the call
+    os._exit(0)
+
+
+def test_a_lent_ref_whose_lender_is_gone_reads_as_owner_died(session: fray_ray.RayContext) -> None:
+    source, sink = ready_pair()
+    started, go, late = Latch.remote(), Latch.remote(), Latch.remote()
+    with pytest.raises(fray_ray.exceptions.WorkerCrashedError):
+        fray_ray.get(lend_and_exit.remote(source, sink, [started, go, late]), timeout=60)
+    fray_ray.get(go.open.remote())
+    wait_for(lambda: fray_ray.get(sink.error_seen.remote(), timeout=60) != "", timeout=30,
+             what="the sink's read of the lent ref to fail")
+    assert fray_ray.get(sink.error_seen.remote(), timeout=60) == "OwnerDiedError"
+    fray_ray.get(late.open.remote())
