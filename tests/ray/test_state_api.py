@@ -127,6 +127,7 @@ def busy_session() -> Iterator[dict[str, Any]]:
         fray_ray.shutdown()
     fray_ray.init(num_cpus=2, namespace="state-tests")
     gate = Gate.remote()
+    fray_ray.get(gate.__ray_ready__.remote())  # up: `hold` calls it directly, and the call runs at once
     done = finish.remote(1)
     assert fray_ray.get(done) == 2
     failed = explode.remote()
@@ -145,6 +146,7 @@ def busy_session() -> Iterator[dict[str, Any]]:
     assert fray_ray.get(dead.incr.remote()) == 1
     fray_ray.kill(dead)
     wait_for(lambda: state.list_tasks(filters=[("name", "=", "hold"), ("state", "=", "RUNNING")]))
+    wait_for(lambda: state.list_tasks(filters=[("name", "=", "Gate.wait")]))  # `hold` has made its call
     session = {
         "gate": gate, "done": done, "failed": failed, "running": running, "argument": argument, "held": held,
         "outer": outer, "inner_id": inner_id, "live": live, "dead": dead,
