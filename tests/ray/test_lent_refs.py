@@ -214,3 +214,52 @@ def test_a_lent_ref_whose_lender_is_gone_reads_as_owner_died(session: fray_ray.R
              what="the sink's read of the lent ref to fail")
     assert fray_ray.get(sink.error_seen.remote(), timeout=60) == "OwnerDiedError"
     fray_ray.get(late.open.remote())
+
+
+@fray_ray.remote(max_restarts=1, max_task_retries=1)
+class DiesOnce:
+    def ping(self) -> None:
+        return None
+
+    def read_or_die(self, refs: list[Any]) -> list[int]:
+        if not fray_ray.get_runtime_context().was_current_actor_reconstructed:
+            os._exit(1)  # its caller hands the call back to the driver, which sends it again
+        return [len(fray_ray.get(ref, timeout=60)) for ref in refs]
+
+
+@fray_ray.remote
+class FailsOnce:
+    def __init__(self) -> None:
+        self.failed = False
+
+    def ping(self) -> None:
+        return None
+
+    def read_or_raise(self, refs: list[Any]) -> list[int]:
+        if not self.failed:
+            self.failed = True
+            raise ValueError("the first time")  # its caller sends the call again, straight to this host
+        return [len(fray_ray.get(ref, timeout=60)) for ref in refs]
+
+
+@fray_ray.remote
+def lend_to(source: Any, target: Any, method: str, size: int) -> list[int]:
+    fray_ray.get([source.make.remote(), target.ping.remote()])  # the ways to both are known
+    ref = source.make.remote(size)
+    fray_ray.wait([ref])
+    call = getattr(target, method)
+    if method == "read_or_raise":
+        call = call.options(retry_exceptions=[ValueError], max_task_retries=1)
+    return fray_ray.get(call.remote([ref]), timeout=60)
+
+
+@pytest.mark.parametrize("size", [8, LARGE], ids=["small", "large"])
+def test_a_call_handed_back_to_the_driver_hands_over_what_it_lent(session: fray_ray.RayContext, size: int) -> None:
+    source = Source.remote()
+    assert fray_ray.get(lend_to.remote(source, DiesOnce.remote(), "read_or_die", size), timeout=60) == [size]
+
+
+@pytest.mark.parametrize("size", [8, LARGE], ids=["small", "large"])
+def test_a_call_its_caller_sends_again_lends_again(session: fray_ray.RayContext, size: int) -> None:
+    source = Source.remote()
+    assert fray_ray.get(lend_to.remote(source, FailsOnce.remote(), "read_or_raise", size), timeout=60) == [size]
