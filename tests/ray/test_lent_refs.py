@@ -128,6 +128,8 @@ def pass_results_on(source: Any, sink: Any, steps: int, size: int, ready: bool, 
         if ready:
             fray_ray.wait([ref])
         answers.append(fray_ray.get((sink.read if read else sink.count).remote([ref]), timeout=60))
+    direct = runtime_slot.current().direct
+    assert direct is not None and direct.sent >= 2 * steps, "the calls went through the driver"
     return answers
 
 
@@ -238,6 +240,7 @@ class FailsOnce:
     def read_or_raise(self, refs: list[Any]) -> list[int]:
         if not self.failed:
             self.failed = True
+            refs.clear()  # the error's traceback keeps this frame: it must not keep the ref too
             raise ValueError("the first time")  # its caller sends the call again, straight to this host
         return [len(fray_ray.get(ref, timeout=60)) for ref in refs]
 
@@ -253,13 +256,21 @@ def lend_to(source: Any, target: Any, method: str, size: int) -> list[int]:
     return fray_ray.get(call.remote([ref]), timeout=60)
 
 
+def running(*actors: Any) -> list[Any]:
+    """`actors`, once each runs: a task's first call to one goes straight to it."""
+    fray_ray.get([actor.ping.remote() if hasattr(actor, "ping") else actor.make.remote() for actor in actors])
+    return list(actors)
+
+
 @pytest.mark.parametrize("size", [8, LARGE], ids=["small", "large"])
 def test_a_call_handed_back_to_the_driver_hands_over_what_it_lent(session: fray_ray.RayContext, size: int) -> None:
-    source = Source.remote()
-    assert fray_ray.get(lend_to.remote(source, DiesOnce.remote(), "read_or_die", size), timeout=60) == [size]
+    source, target = running(Source.remote(), DiesOnce.remote())
+    assert fray_ray.get(lend_to.remote(source, target, "read_or_die", size), timeout=60) == [size]
 
 
 @pytest.mark.parametrize("size", [8, LARGE], ids=["small", "large"])
 def test_a_call_its_caller_sends_again_lends_again(session: fray_ray.RayContext, size: int) -> None:
-    source = Source.remote()
-    assert fray_ray.get(lend_to.remote(source, FailsOnce.remote(), "read_or_raise", size), timeout=60) == [size]
+    source, target = running(Source.remote(), FailsOnce.remote())
+    with driver_hears() as heard:
+        assert fray_ray.get(lend_to.remote(source, target, "read_or_raise", size), timeout=60) == [size]
+    assert heard.count("hand_over") == (0 if size <= 8 else 1), heard  # the large one is read through the driver
