@@ -11,7 +11,6 @@ check `DriverNotices` alone.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
 import sys
@@ -30,6 +29,7 @@ from fray_ray._private.workers.driver_notices import DriverNotices
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
 
+from latches import Latch  # noqa: E402
 from waiting import wait_for  # noqa: E402
 
 #: How long a held-back notice waits for the caller's task to end before it is let go: the
@@ -311,18 +311,6 @@ def test_an_actor_tells_the_driver_only_of_the_refs_it_still_holds_when_it_answe
     finally:
         handlers.update(originals)
     assert [kind for kind, _ in seen] == ["borrow"] and len(seen[0][1]) == 3, seen
-
-
-@fray_ray.remote
-class Latch:
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-
-    async def wait(self) -> None:
-        await self.event.wait()
-
-    async def open(self) -> None:
-        self.event.set()
 
 
 @fray_ray.remote

@@ -6,7 +6,6 @@ processes on the embedded cluster; the driver's handlers are watched to see what
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import sys
@@ -21,6 +20,7 @@ from fray_ray._private.core import runtime_slot
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
 
+from latches import Latch  # noqa: E402
 from waiting import wait_for  # noqa: E402
 
 #: What a worker tells the driver about objects.
@@ -51,18 +51,6 @@ def driver_hears() -> Iterator[list[str]]:
         yield heard
     finally:
         handlers.update(originals)
-
-
-@fray_ray.remote
-class Latch:
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-
-    async def wait(self) -> None:
-        await self.event.wait()
-
-    async def open(self) -> None:
-        self.event.set()
 
 
 @fray_ray.remote
