@@ -58,6 +58,9 @@ class Source:
     def make(self, size: int = 8) -> bytes:
         return b"x" * size
 
+    def fail(self) -> bytes:
+        raise ValueError("made nothing")
+
     def make_after(self, go: Any) -> bytes:
         fray_ray.get(go.wait.remote())
         return b"late"
@@ -182,6 +185,20 @@ def lend_to_one_that_passes_it_on(source: Any, sink: Any, other: Any) -> list[in
 def test_a_lent_ref_the_callee_passes_on_can_be_read_by_the_next(session: fray_ray.RayContext) -> None:
     source, sink = ready_pair()
     assert fray_ray.get(lend_to_one_that_passes_it_on.remote(source, sink, Sink.remote()), timeout=60) == [8]
+
+
+@fray_ray.remote
+def lend_an_error_to_one_that_passes_it_on(source: Any, sink: Any, other: Any) -> list[int]:
+    fray_ray.get([source.make.remote(), sink.count.remote([])])
+    ref = source.fail.remote()  # its value is the error: small, and sent with the call
+    fray_ray.wait([ref])
+    return fray_ray.get(sink.pass_on.remote(other, [ref]), timeout=60)
+
+
+def test_a_lent_error_passed_on_raises_where_it_is_read(session: fray_ray.RayContext) -> None:
+    source, sink = ready_pair()
+    with pytest.raises(ValueError, match="made nothing"):
+        fray_ray.get(lend_an_error_to_one_that_passes_it_on.remote(source, sink, Sink.remote()), timeout=60)
 
 
 @fray_ray.remote(max_retries=0)

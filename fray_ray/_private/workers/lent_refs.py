@@ -74,6 +74,7 @@ class _Lent:
     lender: Connection  # the caller's gate connection, where `AdoptLent` goes
     value: SerializedValue | None  # None: not sent (pending or large)
     calls: int = 1  # calls that lent it and have not ended
+    lost: bool = False  # its lender was gone when asked to hand it over (`value` says so)
 
 
 class LentRefs:
@@ -130,7 +131,7 @@ class LentRefs:
         with self._lock:
             for object_id in dict.fromkeys(object_ids):
                 entry = self._lent.get(object_id)
-                if entry is not None and not (entry.value is not None and entry.value.is_error):
+                if entry is not None and not entry.lost:
                     by_lender.setdefault(entry.lender, []).append(object_id)
         for lender, ids in by_lender.items():
             try:
@@ -139,7 +140,7 @@ class LentRefs:
                 with self._lock:
                     for object_id in ids:
                         if (entry := self._lent.get(object_id)) is not None:
-                            entry.value = serialize_error(OwnerDiedError(object_id.hex(), None, ""))
+                            entry.value, entry.lost = serialize_error(OwnerDiedError(object_id.hex(), None, "")), True
                 continue
             with self._lock:
                 for object_id in ids:
