@@ -103,6 +103,13 @@ class Sink:
     def error_seen(self) -> str:
         return self.error
 
+    def block(self, go: Any) -> None:
+        fray_ray.get(go.wait.remote())
+
+    def lent_here(self) -> int:
+        direct = runtime_slot.current().direct
+        return -1 if direct is None else len(direct.lent._lent)
+
 
 def ready_pair() -> tuple[Any, Any]:
     source, sink = Source.remote(), Sink.remote()
@@ -279,3 +286,21 @@ def test_a_call_its_caller_sends_again_lends_again(session: fray_ray.RayContext,
     with driver_hears() as heard:
         assert fray_ray.get(lend_to.remote(source, target, "read_or_raise", size), timeout=60) == [size]
     assert heard.count("hand_over") == (0 if size <= 8 else 1), heard  # the large one is read through the driver
+
+
+@fray_ray.remote
+def lend_to_a_call_cancelled_before_it_starts(source: Any, sink: Any, go: Any) -> None:
+    fray_ray.get([source.make.remote(), sink.count.remote([])])
+    ref = source.make.remote(8)
+    fray_ray.wait([ref])
+    blocked = sink.block.remote(go)
+    queued = sink.count.remote([ref])  # waits behind `block`
+    fray_ray.cancel(queued)
+    fray_ray.get(go.open.remote())
+    fray_ray.get(blocked, timeout=60)
+
+
+def test_what_a_call_cancelled_before_it_starts_lent_is_forgotten(session: fray_ray.RayContext) -> None:
+    source, sink = ready_pair()
+    fray_ray.get(lend_to_a_call_cancelled_before_it_starts.remote(source, sink, Latch.remote()), timeout=60)
+    assert fray_ray.get(sink.lent_here.remote(), timeout=60) == 0

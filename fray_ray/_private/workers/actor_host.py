@@ -299,6 +299,8 @@ class RayActorHost(ActorStateRow):
         with self._calls_lock:
             if self._cancelled and call.call in self._cancelled:
                 self._cancelled.discard(call.call)
+                if self._runtime.direct is not None:
+                    self._runtime.direct.lent.ended(call.call)  # skipped: nothing reads what it lent
                 return False
             self._running[call.call] = handle
             if thread is not None:
