@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent(
 
 
 def _clean_env(records: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_")) or k == "FRAY_RAY_BYTECODE_CACHE"}
     env["FRAY_RAY_TEMP_DIR"] = str(records)  # a private, empty record directory
     return env
 

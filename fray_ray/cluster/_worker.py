@@ -328,10 +328,12 @@ class LocalWorker:
 
 def inherited_environment(inherit_env: bool) -> dict[str, str]:
     """What every task's environment starts from (and the worker template's): this process's
-    environment without Iris's task variables, or a minimal one."""
+    environment without Iris's task variables, or a minimal one (what says where the host keeps
+    things: its paths, temp and cache directories, the cache of compiled shipped code)."""
     if inherit_env:
         return {k: v for k, v in os.environ.items() if not k.startswith("IRIS_") and k != TOKEN_ENV}
-    return {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER") if k in os.environ}
+    kept = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "XDG_CACHE_HOME", "FRAY_RAY_BYTECODE_CACHE")
+    return {k: os.environ[k] for k in kept if k in os.environ}
 
 
 def bind_host(advertised: str) -> str:

@@ -55,7 +55,7 @@ def cluster() -> Iterator[dict]:
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_")) or k == "FRAY_RAY_BYTECODE_CACHE"}
     env.update(extra)
     return env
 

@@ -26,7 +26,7 @@ HANG_DEADLINE_S = 120.0
 def run_script(tmp_path: Path, body: str, deadline: float) -> subprocess.CompletedProcess:
     script = tmp_path / "local_script.py"
     script.write_text(textwrap.dedent(body))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_")) or k == "FRAY_RAY_BYTECODE_CACHE"}
     process = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

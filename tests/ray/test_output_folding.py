@@ -190,7 +190,7 @@ SCRIPT = """
 def run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     script = tmp_path / "prints.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_"))}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_")) or k == "FRAY_RAY_BYTECODE_CACHE"}
     clean.update(env)
     finished = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=clean, capture_output=True,
                               text=True, timeout=DEADLINE_S)
