@@ -161,14 +161,14 @@ class DirectCalls:
         of ours that its arguments name are lent to the host, else handed to the driver first."""
         escaped = object_ref.take_held_escapes()
         if spec.num_returns == "dynamic":
-            self._escaped_all(escaped)
+            self.escaped(*escaped)
             return through_driver()
         with self._lock:
             way = self._ways.setdefault(spec.actor_id, _ActorWay())
         with self._order:
             link = self._route(spec.actor_id, way)
             if link is None:
-                self._escaped_all(escaped)
+                self.escaped(*escaped)
                 refs = through_driver()
                 way.through_driver.append(spec.call_id)
                 return refs
@@ -238,7 +238,7 @@ class DirectCalls:
         with self._lock:
             ours = [oid for oid in dict.fromkeys(escaped) if oid in self._producers and oid not in self._handed_over]
         call.lent = lend(message, ours, self._ready_value)
-        self._escaped_all([oid for oid in escaped if oid not in call.lent])
+        self.escaped(*[oid for oid in escaped if oid not in call.lent])
         message.events = call.events = way.task_events if spec.task_events is None else spec.task_events
         if call.keep:
             self._notices.confirm()  # the host may count the refs it names as soon as it has the call
@@ -496,17 +496,15 @@ class DirectCalls:
 
     # ---- refs leaving the process, and forgetting ----------------------------------------
 
-    def escaped(self, object_id: bytes) -> None:
-        """A ref to `object_id` is being pickled: if it is one of ours, or lent, the driver takes it over."""
-        self._escaped_all([object_id])
-
-    def _escaped_all(self, object_ids: list[bytes]) -> None:
-        self.hand_over([oid for oid in object_ids if oid in self._producers or self.lent.holds(oid)])
+    def escaped(self, *object_ids: bytes) -> None:
+        """Refs to these are being pickled: the driver takes over those that are ours, or lent here."""
+        if ours := [oid for oid in object_ids if oid in self._producers or self.lent.holds(oid)]:
+            self.hand_over(ours)
 
     def hand_over(self, object_ids: Iterable[bytes]) -> None:
         """The driver takes these over (results, streams of generator calls, lent objects)."""
         object_ids = [oid for oid in object_ids if not self._streams.hand_over(oid)]
-        self.lent.adopt([oid for oid in object_ids if self.lent.holds(oid)])
+        self.lent.adopt(object_ids)  # those lent here
         with self._lock:
             ids = [oid for oid in object_ids if oid in self._producers and oid not in self._handed_over]
             self._handed_over.update(ids)

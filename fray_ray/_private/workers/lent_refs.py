@@ -38,6 +38,8 @@ def lend(call: CallMethod, ours: Sequence[bytes], value_of: Callable[[bytes], Se
     may, and return them: every one but a top-level argument whose value does not travel with
     the call (the callee reads it at once: it is handed over instead). Values that are ready
     and small go along, once: a top-level argument's travels as the argument's."""
+    if not ours:  # the usual call: nothing to lend
+        return []
     inlined, top_level = call.args.inlined, set(call.args.top_level)
     sent: list[bytes] = []
     values: list[SerializedValue] = []
@@ -127,6 +129,8 @@ class LentRefs:
     def adopt(self, object_ids: Sequence[bytes]) -> None:
         """Have the lenders of those of `object_ids` lent here hand them to the driver; returns
         once it has them. A lender that is gone leaves them failed with `OwnerDiedError`."""
+        if not self._lent:
+            return
         by_lender: dict[Connection, list[bytes]] = {}
         with self._lock:
             for object_id in dict.fromkeys(object_ids):
