@@ -3,6 +3,9 @@
 
 - `node_to_node_100mb`: tasks on node A make 100 MB arrays, tasks on node B sum them: GB/s, the
   driver's CPU seconds per GB moved, and the driver's peak RSS above where it started.
+- `actor_to_actor_100mb`: the driver calls an actor on node A for 100 MB arrays and passes each
+  ref, unread, to an actor on node B that sums it (rollout workers feeding a learner): the same
+  three measures.
 - `parallel_puts`: four tasks (two per node) each `ray.put` a 100 MB array at once and return
   the ref; the driver waits for the refs (the values stay put): GB/s.
 - `wait_one_of_1k`: 1,000 short tasks are submitted, then `ray.wait(refs, num_returns=1)`
@@ -113,6 +116,32 @@ def node_to_node(ray: Any) -> dict[str, Any]:
                "node_to_node_driver_peak_rss_mib": growth})
 
 
+def actor_to_actor(ray: Any) -> dict[str, Any]:
+    import numpy as np
+
+    @ray.remote(resources={"node_a": 1})
+    class Producer:
+        def make(self, seed: int) -> Any:
+            return np.full(MB100, seed % 250, np.uint8)
+
+    @ray.remote(resources={"node_b": 1})
+    class Consumer:
+        def consume(self, array: Any) -> int:
+            return int(array[::4096].sum())
+
+    producer, consumer = Producer.remote(), Consumer.remote()
+    ray.get([consumer.consume.remote(producer.make.remote(i)) for i in range(2)])  # warm both
+    peak = PeakRss()
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    results = ray.get([consumer.consume.remote(producer.make.remote(i)) for i in range(TRANSFERS)])
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    growth = peak.stop()
+    assert len(results) == TRANSFERS
+    gb = TRANSFERS * MB100 / 1e9
+    return ok({"actor_to_actor_100mb_gbps": gb / wall, "actor_to_actor_driver_cpu_s_per_gb": cpu / gb,
+               "actor_to_actor_driver_peak_rss_mib": growth})
+
+
 def parallel_puts(ray: Any) -> dict[str, Any]:
     import numpy as np
 
@@ -152,6 +181,7 @@ def wait_one_of_1k(ray: Any) -> dict[str, Any]:
 
 SHAPES: dict[str, Callable[[Any], dict[str, Any]]] = {
     "node_to_node_100mb": node_to_node,
+    "actor_to_actor_100mb": actor_to_actor,
     "parallel_puts": parallel_puts,
     "wait_one_of_1k": wait_one_of_1k,
 }

@@ -29,3 +29,14 @@ def qualified_name(obj: Any) -> str:
     qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", "")
     module = module_name_of(obj)
     return f"{module}.{qualname}" if module else qualname
+
+
+def actor_display_name(instance: Any, class_name: str) -> str:
+    """What Ray shows for an actor in its log prefix: the repr its class defines, else the
+    class name (read once, after `__init__`)."""
+    if type(instance).__repr__ is object.__repr__:
+        return class_name
+    try:
+        return repr(instance)
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not fail the actor
+        return class_name

@@ -118,6 +118,13 @@ class ActorCalls:
             threading.Thread(target=self.calls_done, args=(connection, [(call.call_id, [error])]),
                              name="call-too-large", daemon=True).start()
 
+    def return_ids(self, connection: Connection, call_id: bytes) -> tuple[bytes, ...]:
+        """The ids of the results of call `call_id` in flight on `connection` (none if unknown)."""
+        with self._lock:
+            record = self._by_connection.get(connection)
+            call = None if record is None else record.in_flight.get(call_id)
+            return () if call is None else call.return_ids
+
     def call_done(self, connection: Connection, call_id: bytes, results: Sequence[SerializedValue]) -> None:
         self.calls_done(connection, [(call_id, results)])
 
@@ -134,6 +141,7 @@ class ActorCalls:
                 call = record.in_flight.get(call_id)
                 if call is not None and call_id in self._cancelled:
                     self._cancelled.discard(call_id)
+                    self._objects.drop_results(list(zip(call.return_ids, results)))
                     call = None  # already completed as cancelled
                 elif call is not None and call.retry_exceptions and self._retries_on(call, results):
                     again.append((call, results))  # still in flight

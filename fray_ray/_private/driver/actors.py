@@ -50,6 +50,9 @@ logger = logging.getLogger(__name__)
 
 
 class ActorManager(ActorCalls, NamedActors, DirectRoutes):  # ActorCalls first: its _complete_call is the one that runs
+    #: hand_off(connection): before an actor's process ends on purpose, the driver takes what it holds
+    hand_off: Callable[[Connection], None] | None = None
+
     def __init__(
         self,
         objects: ObjectTable,
@@ -436,13 +439,33 @@ class ActorManager(ActorCalls, NamedActors, DirectRoutes):  # ActorCalls first: 
         for call in calls:
             self._fail_call(call, death)
         if terminate:
-            if connection is not None:
-                try:
-                    messages.notify(connection, Die(restart=False))
-                except ConnectionClosed:
-                    pass
-            if group is not None:
-                self._launcher.terminate(group)
+            self._after_hand_off(connection, lambda: self._end_process(connection, group))
+
+    def _after_hand_off(self, connection: Connection | None, end: Callable[[], None]) -> None:
+        """Run `end`, which ends an actor's process, once the driver holds what that process
+        held: objects an actor returned outlive it, as in Ray's object store."""
+        hand_off = self.hand_off
+        if hand_off is None or connection is None or connection.closed or "holder" not in connection.peer_info:
+            end()
+            return
+
+        def run() -> None:
+            try:
+                hand_off(connection)
+            except Exception:  # noqa: BLE001 - what it could not hand over is lost with it
+                logger.warning("could not take the values an actor's process holds", exc_info=True)
+            end()
+
+        threading.Thread(target=run, name="actor-hand-off", daemon=True).start()
+
+    def _end_process(self, connection: Connection | None, group: Any, *, restart: bool = False) -> None:
+        if connection is not None:
+            try:
+                messages.notify(connection, Die(restart=restart))
+            except ConnectionClosed:
+                pass
+        if group is not None:
+            self._launcher.terminate(group)
 
     def _ledger_release(self, record: ActorRecord) -> None:
         if self._reservations.release(record.spec.actor_id) and self.on_resources_released is not None:
@@ -469,10 +492,7 @@ class ActorManager(ActorCalls, NamedActors, DirectRoutes):  # ActorCalls first: 
             if not restartable:
                 record.killed = True
         if restartable and connection is not None:
-            try:
-                messages.notify(connection, Die(restart=True))
-            except ConnectionClosed:
-                pass
+            self._after_hand_off(connection, lambda: self._end_process(connection, None, restart=True))
             return
         self._mark_dead(record, self._death_error(record, "killed"), terminate=True)
 

@@ -193,6 +193,7 @@ class DriverRuntime(DriverReads):
         )
         self.gangs = GangScheduler(self.objects, self.launcher, self.timers, error_for=self._error_value)
         self.actors.on_resources_released = self._resources_released
+        self.actors.hand_off = self.lineage.actor_ending
         self.task_events.add_live_source(self.actors.live_call_events)
         self.task_events.add_live_source(self.actors.direct_call_events)  # workers' calls straight to hosts
         if not self.launcher.in_process and lending_enabled():  # new actors may take idle executors

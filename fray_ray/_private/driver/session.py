@@ -284,11 +284,7 @@ class SessionService:
         for done in answers:
             if done.held:  # large results the executor keeps: recorded by where they are
                 self._driver.lineage.results_held(connection, done.task, done.held)
-                try:
-                    done.results = with_remote_results(done.results, done.held)
-                except ValueError as exc:
-                    failed = serialize_error(RaySystemError(f"the executor's answer was malformed: {exc}"))
-                    done.results, done.user_error = [failed] * len(done.results), True
+                _record_held(done, "executor")
         if connection.peer_info.get("kind") == "gang":
             for done in answers:
                 self._driver.gangs.task_done(connection, done.task, done.results, done.user_error)
@@ -301,6 +297,11 @@ class SessionService:
         self._driver.scheduler.tasks_withdrawn(connection, withdrawn.returned, withdrawn.kept)
 
     def _calls_done(self, connection: Connection, answers: list[CallDone]) -> None:
+        for done in answers:
+            if done.held:  # large results the actor's process keeps: recorded by where they are
+                return_ids = self._driver.actors.return_ids(connection, done.call)
+                self._driver.lineage.actor_results_held(connection, done.held, return_ids)
+                _record_held(done, "actor")
         self._driver.actors.calls_done(connection, [(done.call, done.results) for done in answers])
 
     def _actor_ready(self, connection: Connection, message_id: int | None, ready: ActorReady) -> None:
@@ -310,6 +311,11 @@ class SessionService:
         self._driver.actors.creation_failed(failed.actor, failed.error)
 
     def _actor_exiting(self, connection: Connection, message_id: int | None, exiting: ActorExiting) -> None:
+        if message_id is not None:  # its process waits while the driver takes the values it holds
+            try:
+                self._driver.lineage.actor_ending(connection)
+            finally:
+                messages.reply(connection, message_id, Done())
         self._driver.actors.exiting(exiting.actor, exiting.call)
 
     # ---- objects -------------------------------------------------------------------------
@@ -545,3 +551,13 @@ class SessionService:
 
     def _metrics(self, connection: Connection, message_id: int | None, report: MetricsReport) -> None:
         self._driver.report_metrics(report.points)
+
+
+def _record_held(done: TaskDone | CallDone, sender: str) -> None:
+    """`done`'s results with each one its sender keeps recorded by where it is; all failed if
+    the sender's message was malformed."""
+    try:
+        done.results = with_remote_results(done.results, done.held)
+    except ValueError as exc:
+        failed = serialize_error(RaySystemError(f"the {sender}'s answer was malformed: {exc}"))
+        done.results, done.user_error = [failed] * len(done.results), True

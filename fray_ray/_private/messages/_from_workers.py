@@ -165,6 +165,8 @@ class CallDone(Message):
     call: bytes
     results: list[SerializedValue] = values()
     user_error: bool = False
+    #: results the actor's process keeps: [index in results, its holder address, size] (`remote_values`)
+    held: list[list[Any]] = field(default_factory=list)
 
 
 @_message
@@ -192,9 +194,11 @@ class ActorFailed(Message):
 @_message
 @dataclass(repr=False, eq=False)
 class ActorExiting(Message):
-    """The actor leaves on purpose (exit_actor) during `call`."""
+    """The actor leaves on purpose (exit_actor) during `call`. Sent as a request when its
+    process holds values: the driver answers once it has taken what it still needs."""
 
     KIND: ClassVar[str] = "actor_exiting"
+    REPLY: ClassVar[type[Message]] = Done
 
     actor: bytes
     call: bytes | None = None

@@ -521,6 +521,13 @@ class ObjectTable:
             entry.value = self.store.hold_anyway(error)
             entry.state = ObjectState.FAILED
 
+    def drop_results(self, results: Sequence[tuple[bytes, SerializedValue]]) -> None:
+        """Results no object takes (a cancelled call's): those another process holds are
+        given back to it."""
+        remote = [(value.holder, object_id) for object_id, value in results if type(value) is RemoteResult]
+        if remote and self.on_remote_freed is not None:
+            self.on_remote_freed(remote)
+
     def _release(self, named: list[tuple[bytes, HeldValue]], values: list[HeldValue]) -> None:
         """Give `values` back: the store's to the store, the held ones' ids to their holders
         (`named` pairs each value with its object id)."""

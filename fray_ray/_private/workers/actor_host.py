@@ -32,6 +32,7 @@ from fray_ray._private.core.execution import (
     resolve_call_arguments,
     within_store,
 )
+from fray_ray._private.core.function_names import actor_display_name
 from fray_ray._private.core.runtime_env import RuntimeEnv
 from fray_ray._private.core.task_context import TaskContext, current_task
 from fray_ray._private.core.task_spec import CallArguments, gang_member_id
@@ -61,6 +62,7 @@ from fray_ray._private.workers.call_endings import (
 from fray_ray._private.workers.call_threads import CallThreads
 from fray_ray._private.workers.foreign_calls import ForeignCallGate
 from fray_ray._private.workers.group_loops import GroupLoop
+from fray_ray._private.workers.held_results import HAND_OFF_TIMEOUT_S, WORKER_HOLDER
 from fray_ray._private.workers.runtime import WorkerRuntime, open_session
 from fray_ray._private.workers.task_interrupts import interrupt_thread
 from fray_ray._private.workers.unplanned_exits import end_own_job, guard_process_exits, plan_exit
@@ -218,7 +220,7 @@ class RayActorHost(ActorStateRow):
         runtime_token = runtime_state.set_context_runtime(self._runtime) if self._in_process else None
         try:
             yield
-            self._display_name = _display_name(self._instance, self._class_name)
+            self._display_name = actor_display_name(self._instance, self._class_name)
             self._send(ActorReady(self._actor_id, os.getpid()))
         except BaseException as exc:  # noqa: BLE001 - the creation error is every later call's error
             self._creation_error = exc
@@ -408,6 +410,8 @@ class RayActorHost(ActorStateRow):
         done = CallDone(call.call, values, error is not None)
         try:
             if self._foreign is None or not self._foreign.answer(done):
+                if error is None and not self._in_process:  # large results stay here, as a task's do
+                    done.results, done.held = WORKER_HOLDER.keep_large(done.results, call.returns)
                 self._send(done, defer=self._has_other_calls(call))
         except MessageTooLarge as exc:  # the caller hears which limit its results exceed
             failed = error_results(self._wrap(exc, call), len(call.returns))
@@ -431,7 +435,12 @@ class RayActorHost(ActorStateRow):
         sys.stdout.flush()  # what the method printed reaches the driver before its error
         sys.stderr.flush()
         flush_forwarded()
-        self._send(ActorExiting(self._actor_id, call.call))
+        exiting = ActorExiting(self._actor_id, call.call)
+        if self._in_process or not WORKER_HOLDER.holds_values():
+            self._send(exiting)
+        else:  # what it returned outlives it: the driver takes those values before it goes
+            with contextlib.suppress(Exception):
+                messages.call(self._runtime.connection, exiting, timeout=HAND_OFF_TIMEOUT_S)
         self._stop()
 
     def _system_exit(self, call: CallMethod, exc: SystemExit) -> None:
@@ -578,17 +587,6 @@ def _creation_failed(class_name: str) -> BaseException:
     return ActorDiedError(ActorDeathInfo(
         ActorDeathReason.PROCESS_DIED, class_name=class_name, detail="Its creation task failed."
     ))
-
-
-def _display_name(instance: Any, class_name: str) -> str:
-    """What Ray shows for an actor in its log prefix: the repr its class defines, else the
-    class name (read once, after `__init__`)."""
-    if type(instance).__repr__ is object.__repr__:
-        return class_name
-    try:
-        return repr(instance)
-    except Exception:  # noqa: BLE001 - a broken __repr__ must not fail the actor
-        return class_name
 
 
 class CheckedActorHost(RayActorHost):

@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 #: Overrides the memory a worker keeps its held values in (bytes).
 HELD_MEMORY_ENV = "FRAY_RAY_HELD_OBJECT_MEMORY"
 DEFAULT_HELD_MEMORY = 1 << 30
+#: How long an actor leaving on purpose waits for the driver to take the values it holds.
+HAND_OFF_TIMEOUT_S = 300.0
 
 
 class WorkerHolder:
@@ -58,6 +60,10 @@ class WorkerHolder:
     @property
     def held(self) -> HeldObjects | None:
         return self._held
+
+    def holds_values(self) -> bool:
+        held = self._held
+        return held is not None and bool(held.held())
 
     @property
     def address(self) -> str | None:
