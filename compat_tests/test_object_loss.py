@@ -1,6 +1,7 @@
 """A task's large result lives on the node that made it: when that node dies, the object is
 rebuilt by running its task again (within `max_retries`), or its `get` raises an
-`ObjectLostError` (`ObjectReconstructionFailedError`) saying why, never hangs. Nodes are
+`ObjectLostError` (`ObjectReconstructionFailedError`) saying why, never hangs. An actor's large
+result outlives the actor when it is killed, exits or loses its last handle. Nodes are
 `cluster_utils.Cluster` nodes: raylets of their own on Ray, simulated hosts on fray_ray."""
 
 from __future__ import annotations
@@ -58,3 +59,37 @@ def test_object_loss__without_retries_get_raises_object_lost(cluster):
         ray.get(ref, timeout=120)
     assert isinstance(lost.value, ray.exceptions.ObjectReconstructionFailedError)
     assert "max_retries=0" in str(lost.value)
+
+
+@ray.remote(resources={"producer": 0.1})
+class _Producer:
+    def array(self, value):
+        return np.full(SIZE, value, np.uint8)
+
+    def leave(self):
+        ray.actor.exit_actor()
+
+
+def test_object_loss__an_actors_result_outlives_ray_kill(cluster):
+    cluster.add_node(num_cpus=1, resources={"producer": 1})
+    cluster.connect()
+    producer = _Producer.remote()
+    ref = producer.array.remote(7)
+    ray.wait([ref], fetch_local=False)
+    ray.kill(producer)
+    assert int(ray.get(ref, timeout=120).sum()) == 7 * SIZE
+
+
+def test_object_loss__an_actors_result_outlives_exit_actor_and_its_handle(cluster):
+    cluster.add_node(num_cpus=1, resources={"producer": 1})
+    cluster.connect()
+    leaving, dropped = _Producer.remote(), _Producer.remote()
+    kept = leaving.array.remote(8)
+    ray.wait([kept], fetch_local=False)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(leaving.leave.remote())
+    orphan = dropped.array.remote(9)
+    ray.wait([orphan], fetch_local=False)
+    del dropped  # the actor ends with its last handle
+    assert int(ray.get(kept, timeout=120).sum()) == 8 * SIZE
+    assert int(ray.get(orphan, timeout=120).sum()) == 9 * SIZE
