@@ -5,7 +5,10 @@ every task and actor is an Iris job of its own:
   reason when they cannot be;
 - a task's direct call to an actor whose host is killed mid-call is answered by the restarted
   actor; a result a killed caller handed on before its value was known fails with
-  `OwnerDiedError`."""
+  `OwnerDiedError`;
+- large results of the driver's actor calls, held by the actor's process, outlive `ray.kill`
+  and `exit_actor` (the driver takes them first) and are lost with a reason when the actor's
+  process is killed."""
 
 from __future__ import annotations
 
@@ -180,3 +183,70 @@ def test_direct_calls_survive_a_killed_host_and_a_killed_caller_fails_its_result
     # after the restart); "pending call direct 1": the killed caller had sent its call straight too
     _run(DIRECT_CALLS, june, tmp_path, ("restarted True direct 2", "caller killed", "pending call direct 1",
                                         "pending OwnerDiedError"))
+
+
+ACTOR_RESULTS = """
+    import os, signal, sys, time
+    import fray_ray as ray
+    from fray_ray._private.core import runtime_state
+
+    ray.init(sys.argv[1])
+    SIZE = 4 << 20
+
+    @ray.remote
+    class Maker:
+        def make(self, value):
+            return bytes([value]) * SIZE
+
+        def pid(self):
+            return os.getpid()
+
+        def leave(self):
+            ray.actor.exit_actor()
+
+    @ray.remote
+    class Reader:
+        def total(self, data):
+            return sum(data[::4096]) * 4096
+
+    def gone(pid):
+        while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z":
+            time.sleep(0.05)
+
+    driver = runtime_state.current()
+    held = lambda ref: bool(driver.objects.holders([ref.binary()]))
+    maker, reader = Maker.remote(), Reader.remote()
+    ref = maker.make.remote(3)
+    print("read elsewhere", ray.get(reader.total.remote(ref)) == 3 * SIZE, "held", held(ref), flush=True)
+    pid = ray.get(maker.pid.remote())
+    ray.kill(maker)
+    gone(pid)
+    print("after kill", ray.get(ref, timeout=120)[:1] == bytes([3]), "held", held(ref), flush=True)
+
+    leaving = Maker.remote()
+    kept = leaving.make.remote(4)
+    ray.wait([kept])
+    try:
+        ray.get(leaving.leave.remote())
+    except ray.exceptions.RayActorError:
+        pass
+    print("after exit", ray.get(kept, timeout=120)[:1] == bytes([4]), "held", held(kept), flush=True)
+
+    crashing = Maker.remote()
+    lost = crashing.make.remote(5)
+    ray.wait([lost])
+    pid = ray.get(crashing.pid.remote())
+    os.kill(pid, signal.SIGKILL)
+    gone(pid)
+    try:
+        ray.get(lost, timeout=180)
+        print("lost no error", flush=True)
+    except ray.exceptions.ObjectLostError as exc:
+        print("lost", type(exc).__name__, "actor method" in str(exc), flush=True)
+    ray.shutdown()
+"""
+
+
+def test_actor_results_outlive_a_kill_and_an_exit_and_are_lost_with_a_crash(june: str, tmp_path: Path) -> None:
+    _run(ACTOR_RESULTS, june, tmp_path, ("read elsewhere True held True", "after kill True held False",
+                                         "after exit True held False", "lost ObjectReconstructionFailedError True"))
