@@ -10,14 +10,15 @@ may still be read, with the task's arguments alive. When the holder's process ex
   (retries disabled, or used up), never a hang;
 - a direct call's result its caller handed over and keeps (`kept_by_owner`) fails with
   `OwnerDiedError`: in Ray that caller is its owner, and nothing can make it again;
-- an actor method's result its actor's process keeps (`actor_results_held`) fails with
-  `ObjectReconstructionFailedError`: an actor method is never run again to rebuild a value.
+- an actor method's result its actor's process keeps (`kept_without_lineage`) fails with
+  `ObjectReconstructionFailedError` saying so: an actor method is never run again to rebuild
+  a value.
 
 An executor retired while idle hands its values over first: the driver fetches them from it
 and holds them itself (`hand_off`), so retirement never loses an object. An actor that ends on
-purpose (`ray.kill`, `exit_actor`, its handles gone) hands over the results of the driver's
-calls it holds (`actor_ending`), which in Ray live on in the node's store; what the actor
-owns in Ray's terms ends with it.
+purpose (`ray.kill`, `exit_actor`, its handles gone) hands over the values it holds for the
+driver (`actor_ending`), which in Ray live on in the node's store; what the actor owns in Ray's
+terms (its puts, its own direct calls' results) ends with it.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ from fray_ray.exceptions import OwnerDiedError
 
 logger = logging.getLogger(__name__)
 
+#: Why an actor method's result its actor's process held cannot be had again.
+ACTOR_RESULT = "it was returned by an actor method, which is not run again to rebuild it"
+
 
 class HeldLineage:
     """Specs of the tasks whose results workers hold, and what to do when a holder goes."""
@@ -56,7 +60,7 @@ class HeldLineage:
         self._live: dict[bytes, int] = {}  # task id -> its objects still kept here
         self._hosts: dict[str, str] = {}  # holder address -> its host's shared-memory identity
         self._kept_by_owner: set[bytes] = set()  # objects held by the process Ray would call their owner
-        self._actor_results: set[bytes] = set()  # results of the driver's actor calls their actor keeps
+        self._no_lineage: dict[bytes, str] = {}  # held values nothing can make again -> why
         #: holder address -> (set once its values are rebuilt or failed, the thread doing it)
         self._handling: dict[str, tuple[threading.Event, int]] = {}
 
@@ -105,13 +109,14 @@ class HeldLineage:
         with self._lock:
             self._kept_by_owner.update(object_ids)
 
-    def actor_results_held(self, connection: Connection, held: list[list[Any]], return_ids: Sequence[bytes]) -> None:
-        """An actor's process keeps these results of one of the driver's calls (`return_ids`
-        its ids): learn of its end from its connection's."""
+    def kept_without_lineage(self, connection: Connection, held: list[list[Any]], object_ids: Sequence[bytes],
+                             why: str) -> None:
+        """The process on `connection` keeps these values (`held` indexes `object_ids`), which
+        nothing can make again (`why`, for the error): learn of its end from its connection's."""
         self._note_holder(connection, held)
         indices = [entry[0] for entry in held if isinstance(entry, list) and entry and isinstance(entry[0], int)]
         with self._lock:
-            self._actor_results.update(return_ids[i] for i in indices if 0 <= i < len(return_ids))
+            self._no_lineage.update((object_ids[i], why) for i in indices if 0 <= i < len(object_ids))
 
     def keep(self, spec: TaskSpec, object_ids: Sequence[bytes]) -> None:
         """`object_ids` (some returns of `spec`) are held by a worker: remember how to make them."""
@@ -135,8 +140,9 @@ class HeldLineage:
         with self._lock:
             if self._kept_by_owner:
                 self._kept_by_owner.difference_update(object_ids)
-            if self._actor_results:
-                self._actor_results.difference_update(object_ids)
+            if self._no_lineage:
+                for object_id in object_ids:
+                    self._no_lineage.pop(object_id, None)
             for object_id in object_ids:
                 spec = self._specs.pop(object_id, None)
                 if spec is None:
@@ -209,10 +215,8 @@ class HeldLineage:
                 if spec is None and object_id[-4:] == bytes(4):  # index 0: a put
                     failed.append((object_id, "OBJECT_UNRECONSTRUCTABLE_PUT", "it was made by ray.put()"))
                     continue
-                if object_id in self._actor_results:
-                    self._actor_results.discard(object_id)
-                    failed.append((object_id, "OBJECT_UNRECONSTRUCTABLE_RETRIES_DISABLED",
-                                   "it was returned by an actor method, which is not run again to rebuild it"))
+                if (why := self._no_lineage.pop(object_id, None)) is not None:
+                    failed.append((object_id, "OBJECT_UNRECONSTRUCTABLE_RETRIES_DISABLED", why))
                     continue
                 if spec is None:
                     failed.append((object_id, "OBJECT_UNRECONSTRUCTABLE_LINEAGE_EVICTED", "its lineage was not kept"))
@@ -245,14 +249,15 @@ class HeldLineage:
             self._take_over(holder, self._objects.held_by(holder))
 
     def actor_ending(self, connection: Connection) -> None:
-        """Before the actor on `connection` ends on purpose: hold here the results of the
-        driver's calls it holds. What it owns in Ray's terms (its puts, its own calls' results)
-        ends with it, as in Ray."""
+        """Before the actor on `connection` ends on purpose: hold here what its process holds
+        for the driver. What it owns in Ray's terms (its puts, its own calls' results) ends
+        with it, as in Ray."""
         holder = (connection.peer_info or {}).get("holder")
         if isinstance(holder, str):
             held = self._objects.held_by(holder)
             with self._lock:
-                ids = [object_id for object_id in held if object_id in self._actor_results]
+                ids = [object_id for object_id in held
+                       if object_id not in self._kept_by_owner and object_id[-4:] != bytes(4)]  # index 0: a put
             self._take_over(holder, ids)
 
     def _take_over(self, holder: str, ids: list[bytes]) -> None:

@@ -23,6 +23,7 @@ from fray_ray._private.core.task_spec import ActorCreationSpec, TaskSpec
 from fray_ray._private.driver.actors import ActorManager
 from fray_ray._private.driver.direct_session import direct_call_handlers
 from fray_ray._private.driver.gangs import GangScheduler
+from fray_ray._private.driver.held_lineage import ACTOR_RESULT
 from fray_ray._private.driver.launcher import WorkerLauncher
 from fray_ray._private.driver.object_gets import answer_get
 from fray_ray._private.driver.scheduler import TaskScheduler
@@ -300,7 +301,7 @@ class SessionService:
         for done in answers:
             if done.held:  # large results the actor's process keeps: recorded by where they are
                 return_ids = self._driver.actors.return_ids(connection, done.call)
-                self._driver.lineage.actor_results_held(connection, done.held, return_ids)
+                self._driver.lineage.kept_without_lineage(connection, done.held, return_ids, ACTOR_RESULT)
                 _record_held(done, "actor")
         self._driver.actors.calls_done(connection, [(done.call, done.results) for done in answers])
 
