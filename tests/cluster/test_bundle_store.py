@@ -1,6 +1,6 @@
 """Workspace bundles unpacked into attempt workdirs: every attempt gets the bundle's files as
-the zip holds them, in a tree of its own, whether the host links them from its written-out copy,
-writes them, or unpacks the zip."""
+the zip holds them, in a tree of its own, whether the host links them from its written-out copy
+(written one file at a time or by several threads), writes them, or unpacks the zip."""
 
 from __future__ import annotations
 
@@ -47,8 +47,10 @@ def _tree(root: Path) -> dict[str, tuple[bytes | None, int]]:
     return found
 
 
-@pytest.fixture(params=["linked", "written", "from the zip"])
+@pytest.fixture(params=["linked", "written out by threads", "written", "from the zip"])
 def way(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "written out by threads":  # the host's copy, as a large project's is written
+        monkeypatch.setattr(_bundle_store, "PARALLEL_WRITES_FROM", 1)
     if request.param == "written":  # a disk without hard links: each file is written instead
         def no_links(source: str, target: str) -> None:
             raise OSError(f"cannot link {source}")
@@ -139,7 +141,11 @@ def test_kept_bundles_are_bounded(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     assert sorted(p.name[:64] for p in (tmp_path / "host@bundles").iterdir()) == [f"{2:064x}", f"{3:064x}"]
 
 
-def test_a_bundle_that_cannot_be_written_leaves_no_copy_behind(tmp_path: Path) -> None:
+@pytest.mark.parametrize("threads", [False, True])
+def test_a_bundle_that_cannot_be_written_leaves_no_copy_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                threads: bool) -> None:
+    if threads:
+        monkeypatch.setattr(_bundle_store, "PARALLEL_WRITES_FROM", 1)
     store, host = _host(tmp_path)
     store.put(LINKED, _zip(("a", b"a file", 0o644), ("a/b", b"under a file", 0o644)))
     with pytest.raises(OSError):
