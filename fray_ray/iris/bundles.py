@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 import pathspec
 
+from fray_ray.iris.job_info import PY_MODULES_DIR
+
 __all__ = [
     "DEFAULT_EXCLUDES",
     "MAX_BUNDLE_BYTES",
@@ -43,8 +45,6 @@ __all__ = [
 
 #: Iris's limit on an inline bundle (`bundle_blob`): the controller refuses larger ones.
 MAX_BUNDLE_BYTES = 25 * 1024 * 1024
-#: Where extra modules live inside a bundle; workers put `$IRIS_WORKDIR/<this>` on their path.
-PY_MODULES_DIR = ".fray-ray/py_modules"
 #: Left out of every bundle, in .gitignore syntax, besides what the directory's own
 #: .gitignore files name: version control, caches, virtualenvs, build droppings.
 DEFAULT_EXCLUDES: tuple[str, ...] = (

@@ -11,6 +11,9 @@ from fray_ray.iris.names import JobName, TaskAttempt, resolve_job_user
 
 #: Environment variable carrying the embedded cluster's bearer token into tasks.
 TOKEN_ENV = "IRIS_AUTH_TOKEN"
+#: Where a bundle's extra modules (Ray's `py_modules`) sit in the workdir; workers put
+#: `$IRIS_WORKDIR/<this>` on their path.
+PY_MODULES_DIR = ".fray-ray/py_modules"
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ process, before any task or actor. A hook that raises ends the worker as a broke
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import re
 import sys
@@ -31,7 +30,7 @@ from fray_ray._private.core import host_identity
 from fray_ray._private.core import runtime_env as runtime_env_module
 from fray_ray._private.core.runtime_env import RuntimeEnv
 from fray_ray._version import __version__
-from fray_ray.fray._workspaces import PY_MODULES_DIR
+from fray_ray.iris.job_info import PY_MODULES_DIR
 
 __all__ = ["WorkerEnvironmentError", "prepare_worker"]
 
@@ -93,6 +92,8 @@ def _installed(requirement: str) -> bool:
     match = _NAME.match(requirement)
     if match is None:
         return True
+    import importlib.metadata  # only for runtime_env pip lists: not at every worker's start
+
     try:
         importlib.metadata.distribution(match.group(1))
     except importlib.metadata.PackageNotFoundError:
