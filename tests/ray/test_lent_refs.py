@@ -1,7 +1,8 @@
 """A worker's results passed to the host of its next direct call are lent, not handed to the
 driver (`workers/lent_refs.py`): the driver hears nothing of a result the callee uses and
 drops, and whatever else a callee does with such a ref still works: read a value the call did
-not carry, keep the ref past its answer, pass it on, or find its lender gone. Real worker
+not carry, keep the ref past its answer, pass it on, lose its link to a lender that lives on
+(the driver then asks the lender), or find its lender gone. Real worker
 processes on the embedded cluster; the driver's handlers are watched to see what it hears."""
 
 from __future__ import annotations
@@ -105,6 +106,17 @@ class Sink:
 
     def block(self, go: Any) -> None:
         fray_ray.get(go.wait.remote())
+
+    def read_after_its_links_break(self, started: Any, refs: list[Any]) -> int:
+        import gc
+
+        from fray_ray._private.workers.foreign_calls import ForeignCallGate
+
+        for gate in [o for o in gc.get_objects() if isinstance(o, ForeignCallGate)]:
+            for connection in list(gate._connections):  # as a network fault would: both ends live on
+                connection.close()
+        fray_ray.get(started.open.remote())
+        return len(fray_ray.get(refs[0], timeout=60))
 
     def lent_here(self) -> int:
         direct = runtime_slot.current().direct
@@ -228,6 +240,24 @@ def test_a_lent_ref_whose_lender_is_gone_reads_as_owner_died(session: fray_ray.R
              what="the sink's read of the lent ref to fail")
     assert fray_ray.get(sink.error_seen.remote(), timeout=60) == "OwnerDiedError"
     fray_ray.get(late.open.remote())
+
+
+@fray_ray.remote(max_retries=0)
+def lend_then_lose_the_link(source: Any, sink: Any, latches: list[Any]) -> int:
+    started, late = latches
+    fray_ray.get([source.make.remote(), sink.count.remote([])])
+    ref = source.make_after.remote(late)  # pending: its value is not sent with the call
+    return fray_ray.get(sink.read_after_its_links_break.remote(started, [ref]), timeout=120)
+
+
+def test_a_lent_ref_read_after_the_link_to_its_lender_broke_is_read_through_the_driver(
+        session: fray_ray.RayContext) -> None:
+    source, sink = ready_pair()
+    started, late = Latch.remote(), Latch.remote()
+    answer = lend_then_lose_the_link.remote(source, sink, [started, late])
+    fray_ray.get(started.wait.remote())  # the sink's link to the task is gone; it reads the lent ref
+    fray_ray.get(late.open.remote())
+    assert fray_ray.get(answer, timeout=120) == len(b"late")  # not OwnerDiedError: its lender lives
 
 
 @fray_ray.remote(max_restarts=1, max_task_retries=1)

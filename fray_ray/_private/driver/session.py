@@ -33,6 +33,9 @@ from fray_ray._private.messages import (
     ActorExiting,
     ActorFailed,
     ActorReady,
+    Adopted,
+    AdoptFor,
+    AdoptLent,
     Borrow,
     CallDone,
     Cancel,
@@ -193,6 +196,7 @@ class SessionService:
             ReleaseGang: self._release_gang,
             GangSize: self._gang_size,
             Withdrawn: self._withdrawn,
+            AdoptFor: self._adopt_for,
             **direct_call_handlers(driver, self._count_borrow),
         }, batched={CallDone: self._calls_done, TaskDone: self._tasks_done})
 
@@ -293,6 +297,28 @@ class SessionService:
             self._driver.scheduler.tasks_done(
                 connection, [(d.task, d.results, d.user_error, d.ran_s, d.generator_failed) for d in answers]
             )
+
+    def _adopt_for(self, connection: Connection, message_id: int | None, asked: AdoptFor) -> None:
+        """A host lost its gate connection to the worker that lent it these objects: ask that
+        worker on its own session to hand them over, and answer once it has (or is gone)."""
+        assert message_id is not None
+        with self._lock:
+            owner = next((c for c in self._connections if (c.peer_info or {}).get("id") == asked.owner), None)
+        try:
+            if owner is None or not isinstance(asked.ids, list):
+                raise ConnectionClosed("the worker that lent them is gone")
+            handed = messages.request(owner, AdoptLent(asked.ids))
+        except ConnectionClosed as exc:
+            connection.reply_error(message_id, "OwnerDiedError", str(exc))
+            return
+
+        def answer(done: Any) -> None:  # on the lender's reader: never wait there
+            if done.exception() is not None:
+                connection.reply_error(message_id, "OwnerDiedError", "the worker that lent them is gone")
+            else:
+                messages.reply(connection, message_id, Adopted())
+
+        handed.add_done_callback(answer)
 
     def _withdrawn(self, connection: Connection, message_id: int | None, withdrawn: Withdrawn) -> None:
         self._driver.scheduler.tasks_withdrawn(connection, withdrawn.returned, withdrawn.kept)

@@ -34,6 +34,7 @@ from fray_ray._private.messages._codec import (
 )
 from fray_ray._private.messages._direct_calls import (
     Adopted,
+    AdoptFor,
     AdoptLent,
     AskRoute,
     ClaimCalls,
@@ -127,6 +128,7 @@ __all__ = [
     "HandOverStream",
     "ResultsTaken",
     "Adopted",
+    "AdoptFor",
     "AdoptLent",
     "HandOver",
     "HandBack",

@@ -89,6 +89,19 @@ class AdoptLent(Message):
 
 @_message
 @dataclass(repr=False, eq=False)
+class AdoptFor(Message):
+    """Callee to driver: `AdoptLent` for objects whose lender's gate connection broke; the
+    driver asks the lender (worker `owner`) on its own session, and fails if it is gone."""
+
+    KIND: ClassVar[str] = "adopt_for"
+    REPLY: ClassVar[type[Message]] = Adopted
+
+    owner: bytes
+    ids: list[bytes]
+
+
+@_message
+@dataclass(repr=False, eq=False)
 class ResultsTaken(Message):
     """Caller to actor host: the driver counts this process's refs to the objects these calls'
     results named, so the host may let go of its own (`ForeignCallGate.answer` kept them)."""

@@ -126,11 +126,14 @@ class _ActorWay:
 class DirectCalls:
     """The direct calls of one worker process and the results they made. Thread-safe."""
 
-    def __init__(self, session: Connection, references: LocalReferenceCounter, notices: DriverNotices) -> None:
+    def __init__(self, session: Connection, references: LocalReferenceCounter, notices: DriverNotices,
+                 worker_id: bytes = b"") -> None:
         """`references`: the process's counts of refs and handles; a call in flight counts as a
         handle to its actor, which ends when its last handle goes only after its calls end.
-        `notices`: what the driver has heard, confirmed before a call carries refs to a host."""
+        `notices`: what the driver has heard, confirmed before a call carries refs to a host.
+        `worker_id`: this worker's, told to hosts so they can have the driver reach it."""
         self._session = session
+        self._worker_id = worker_id
         self._references = references
         self._notices = notices
         #: held while a call is routed and sent, and while a closed link's calls are handed back,
@@ -150,7 +153,7 @@ class DirectCalls:
         self._changed = threading.Condition(self._lock)  # a result arrived (for `wait`)
         self._streams = DirectStreams(self._lock, self._changed, self._take_item, self._send_stream,
                                       lambda item_id: ObjectRef(item_id, _announced=True), self._answer_refs.let_go)
-        self.lent = LentRefs()  # what the callers of the calls this process runs lent it
+        self.lent = LentRefs(session)  # what the callers of the calls this process runs lent it
         self.sent = 0  # calls sent straight to hosts (tests read it)
         object_ref.set_escape_hook(self.escaped)
 
@@ -204,7 +207,7 @@ class DirectCalls:
         if link is not None and not link.closed:
             return link
         try:
-            connection, _ = introduce(address, {"token": token}, name="direct-calls", timeout=CONNECT_TIMEOUT_S)
+            connection, _ = introduce(address, {"token": token, "caller": self._worker_id}, name="direct-calls", timeout=CONNECT_TIMEOUT_S)
         except (ConnectionClosed, RemoteError, OSError, ValueError):
             return None
         link = _HostLink(address, connection)

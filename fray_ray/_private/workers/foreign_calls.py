@@ -194,6 +194,9 @@ class ForeignCallGate:
             messages.reply(connection, message_id, Claimed(claimed))
 
     def _accept(self, connection: Connection, greeting: list[Any]) -> None:
+        caller = greeting[3].get("caller")  # the greeting is a checked hello: its body is a map
+        if isinstance(caller, bytes):
+            connection.peer_info["caller"] = caller  # the caller's worker id (`lent_refs.AdoptFor`)
         with self._lock:
             if self._closed:
                 connection.close()

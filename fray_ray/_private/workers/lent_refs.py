@@ -16,7 +16,9 @@ once the driver has them; `adopt`), after which they are ordinary refs the drive
 - to pass the ref on (pickled into anything: another call, a put, a result, an item);
 - to keep it past its answer (it announces its borrow then, `actor_host._complete`).
 
-If the caller is gone by then, the value reads as `OwnerDiedError`, as in Ray.
+If the gate connection to the caller broke while both live, the callee asks the driver, which
+asks the caller on its own session (`AdoptFor`). If the caller is gone, the value reads as
+`OwnerDiedError`, as in Ray.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fray_ray._private import messages
-from fray_ray._private.messages import Adopted, AdoptLent, CallMethod
+from fray_ray._private.messages import Adopted, AdoptFor, AdoptLent, CallMethod
 from fray_ray._private.objects.serialization import INLINE_LIMIT, SerializedValue, serialize_error
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.workers.driver_notices import DriverNotices
@@ -74,6 +76,7 @@ def adoption_handler(hand_over: Callable[[list[bytes]], None], notices: DriverNo
 @dataclass(eq=False)
 class _Lent:
     lender: Connection  # the caller's gate connection, where `AdoptLent` goes
+    owner: bytes | None  # the caller's worker id, as its greeting said (for `AdoptFor`)
     value: SerializedValue | None  # None: not sent (pending or large)
     calls: int = 1  # calls that lent it and have not ended
     lost: bool = False  # its lender was gone when asked to hand it over (`value` says so)
@@ -82,7 +85,10 @@ class _Lent:
 class LentRefs:
     """The objects lent to this process by the callers of the calls it runs. Thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, driver: Connection | None = None) -> None:
+        """`driver`: this process's session, which relays `AdoptLent` when a lender's gate
+        connection broke."""
+        self._driver = driver
         self._lock = threading.Lock()
         self._lent: dict[bytes, _Lent] = {}
         self._calls: dict[bytes, list[bytes]] = {}  # call id -> what it lent, until it is answered
@@ -96,7 +102,8 @@ class LentRefs:
                 entry = self._lent.get(object_id)
                 value = values[index] if index < len(values) else call.args.inlined.get(object_id)
                 if entry is None:
-                    self._lent[object_id] = _Lent(lender, value)
+                    owner = lender.peer_info.get("caller")
+                    self._lent[object_id] = _Lent(lender, owner if isinstance(owner, bytes) else None, value)
                 else:
                     entry.calls += 1
                     entry.value = entry.value or value
@@ -131,21 +138,37 @@ class LentRefs:
         once it has them. A lender that is gone leaves them failed with `OwnerDiedError`."""
         if not self._lent:
             return
-        by_lender: dict[Connection, list[bytes]] = {}
+        by_lender: dict[tuple[Connection, bytes | None], list[bytes]] = {}
         with self._lock:
             for object_id in dict.fromkeys(object_ids):
                 entry = self._lent.get(object_id)
                 if entry is not None and not entry.lost:
-                    by_lender.setdefault(entry.lender, []).append(object_id)
-        for lender, ids in by_lender.items():
+                    by_lender.setdefault((entry.lender, entry.owner), []).append(object_id)
+        for (lender, owner), ids in by_lender.items():
             try:
                 messages.call(lender, AdoptLent(ids))
-            except (ConnectionClosed, RemoteError):
-                with self._lock:
-                    for object_id in ids:
-                        if (entry := self._lent.get(object_id)) is not None:
-                            entry.value, entry.lost = serialize_error(OwnerDiedError(object_id.hex(), None, "")), True
+            except ConnectionClosed:  # the link broke: the lender may live on, and the driver can ask it
+                if not self._adopted_through_driver(owner, ids):
+                    self._lost(ids)
+                    continue
+            except RemoteError:
+                self._lost(ids)
                 continue
             with self._lock:
                 for object_id in ids:
                     self._lent.pop(object_id, None)  # an ordinary ref from now on
+
+    def _adopted_through_driver(self, owner: bytes | None, ids: list[bytes]) -> bool:
+        if owner is None or self._driver is None:
+            return False
+        try:
+            messages.call(self._driver, AdoptFor(owner, ids))
+        except (ConnectionClosed, RemoteError):  # the lender is gone too
+            return False
+        return True
+
+    def _lost(self, ids: list[bytes]) -> None:
+        with self._lock:
+            for object_id in ids:
+                if (entry := self._lent.get(object_id)) is not None:
+                    entry.value, entry.lost = serialize_error(OwnerDiedError(object_id.hex(), None, "")), True

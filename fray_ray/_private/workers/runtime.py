@@ -26,6 +26,7 @@ from fray_ray._private.core.runtime_env import process_runtime_env
 from fray_ray._private.core.task_context import current_task
 from fray_ray._private.core.task_spec import ActorCallSpec, ActorCreationSpec, TaskSpec
 from fray_ray._private.messages import (
+    AdoptLent,
     Cancel,
     CreateActor,
     CreatePlacementGroup,
@@ -71,6 +72,7 @@ from fray_ray._private.stream.stream_server import introduce
 from fray_ray._private.workers.direct_calls import DirectCalls
 from fray_ray._private.workers.driver_notices import DriverNotices
 from fray_ray._private.workers.held_results import WORKER_HOLDER
+from fray_ray._private.workers.lent_refs import adoption_handler
 from fray_ray._private.workers.task_interrupts import wait_for_reply
 from fray_ray.exceptions import GetTimeoutError
 
@@ -542,7 +544,12 @@ def open_session(
     runtime = WorkerRuntime(connection)
     runtime.reads_shared_memory = bool(identity)
     if not in_process:  # one process, one runtime: its refs' escapes are this runtime's
-        runtime.direct = DirectCalls(connection, runtime.references, runtime.notices)
+        runtime.direct = DirectCalls(connection, runtime.references, runtime.notices, worker_id)
+        # a host whose gate connection to this process broke asks for what it was lent this way;
+        # answered off the session's reader, which must read the driver's confirmation meanwhile
+        adopt = adoption_handler(runtime.direct.hand_over, runtime.notices)
+        handlers = {**handlers, **messages.handlers({AdoptLent: lambda *asked: threading.Thread(
+            target=adopt, args=asked, name="adopt-lent", daemon=True).start()})}
     runtime.set_info(messages.reply_of(hello, (info, [])))
     if not in_process:
         WORKER_HOLDER.configure(token, runtime.object_store_memory, lambda holder: _report_unreachable(runtime, holder))
