@@ -3,7 +3,8 @@ simulated host, as a task's does: the driver records where it is and readers on 
 fetch it from there. An actor that ends on purpose (`ray.kill`, with or without a restart,
 `exit_actor`, its handles gone) hands what it holds to the driver first, so the objects it
 returned outlive it as in Ray's object store; a crashed actor's held results fail with
-`ObjectReconstructionFailedError`, never a hang. A cancelled call's held result is let go."""
+`ObjectReconstructionFailedError`, never a hang. A cancelled call's held result is let go. A
+generator method the driver calls, which is never run again, keeps its large items the same way."""
 
 from __future__ import annotations
 
@@ -44,10 +45,14 @@ def hosts(own_cluster_env: None, fresh_shutdown: None) -> Iterator[Cluster]:
         made.shutdown()
 
 
-@fray_ray.remote(resources={"a": 0.1}, max_restarts=1)
+@fray_ray.remote(num_cpus=0, resources={"a": 0.1}, max_restarts=1)
 class Maker:
     def make(self, value: int, size: int = SIZE) -> np.ndarray:
         return np.full(size, value, np.uint8)
+
+    def items(self, count: int, size: int = SIZE) -> Iterator[np.ndarray]:
+        for value in range(count):
+            yield np.full(size, value, np.uint8)
 
     def make_after(self, started: fray_ray.actor.ActorHandle, go: fray_ray.actor.ActorHandle, value: int) -> np.ndarray:
         fray_ray.get(started.open.remote())
@@ -68,7 +73,7 @@ class Maker:
                 "released": [] if held is None else list(held._released)}
 
 
-@fray_ray.remote(resources={"b": 0.1})
+@fray_ray.remote(num_cpus=0, resources={"b": 0.1})
 class Reader:
     def total(self, array: np.ndarray) -> int:
         return int(array.sum())
@@ -173,3 +178,41 @@ def test_a_cancelled_calls_held_result_is_let_go(hosts: Cluster) -> None:
     wait_for(lambda: ref.binary() in fray_ray.get(maker.state.remote())["released"],
              what="the actor to let the dropped result go")
     assert fray_ray.get(maker.state.remote())["held"] == []
+
+
+def test_a_generators_large_items_stay_in_the_actor_unless_it_may_run_again(hosts: Cluster) -> None:
+    driver = runtime_state.current()
+    maker, reader = Maker.remote(), Reader.remote()
+    stored_before = driver.objects.store.used
+    items = list(maker.items.remote(3))
+    assert all(_holder(item) is not None for item in items)
+    assert driver.objects.store.used - stored_before < INLINE_LIMIT
+    assert fray_ray.get([reader.total.remote(item) for item in items]) == [0, SIZE, 2 * SIZE]
+    assert driver.holders.fetched_bytes == 0
+    assert [int(array[0]) for array in fray_ray.get(items)] == [0, 1, 2]
+    assert all(_holder(item) is None for item in maker.items.remote(2, 1000))  # small: with the item
+    retried = Maker.options(max_task_retries=1).remote()
+    assert all(_holder(item) is None for item in retried.items.remote(2))  # a retry would replay them
+
+
+def test_items_of_a_generator_nobody_reads_are_let_go(hosts: Cluster) -> None:
+    maker = Maker.remote()
+    released_before = len(fray_ray.get(maker.state.remote())["released"])
+    stream = maker.items.remote(3)
+    del stream  # before its items come: each is let go as it arrives
+    wait_for(lambda: len(fray_ray.get(maker.state.remote())["released"]) - released_before >= 3,
+             what="the actor to let the unread items go")
+    assert fray_ray.get(maker.state.remote())["held"] == []
+
+
+def test_a_generators_items_outlive_ray_kill_and_fail_with_a_crash(hosts: Cluster) -> None:
+    killed, crashed = Maker.options(max_restarts=0).remote(), Maker.options(max_restarts=0).remote()
+    kept, lost = next(killed.items.remote(1)), next(crashed.items.remote(1))
+    fray_ray.wait([kept, lost], num_returns=2)
+    killed_pid, crashed_pid = fray_ray.get([killed.state.remote(), crashed.state.remote()])
+    fray_ray.kill(killed)
+    os.kill(crashed_pid["pid"], signal.SIGKILL)
+    wait_for(lambda: not pid_alive(killed_pid["pid"]) and not pid_alive(crashed_pid["pid"]), what="both actors to end")
+    assert int(fray_ray.get(kept, timeout=60)[0]) == 0 and _holder(kept) is None
+    with pytest.raises(ObjectReconstructionFailedError, match="generator"):
+        fray_ray.get(lost, timeout=120)

@@ -41,8 +41,10 @@ from fray_ray.exceptions import OwnerDiedError
 
 logger = logging.getLogger(__name__)
 
-#: Why an actor method's result its actor's process held cannot be had again.
+#: Why an actor method's result, or an item of its generator, that its actor's process held
+#: cannot be had again.
 ACTOR_RESULT = "it was returned by an actor method, which is not run again to rebuild it"
+GENERATOR_ITEM = "it was an item of an actor method's generator, which is not run again to rebuild it"
 
 
 class HeldLineage:

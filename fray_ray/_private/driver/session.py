@@ -23,7 +23,7 @@ from fray_ray._private.core.task_spec import ActorCreationSpec, TaskSpec
 from fray_ray._private.driver.actors import ActorManager
 from fray_ray._private.driver.direct_session import direct_call_handlers
 from fray_ray._private.driver.gangs import GangScheduler
-from fray_ray._private.driver.held_lineage import ACTOR_RESULT
+from fray_ray._private.driver.held_lineage import ACTOR_RESULT, GENERATOR_ITEM
 from fray_ray._private.driver.launcher import WorkerLauncher
 from fray_ray._private.driver.object_gets import answer_get
 from fray_ray._private.driver.scheduler import TaskScheduler
@@ -86,6 +86,7 @@ from fray_ray._private.messages import (
     Withdrawn,
     Yield,
 )
+from fray_ray._private.objects.ids import object_id_for
 from fray_ray._private.objects.object_table import ObjectTable
 from fray_ray._private.objects.relays import RelayPlan
 from fray_ray._private.objects.remote_values import with_remote_results
@@ -475,7 +476,15 @@ class SessionService:
         self._driver.objects.decref(released)
 
     def _yield(self, connection: Connection, message_id: int | None, item: Yield) -> None:
-        self._driver.streams.add_item(item.stream, item.index, item.value)
+        value = item.value
+        if item.held:  # a large item the actor's process keeps: recorded by where it is
+            item_id = object_id_for(item.stream, item.index) if isinstance(item.stream, bytes) else b""
+            self._driver.lineage.kept_without_lineage(connection, item.held, [item_id], GENERATOR_ITEM)
+            try:
+                (value,) = with_remote_results([value], item.held)
+            except ValueError as exc:
+                value = serialize_error(RaySystemError(f"the actor's item was malformed: {exc}"))
+        self._driver.streams.add_item(item.stream, item.index, value)
 
     def _stream_next(self, connection: Connection, message_id: int | None, asked: StreamNext) -> None:
         assert message_id is not None

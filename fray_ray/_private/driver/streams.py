@@ -17,6 +17,7 @@ from fray_ray._private.core.generators import DynamicObjectRefGenerator
 from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.objects.ids import object_id_for
 from fray_ray._private.objects.object_table import ObjectTable
+from fray_ray._private.objects.remote_values import RemoteResult
 from fray_ray._private.objects.serialization import SerializedValue, serialize, serialize_error
 from fray_ray.exceptions import ActorUnavailableError
 
@@ -67,29 +68,41 @@ class StreamTable:
     def add_item(self, stream_id: bytes, index: int, value: SerializedValue) -> None:
         """Store item `index` (1-based). Items a retry replays (already stored) are dropped;
         items missing before `index` (lost on the way) end the stream with an error."""
+        object_id = object_id_for(stream_id, index)
         with self._lock:
             stream = self._streams.get(stream_id)
-            if stream is None or stream.finished or index <= stream.produced:
-                return
-            missing = range(stream.produced + 1, index)
-            if not missing:
-                stream.produced = index
-                callbacks, stream.callbacks = stream.callbacks, []
-                released = stream.released
+            taken = stream is not None and not stream.finished and index > stream.produced
+            if taken:
+                missing = range(stream.produced + 1, index)
+                if not missing:
+                    stream.produced = index
+                    callbacks, stream.callbacks = stream.callbacks, []
+                    released = stream.released
+        if not taken:
+            self._drop(object_id, value)
+            return
         if missing:
+            self._drop(object_id, value)
             self.finish(stream_id, serialize_error(ActorUnavailableError(
                 f"items {missing.start} to {missing.stop - 1} of this generator were lost with the connection to "
                 "its actor's host", None)))
             return
-        object_id = object_id_for(stream_id, index)
-        try:
-            self._objects.put(object_id, value, copy=False)
-        except Exception as exc:  # noqa: BLE001 - ObjectStoreFullError: the consumer reads it as the item
-            self._objects.put(object_id, serialize_error(exc), copy=False)
-        if not released:
+        if released:  # the generator is gone: nobody can take this item (it used to stay stored, unreferenced)
+            self._drop(object_id, value)
+        else:
+            try:
+                self._objects.put(object_id, value, copy=False)
+            except Exception as exc:  # noqa: BLE001 - ObjectStoreFullError: the consumer reads it as the item
+                self._objects.put(object_id, serialize_error(exc), copy=False)
             self._objects.incref([object_id])  # the stream's hold until the consumer takes it
         for callback in callbacks:
             callback()
+
+    def _drop(self, object_id: bytes, value: SerializedValue) -> None:
+        """An item no object takes: one its producer keeps is given back to it, unless it is
+        the very value the stored item already names (a replay by the same process)."""
+        if type(value) is RemoteResult and self._objects.holders([object_id]).get(object_id) != value.holder:
+            self._objects.drop_results([(object_id, value)])
 
     def finish(self, stream_id: bytes, error: SerializedValue | None = None) -> None:
         """End the stream; an error becomes one last item that raises it."""

@@ -467,6 +467,8 @@ class Yield(Message):
     stream: bytes
     index: int
     value: SerializedValue = value()
+    #: the value is kept by the sender: [[0, its holder address, size]] (`remote_values`)
+    held: list[list[Any]] = field(default_factory=list)
 
 
 @_message

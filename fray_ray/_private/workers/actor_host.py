@@ -327,7 +327,7 @@ class RayActorHost(ActorStateRow):
             if inspect.iscoroutine(result):
                 result = asyncio.run(result)
             if call.num_returns == "streaming":
-                send_any_items(self._item_sender(), call.call, result)
+                send_any_items(self._item_sender(call), call.call, result)
                 self._complete(call, [], None)
             else:
                 self._complete(call, self._results(call, result), None)
@@ -367,7 +367,7 @@ class RayActorHost(ActorStateRow):
                 if inspect.isawaitable(result):
                     result = await result
                 if call.num_returns == "streaming":
-                    await send_any_items_async(self._item_sender(), call.call, result)
+                    await send_any_items_async(self._item_sender(call), call.call, result)
                     self._complete(call, [], None)
                 else:
                     self._complete(call, self._results(call, result), None)
@@ -417,10 +417,10 @@ class RayActorHost(ActorStateRow):
             failed = error_results(self._wrap(exc, call), len(call.returns))
             self._send(CallDone(call.call, failed, True))
 
-    def _item_sender(self) -> SendItem:
+    def _item_sender(self, call: CallMethod) -> SendItem:
         """Where a generator method's items go: to the caller of a call that came through the
         gate (`foreign_calls.py`), else to the driver."""
-        driver = to_driver(self._runtime.connection)
+        driver = to_driver(self._runtime.connection, keep_large=call.keep_items and not self._in_process)
         return driver if self._foreign is None else self._foreign.item_sender(driver)
 
     def _has_other_calls(self, call: CallMethod) -> bool:

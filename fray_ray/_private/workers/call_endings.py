@@ -14,17 +14,27 @@ from typing import Any, NoReturn
 
 from fray_ray._private import messages
 from fray_ray._private.messages import Yield
+from fray_ray._private.objects.ids import object_id_for
 from fray_ray._private.objects.serialization import serialize
 from fray_ray._private.observe.logs import flush_forwarded
 from fray_ray._private.stream.protocol import Connection
+from fray_ray._private.workers.held_results import WORKER_HOLDER
 
 #: Sends one item of a generator where its stream is kept (the driver, or a direct call's caller).
 SendItem = Callable[[Yield], None]
 
 
-def to_driver(connection: Connection) -> SendItem:
-    """Items sent on `connection`, the session with the driver."""
-    return lambda item: messages.notify(connection, item)
+def to_driver(connection: Connection, *, keep_large: bool = False) -> SendItem:
+    """Items sent on `connection`, the session with the driver; with `keep_large`, one over
+    the inline limit stays in this process and the driver hears where it is."""
+    if not keep_large:
+        return lambda item: messages.notify(connection, item)
+
+    def send(item: Yield) -> None:
+        (item.value,), item.held = WORKER_HOLDER.keep_large([item.value], [object_id_for(item.stream, item.index)])
+        messages.notify(connection, item)
+
+    return send
 
 
 def send_item(send: SendItem, stream_id: bytes, generator: Any) -> int:
