@@ -216,3 +216,16 @@ def test_a_generators_items_outlive_ray_kill_and_fail_with_a_crash(hosts: Cluste
     assert int(fray_ray.get(kept, timeout=60)[0]) == 0 and _holder(kept) is None
     with pytest.raises(ObjectReconstructionFailedError, match="generator"):
         fray_ray.get(lost, timeout=120)
+
+
+def test_small_items_of_a_dropped_generator_are_not_kept_by_the_driver(hosts: Cluster) -> None:
+    from fray_ray._private.objects.ids import object_id_for
+
+    maker = Maker.remote()
+    stream = maker.items.remote(3, 1000)
+    stream_id = stream._stream_id
+    del stream
+    fray_ray.get(maker.state.remote())  # its calls run in order: the generator has ended
+    objects = runtime_state.current().objects
+    wait_for(lambda: not any(objects.known(object_id_for(stream_id, i)) for i in (1, 2, 3)),
+             what="the dropped generator's items to be gone from the driver")
