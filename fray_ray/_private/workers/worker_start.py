@@ -30,7 +30,7 @@ from fray_ray._private.core import host_identity
 from fray_ray._private.core import runtime_env as runtime_env_module
 from fray_ray._private.core.runtime_env import RuntimeEnv
 from fray_ray._version import __version__
-from fray_ray.iris.job_info import PY_MODULES_DIR
+from fray_ray.fray.job_info import PY_MODULES_DIR
 
 __all__ = ["WorkerEnvironmentError", "prepare_worker"]
 
