@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -229,3 +230,21 @@ def test_small_items_of_a_dropped_generator_are_not_kept_by_the_driver(hosts: Cl
     objects = runtime_state.current().objects
     wait_for(lambda: not any(objects.known(object_id_for(stream_id, i)) for i in (1, 2, 3)),
              what="the dropped generator's items to be gone from the driver")
+
+
+@fray_ray.remote(num_cpus=0, resources={"a": 0.1})
+class AsyncMaker:
+    async def make(self, value: int) -> np.ndarray:
+        return np.full(SIZE, value, np.uint8)
+
+    async def items(self, count: int) -> Any:
+        for value in range(count):
+            yield np.full(SIZE, value, np.uint8)
+
+
+def test_an_async_actor_keeps_its_large_results_and_items_too(hosts: Cluster) -> None:
+    maker, reader = AsyncMaker.remote(), Reader.remote()
+    ref, (item,) = maker.make.remote(2), list(maker.items.remote(1))
+    assert _holder(ref) is not None and _holder(item) is not None
+    assert fray_ray.get([reader.total.remote(ref), reader.total.remote(item)]) == [2 * SIZE, 0]
+    assert runtime_state.current().holders.fetched_bytes == 0
