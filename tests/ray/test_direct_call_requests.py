@@ -1,6 +1,7 @@
 """The driver's side of direct calls, asked things no well-behaved worker asks: unknown actors,
-values for objects never handed over, a caller that leaves. One layer (the session's handlers
-on the real driver of an embedded session), a stand-in for the worker's connection."""
+values for objects never handed over, a caller that leaves, lent objects of a worker that is
+gone. One layer (the session's handlers on the real driver of an embedded session), a stand-in
+for the worker's connection."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import fray_ray
 from fray_ray._private.core import runtime_slot
 from fray_ray._private.core.task_spec import ActorCallSpec, Arguments
 from fray_ray._private.driver.direct_session import direct_call_handlers
-from fray_ray._private.messages import AskRoute, HandBack, HandOver, HandOverDone
+from fray_ray._private.messages import AdoptFor, AskRoute, HandBack, HandOver, HandOverDone
 from fray_ray._private.objects import ids
 from fray_ray._private.objects.serialization import serialize
 from fray_ray.exceptions import ActorDiedError, OwnerDiedError
@@ -29,6 +30,9 @@ class StandInConnection:
 
     def reply(self, message_id: int, body: Any = None, buffers: Any = ()) -> None:
         self.replies.append(body)
+
+    def reply_error(self, message_id: int, kind: str, message: str) -> None:
+        self.replies.append((kind, message))
 
     def add_close_callback(self, callback: Callable[[Any], None]) -> None:
         self.on_close.append(callback)
@@ -47,7 +51,7 @@ def handlers(cluster_session: fray_ray.RayContext) -> tuple[dict[Any, Any], list
         borrowed.extend(object_ids)
         driver.objects.incref(object_ids)
 
-    return direct_call_handlers(driver, count_borrow), borrowed
+    return direct_call_handlers(driver, count_borrow, lambda worker_id: None), borrowed
 
 
 def _call_to(actor_id: bytes) -> ActorCallSpec:
@@ -90,3 +94,11 @@ def test_objects_of_a_caller_that_leaves_fail_with_owner_died(handlers: Any) -> 
     connection.close()
     with pytest.raises(OwnerDiedError):
         fray_ray.get(ref, timeout=30)
+
+
+def test_lent_objects_asked_for_on_behalf_of_a_gone_worker_fail_as_its_death(handlers: Any) -> None:
+    table, _ = handlers
+    connection = StandInConnection()
+    table[AdoptFor](connection, 3, AdoptFor(b"w" * 8, [ids.new_task_id() + bytes(4)]))
+    table[AdoptFor](connection, 4, AdoptFor("not an id", "not a list"))  # type: ignore[arg-type]
+    assert [kind for kind, _ in connection.replies] == ["OwnerDiedError", "OwnerDiedError"]

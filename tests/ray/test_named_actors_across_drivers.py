@@ -1,4 +1,5 @@
-"""Named actors are visible to every driver of a cluster, not only to the one that made them."""
+"""Named actors are visible to every driver of a cluster, not only to the one that made them; one
+killed by another driver first hands its creator the results it holds for it."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from pathlib import Path
 import pytest
 
 import fray_ray as ray
+from fray_ray._private.core import runtime_state
 from fray_ray.cluster import ClusterConfig, EmbeddedCluster, cpu_worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from waiting import wait_for  # noqa: E402
+from waiting import pid_alive, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("fresh_shutdown")
 
@@ -216,3 +218,27 @@ def test_a_driver_that_kills_another_drivers_named_actor_cannot_look_it_up_again
     assert out.splitlines() == ["1", "gone at once", "its handle is dead"]
     with pytest.raises(ValueError):
         ray.get_actor("doomed")  # nor can any other driver
+
+
+@ray.remote
+class Maker:
+    def make(self, value: int) -> bytes:
+        return bytes([value]) * (4 << 20)  # over the inline limit: it stays in the actor's process
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_a_result_the_actor_holds_outlives_another_drivers_kill(cluster: EmbeddedCluster) -> None:
+    maker = Maker.options(name="maker").remote()
+    ref = maker.make.remote(7)
+    ray.wait([ref])
+    objects = runtime_state.current().objects
+    assert objects.holders([ref.binary()])  # held by the actor
+    pid = ray.get(maker.pid.remote())
+    _other_driver(cluster.address, cluster.token, """
+        ray.kill(ray.get_actor("maker"))
+    """)
+    wait_for(lambda: not pid_alive(pid), what="the actor's process to end")
+    assert not objects.holders([ref.binary()])  # the actor handed it to this driver before it went
+    assert ray.get(ref, timeout=60)[:1] == bytes([7])

@@ -69,3 +69,11 @@ class TaskContext:
 
 
 current_task: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar("fray_ray_task", default=None)
+
+
+def reset_quietly(reset: Any, token: Any) -> None:
+    """Reset a ContextVar; a coroutine torn down elsewhere (loop stopping) may not be able to."""
+    try:
+        reset(token)
+    except ValueError:
+        pass

@@ -1,18 +1,30 @@
 """The session's side of workers' direct actor calls (`direct_routes.py`, and in a worker
-`workers/direct_calls.py`): routes asked for, results handed over, calls handed back."""
+`workers/direct_calls.py`): routes asked for, results handed over, calls handed back, lent
+objects asked for on a lender's behalf."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fray_ray._private import messages
-from fray_ray._private.messages import AskRoute, HandBack, HandOver, HandOverDone, HandOverStream, Route
+from fray_ray._private.messages import (
+    Adopted,
+    AdoptFor,
+    AdoptLent,
+    AskRoute,
+    HandBack,
+    HandOver,
+    HandOverDone,
+    HandOverStream,
+    Route,
+)
 from fray_ray._private.objects.ids import TASK_ID_SIZE
 from fray_ray._private.objects.remote_values import with_remote_results
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
-from fray_ray._private.stream.protocol import Connection
+from fray_ray._private.stream.protocol import Connection, ConnectionClosed
 from fray_ray.exceptions import OwnerDiedError, RaySystemError
 
 if TYPE_CHECKING:
@@ -38,9 +50,11 @@ class DirectCallDriver(Protocol):
 CountBorrow = Callable[[Connection, list[bytes]], None]
 
 
-def direct_call_handlers(driver: DirectCallDriver, count_borrow: CountBorrow) -> dict[Any, Any]:
+def direct_call_handlers(driver: DirectCallDriver, count_borrow: CountBorrow,
+                         worker_connection: Callable[[bytes], Connection | None]) -> dict[Any, Any]:
     """The session's handlers for what workers say about their direct calls (the driver's
-    parts are looked up as messages come: the session exists before them)."""
+    parts are looked up as messages come: the session exists before them).
+    `worker_connection(worker_id)`: that worker's session connection, if it has one."""
 
     def ask_route(connection: Connection, message_id: int | None, ask: AskRoute) -> None:
         if message_id is None:
@@ -118,5 +132,27 @@ def direct_call_handlers(driver: DirectCallDriver, count_borrow: CountBorrow) ->
         count_borrow(connection, new)
         driver.actors.take_back(call, back.incarnation)
 
+    def adopt_for(connection: Connection, message_id: int | None, asked: AdoptFor) -> None:
+        """A host lost its gate connection to the worker that lent it these objects: ask that
+        worker on its own session to hand them over, and answer once it has (or is gone)."""
+        if message_id is None:
+            return
+        owner = worker_connection(asked.owner) if isinstance(asked.owner, bytes) else None
+        try:
+            if owner is None or not isinstance(asked.ids, list):
+                raise ConnectionClosed("the worker that lent them is gone")
+            handed = messages.request(owner, AdoptLent(asked.ids))
+        except ConnectionClosed as exc:
+            connection.reply_error(message_id, "OwnerDiedError", str(exc))
+            return
+
+        def answer(done: concurrent.futures.Future[Any]) -> None:  # on the lender's reader: never wait there
+            if done.exception() is not None:
+                connection.reply_error(message_id, "OwnerDiedError", "the worker that lent them is gone")
+            else:
+                messages.reply(connection, message_id, Adopted())
+
+        handed.add_done_callback(answer)
+
     return {AskRoute: ask_route, HandOver: hand_over, HandOverDone: hand_over_done, HandOverStream: hand_over_stream,
-            HandBack: hand_back}
+            HandBack: hand_back, AdoptFor: adopt_for}

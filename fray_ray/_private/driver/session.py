@@ -33,9 +33,6 @@ from fray_ray._private.messages import (
     ActorExiting,
     ActorFailed,
     ActorReady,
-    Adopted,
-    AdoptFor,
-    AdoptLent,
     Borrow,
     CallDone,
     Cancel,
@@ -53,6 +50,7 @@ from fray_ray._private.messages import (
     GetNodes,
     GetObjects,
     GetResources,
+    HandOffHeld,
     Hello,
     HolderUnreachable,
     KillActor,
@@ -161,6 +159,7 @@ class SessionService:
             ActorReady: self._actor_ready,
             ActorFailed: self._actor_failed,
             ActorExiting: self._actor_exiting,
+            HandOffHeld: self._hand_off_held,
             GetObjects: lambda connection, message_id, get: answer_get(self._driver, connection, message_id, get),
             HolderUnreachable: lambda connection, message_id, report: self._driver.lineage.suspect(
                 report.holder, lambda: messages.reply(connection, message_id, Done())),
@@ -197,8 +196,7 @@ class SessionService:
             ReleaseGang: self._release_gang,
             GangSize: self._gang_size,
             Withdrawn: self._withdrawn,
-            AdoptFor: self._adopt_for,
-            **direct_call_handlers(driver, self._count_borrow),
+            **direct_call_handlers(driver, self._count_borrow, self._worker_connection),
         }, batched={CallDone: self._calls_done, TaskDone: self._tasks_done})
 
     @property
@@ -299,27 +297,9 @@ class SessionService:
                 connection, [(d.task, d.results, d.user_error, d.ran_s, d.generator_failed) for d in answers]
             )
 
-    def _adopt_for(self, connection: Connection, message_id: int | None, asked: AdoptFor) -> None:
-        """A host lost its gate connection to the worker that lent it these objects: ask that
-        worker on its own session to hand them over, and answer once it has (or is gone)."""
-        assert message_id is not None
+    def _worker_connection(self, worker_id: bytes) -> Connection | None:
         with self._lock:
-            owner = next((c for c in self._connections if (c.peer_info or {}).get("id") == asked.owner), None)
-        try:
-            if owner is None or not isinstance(asked.ids, list):
-                raise ConnectionClosed("the worker that lent them is gone")
-            handed = messages.request(owner, AdoptLent(asked.ids))
-        except ConnectionClosed as exc:
-            connection.reply_error(message_id, "OwnerDiedError", str(exc))
-            return
-
-        def answer(done: Any) -> None:  # on the lender's reader: never wait there
-            if done.exception() is not None:
-                connection.reply_error(message_id, "OwnerDiedError", "the worker that lent them is gone")
-            else:
-                messages.reply(connection, message_id, Adopted())
-
-        handed.add_done_callback(answer)
+            return next((c for c in self._connections if (c.peer_info or {}).get("id") == worker_id), None)
 
     def _withdrawn(self, connection: Connection, message_id: int | None, withdrawn: Withdrawn) -> None:
         self._driver.scheduler.tasks_withdrawn(connection, withdrawn.returned, withdrawn.kept)
@@ -339,12 +319,14 @@ class SessionService:
         self._driver.actors.creation_failed(failed.actor, failed.error)
 
     def _actor_exiting(self, connection: Connection, message_id: int | None, exiting: ActorExiting) -> None:
-        if message_id is not None:  # its process waits while the driver takes the values it holds
-            try:
-                self._driver.lineage.actor_ending(connection)
-            finally:
-                messages.reply(connection, message_id, Done())
         self._driver.actors.exiting(exiting.actor, exiting.call)
+
+    def _hand_off_held(self, connection: Connection, message_id: int | None, asked: HandOffHeld) -> None:
+        assert message_id is not None
+        try:  # its process waits until the driver has what it holds
+            self._driver.lineage.actor_ending(connection)
+        finally:
+            messages.reply(connection, message_id, Done())
 
     # ---- objects -------------------------------------------------------------------------
 

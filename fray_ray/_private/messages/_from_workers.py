@@ -193,12 +193,20 @@ class ActorFailed(Message):
 
 @_message
 @dataclass(repr=False, eq=False)
+class HandOffHeld(Message):
+    """An actor's process is about to end on its own (`exit_actor`, another driver's
+    `ray.kill`): the driver takes the values it holds for it, then answers."""
+
+    KIND: ClassVar[str] = "hand_off_held"
+    REPLY: ClassVar[type[Message]] = Done
+
+
+@_message
+@dataclass(repr=False, eq=False)
 class ActorExiting(Message):
-    """The actor leaves on purpose (exit_actor) during `call`. Sent as a request when its
-    process holds values: the driver answers once it has taken what it still needs."""
+    """The actor leaves on purpose (exit_actor) during `call`."""
 
     KIND: ClassVar[str] = "actor_exiting"
-    REPLY: ClassVar[type[Message]] = Done
 
     actor: bytes
     call: bytes | None = None

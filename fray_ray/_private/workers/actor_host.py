@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -34,7 +35,7 @@ from fray_ray._private.core.execution import (
 )
 from fray_ray._private.core.function_names import actor_display_name
 from fray_ray._private.core.runtime_env import RuntimeEnv
-from fray_ray._private.core.task_context import TaskContext, current_task
+from fray_ray._private.core.task_context import TaskContext, current_task, reset_quietly
 from fray_ray._private.core.task_spec import CallArguments, gang_member_id
 from fray_ray._private.messages import (
     ActorExiting,
@@ -45,6 +46,7 @@ from fray_ray._private.messages import (
     CancelCall,
     CreateInstance,
     Die,
+    HandOffHeld,
     Message,
 )
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
@@ -227,9 +229,9 @@ class RayActorHost(ActorStateRow):
             error = make_task_error(exc, f"{self._class_name}.__init__")
             self._send(ActorFailed(self._actor_id, serialize_error(error)))
         finally:
-            _reset_quietly(current_task.reset, token)
+            reset_quietly(current_task.reset, token)
             if runtime_token is not None:
-                _reset_quietly(runtime_state.reset_context_runtime, runtime_token)
+                reset_quietly(runtime_state.reset_context_runtime, runtime_token)
             self._created.set()
 
     # ---- calls ---------------------------------------------------------------------------
@@ -385,9 +387,9 @@ class RayActorHost(ActorStateRow):
                 method = args = kwargs = result = None
                 self._runtime.references.flush()  # refs the call held: an idle actor makes no later call
                 self._end_call(call)
-                _reset_quietly(current_task.reset, token)
+                reset_quietly(current_task.reset, token)
                 if runtime_token is not None:
-                    _reset_quietly(runtime_state.reset_context_runtime, runtime_token)
+                    reset_quietly(runtime_state.reset_context_runtime, runtime_token)
 
     def _results(self, call: CallMethod, result: Any) -> list[SerializedValue]:
         packaged = package_results(result, call.num_returns, call.method)
@@ -435,13 +437,15 @@ class RayActorHost(ActorStateRow):
         sys.stdout.flush()  # what the method printed reaches the driver before its error
         sys.stderr.flush()
         flush_forwarded()
-        exiting = ActorExiting(self._actor_id, call.call)
-        if self._in_process or not WORKER_HOLDER.holds_values():
-            self._send(exiting)
-        else:  # what it returned outlives it: the driver takes those values before it goes
-            with contextlib.suppress(Exception):
-                messages.call(self._runtime.connection, exiting, timeout=HAND_OFF_TIMEOUT_S)
+        self._hand_off_held()
+        self._send(ActorExiting(self._actor_id, call.call))
         self._stop()
+
+    def _hand_off_held(self) -> None:
+        """What this actor returned outlives it: the driver takes the values held here first."""
+        if not self._in_process and WORKER_HOLDER.holds_values():
+            with contextlib.suppress(Exception):
+                messages.call(self._runtime.connection, HandOffHeld(), timeout=HAND_OFF_TIMEOUT_S)
 
     def _system_exit(self, call: CallMethod, exc: SystemExit) -> None:
         """`sys.exit()` in a method ends the actor's process, as in Ray: with status 0 (or none)
@@ -551,10 +555,15 @@ class RayActorHost(ActorStateRow):
         if not restart:
             self._killed.set()  # before answering: a lookup after ray.kill returns finds it dead
             plan_exit()
-        if restart or self._in_process:
-            threading.Timer(0.05, os._exit, args=(1 if restart else 0,)).start()
-            return
-        threading.Thread(target=end_own_job, name="actor-kill", daemon=True).start()
+
+        def end() -> None:
+            self._hand_off_held()
+            if restart or self._in_process:
+                time.sleep(0.05)  # the answer leaves first
+                os._exit(1 if restart else 0)
+            end_own_job()
+
+        threading.Thread(target=end, name="actor-kill", daemon=True).start()
 
     def _session_lost(self) -> None:
         """The creating driver went away: a detached actor keeps serving other drivers; any
@@ -573,14 +582,6 @@ class RayActorHost(ActorStateRow):
             return
         print(f"fray_ray: actor {self._class_name} lost its driver's session; exiting", file=sys.__stderr__, flush=True)
         os._exit(1)
-
-
-def _reset_quietly(reset: Any, token: Any) -> None:
-    """Reset a ContextVar; a coroutine torn down elsewhere (loop stopping) may not be able to."""
-    try:
-        reset(token)
-    except ValueError:
-        pass
 
 
 def _creation_failed(class_name: str) -> BaseException:
