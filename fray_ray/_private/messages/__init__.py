@@ -9,8 +9,9 @@ with their buffers out of band, specs pickled with their arguments' buffers out 
 `pickled` fields (driver-side records a worker only hands back to the API) with cloudpickle.
 
 The codec and the helpers that send and dispatch messages are in `_codec`; the messages
-workers send the driver, and the driver's replies, in `_from_workers`; the work the driver
-sends executors and actor hosts in `_to_workers`. Import them all from here.
+workers send the driver, and the driver's replies, in `_from_workers` (what they ask to
+reserve in `_reservations`); the work the driver sends executors and actor hosts in
+`_to_workers`. Import them all from here.
 
 The framing (`protocol`) and the authentication of the first frame (`stream_server`) sit below
 this package and do not change with it: the greeting is still a `hello` map carrying `token`.
@@ -59,11 +60,7 @@ from fray_ray._private.messages._from_workers import (
     CallDone,
     Cancel,
     CreateActor,
-    CreatePlacementGroup,
-    DescribePlacementGroup,
     Done,
-    FindPlacementGroup,
-    GangSize,
     GetAbandoned,
     GetAvailablePerNode,
     GetNamedActor,
@@ -79,13 +76,9 @@ from fray_ray._private.messages._from_workers import (
     MetricsReport,
     NextItem,
     Objects,
-    PlacementGroupTable,
     Put,
     Ready,
     Release,
-    ReleaseGang,
-    RemovePlacementGroup,
-    ReserveGang,
     ResourceAmounts,
     Result,
     Returns,
@@ -100,10 +93,20 @@ from fray_ray._private.messages._from_workers import (
     TaskDone,
     TaskWaits,
     Wait,
-    WaitPlacementGroup,
     Welcome,
     Withdrawn,
     Yield,
+)
+from fray_ray._private.messages._reservations import (
+    CreatePlacementGroup,
+    DescribePlacementGroup,
+    FindPlacementGroup,
+    GangSize,
+    PlacementGroupTable,
+    ReleaseGang,
+    RemovePlacementGroup,
+    ReserveGang,
+    WaitPlacementGroup,
 )
 from fray_ray._private.messages._to_workers import (
     CallMethod,
