@@ -459,8 +459,8 @@ class SessionService:
 
     def _yield(self, connection: Connection, message_id: int | None, item: Yield) -> None:
         value = item.value
-        if item.held:  # a large item the actor's process keeps: recorded by where it is
-            item_id = object_id_for(item.stream, item.index) if isinstance(item.stream, bytes) else b""
+        if item.held and isinstance(item.stream, bytes) and isinstance(item.index, int):  # kept by the actor
+            item_id = object_id_for(item.stream, item.index)
             self._driver.lineage.kept_without_lineage(connection, item.held, [item_id], GENERATOR_ITEM)
             try:
                 (value,) = with_remote_results([value], item.held)

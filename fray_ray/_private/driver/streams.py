@@ -68,7 +68,6 @@ class StreamTable:
     def add_item(self, stream_id: bytes, index: int, value: SerializedValue) -> None:
         """Store item `index` (1-based). Items a retry replays (already stored) are dropped;
         items missing before `index` (lost on the way) end the stream with an error."""
-        object_id = object_id_for(stream_id, index)
         with self._lock:
             stream = self._streams.get(stream_id)
             taken = stream is not None and not stream.finished and index > stream.produced
@@ -79,16 +78,17 @@ class StreamTable:
                     callbacks, stream.callbacks = stream.callbacks, []
                     released = stream.released
         if not taken:
-            self._drop(object_id, value)
+            self._drop(stream_id, index, value)
             return
         if missing:
-            self._drop(object_id, value)
+            self._drop(stream_id, index, value)
             self.finish(stream_id, serialize_error(ActorUnavailableError(
                 f"items {missing.start} to {missing.stop - 1} of this generator were lost with the connection to "
                 "its actor's host", None)))
             return
+        object_id = object_id_for(stream_id, index)
         if released:  # the generator is gone: nobody can take this item (it used to stay stored, unreferenced)
-            self._drop(object_id, value)
+            self._drop(stream_id, index, value)
         else:
             try:
                 self._objects.put(object_id, value, copy=False)
@@ -98,10 +98,13 @@ class StreamTable:
         for callback in callbacks:
             callback()
 
-    def _drop(self, object_id: bytes, value: SerializedValue) -> None:
+    def _drop(self, stream_id: bytes, index: int, value: SerializedValue) -> None:
         """An item no object takes: one its producer keeps is given back to it, unless it is
         the very value the stored item already names (a replay by the same process)."""
-        if type(value) is RemoteResult and self._objects.holders([object_id]).get(object_id) != value.holder:
+        if type(value) is not RemoteResult:
+            return
+        object_id = object_id_for(stream_id, index)
+        if self._objects.holders([object_id]).get(object_id) != value.holder:
             self._objects.drop_results([(object_id, value)])
 
     def finish(self, stream_id: bytes, error: SerializedValue | None = None) -> None:
