@@ -1,5 +1,5 @@
 """Sessions for Ray-layer tests (real worker processes on an embedded cluster, or local mode),
-and a connected pair of loopback sockets for the protocol tests."""
+simulated hosts, and a connected pair of loopback sockets for the protocol tests."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 import fray_ray
 from fray_ray._private.driver import cluster_address
 from fray_ray._private.objects.shared_memory import SHARED_MEMORY_DIR_ENV
+from fray_ray.cluster_utils import Cluster
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,20 @@ def own_cluster_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(cluster_address.TEMP_DIR_ENV, str(records))
     for name in ("RAY_ADDRESS", "FRAY_RAY_ADDRESS", "FRAY_RAY_TOKEN", "IRIS_AUTH_TOKEN", SHARED_MEMORY_DIR_ENV):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def hosts(own_cluster_env: None, fresh_shutdown: None) -> Iterator[Cluster]:
+    """A head (the driver's host, resource "head") and two simulated hosts, "a" and "b", each
+    with a shared-memory directory of its own (a module may define its own `hosts`)."""
+    made = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"head": 1}})
+    try:
+        made.add_node(num_cpus=1, resources={"a": 1})
+        made.add_node(num_cpus=1, resources={"b": 1})
+        made.connect()
+        yield made
+    finally:
+        made.shutdown()
 
 
 @pytest.fixture

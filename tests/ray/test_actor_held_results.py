@@ -33,19 +33,6 @@ from waiting import pid_alive, wait_for  # noqa: E402
 SIZE = 8 << 20  # well above the inline limit
 
 
-@pytest.fixture
-def hosts(own_cluster_env: None, fresh_shutdown: None) -> Iterator[Cluster]:
-    """A head (the driver's host) and two simulated hosts, "a" and "b"."""
-    made = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"head": 1}})
-    try:
-        made.add_node(num_cpus=1, resources={"a": 1})
-        made.add_node(num_cpus=1, resources={"b": 1})
-        made.connect()
-        yield made
-    finally:
-        made.shutdown()
-
-
 @fray_ray.remote(num_cpus=0, resources={"a": 0.1}, max_restarts=1)
 class Maker:
     def make(self, value: int, size: int = SIZE) -> np.ndarray:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -27,19 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test 
 from waiting import pid_alive, wait_for  # noqa: E402
 
 SIZE = 8 << 20  # well above the inline limit
-
-
-@pytest.fixture
-def hosts(own_cluster_env: None, fresh_shutdown: None) -> Iterator[Cluster]:
-    """A head (the driver's host) and two simulated hosts, "a" and "b"."""
-    made = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"head": 1}})
-    try:
-        made.add_node(num_cpus=1, resources={"a": 1})
-        made.add_node(num_cpus=1, resources={"b": 1})
-        made.connect()
-        yield made
-    finally:
-        made.shutdown()
 
 
 @fray_ray.remote(resources={"a": 1})
