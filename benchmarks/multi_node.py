@@ -105,15 +105,21 @@ def node_to_node(ray: Any) -> dict[str, Any]:
         return int(array[::4096].sum())
 
     ray.get([consume.remote(make.remote(i)) for i in range(4)])  # warm every worker of both nodes
+    return _transfers("node_to_node", lambda: ray.get([consume.remote(make.remote(i)) for i in range(TRANSFERS)]))
+
+
+def _transfers(name: str, move_all: Callable[[], list[Any]]) -> dict[str, Any]:
+    """Time `move_all()`, which moves `TRANSFERS` arrays from node A to node B: GB/s, the
+    driver's CPU per GB and its peak RSS above where it started."""
     peak = PeakRss()
     cpu0, t0 = time.process_time(), time.perf_counter()
-    results = ray.get([consume.remote(make.remote(i)) for i in range(TRANSFERS)])
+    results = move_all()
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     growth = peak.stop()
     assert len(results) == TRANSFERS
     gb = TRANSFERS * MB100 / 1e9
-    return ok({"node_to_node_100mb_gbps": gb / wall, "node_to_node_driver_cpu_s_per_gb": cpu / gb,
-               "node_to_node_driver_peak_rss_mib": growth})
+    return ok({f"{name}_100mb_gbps": gb / wall, f"{name}_driver_cpu_s_per_gb": cpu / gb,
+               f"{name}_driver_peak_rss_mib": growth})
 
 
 def actor_to_actor(ray: Any) -> dict[str, Any]:
@@ -131,15 +137,8 @@ def actor_to_actor(ray: Any) -> dict[str, Any]:
 
     producer, consumer = Producer.remote(), Consumer.remote()
     ray.get([consumer.consume.remote(producer.make.remote(i)) for i in range(2)])  # warm both
-    peak = PeakRss()
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    results = ray.get([consumer.consume.remote(producer.make.remote(i)) for i in range(TRANSFERS)])
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    growth = peak.stop()
-    assert len(results) == TRANSFERS
-    gb = TRANSFERS * MB100 / 1e9
-    return ok({"actor_to_actor_100mb_gbps": gb / wall, "actor_to_actor_driver_cpu_s_per_gb": cpu / gb,
-               "actor_to_actor_driver_peak_rss_mib": growth})
+    return _transfers("actor_to_actor",
+                      lambda: ray.get([consumer.consume.remote(producer.make.remote(i)) for i in range(TRANSFERS)]))
 
 
 def parallel_puts(ray: Any) -> dict[str, Any]:
