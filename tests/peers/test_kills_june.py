@@ -47,8 +47,7 @@ PROGRAM = """
     def killed_holder(ref):
         pid = ray.get(split.remote(ref))
         os.kill(pid, signal.SIGKILL)
-        while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z":
-            time.sleep(0.05)
+        gone(pid)
 
     driver = runtime_state.current()
     ref = make.options(max_retries=1).remote(3)
@@ -70,9 +69,26 @@ PROGRAM = """
 """
 
 
+#: Helpers every program below may use.
+PRELUDE = """
+import time
+
+
+def gone(pid):
+    while True:  # until the process is a zombie or reaped (it may go between two looks)
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().split()[2] == "Z":
+                    return
+        except FileNotFoundError:
+            return
+        time.sleep(0.05)
+"""
+
+
 def _run(program: str, june: str, tmp_path: Path, expected: tuple[str, ...]) -> None:
     """Run `program` as a driver of the June controller; each of `expected` is a line it prints."""
-    (tmp_path / "main.py").write_text(textwrap.dedent(program))
+    (tmp_path / "main.py").write_text(PRELUDE + textwrap.dedent(program))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FRAY_RAY_ADDRESS", "RAY_ADDRESS", "FRAY_RAY_TOKEN")}
     result = subprocess.run([sys.executable, "main.py", june], cwd=tmp_path, capture_output=True, text=True,
                             timeout=DEADLINE, env=env)
@@ -208,10 +224,6 @@ ACTOR_RESULTS = """
     class Reader:
         def total(self, data):
             return sum(data[::4096]) * 4096
-
-    def gone(pid):
-        while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z":
-            time.sleep(0.05)
 
     driver = runtime_state.current()
     held = lambda ref: bool(driver.objects.holders([ref.binary()]))
