@@ -3,7 +3,6 @@ a token, given on the command line (nothing in the environment, nothing recorded
 
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared test helpers
 
+from environments import unrelated_environment  # noqa: E402
 from standalone_cluster import standalone_cluster  # noqa: E402
 
 SCRIPT = textwrap.dedent(
@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent(
 
 
 def _clean_env(records: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_")) or k == "FRAY_RAY_BYTECODE_CACHE"}
+    env = unrelated_environment()
     env["FRAY_RAY_TEMP_DIR"] = str(records)  # a private, empty record directory
     return env
 

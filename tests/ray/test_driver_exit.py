@@ -9,7 +9,6 @@ and well below what a driver that waits for its running tasks takes.
 
 from __future__ import annotations
 
-import os
 import queue
 import re
 import signal
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.environments import unrelated_environment
 from tests.waiting import pid_alive, wait_for
 
 #: Seconds from Ctrl-C, or from the script's last line, to the driver's exit.
@@ -59,7 +59,7 @@ class Driver:
     def __init__(self, tmp_path: Path, body: str) -> None:
         script = tmp_path / "driver_script.py"
         script.write_text(textwrap.dedent(body))
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_")) or k == "FRAY_RAY_BYTECODE_CACHE"}
+        env = unrelated_environment()
         self.process = subprocess.Popen(
             [sys.executable, str(script)], cwd=tmp_path, env=env, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -223,7 +223,7 @@ def test_fray_ray_run_prints_what_unawaited_tasks_print(tmp_path: Path) -> None:
 
         never_awaited.remote()
     """))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_")) or k == "FRAY_RAY_BYTECODE_CACHE"}
+    env = unrelated_environment()
     finished = subprocess.run([sys.executable, "-m", "fray_ray", "run", script.name], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=START_DEADLINE_S)
     assert finished.returncode == 0, finished.stdout + finished.stderr

@@ -7,7 +7,6 @@ puts one there.
 
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import fray_ray
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
 
+from environments import unrelated_environment  # noqa: E402
 from standalone_cluster import standalone_cluster  # noqa: E402
 
 DEADLINE_S = 120.0
@@ -55,7 +55,7 @@ def cluster() -> Iterator[dict]:
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_")) or k == "FRAY_RAY_BYTECODE_CACHE"}
+    env = unrelated_environment()
     env.update(extra)
     return env
 

@@ -8,13 +8,16 @@ a generous deadline.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
+
+from environments import unrelated_environment  # noqa: E402
 
 # Far above the second a script takes here, even on a loaded machine; well below the 30 s an idle
 # executor thread waits before it retires itself, which is what used to end such a script.
@@ -26,7 +29,7 @@ HANG_DEADLINE_S = 120.0
 def run_script(tmp_path: Path, body: str, deadline: float) -> subprocess.CompletedProcess:
     script = tmp_path / "local_script.py"
     script.write_text(textwrap.dedent(body))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_")) or k == "FRAY_RAY_BYTECODE_CACHE"}
+    env = unrelated_environment()
     process = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

@@ -6,7 +6,6 @@ whose tasks print from worker processes.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -18,6 +17,10 @@ import pytest
 
 import fray_ray
 from fray_ray._private.observe.output_folding import HINT, FoldSettings, OutputFolder, pattern_of
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
+
+from environments import unrelated_environment  # noqa: E402
 
 DEADLINE_S = 180.0
 
@@ -190,7 +193,7 @@ SCRIPT = """
 def run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     script = tmp_path / "prints.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_")) or k == "FRAY_RAY_BYTECODE_CACHE"}
+    clean = unrelated_environment()
     clean.update(env)
     finished = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=clean, capture_output=True,
                               text=True, timeout=DEADLINE_S)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,10 @@ import pytest
 
 from fray_ray._private.observe.progress_bars import MAGIC, ProgressBars, render
 from fray_ray.experimental.tqdm_ray import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
+
+from environments import unrelated_environment  # noqa: E402
 
 DEADLINE_S = 300
 
@@ -75,7 +78,7 @@ SCRIPT = """
 def test_bars_of_tasks_are_drawn_by_the_driver(tmp_path: Path) -> None:
     script = tmp_path / "bars.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_")) or k == "FRAY_RAY_BYTECODE_CACHE"}
+    clean = unrelated_environment()
     finished = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=clean, capture_output=True,
                               text=True, timeout=DEADLINE_S)
     assert finished.returncode == 0, finished.stdout + finished.stderr

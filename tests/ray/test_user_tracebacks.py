@@ -24,6 +24,10 @@ import fray_ray
 from fray_ray._private.core import excepthook, user_tracebacks
 from fray_ray._private.objects import code_source
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
+
+from environments import unrelated_environment  # noqa: E402
+
 DEADLINE_S = 180.0
 FRAY_RAY_DIR = os.path.dirname(os.path.abspath(fray_ray.__file__)) + os.sep
 
@@ -71,7 +75,7 @@ if __name__ == "__main__":
 def run(tmp_path: Path, *, module: str = "fray_ray", via_cli: bool = False, **env: str) -> subprocess.CompletedProcess:
     script = tmp_path / "deep_error.py"
     script.write_text(SCRIPT.format(module=module))
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_")) or k == "FRAY_RAY_BYTECODE_CACHE"}
+    clean = unrelated_environment()
     clean.update(env)
     command = [sys.executable, "-m", "fray_ray", "run", script.name] if via_cli else [sys.executable, str(script)]
     return subprocess.run(command, cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=DEADLINE_S)
@@ -140,7 +144,7 @@ if __name__ == "__main__":
 def test_a_function_passed_as_an_argument_shows_its_script_lines(tmp_path: Path) -> None:
     script = tmp_path / "arg_error.py"
     script.write_text(ARGUMENT_SCRIPT)
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_")) or k == "FRAY_RAY_BYTECODE_CACHE"}
+    clean = unrelated_environment()
     finished = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=clean, capture_output=True,
                               text=True, timeout=DEADLINE_S)
     assert finished.returncode == 0, finished.stdout + finished.stderr
@@ -181,7 +185,7 @@ def test_bad_call_names_the_user_line_and_how_to_see_more(tmp_path: Path) -> Non
         ray.init(num_cpus=1)
         one.remote(1, 2)
     """))
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_")) or k == "FRAY_RAY_BYTECODE_CACHE"}
+    clean = unrelated_environment()
     finished = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=clean, capture_output=True,
                               text=True, timeout=DEADLINE_S)
     assert finished.returncode == 1
@@ -195,7 +199,7 @@ def test_an_error_of_the_script_itself_reads_as_plain_python(tmp_path: Path) -> 
     """Under `fray-ray run`, the script's own error shows only the script, with no note."""
     script = tmp_path / "own_error.py"
     script.write_text("import ray\n\nray.init(num_cpus=1)\nprint(1 / 0)\n")
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_")) or k == "FRAY_RAY_BYTECODE_CACHE"}
+    clean = unrelated_environment()
     finished = subprocess.run([sys.executable, "-m", "fray_ray", "run", script.name], cwd=tmp_path, env=clean,
                               capture_output=True, text=True, timeout=DEADLINE_S)
     assert finished.returncode == 1
@@ -208,7 +212,7 @@ def test_an_error_of_the_script_itself_reads_as_plain_python(tmp_path: Path) -> 
 def _run_script(tmp_path: Path, name: str, source: str, *launcher: str) -> subprocess.CompletedProcess:
     script = tmp_path / name
     script.write_text(textwrap.dedent(source))
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "FRAY_RAY_", "IRIS_")) or k == "FRAY_RAY_BYTECODE_CACHE"}
+    clean = unrelated_environment()
     command = [*launcher, script.name] if launcher else [sys.executable, script.name]
     return subprocess.run(command, cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=DEADLINE_S)
 
