@@ -1,32 +1,18 @@
 """Direct actor calls between simulated nodes of `fray_ray.cluster_utils.Cluster`: a task and an
-actor on node B call an actor on node A, and the driver (this test's process) sees none of it."""
+actor on node B call an actor on node A, and the driver (this test's process) sees none of it.
+The nodes are the `hosts` fixture's (`conftest.py`): host "a" and host "b"."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 import fray_ray
 from fray_ray._private.core import runtime_slot
 from fray_ray.cluster_utils import Cluster
 
 
-@pytest.fixture
-def two_nodes(own_cluster_env: None, fresh_shutdown: None) -> Iterator[Cluster]:
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    try:
-        cluster.add_node(num_cpus=1, resources={"node_a": 1})
-        cluster.add_node(num_cpus=1, resources={"node_b": 1})
-        cluster.connect()
-        yield cluster
-    finally:
-        cluster.shutdown()
-
-
-@fray_ray.remote(num_cpus=0, resources={"node_a": 0.01})
+@fray_ray.remote(num_cpus=0, resources={"a": 0.01})
 class Counter:
     def __init__(self) -> None:
         self.count = 0
@@ -39,12 +25,12 @@ class Counter:
         return fray_ray.get_runtime_context().get_node_id(), os.getpid()
 
 
-@fray_ray.remote(num_cpus=0, resources={"node_b": 0.01})
+@fray_ray.remote(num_cpus=0, resources={"b": 0.01})
 def calls_from_node_b(counter: Any, count: int) -> tuple[str, list[int]]:
     return fray_ray.get_runtime_context().get_node_id(), [fray_ray.get(counter.incr.remote()) for _ in range(count)]
 
 
-@fray_ray.remote(num_cpus=0, resources={"node_b": 0.01})
+@fray_ray.remote(num_cpus=0, resources={"b": 0.01})
 class Caller:
     def __init__(self, target: Any) -> None:
         self.target = target
@@ -53,7 +39,7 @@ class Caller:
         return fray_ray.get([self.target.incr.remote() for _ in range(count)])
 
 
-def test_calls_between_simulated_nodes_skip_the_driver(two_nodes: Cluster) -> None:
+def test_calls_between_simulated_nodes_skip_the_driver(hosts: Cluster) -> None:
     actors = runtime_slot.current().actors
     seen: list[bytes] = []
     original = actors.submit_call
