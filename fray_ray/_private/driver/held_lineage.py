@@ -101,8 +101,7 @@ class HeldLineage:
         self._note_holder(connection, held)
         spec = None if connection.peer_info.get("kind") == "gang" else self._spec_of(task_id)
         if spec is not None:
-            indices = [entry[0] for entry in held if isinstance(entry, list) and entry and isinstance(entry[0], int)]
-            self.keep(spec, [spec.return_ids[i] for i in indices if 0 <= i < len(spec.return_ids)])
+            self.keep(spec, _named(held, spec.return_ids))
 
     def kept_by_owner(self, connection: Connection, held: list[list[Any]], object_ids: Sequence[bytes]) -> None:
         """A worker handed over these results of its direct calls and keeps their values
@@ -116,9 +115,8 @@ class HeldLineage:
         """The process on `connection` keeps these values (`held` indexes `object_ids`), which
         nothing can make again (`why`, for the error): learn of its end from its connection's."""
         self._note_holder(connection, held)
-        indices = [entry[0] for entry in held if isinstance(entry, list) and entry and isinstance(entry[0], int)]
         with self._lock:
-            self._no_lineage.update((object_ids[i], why) for i in indices if 0 <= i < len(object_ids))
+            self._no_lineage.update((object_id, why) for object_id in _named(held, object_ids))
 
     def keep(self, spec: TaskSpec, object_ids: Sequence[bytes]) -> None:
         """`object_ids` (some returns of `spec`) are held by a worker: remember how to make them."""
@@ -278,3 +276,9 @@ class HeldLineage:
         del fetched
         self._holders.release([(holder, object_id) for object_id in taken])
         self.freed(taken)  # held here now: no rebuild needed
+
+
+def _named(held: list[list[Any]], object_ids: Sequence[bytes]) -> list[bytes]:
+    """The ids among `object_ids` that `held`'s entries ([index, holder, size]) name."""
+    indices = [entry[0] for entry in held if isinstance(entry, list) and entry and isinstance(entry[0], int)]
+    return [object_ids[i] for i in indices if 0 <= i < len(object_ids)]
