@@ -354,6 +354,7 @@ def _cmd_submit(options: argparse.Namespace) -> int:
     import uuid
 
     from fray_ray._cli.entrypoint_resources import entrypoint_resources
+    from fray_ray._private.driver.shipped_code import NEVER_SHIPPED
     from fray_ray.fray import Entrypoint, EnvironmentConfig, FrayIrisClient, JobRequest
 
     workspace = os.path.abspath(options.working_dir or os.getcwd())
@@ -365,7 +366,7 @@ def _cmd_submit(options: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    excludes = [e for e in options.exclude or []]
+    excludes = [*(options.exclude or []), *NEVER_SHIPPED]
     try:
         resources = entrypoint_resources(options)
     except ValueError as exc:

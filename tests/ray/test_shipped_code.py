@@ -144,6 +144,24 @@ def test_a_project_ships_its_root_less_gitignore_and_excludes(standalone: dict, 
     assert f"fray_ray: shipping the project {project.resolve()} to the cluster's workers: 4 files" in result.stderr
 
 
+def test_a_copy_of_fray_ray_in_the_project_is_never_shipped(standalone: dict, tmp_path: Path) -> None:
+    """Workers run the fray_ray installed in their own Python, as Ray's workers run their own ray:
+    a copy in the project (the fray_ray checkout, say) would shadow it on every host."""
+    where = "(ray.__file__, os.getcwd())"
+    project = write(tmp_path / "proj", {
+        "pyproject.toml": "[project]\nname = 'proj'\n",
+        "fray_ray/__init__.py": "raise ImportError('the shipped copy of fray_ray was imported')\n",
+        "lib/helpers.py": "",
+        "tools/driver.py": textwrap.dedent(DRIVER.format(imports="", call=where)),
+    })
+    result = run_driver(standalone, project / "tools" / "driver.py", project / "tools")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "shipped ['lib/helpers.py', 'pyproject.toml', 'tools/driver.py'] (" in result.stdout, result.stdout
+    imported_from, workdir = eval(result.stdout.split("] ", 1)[1])  # noqa: S307 - the test's own tuple
+    assert not os.path.realpath(imported_from).startswith(os.path.realpath(workdir) + os.sep)
+    assert f"fray_ray: shipping the project {project.resolve()} to the cluster's workers: 3 files" in result.stderr
+
+
 def test_a_project_over_the_limit_is_refused_at_once_naming_its_largest_entries(
     standalone: dict, tmp_path: Path
 ) -> None:

@@ -22,7 +22,7 @@ from fray_ray._private.core import host_identity, user_tracebacks
 from fray_ray._private.core.runtime_env import RuntimeEnv
 from fray_ray._private.core.task_spec import PoolKey, ResourceShape
 from fray_ray._private.driver.lease import SessionLease, fate_mode
-from fray_ray._private.driver.shipped_code import default_code
+from fray_ray._private.driver.shipped_code import NEVER_SHIPPED, default_code
 from fray_ray._private.stream import spin_wait
 from fray_ray._version import __version__
 from fray_ray.fray import (
@@ -197,7 +197,7 @@ class WorkerLauncher:
             workspace=runtime_env.working_dir or default.root,
             workspace_only=None if runtime_env.working_dir else default.only,
             env_vars={**_driver_settings(), **host_identity.encode(identity or {}), **runtime_env.env_vars_dict},
-            workspace_excludes=runtime_env.excludes,
+            workspace_excludes=(*runtime_env.excludes, *NEVER_SHIPPED),
             py_modules=runtime_env.py_modules,
             setup_scripts=setup,
         )

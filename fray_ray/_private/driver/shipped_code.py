@@ -27,6 +27,10 @@ from types import ModuleType
 
 #: Files whose directory is a project's root.
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+#: Never shipped (.gitignore syntax, added to every job's excludes): a copy of fray_ray itself,
+#: as in the fray_ray checkout. A worker runs the fray_ray installed in its own Python, as Ray's
+#: workers run their own ray; a shipped copy would shadow it and be compiled by every new host.
+NEVER_SHIPPED: tuple[str, ...] = ("/fray_ray/",)
 
 
 @dataclass(frozen=True)
