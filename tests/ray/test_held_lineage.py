@@ -20,7 +20,8 @@ OID = b"t" * 24 + (1).to_bytes(4, "little")  # a task's first return, its lineag
 def test_reads_of_a_lost_holder_fail_only_once_the_table_says_why_and_reporters_wait_for_it() -> None:
     table = ObjectTable(ObjectStore(ObjectStoreConfig(1 << 20)))
     holders = HolderClients("token", BorrowedBlocks())
-    lineage = HeldLineage(table, holders, resubmit=lambda spec: None, spec_of=lambda task_id: None)
+    lineage = HeldLineage(table, holders, resubmit=lambda spec: None, spec_of=lambda task_id: None,
+                          refill=lambda stream_id, indices, holder: None)
     table.create_pending([OID], referenced=True)
     table.fulfil(OID, RemoteResult(HOLDER, 8 << 20))
     failing, go_on = threading.Event(), threading.Event()

@@ -10,6 +10,8 @@ may still be read, with the task's arguments alive. When the holder's process ex
   (retries disabled, or used up), never a hang;
 - a direct call's result its caller handed over and keeps (`kept_by_owner`) fails with
   `OwnerDiedError`: in Ray that caller is its owner, and nothing can make it again;
+- an item of a streaming task is made pending again and taken from the replay of the task's
+  next run: its retry if it was still running, or a rerun (counted as above) if it had ended;
 - an actor method's result its actor's process keeps (`kept_without_lineage`) fails with
   `ObjectReconstructionFailedError` saying so: an actor method is never run again to rebuild
   a value.
@@ -26,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from fray_ray._private.core.retry_policy import within_retries
@@ -51,11 +53,12 @@ class HeldLineage:
     """Specs of the tasks whose results workers hold, and what to do when a holder goes."""
 
     def __init__(self, objects: ObjectTable, holders: HolderClients, resubmit: Callable[[TaskSpec], None],
-                 spec_of: Callable[[bytes], TaskSpec | None]) -> None:
+                 spec_of: Callable[[bytes], TaskSpec | None], refill: Callable[[bytes, list[int], str], None]) -> None:
         self._objects = objects
         self._holders = holders
         self._resubmit = resubmit
         self._spec_of = spec_of  # a running task's spec
+        self._refill = refill  # StreamTable.refill: lost items of a stream come from its next run
         self._lock = threading.Lock()  # guards the maps below
         self._specs: dict[bytes, TaskSpec] = {}  # object id -> the task that makes it
         self._rebuilds: dict[bytes, int] = {}  # task id -> times it ran again to rebuild
@@ -102,6 +105,17 @@ class HeldLineage:
         spec = None if connection.peer_info.get("kind") == "gang" else self._spec_of(task_id)
         if spec is not None:
             self.keep(spec, _named(held, spec.return_ids))
+
+    def item_held(self, connection: Connection, stream_id: bytes, item_id: bytes, held: list[list[Any]]) -> None:
+        """A worker keeps this item of a stream (`held` names it as index 0): a streaming
+        task's can be made again by running the task again, an actor method's cannot."""
+        spec = self._spec_of(stream_id)
+        if spec is None or spec.num_returns != "streaming" or connection.peer_info.get("kind") != "executor":
+            self.kept_without_lineage(connection, held, [item_id], GENERATOR_ITEM)
+            return
+        self._note_holder(connection, held)
+        if _named(held, [item_id]):
+            self.keep(spec, [item_id])
 
     def kept_by_owner(self, connection: Connection, held: list[list[Any]], object_ids: Sequence[bytes]) -> None:
         """A worker handed over these results of its direct calls and keeps their values
@@ -176,6 +190,24 @@ class HeldLineage:
         self.holder_gone(holder)
         return True
 
+    def process_gone(self, connection: Connection) -> None:
+        """The executor on `connection` exited. Before the scheduler retries the streaming task
+        it was running, make that task's items it held pending: the retry's replay must find
+        them waiting. The rest of what it held waits for `holder_gone`, after the scheduler
+        has let the executor go (a rerun sent earlier would go to the dead executor)."""
+        holder = (connection.peer_info or {}).get("holder")
+        if not isinstance(holder, str):
+            return
+        items: dict[bytes, tuple[TaskSpec, list[bytes]]] = {}
+        with self._lock:
+            for object_id in self._objects.held_by(holder):
+                spec = self._specs.get(object_id)
+                if spec is not None and spec.num_returns == "streaming" and spec.max_retries != 0:
+                    items.setdefault(spec.task_id, (spec, []))[1].append(object_id)
+        running = [(spec, ids) for spec, ids in items.values() if self._spec_of(spec.task_id) is not None]
+        if running:
+            self._stream_items_lost(holder, running, [])  # no rerun: the scheduler retries it
+
     def holder_gone(self, holder: str) -> None:
         """The process at `holder` exited: rebuild or fail each value it held. Its connection's
         close and readers that cannot reach it may all say so at once: the first does it, the
@@ -205,6 +237,7 @@ class HeldLineage:
         rerun: dict[bytes, TaskSpec] = {}
         failed: list[tuple[bytes, str, str]] = []
         owner_died: list[bytes] = []
+        stream_items: dict[bytes, tuple[TaskSpec, list[bytes]]] = {}  # streaming task id -> its lost items
         with self._lock:
             for object_id in self._objects.held_by(holder):
                 if object_id in self._kept_by_owner:
@@ -221,6 +254,9 @@ class HeldLineage:
                 if spec is None:
                     failed.append((object_id, "OBJECT_UNRECONSTRUCTABLE_LINEAGE_EVICTED", "its lineage was not kept"))
                     continue
+                if spec.num_returns == "streaming":
+                    stream_items.setdefault(spec.task_id, (spec, []))[1].append(object_id)
+                    continue
                 if spec.task_id in rerun:
                     continue
                 done = self._rebuilds.get(spec.task_id, 0)
@@ -233,14 +269,45 @@ class HeldLineage:
                 else:
                     self._rebuilds[spec.task_id] = done + 1
                     rerun[spec.task_id] = spec
+        reruns = self._stream_items_lost(holder, stream_items.values(), failed)
         for object_id, reason, why in failed:
             self._objects.fail_lost(object_id, lost(object_id, holder, f"its worker process exited; {why}", reason))
+        for spec in reruns:
+            logger.info("rebuilding the items of generator task %s: the worker holding some exited", spec.name)
+            self._resubmit(dataclasses.replace(spec, rebuilding=True))
         for object_id in owner_died:
             self._objects.fail_lost(object_id, serialize_error(OwnerDiedError(object_id.hex(), None, "")))
         for spec in rerun.values():
             logger.info("rebuilding the results of task %s: the worker holding them exited", spec.name)
             if self._objects.rebuild(spec.return_ids):
                 self._resubmit(dataclasses.replace(spec, rebuilding=True))
+
+    def _stream_items_lost(self, holder: str, lost_items: Iterable[tuple[TaskSpec, list[bytes]]],
+                           failed: list[tuple[bytes, str, str]]) -> list[TaskSpec]:
+        """Make the lost items of streaming tasks pending again, to be taken from the replay of
+        each task's next run: its retry if it is still running, else a rerun (returned, to be
+        resubmitted) within its `max_retries`. Those that cannot be made again join `failed`."""
+        reruns: list[TaskSpec] = []
+        for spec, item_ids in lost_items:
+            if spec.max_retries == 0:
+                failed += [(i, "OBJECT_UNRECONSTRUCTABLE_RETRIES_DISABLED", "its task was created with max_retries=0")
+                           for i in item_ids]
+                continue
+            if self._spec_of(spec.task_id) is None:  # it ended: run it again
+                with self._lock:
+                    done = self._rebuilds.get(spec.task_id, 0)
+                    allowed = within_retries(spec.max_retries, done)
+                    if allowed:
+                        self._rebuilds[spec.task_id] = done + 1
+                if not allowed:
+                    failed += [(i, "OBJECT_UNRECONSTRUCTABLE_MAX_ATTEMPTS_EXCEEDED",
+                                f"its task ran again {done} times already (max_retries={spec.max_retries})")
+                               for i in item_ids]
+                    continue
+                reruns.append(spec)
+            pending = self._objects.rebuild(item_ids)
+            self._refill(spec.task_id, [int.from_bytes(i[-4:], "little") for i in pending], holder)
+        return reruns
 
     def hand_off(self, connection: Connection) -> None:
         """Before the executor on `connection` is retired: hold here what it holds."""

@@ -23,7 +23,7 @@ from fray_ray._private.core.task_spec import ActorCreationSpec, TaskSpec
 from fray_ray._private.driver.actors import ActorManager
 from fray_ray._private.driver.direct_session import direct_call_handlers
 from fray_ray._private.driver.gangs import GangScheduler
-from fray_ray._private.driver.held_lineage import ACTOR_RESULT, GENERATOR_ITEM
+from fray_ray._private.driver.held_lineage import ACTOR_RESULT
 from fray_ray._private.driver.launcher import WorkerLauncher
 from fray_ray._private.driver.object_gets import answer_get
 from fray_ray._private.driver.scheduler import TaskScheduler
@@ -265,6 +265,8 @@ class SessionService:
                                 "shared_memory": bool(identity) and host_memory == identity}
         messages.reply(connection, message_id, Welcome(**self._driver.worker_info(worker_id, host)))
         if kind == "executor":
+            # Items it holds of the streaming task it runs wait for the task's retry (`process_gone`).
+            connection.add_close_callback(self._driver.lineage.process_gone)
             accepted = self._driver.scheduler.executor_connected(worker_id, connection, hello.pid, host)
         elif kind == "actor":
             accepted = self._driver.actors.host_connected(worker_id, connection, hello.pid, host)
@@ -459,13 +461,13 @@ class SessionService:
 
     def _yield(self, connection: Connection, message_id: int | None, item: Yield) -> None:
         value = item.value
-        if item.held and isinstance(item.stream, bytes) and isinstance(item.index, int):  # kept by the actor
+        if item.held and isinstance(item.stream, bytes) and isinstance(item.index, int):  # kept by its producer
             item_id = object_id_for(item.stream, item.index)
-            self._driver.lineage.kept_without_lineage(connection, item.held, [item_id], GENERATOR_ITEM)
+            self._driver.lineage.item_held(connection, item.stream, item_id, item.held)
             try:
                 (value,) = with_remote_results([value], item.held)
             except ValueError as exc:
-                value = serialize_error(RaySystemError(f"the actor's item was malformed: {exc}"))
+                value = serialize_error(RaySystemError(f"the generator's item was malformed: {exc}"))
         self._driver.streams.add_item(item.stream, item.index, value)
 
     def _stream_next(self, connection: Connection, message_id: int | None, asked: StreamNext) -> None:

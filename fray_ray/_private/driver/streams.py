@@ -5,16 +5,22 @@ as object `object_id_for(stream_id, i)` and wakes whoever waits for item i. The 
 reference to each item until the consumer has taken a ref to it, so items nobody consumed
 are freed when the generator is dropped. An error ends the stream with one last item that
 raises it.
+
+A streaming task's large items stay in its executor, as its results do (`held_lineage.py`).
+When that process exits, the items it held are made pending again (`refill`) and taken from the
+next run of the task, which replays every item: the retry of a task that was still running, or
+a rerun for a finished one. An item the rerun does not yield again fails, never hangs.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fray_ray._private.core.generators import DynamicObjectRefGenerator
 from fray_ray._private.core.object_ref import ObjectRef
+from fray_ray._private.objects.holder_clients import lost
 from fray_ray._private.objects.ids import object_id_for
 from fray_ray._private.objects.object_table import ObjectTable
 from fray_ray._private.objects.remote_values import RemoteResult
@@ -44,6 +50,8 @@ class StreamTable:
         self._objects = objects
         self._lock = threading.Lock()
         self._streams: dict[bytes, _Stream] = {}
+        #: stream id -> {index: its lost holder} of items taken from the next run's replay
+        self._refills: dict[bytes, dict[int, str]] = {}
 
     def open(self, stream_id: bytes) -> None:
         with self._lock:
@@ -65,9 +73,22 @@ class StreamTable:
         if finished:
             self.finish(stream_id)
 
+    def refill(self, stream_id: bytes, indices: Sequence[int], holder: str) -> None:
+        """These items (pending again) were lost with `holder`, the process keeping them: take
+        them from the replay of the stream's next run. Call before that run can start."""
+        with self._lock:
+            self._refills.setdefault(stream_id, {}).update(dict.fromkeys(indices, holder))
+
     def add_item(self, stream_id: bytes, index: int, value: SerializedValue) -> None:
-        """Store item `index` (1-based). Items a retry replays (already stored) are dropped;
-        items missing before `index` (lost on the way) end the stream with an error."""
+        """Store item `index` (1-based). Items a retry replays (already stored) are dropped,
+        unless lost since (`refill`); items missing before `index` (lost on the way) end the
+        stream with an error."""
+        with self._lock:
+            refills = self._refills.get(stream_id)
+            refilled = refills is not None and refills.pop(index, None) is not None
+        if refilled:
+            self._objects.fulfil(object_id_for(stream_id, index), value)
+            return
         with self._lock:
             stream = self._streams.get(stream_id)
             taken = stream is not None and not stream.finished and index > stream.produced
@@ -108,7 +129,14 @@ class StreamTable:
             self._objects.drop_results([(object_id, value)])
 
     def finish(self, stream_id: bytes, error: SerializedValue | None = None) -> None:
-        """End the stream; an error becomes one last item that raises it."""
+        """End the stream (a run of its task ended); an error becomes one last item that raises
+        it. Lost items this run did not yield again fail."""
+        with self._lock:
+            unmade = self._refills.pop(stream_id, None)
+        for index, holder in sorted((unmade or {}).items()):
+            object_id = object_id_for(stream_id, index)
+            self._objects.fulfil(object_id, lost(object_id, holder, "its worker process exited, and the run of its "
+                                                 "generator task that followed did not yield it again", "OBJECT_LOST"))
         if error is not None:
             with self._lock:
                 stream = self._streams.get(stream_id)

@@ -303,8 +303,10 @@ class Executor:
         return task_id, results, error, len(task.returns), generator_failed
 
     def _stream(self, stream_id: bytes, generator: Any) -> None:
-        """Send each item of a streaming generator as it is produced."""
-        send_item(to_driver(self.runtime.connection), stream_id, generator)
+        """Send each item of a streaming generator as it is produced; a large one stays here,
+        as a large result does (the driver makes it again from the task if this process goes)."""
+        keep = not self._in_process and not self._max_calls  # one that exits soon sends all
+        send_item(to_driver(self.runtime.connection, keep_large=keep), stream_id, generator)
 
     def _dynamic(self, task_id: bytes, generator: Any) -> SerializedValue:
         """Store every item, then return a DynamicObjectRefGenerator holding refs to them.

@@ -1,0 +1,147 @@
+"""A streaming task's large items stay in its executor on its simulated host, as its results do:
+the driver records where each is, and readers on any host fetch it there. When that process
+dies, the items it held are made again by the task's next run, which replays them: its retry
+if it was still running, a rerun within `max_retries` if it had ended. An item no run can make
+again fails with `ObjectLostError`, never a hang."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fray_ray
+from fray_ray._private.core import runtime_state
+from fray_ray._private.objects.serialization import INLINE_LIMIT
+from fray_ray.cluster_utils import Cluster
+from fray_ray.exceptions import ObjectLostError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
+
+from latches import Latch  # noqa: E402
+from waiting import pid_alive, wait_for  # noqa: E402
+
+SIZE = 4 << 20  # well above the inline limit
+
+
+@fray_ray.remote(resources={"a": 1}, num_returns="streaming")
+def numbers(count: int, pause_at: int = -1, latch: fray_ray.actor.ActorHandle | None = None,
+            runs: fray_ray.actor.ActorHandle | None = None) -> Iterator[tuple[int, np.ndarray]]:
+    """Items `(pid, array of i)`; waits on `latch` before item `pause_at`; counts its runs."""
+    if runs is not None:
+        fray_ray.get(runs.add.remote())
+    for value in range(count):
+        if value == pause_at and latch is not None:
+            fray_ray.get(latch.wait.remote())
+        yield os.getpid(), np.full(SIZE, value, np.uint8)
+
+
+@fray_ray.remote(resources={"a": 1}, num_returns="streaming")
+def fewer_each_run(runs: fray_ray.actor.ActorHandle) -> Iterator[np.ndarray]:
+    """Three items on its first run, one on any later one: a generator that is not deterministic."""
+    count = 3 if fray_ray.get(runs.add.remote()) == 1 else 1
+    for value in range(count):
+        yield np.full(SIZE, value, np.uint8)
+
+
+@fray_ray.remote(num_cpus=0, resources={"head": 0.1})
+class Runs:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def add(self) -> int:
+        self.count += 1
+        return self.count
+
+    def get(self) -> int:
+        return self.count
+
+
+@fray_ray.remote(resources={"b": 1})
+def total_on_b(item: tuple[int, np.ndarray]) -> int:
+    return int(item[1].sum())
+
+
+def _holder(ref: fray_ray.ObjectRef) -> str | None:
+    return runtime_state.current().objects.holders([ref.binary()]).get(ref.binary())
+
+
+def _kill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(pid), what="the executor holding the items to die")
+
+
+def test_large_items_stay_in_the_executor_and_any_host_reads_them_there(hosts: Cluster) -> None:
+    driver = runtime_state.current()
+    stored_before = driver.objects.store.used
+    refs = list(numbers.remote(3))
+    assert all(_holder(ref) is not None for ref in refs)
+    assert driver.objects.store.used - stored_before < SIZE  # the driver stored none of them
+    assert fray_ray.get(total_on_b.remote(refs[2])) == 2 * SIZE  # fetched by host b from host a
+    pids = {pid for pid, _ in fray_ray.get(refs)}
+    assert len(pids) == 1 and [int(array[0]) for _, array in fray_ray.get(refs)] == [0, 1, 2]
+
+
+def test_small_items_still_travel_to_the_driver(hosts: Cluster) -> None:
+    @fray_ray.remote(resources={"a": 1}, num_returns="streaming")
+    def small() -> Iterator[bytes]:
+        yield b"x" * (INLINE_LIMIT // 2)
+
+    (ref,) = list(small.remote())
+    assert _holder(ref) is None and fray_ray.get(ref) == b"x" * (INLINE_LIMIT // 2)
+
+
+def test_items_of_a_finished_task_are_made_again_by_a_rerun_when_their_holder_dies(hosts: Cluster) -> None:
+    runs = Runs.remote()
+    refs = list(numbers.remote(3, runs=runs))
+    pid = fray_ray.get(refs[0])[0]
+    _kill(pid)
+    again = fray_ray.get(refs, timeout=120)
+    assert [int(array[0]) for _, array in again] == [0, 1, 2]
+    assert {item_pid for item_pid, _ in again} != {pid}  # made by a new process
+    assert fray_ray.get(runs.get.remote()) == 2
+    assert fray_ray.get(total_on_b.remote(refs[1]), timeout=120) == SIZE
+
+
+def test_items_lost_while_the_task_runs_are_made_again_by_its_retry(hosts: Cluster) -> None:
+    latch, runs = Latch.options(num_cpus=0, resources={"head": 0.1}).remote(), Runs.remote()
+    generator = numbers.remote(4, pause_at=2, latch=latch, runs=runs)
+    first, second = next(generator), next(generator)  # refs only: the values stay on host a
+    pid = fray_ray.get(first)[0]
+    _kill(pid)  # mid-stream: the task is retried and replays items 0 and 1
+    fray_ray.get(latch.open.remote())
+    rest = list(generator)
+    values = fray_ray.get([first, second, *rest], timeout=120)
+    assert [int(array[0]) for _, array in values] == [0, 1, 2, 3]
+    assert pid not in {item_pid for item_pid, _ in values}
+    assert fray_ray.get(runs.get.remote()) == 2  # the retry alone: no second rerun for the lost items
+
+
+def test_items_of_a_task_that_may_not_run_again_are_lost_with_their_reason(hosts: Cluster) -> None:
+    refs = list(numbers.options(max_retries=0).remote(2))
+    _kill(fray_ray.get(refs[0])[0])
+    with pytest.raises(ObjectLostError, match="max_retries=0"):
+        fray_ray.get(refs[1], timeout=120)
+    with pytest.raises(ObjectLostError):  # a task reading it fails the same way, without hanging
+        fray_ray.get(total_on_b.remote(refs[1]), timeout=120)
+
+
+def test_an_item_the_rerun_does_not_yield_again_fails_instead_of_hanging(hosts: Cluster) -> None:
+    runs = Runs.remote()
+    refs = list(fewer_each_run.remote(runs))
+    assert len(refs) == 3
+    fray_ray.get(refs[0])
+
+    @fray_ray.remote(resources={"a": 1})
+    def pid_on_a() -> int:
+        return os.getpid()
+
+    _kill(fray_ray.get(pid_on_a.remote()))  # the same warm executor: it holds the three items
+    assert int(fray_ray.get(refs[0], timeout=120)[0]) == 0
+    with pytest.raises(ObjectLostError, match="did not yield it again"):
+        fray_ray.get(refs[2], timeout=120)
