@@ -70,6 +70,32 @@ class _Producer:
         ray.actor.exit_actor()
 
 
+@ray.remote(resources={"producer": 1}, num_returns="streaming")
+def _arrays(count):
+    for value in range(count):
+        yield np.full(SIZE, value, np.uint8)
+
+
+def test_object_loss__items_of_a_streaming_task_on_a_dead_node_are_rebuilt(cluster):
+    node = cluster.add_node(num_cpus=1, resources={"producer": 1})
+    cluster.connect()
+    refs = list(_arrays.options(max_retries=2).remote(3))
+    ray.wait(refs, num_returns=len(refs), fetch_local=False)
+    cluster.remove_node(node)
+    cluster.add_node(num_cpus=1, resources={"producer": 1})  # somewhere for the task to run again
+    assert [int(array[0]) for array in ray.get(refs, timeout=120)] == [0, 1, 2]
+
+
+def test_object_loss__items_of_a_streaming_task_without_retries_are_lost(cluster):
+    node = cluster.add_node(num_cpus=1, resources={"producer": 1})
+    cluster.connect()
+    refs = list(_arrays.options(max_retries=0).remote(2))
+    ray.wait(refs, num_returns=len(refs), fetch_local=False)
+    cluster.remove_node(node)
+    with pytest.raises(ray.exceptions.ObjectLostError):
+        ray.get(refs[1], timeout=120)
+
+
 def test_object_loss__an_actors_result_outlives_ray_kill(cluster):
     cluster.add_node(num_cpus=1, resources={"producer": 1})
     cluster.connect()
