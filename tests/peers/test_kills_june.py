@@ -8,7 +8,9 @@ every task and actor is an Iris job of its own:
   `OwnerDiedError`;
 - large results of the driver's actor calls, held by the actor's process, outlive `ray.kill`
   and `exit_actor` (the driver takes them first) and are lost with a reason when the actor's
-  process is killed."""
+  process is killed;
+- a streaming task's large items, held by its worker, are rebuilt by running it again after
+  that worker is killed, and lost with a reason when they cannot be."""
 
 from __future__ import annotations
 
@@ -78,9 +80,9 @@ def gone(pid):
     while True:  # until the process is a zombie or reaped (it may go between two looks)
         try:
             with open(f"/proc/{pid}/stat") as stat:
-                if stat.read().split()[2] == "Z":
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":  # the name may hold spaces
                     return
-        except FileNotFoundError:
+        except OSError:  # gone: no such file, or no such process while it was read
             return
         time.sleep(0.05)
 """
@@ -262,3 +264,48 @@ ACTOR_RESULTS = """
 def test_actor_results_outlive_a_kill_and_an_exit_and_are_lost_with_a_crash(june: str, tmp_path: Path) -> None:
     _run(ACTOR_RESULTS, june, tmp_path, ("read elsewhere True held True", "after kill True held False",
                                          "after exit True held False", "lost ObjectReconstructionFailedError True"))
+
+
+STREAM_ITEMS = """
+    import os, signal, sys
+    import fray_ray as ray
+    from fray_ray._private.core import runtime_state
+
+    ray.init(sys.argv[1])
+    SIZE = 4 << 20
+    driver = runtime_state.current()
+
+    @ray.remote(num_returns="streaming")
+    def items(count):
+        for value in range(count):
+            yield os.getpid(), bytes([value]) * SIZE
+
+    @ray.remote
+    def first_byte(item):
+        return item[1][0]
+
+    refs = list(items.options(max_retries=1).remote(3))
+    print("held", all(driver.objects.holders([ref.binary()]) for ref in refs), flush=True)
+    print("task", ray.get(first_byte.remote(refs[2])), flush=True)
+    pid = ray.get(refs[0])[0]
+    os.kill(pid, signal.SIGKILL)
+    gone(pid)
+    again = ray.get(refs, timeout=180)
+    print("rebuilt", [item[1][0] for item in again], pid not in {item[0] for item in again}, flush=True)
+
+    lost = list(items.options(max_retries=0).remote(2))
+    pid = ray.get(lost[0])[0]
+    os.kill(pid, signal.SIGKILL)
+    gone(pid)
+    try:
+        ray.get(lost[1], timeout=180)
+        print("lost no error", flush=True)
+    except ray.exceptions.ObjectLostError as exc:
+        print("lost", type(exc).__name__, "max_retries=0" in str(exc), flush=True)
+    ray.shutdown()
+"""
+
+
+def test_streaming_items_are_rebuilt_and_lost_on_the_real_controller(june: str, tmp_path: Path) -> None:
+    _run(STREAM_ITEMS, june, tmp_path, ("held True", "task 2", "rebuilt [0, 1, 2] True",
+                                        "lost ObjectReconstructionFailedError True"))
