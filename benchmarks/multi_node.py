@@ -6,6 +6,9 @@
 - `actor_to_actor_100mb`: the driver calls an actor on node A for 100 MB arrays and passes each
   ref, unread, to an actor on node B that sums it (rollout workers feeding a learner): the same
   three measures.
+- `stream_to_node_100mb`: a streaming task on node A yields 100 MB arrays; the driver passes each
+  item's ref, unread, to a task on node B that sums it (a data loader feeding trainers): the
+  same three measures.
 - `parallel_puts`: four tasks (two per node) each `ray.put` a 100 MB array at once and return
   the ref; the driver waits for the refs (the values stay put): GB/s.
 - `wait_one_of_1k`: 1,000 short tasks are submitted, then `ray.wait(refs, num_returns=1)`
@@ -141,6 +144,22 @@ def actor_to_actor(ray: Any) -> dict[str, Any]:
                       lambda: ray.get([consumer.consume.remote(producer.make.remote(i)) for i in range(TRANSFERS)]))
 
 
+def stream_to_node(ray: Any) -> dict[str, Any]:
+    import numpy as np
+
+    @ray.remote(resources={"node_a": 1}, num_returns="streaming")
+    def produce(count: int) -> Any:
+        for seed in range(count):
+            yield np.full(MB100, seed % 250, np.uint8)
+
+    @ray.remote(resources={"node_b": 1})
+    def consume(array: Any) -> int:
+        return int(array[::4096].sum())
+
+    ray.get([consume.remote(item) for item in produce.remote(2)])  # warm both nodes' workers
+    return _transfers("stream_to_node", lambda: ray.get([consume.remote(item) for item in produce.remote(TRANSFERS)]))
+
+
 def parallel_puts(ray: Any) -> dict[str, Any]:
     import numpy as np
 
@@ -181,6 +200,7 @@ def wait_one_of_1k(ray: Any) -> dict[str, Any]:
 SHAPES: dict[str, Callable[[Any], dict[str, Any]]] = {
     "node_to_node_100mb": node_to_node,
     "actor_to_actor_100mb": actor_to_actor,
+    "stream_to_node_100mb": stream_to_node,
     "parallel_puts": parallel_puts,
     "wait_one_of_1k": wait_one_of_1k,
 }

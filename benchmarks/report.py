@@ -60,7 +60,7 @@ SECTIONS = (
     ("Actors", lambda n: n.startswith("actors_")),
     ("Cross-driver", lambda n: n.startswith("cross_driver")),
     ("Envelope", lambda n: n.startswith("envelope_")),
-    ("Several nodes", lambda n: n.startswith(("node_to_node_", "actor_to_actor_", "parallel_puts", "wait_one_of_"))),
+    ("Several nodes", lambda n: n.startswith(("node_to_node_", "actor_to_actor_", "stream_to_node_", "parallel_puts", "wait_one_of_"))),
     ("Calls and objects", lambda n: True),
 )
 SECTION_ORDER = ("Floor", "Lifecycle", "Calls and objects", "Queued tasks", "Actors", "Cross-driver", "Envelope",

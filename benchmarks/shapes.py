@@ -176,6 +176,9 @@ BASE_TARGETS: dict[str, Target] = {
     "actor_to_actor_100mb_gbps": Target(TargetKind.RATIO, 1.0, "≥ Ray's GB/s"),
     "actor_to_actor_driver_cpu_s_per_gb": Target(TargetKind.AT_MOST, 0.1, "≤ 0.1 s per GB"),
     "actor_to_actor_driver_peak_rss_mib": Target(TargetKind.AT_MOST, 100.0, "≤ 100 MiB above idle"),
+    "stream_to_node_100mb_gbps": Target(TargetKind.RATIO, 1.0, "≥ Ray's GB/s"),
+    "stream_to_node_driver_cpu_s_per_gb": Target(TargetKind.AT_MOST, 0.1, "≤ 0.1 s per GB"),
+    "stream_to_node_driver_peak_rss_mib": Target(TargetKind.AT_MOST, 100.0, "≤ 100 MiB above idle"),
     "parallel_puts_gbps": Target(TargetKind.RATIO, 1.0, "≥ Ray's GB/s"),
     "wait_one_of_1k": Target(TargetKind.RATIO, 1.0, "≥ Ray's rate"),
     "broadcast_512mib_4_s": Target(TargetKind.RATIO, 1.0, "≥ Ray's speed"),
@@ -292,6 +295,11 @@ def catalog(curves: Curves, timeout_scale: float = 1.0, envelope: EnvelopeSizes 
         Metric("actor_to_actor_100mb_gbps", "GB/s", "higher", "bytes moved A → B per second"),
         Metric("actor_to_actor_driver_cpu_s_per_gb", "s", "lower", "the driver's CPU per GB moved"),
         Metric("actor_to_actor_driver_peak_rss_mib", "MiB", "lower", "the driver's peak RSS above its start"))
+    add(Shape("stream_to_node_100mb", Kind.MULTI_NODE, "multi_node", 300,
+              "the driver passes 8 × 100 MB items of a streaming task on node A, unread, to tasks on node B", ()),
+        Metric("stream_to_node_100mb_gbps", "GB/s", "higher", "bytes moved A → B per second"),
+        Metric("stream_to_node_driver_cpu_s_per_gb", "s", "lower", "the driver's CPU per GB moved"),
+        Metric("stream_to_node_driver_peak_rss_mib", "MiB", "lower", "the driver's peak RSS above its start"))
     add(Shape("parallel_puts", Kind.MULTI_NODE, "multi_node", 300,
               "4 tasks on two nodes each ray.put a 100 MB array at once", ()),
         Metric("parallel_puts_gbps", "GB/s", "higher", "bytes put per second"))

@@ -65,7 +65,8 @@ def test_the_several_node_shapes_run_on_fray_ray(tmp_path):
     proc, report = _compare(tmp_path, "--reps", "1", "--shapes", "multi_node,node_calls")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for name in ("node_to_node_100mb_gbps", "node_to_node_driver_cpu_s_per_gb", "actor_to_actor_100mb_gbps",
-                 "actor_to_actor_driver_cpu_s_per_gb", "parallel_puts_gbps", "wait_one_of_1k",
+                 "actor_to_actor_driver_cpu_s_per_gb", "stream_to_node_100mb_gbps", "stream_to_node_driver_cpu_s_per_gb",
+                 "parallel_puts_gbps", "wait_one_of_1k",
                  "node_task_to_actor_calls", "node_actor_to_actor_calls", "node_generator_items", "node_generator_driver_us",
                  "node_pass_on_steps", "node_pass_on_driver_us"):
         row = report["metrics"][name]["fray_ray"]
