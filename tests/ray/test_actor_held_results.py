@@ -4,7 +4,8 @@ fetch it from there. An actor that ends on purpose (`ray.kill`, with or without 
 `exit_actor`, its handles gone) hands what it holds to the driver first, so the objects it
 returned outlive it as in Ray's object store; a crashed actor's held results fail with
 `ObjectReconstructionFailedError`, never a hang. A cancelled call's held result is let go. A
-generator method the driver calls, which is never run again, keeps its large items the same way."""
+generator method the driver calls keeps its large items the same way; those lost with a crash
+are made again by the call's retry when the actor restarts, else fail the same way."""
 
 from __future__ import annotations
 
@@ -41,6 +42,13 @@ class Maker:
     def items(self, count: int, size: int = SIZE) -> Iterator[np.ndarray]:
         for value in range(count):
             yield np.full(size, value, np.uint8)
+
+    def items_waiting(self, count: int, pause_at: int, latch: fray_ray.actor.ActorHandle) -> Iterator[Any]:
+        """Items `(pid, array of i)`, waiting on `latch` before item `pause_at`."""
+        for value in range(count):
+            if value == pause_at:
+                fray_ray.get(latch.wait.remote())
+            yield os.getpid(), np.full(SIZE, value, np.uint8)
 
     def make_after(self, started: fray_ray.actor.ActorHandle, go: fray_ray.actor.ActorHandle, value: int) -> np.ndarray:
         fray_ray.get(started.open.remote())
@@ -168,7 +176,7 @@ def test_a_cancelled_calls_held_result_is_let_go(hosts: Cluster) -> None:
     assert fray_ray.get(maker.state.remote())["held"] == []
 
 
-def test_a_generators_large_items_stay_in_the_actor_unless_it_may_run_again(hosts: Cluster) -> None:
+def test_a_generators_large_items_stay_in_the_actor(hosts: Cluster) -> None:
     driver = runtime_state.current()
     maker, reader = Maker.remote(), Reader.remote()
     stored_before = driver.objects.store.used
@@ -180,7 +188,22 @@ def test_a_generators_large_items_stay_in_the_actor_unless_it_may_run_again(host
     assert [int(array[0]) for array in fray_ray.get(items)] == [0, 1, 2]
     assert all(_holder(item) is None for item in maker.items.remote(2, 1000))  # small: with the item
     retried = Maker.options(max_task_retries=1).remote()
-    assert all(_holder(item) is None for item in retried.items.remote(2))  # a retry would replay them
+    assert all(_holder(item) is not None for item in retried.items.remote(2))  # a retry's replay refills lost ones
+
+
+def test_items_lost_with_a_crashed_actor_are_made_again_by_the_calls_retry(hosts: Cluster) -> None:
+    latch = Latch.options(num_cpus=0, resources={"head": 0.1}).remote()
+    maker = Maker.options(max_restarts=1, max_task_retries=1).remote()
+    stream = maker.items_waiting.remote(4, 2, latch)
+    first, second = next(stream), next(stream)  # refs only: the values stay in the actor's process
+    assert _holder(first) is not None
+    pid = fray_ray.get(first)[0]
+    os.kill(pid, signal.SIGKILL)  # mid-call: the actor restarts and the call runs again
+    wait_for(lambda: not pid_alive(pid), what="the actor's process to die")
+    fray_ray.get(latch.open.remote())
+    values = fray_ray.get([first, second, *stream], timeout=120)
+    assert [int(array[0]) for _, array in values] == [0, 1, 2, 3]
+    assert pid not in {item_pid for item_pid, _ in values}  # the lost items came from the retry
 
 
 def test_items_of_a_generator_nobody_reads_are_let_go(hosts: Cluster) -> None:

@@ -145,3 +145,31 @@ def test_an_item_the_rerun_does_not_yield_again_fails_instead_of_hanging(hosts: 
     assert int(fray_ray.get(refs[0], timeout=120)[0]) == 0
     with pytest.raises(ObjectLostError, match="did not yield it again"):
         fray_ray.get(refs[2], timeout=120)
+
+
+@fray_ray.remote(resources={"a": 1}, num_returns="streaming", retry_exceptions=True, max_retries=1)
+def fails_once(runs: fray_ray.actor.ActorHandle) -> Iterator[np.ndarray]:
+    """Two items, then an error on its first run only: the retry replays them in this process."""
+    first_run = fray_ray.get(runs.add.remote()) == 1
+    for value in range(2):
+        yield np.full(SIZE, value, np.uint8)
+    if first_run:
+        raise ValueError("once")
+
+
+@fray_ray.remote(resources={"a": 1})
+def held_on_a() -> tuple[int, list[bytes], int]:
+    from fray_ray._private.workers.held_results import WORKER_HOLDER
+
+    held = WORKER_HOLDER.held
+    return os.getpid(), [] if held is None else held.held(), 0 if held is None else held.memory_used
+
+
+def test_a_replay_by_the_same_process_keeps_one_copy_of_each_item(hosts: Cluster) -> None:
+    runs = Runs.remote()
+    refs = list(fails_once.remote(runs))
+    assert fray_ray.get(runs.get.remote()) == 2 and len(refs) == 2
+    assert [int(array[0]) for array in fray_ray.get(refs)] == [0, 1]
+    _, held, used = fray_ray.get(held_on_a.remote())
+    assert sorted(held) == sorted(ref.binary() for ref in refs)
+    assert used < 3 * SIZE  # two items held, not the first run's copies as well

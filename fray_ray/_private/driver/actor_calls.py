@@ -106,10 +106,7 @@ class ActorCalls:
 
     def _send_call(self, connection: Connection, call: ActorCallSpec, defer: bool = False) -> None:
         message = CallMethod.of(call, self._objects.value)
-        if call.num_returns == "streaming" and not call.retry_exceptions:  # never run again: its items may stay there
-            record = self._actors.get(call.actor_id)
-            default = record.spec.max_task_retries if record is not None else -1
-            message.keep_items = (default if call.max_task_retries is None else call.max_task_retries) == 0
+        message.keep_items = call.num_returns == "streaming"  # its large items stay in the actor's process
         try:
             messages.notify(connection, message, defer=defer)
         except ConnectionClosed:

@@ -47,18 +47,25 @@ logger = logging.getLogger(__name__)
 #: cannot be had again.
 ACTOR_RESULT = "it was returned by an actor method, which is not run again to rebuild it"
 GENERATOR_ITEM = "it was an item of an actor method's generator, which is not run again to rebuild it"
+#: Why a lost item was not made again by the run that followed (a retry, or a rerun).
+NOT_REPLAYED = {
+    "task": "the run of its generator task that followed did not yield it again",
+    "call": "it was an item of an actor method's generator, and no retry of the call yielded it again",
+}
 
 
 class HeldLineage:
     """Specs of the tasks whose results workers hold, and what to do when a holder goes."""
 
     def __init__(self, objects: ObjectTable, holders: HolderClients, resubmit: Callable[[TaskSpec], None],
-                 spec_of: Callable[[bytes], TaskSpec | None], refill: Callable[[bytes, list[int], str], None]) -> None:
+                 spec_of: Callable[[bytes], TaskSpec | None], refill: Callable[[bytes, list[int], str, str], None],
+                 stream_running: Callable[[bytes], bool]) -> None:
         self._objects = objects
         self._holders = holders
         self._resubmit = resubmit
         self._spec_of = spec_of  # a running task's spec
         self._refill = refill  # StreamTable.refill: lost items of a stream come from its next run
+        self._stream_running = stream_running  # StreamTable.running: a run of its producer has not ended
         self._lock = threading.Lock()  # guards the maps below
         self._specs: dict[bytes, TaskSpec] = {}  # object id -> the task that makes it
         self._rebuilds: dict[bytes, int] = {}  # task id -> times it ran again to rebuild
@@ -191,22 +198,24 @@ class HeldLineage:
         return True
 
     def process_gone(self, connection: Connection) -> None:
-        """The executor on `connection` exited. Before the scheduler retries the streaming task
-        it was running, make that task's items it held pending: the retry's replay must find
-        them waiting. The rest of what it held waits for `holder_gone`, after the scheduler
-        has let the executor go (a rerun sent earlier would go to the dead executor)."""
+        """The executor or actor on `connection` exited. Before the streaming task or generator
+        call it was running is retried, make the items of it that it held pending: the retry's
+        replay must find them waiting. The rest of what it held waits for `holder_gone`, after
+        the scheduler has let the process go (a rerun sent earlier would go to it)."""
         holder = (connection.peer_info or {}).get("holder")
         if not isinstance(holder, str):
             return
         items: dict[bytes, tuple[TaskSpec, list[bytes]]] = {}
         with self._lock:
-            for object_id in self._objects.held_by(holder):
+            held = self._objects.held_by(holder)
+            for object_id in held:
                 spec = self._specs.get(object_id)
                 if spec is not None and spec.num_returns == "streaming" and spec.max_retries != 0:
                     items.setdefault(spec.task_id, (spec, []))[1].append(object_id)
         running = [(spec, ids) for spec, ids in items.values() if self._spec_of(spec.task_id) is not None]
         if running:
             self._stream_items_lost(holder, running, [])  # no rerun: the scheduler retries it
+        self._call_items_lost(holder, held)
 
     def holder_gone(self, holder: str) -> None:
         """The process at `holder` exited: rebuild or fail each value it held. Its connection's
@@ -238,6 +247,7 @@ class HeldLineage:
         failed: list[tuple[bytes, str, str]] = []
         owner_died: list[bytes] = []
         stream_items: dict[bytes, tuple[TaskSpec, list[bytes]]] = {}  # streaming task id -> its lost items
+        call_items: list[bytes] = []  # items of actors' generator calls
         with self._lock:
             for object_id in self._objects.held_by(holder):
                 if object_id in self._kept_by_owner:
@@ -248,7 +258,11 @@ class HeldLineage:
                 if spec is None and object_id[-4:] == bytes(4):  # index 0: a put
                     failed.append((object_id, "OBJECT_UNRECONSTRUCTABLE_PUT", "it was made by ray.put()"))
                     continue
-                if (why := self._no_lineage.pop(object_id, None)) is not None:
+                if (why := self._no_lineage.get(object_id)) is not None:
+                    if why == GENERATOR_ITEM:
+                        call_items.append(object_id)  # its call's retry may replay it (below)
+                        continue
+                    del self._no_lineage[object_id]
                     failed.append((object_id, "OBJECT_UNRECONSTRUCTABLE_RETRIES_DISABLED", why))
                     continue
                 if spec is None:
@@ -269,6 +283,11 @@ class HeldLineage:
                 else:
                     self._rebuilds[spec.task_id] = done + 1
                     rerun[spec.task_id] = spec
+        replayed = self._call_items_lost(holder, call_items)
+        with self._lock:
+            for object_id in call_items:
+                if object_id not in replayed and self._no_lineage.pop(object_id, None) is not None:
+                    failed.append((object_id, "OBJECT_UNRECONSTRUCTABLE_RETRIES_DISABLED", GENERATOR_ITEM))
         reruns = self._stream_items_lost(holder, stream_items.values(), failed)
         for object_id, reason, why in failed:
             self._objects.fail_lost(object_id, lost(object_id, holder, f"its worker process exited; {why}", reason))
@@ -306,8 +325,29 @@ class HeldLineage:
                     continue
                 reruns.append(spec)
             pending = self._objects.rebuild(item_ids)
-            self._refill(spec.task_id, [int.from_bytes(i[-4:], "little") for i in pending], holder)
+            self._refill(spec.task_id, [int.from_bytes(i[-4:], "little") for i in pending], holder, NOT_REPLAYED["task"])
         return reruns
+
+    def _call_items_lost(self, holder: str, object_ids: Sequence[bytes]) -> set[bytes]:
+        """Make pending again those of `object_ids` that are items an actor's generator call
+        still running kept: its retry (if the actor restarts and the call may run again)
+        replays them. Returns them; an item no retry yields again fails as the call ends."""
+        streams: dict[bytes, list[bytes]] = {}
+        with self._lock:
+            for object_id in object_ids:
+                if self._no_lineage.get(object_id) == GENERATOR_ITEM:
+                    streams.setdefault(object_id[:-4], []).append(object_id)
+        taken: set[bytes] = set()
+        for stream_id, ids in streams.items():
+            if not self._stream_running(stream_id):
+                continue
+            with self._lock:
+                for object_id in ids:
+                    self._no_lineage.pop(object_id, None)
+            pending = self._objects.rebuild(ids)
+            self._refill(stream_id, [int.from_bytes(i[-4:], "little") for i in pending], holder, NOT_REPLAYED["call"])
+            taken.update(ids)
+        return taken
 
     def hand_off(self, connection: Connection) -> None:
         """Before the executor on `connection` is retired: hold here what it holds."""

@@ -172,7 +172,8 @@ class DriverRuntime(DriverReads):
             placement_groups=self.placement_groups,
             events=self.task_events,
         )
-        self.lineage = HeldLineage(self.objects, self.holders, self.route_task, self.scheduler.spec_of, self.streams.refill)
+        self.lineage = HeldLineage(self.objects, self.holders, self.route_task, self.scheduler.spec_of,
+                                   self.streams.refill, self.streams.running)
         self.objects.on_remote_freed = self._remote_freed
         #: large objects many hosts read: which workers keep copies to serve onward
         self.relays = RelayPlan()

@@ -264,9 +264,10 @@ class SessionService:
         connection.peer_info = {"kind": kind, "id": worker_id, "pid": hello.pid, "host": host_memory,
                                 "shared_memory": bool(identity) and host_memory == identity}
         messages.reply(connection, message_id, Welcome(**self._driver.worker_info(worker_id, host)))
-        if kind == "executor":
-            # Items it holds of the streaming task it runs wait for the task's retry (`process_gone`).
+        if kind in ("executor", "actor"):
+            # Items it holds of the generator it runs wait for that run's retry (`process_gone`).
             connection.add_close_callback(self._driver.lineage.process_gone)
+        if kind == "executor":
             accepted = self._driver.scheduler.executor_connected(worker_id, connection, hello.pid, host)
         elif kind == "actor":
             accepted = self._driver.actors.host_connected(worker_id, connection, hello.pid, host)

@@ -50,8 +50,9 @@ class StreamTable:
         self._objects = objects
         self._lock = threading.Lock()
         self._streams: dict[bytes, _Stream] = {}
-        #: stream id -> {index: its lost holder} of items taken from the next run's replay
-        self._refills: dict[bytes, dict[int, str]] = {}
+        #: stream id -> {index: (its lost holder, why no run made it again)} of items taken from
+        #: the next run's replay
+        self._refills: dict[bytes, dict[int, tuple[str, str]]] = {}
 
     def open(self, stream_id: bytes) -> None:
         with self._lock:
@@ -73,11 +74,18 @@ class StreamTable:
         if finished:
             self.finish(stream_id)
 
-    def refill(self, stream_id: bytes, indices: Sequence[int], holder: str) -> None:
-        """These items (pending again) were lost with `holder`, the process keeping them: take
-        them from the replay of the stream's next run. Call before that run can start."""
+    def running(self, stream_id: bytes) -> bool:
+        """Whether the stream may still get items: a run of its producer has not ended."""
         with self._lock:
-            self._refills.setdefault(stream_id, {}).update(dict.fromkeys(indices, holder))
+            stream = self._streams.get(stream_id)
+            return stream is not None and not stream.finished
+
+    def refill(self, stream_id: bytes, indices: Sequence[int], holder: str, why: str) -> None:
+        """These items (pending again) were lost with `holder`, the process keeping them: take
+        them from the replay of the stream's next run. Call before that run can start. An item
+        the runs of the stream end without yielding again fails, saying `why`."""
+        with self._lock:
+            self._refills.setdefault(stream_id, {}).update(dict.fromkeys(indices, (holder, why)))
 
     def add_item(self, stream_id: bytes, index: int, value: SerializedValue) -> None:
         """Store item `index` (1-based). Items a retry replays (already stored) are dropped,
@@ -133,10 +141,9 @@ class StreamTable:
         it. Lost items this run did not yield again fail."""
         with self._lock:
             unmade = self._refills.pop(stream_id, None)
-        for index, holder in sorted((unmade or {}).items()):
+        for index, (holder, why) in sorted((unmade or {}).items()):
             object_id = object_id_for(stream_id, index)
-            self._objects.fulfil(object_id, lost(object_id, holder, "its worker process exited, and the run of its "
-                                                 "generator task that followed did not yield it again", "OBJECT_LOST"))
+            self._objects.fulfil(object_id, lost(object_id, holder, f"its worker process exited; {why}", "OBJECT_LOST"))
         if error is not None:
             with self._lock:
                 stream = self._streams.get(stream_id)

@@ -160,8 +160,8 @@ class CallMethod(Message):
     #: (`workers/lent_refs.py`); the first `len(lent_values)` of them come with their values
     lent: list[bytes] = field(default_factory=list)
     lent_values: list[SerializedValue] = values(default_factory=list)
-    #: a generator the driver calls and never runs again: its large items stay in the actor's
-    #: process, as its results do (`Yield.held`)
+    #: a generator the driver calls: its large items stay in the actor's process, as its
+    #: results do (`Yield.held`)
     keep_items: bool = False
 
     @classmethod

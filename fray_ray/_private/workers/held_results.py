@@ -96,7 +96,8 @@ class WorkerHolder:
                 continue
             try:
                 server = self._started()
-                server.held.hold(object_id, value)
+                if not server.held.holds(object_id):  # a replay by this process: the first stands
+                    server.held.hold(object_id, value)
             except Exception as exc:  # noqa: BLE001 - the value still goes to the driver as before
                 logger.warning("cannot keep result %s here (%s); it goes to the driver", object_id.hex(), exc)
                 continue
