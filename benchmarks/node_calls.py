@@ -7,8 +7,9 @@ warm-up and one round, and report how many calls they made. Then a task on node 
 items of the actor's generator method (100 small items a call, each `get` as it comes), and
 passes the result of each call to the actor on to a second actor on node A, as a ref (a
 pipeline step: the second actor borrows the object, so its owner counts it). Last, a task on
-node B submits no-op tasks pinned to node A, one at a time (submit + get): nested tasks, which
-fray_ray's driver still schedules (Ray's submitting worker leases workers itself). The
+node B submits no-op tasks pinned to node A, one at a time (submit + get), then 1,000 at once
+(submit all, get all): nested tasks, which fray_ray's driver still schedules (Ray's submitting
+worker leases workers itself). The
 driver only waits for that task's (or method's) result meanwhile, so its CPU time over the
 round, per call, is what each such call costs it (Ray: none; fray_ray sent every call through its driver before workers
 called actors directly).
@@ -22,6 +23,7 @@ from typing import Any
 
 NODE_A = "bench_node_a"
 NODE_B = "bench_node_b"
+NESTED_BATCH = 1_000  # tasks a task on node B submits at once
 
 
 def _cluster(backend_name: str) -> Any:
@@ -80,6 +82,12 @@ def _remotes(ray: Any) -> Any:
     def noop() -> int:
         return 1
 
+    def batch_of(work: Any, count: int) -> float:
+        """Tasks/s of `count` tasks `work` submitted at once from here, then all got."""
+        start = time.perf_counter()
+        assert sum(ray.get([work.remote() for _ in range(count)])) == count
+        return count / (time.perf_counter() - start)
+
     class Caller:
         def __init__(self, target: Any) -> None:
             self.target = target
@@ -93,7 +101,8 @@ def _remotes(ray: Any) -> Any:
             ray.remote(num_cpus=0, resources={NODE_B: 0.01})(read_for),
             ray.remote(num_cpus=0, resources={NODE_B: 0.01})(pass_on_for),
             ray.remote(num_cpus=0, resources={NODE_B: 0.01})(submit_for),
-            ray.remote(num_cpus=0, resources={NODE_A: 0.01})(noop))
+            ray.remote(num_cpus=0, resources={NODE_A: 0.01})(noop),
+            ray.remote(num_cpus=0, resources={NODE_B: 0.01})(batch_of))
 
 
 def _measured(ray: Any, run: Any, timing: Any) -> tuple[float, float]:
@@ -111,7 +120,7 @@ def run(backend_name: str, ray: Any, timing: Any) -> dict[str, Any]:
     cluster = _cluster(backend_name)
     try:
         cluster.connect()
-        target_cls, call_for, caller_cls, read_for, pass_on_for, submit_for, noop = _remotes(ray)
+        target_cls, call_for, caller_cls, read_for, pass_on_for, submit_for, noop, batch_of = _remotes(ray)
         target, sink = target_cls.remote(), target_cls.remote()
         ray.get([target.ping.remote(), sink.ping.remote()])
         task_rate, task_cpu = _measured(ray, lambda s: call_for.remote(target, s), timing)
@@ -120,12 +129,15 @@ def run(backend_name: str, ray: Any, timing: Any) -> dict[str, Any]:
         item_rate, item_cpu = _measured(ray, lambda s: read_for.remote(target, s), timing)
         pass_rate, pass_cpu = _measured(ray, lambda s: pass_on_for.remote(target, sink, s), timing)
         nested_rate, nested_cpu = _measured(ray, lambda s: submit_for.remote(noop, s), timing)
+        ray.get(batch_of.remote(noop, 100))  # warm
+        batch_rate = ray.get(batch_of.remote(noop, NESTED_BATCH))
         return {"status": "ok", "metrics": {
             "node_task_to_actor_calls": task_rate, "node_task_to_actor_driver_us": task_cpu,
             "node_actor_to_actor_calls": actor_rate, "node_actor_to_actor_driver_us": actor_cpu,
             "node_generator_items": item_rate, "node_generator_driver_us": item_cpu,
             "node_pass_on_steps": pass_rate, "node_pass_on_driver_us": pass_cpu,
             "node_nested_tasks": nested_rate, "node_nested_task_driver_us": nested_cpu,
+            "node_nested_batch_tasks": batch_rate,
         }, "extra": {}}
     finally:
         ray.shutdown()

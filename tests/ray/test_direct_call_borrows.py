@@ -12,10 +12,8 @@ check `DriverNotices` alone.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ from fray_ray._private.workers.driver_notices import DriverNotices
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
 
+from held_frames import held_back  # noqa: E402
 from latches import Latch  # noqa: E402
 from waiting import wait_for  # noqa: E402
 
@@ -40,32 +39,6 @@ HOLD_S = 2.0
 @pytest.fixture(scope="module")
 def session(cluster_session: fray_ray.RayContext) -> fray_ray.RayContext:
     return cluster_session
-
-
-@contextlib.contextmanager
-def held_back(kind: str, from_worker: bytes | None = None,
-              naming: Callable[[bytes], bool] | None = None) -> Iterator[tuple[threading.Event, threading.Event]]:
-    """Frames of `kind` (from the worker with id `from_worker`, or any; naming an object id for
-    which `naming` is true, or any) wait at the driver until the second event is set (10 s at
-    most), and hold back what follows them on their connection, as a slow link would. The first
-    event is set once one arrived."""
-    handlers = runtime_slot.current().session._handlers
-    original = handlers[kind]
-    arrived, let_go = threading.Event(), threading.Event()
-
-    def slow(connection: Any, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-        if (from_worker is None or connection.peer_info.get("id") == from_worker) and \
-                (naming is None or any(naming(oid) for oid in body.get("ids", ()))):
-            arrived.set()
-            let_go.wait(10)
-        original(connection, message_id, body, buffers)
-
-    handlers[kind] = slow
-    try:
-        yield arrived, let_go
-    finally:
-        let_go.set()
-        handlers[kind] = original
 
 
 def _direct_sent() -> int:

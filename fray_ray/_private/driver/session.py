@@ -85,7 +85,7 @@ from fray_ray._private.messages import (
     Yield,
 )
 from fray_ray._private.objects.ids import object_id_for
-from fray_ray._private.objects.object_table import ObjectTable
+from fray_ray._private.objects.object_table import ObjectState, ObjectTable
 from fray_ray._private.objects.relays import RelayPlan
 from fray_ray._private.objects.remote_values import with_remote_results
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
@@ -361,15 +361,30 @@ class SessionService:
     # ---- tasks and actors ----------------------------------------------------------------
 
     def _submit(self, connection: Connection, message_id: int | None, submit: SubmitTask) -> None:
-        assert message_id is not None
+        """A task a worker submits, as a notification (it goes on at once, as Ray's `.remote()`
+        does): a task the driver cannot take fails its results. A request is answered."""
         spec = submit.spec
         spec.parent_task_id = submit.parent
-        self._driver.objects.create_pending(spec.return_ids, producer=spec.task_id)
-        self._count_borrow(connection, list(spec.return_ids))
-        if spec.num_returns in ("streaming", "dynamic"):
-            self._driver.streams.open(spec.task_id)
-        self._driver.route_task(spec)
-        messages.reply(connection, message_id, Returns(list(spec.return_ids)))
+        objects = self._driver.objects
+        try:
+            objects.create_pending(spec.return_ids, producer=spec.task_id)
+            self._count_borrow(connection, list(spec.return_ids))
+            if spec.num_returns in ("streaming", "dynamic"):
+                self._driver.streams.open(spec.task_id)
+            self._driver.route_task(spec)
+        except Exception as exc:
+            if message_id is not None:
+                raise
+            logger.warning("could not take task %s from a worker", spec.name, exc_info=True)
+            error = serialize_error(RaySystemError(f"the driver could not take task {spec.name}: {exc}"))
+            for object_id in spec.return_ids:
+                if objects.state(object_id) is ObjectState.PENDING:
+                    objects.fulfil(object_id, error)
+            if spec.num_returns == "streaming" and self._driver.streams.is_stream(spec.task_id):
+                self._driver.streams.finish(spec.task_id, error)
+            return
+        if message_id is not None:
+            messages.reply(connection, message_id, Returns(list(spec.return_ids)))
 
     def _create_actor(self, connection: Connection, message_id: int | None, create: CreateActor) -> None:
         assert message_id is not None

@@ -372,10 +372,14 @@ class WorkerRuntime:
         return context.task_id if context else None
 
     def submit_task(self, spec: TaskSpec) -> list[Any]:
-        reply = self._simple(SubmitTask(spec, self._parent()))
+        """Tell the driver and go on without waiting, as Ray's `.remote()` does: this
+        connection's later frames (a `get`, a release) reach the driver after it, and a ref
+        that leaves for another process first waits for the driver to have it (`notices`)."""
+        self.references.flush()
+        self.notices.tell(SubmitTask(spec, self._parent()))
         if spec.num_returns == "streaming":
             return [ObjectRefGenerator(spec.task_id)]
-        return [ObjectRef(oid, _announced=True) for oid in reply.returns]
+        return [ObjectRef(oid, _announced=True) for oid in spec.return_ids]
 
     def create_actor(self, spec: ActorCreationSpec) -> bytes:
         return self._simple(CreateActor(spec, self._parent())).actor_id
