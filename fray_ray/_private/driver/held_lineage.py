@@ -14,7 +14,8 @@ may still be read, with the task's arguments alive. When the holder's process ex
   next run: its retry if it was still running, or a rerun (counted as above) if it had ended;
 - an actor method's result its actor's process keeps (`kept_without_lineage`) fails with
   `ObjectReconstructionFailedError` saying so: an actor method is never run again to rebuild
-  a value.
+  a value. Items of a generator call still running are the exception: the call's retry on the
+  restarted actor, if it has one, replays them.
 
 An executor retired while idle hands its values over first: the driver fetches them from it
 and holds them itself (`hand_off`), so retirement never loses an object. An actor that ends on
@@ -48,10 +49,8 @@ logger = logging.getLogger(__name__)
 ACTOR_RESULT = "it was returned by an actor method, which is not run again to rebuild it"
 GENERATOR_ITEM = "it was an item of an actor method's generator, which is not run again to rebuild it"
 #: Why a lost item was not made again by the run that followed (a retry, or a rerun).
-NOT_REPLAYED = {
-    "task": "the run of its generator task that followed did not yield it again",
-    "call": "it was an item of an actor method's generator, and no retry of the call yielded it again",
-}
+TASK_ITEM_NOT_REPLAYED = "the run of its generator task that followed did not yield it again"
+CALL_ITEM_NOT_REPLAYED = "it was an item of an actor method's generator, and no retry of the call yielded it again"
 
 
 class HeldLineage:
@@ -325,7 +324,7 @@ class HeldLineage:
                     continue
                 reruns.append(spec)
             pending = self._objects.rebuild(item_ids)
-            self._refill(spec.task_id, [int.from_bytes(i[-4:], "little") for i in pending], holder, NOT_REPLAYED["task"])
+            self._refill(spec.task_id, [int.from_bytes(i[-4:], "little") for i in pending], holder, TASK_ITEM_NOT_REPLAYED)
         return reruns
 
     def _call_items_lost(self, holder: str, object_ids: Sequence[bytes]) -> set[bytes]:
@@ -345,7 +344,7 @@ class HeldLineage:
                 for object_id in ids:
                     self._no_lineage.pop(object_id, None)
             pending = self._objects.rebuild(ids)
-            self._refill(stream_id, [int.from_bytes(i[-4:], "little") for i in pending], holder, NOT_REPLAYED["call"])
+            self._refill(stream_id, [int.from_bytes(i[-4:], "little") for i in pending], holder, CALL_ITEM_NOT_REPLAYED)
             taken.update(ids)
         return taken
 
