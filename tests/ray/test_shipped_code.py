@@ -87,6 +87,21 @@ def test_outside_a_project_only_imported_modules_and_the_script_are_shipped(tmp_
     assert code.only == ("mylib.py", "pkg", "run.py")
 
 
+def test_modules_reached_through_symlinks_count_where_they_really_are(tmp_path: Path) -> None:
+    scratch = write(tmp_path / "scratch", {"run.py": "", "real_mod.py": "", "pkg/__init__.py": ""})
+    elsewhere = write(tmp_path / "elsewhere", {"outside.py": ""})
+    (elsewhere / "link_mod.py").symlink_to(scratch / "real_mod.py")  # a file linked from outside
+    (elsewhere / "linked_pkg").symlink_to(scratch / "pkg", target_is_directory=True)  # a directory
+    (scratch / "away.py").symlink_to(elsewhere / "outside.py")  # in the directory, really outside
+    modules = {
+        "link_mod": module_from(elsewhere / "link_mod.py", "link_mod"),
+        "linked_pkg": module_from(elsewhere / "linked_pkg" / "__init__.py", "linked_pkg"),
+        "away": module_from(scratch / "away.py", "away"),
+    }
+    code = default_code(fake_main(scratch / "run.py"), modules)
+    assert code.only == ("pkg", "real_mod.py", "run.py")
+
+
 def test_an_interactive_driver_outside_a_project_ships_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write(tmp_path, {"big.bin": "x"})
     monkeypatch.chdir(tmp_path)

@@ -90,13 +90,24 @@ def imported_entries(directory: str, modules: Mapping[str, ModuleType]) -> set[s
     entries: set[str] = set()
     prefix = os.path.realpath(directory) + os.sep
     installed = _installed_prefixes()
+    real_dirs: dict[str, str] = {}  # hundreds of modules share a few dozen directories
     for module in list(modules.values()):
         for path in _module_paths(module):
-            real = os.path.realpath(path)
+            real = _real_path(path, real_dirs)
             if not real.startswith(prefix) or real.startswith(installed) or _under_site_packages(real):
                 continue
             entries.add(real[len(prefix):].partition(os.sep)[0])
     return entries
+
+
+def _real_path(path: str, real_dirs: dict[str, str]) -> str:
+    """`os.path.realpath(path)`, resolving each directory once (`real_dirs` remembers them)."""
+    directory, name = os.path.split(os.path.abspath(path))
+    real_dir = real_dirs.get(directory)
+    if real_dir is None:
+        real_dir = real_dirs[directory] = os.path.realpath(directory)
+    joined = os.path.join(real_dir, name)
+    return os.path.realpath(joined) if os.path.islink(joined) else joined
 
 
 def _within(path: str, directory: str) -> bool:
