@@ -173,3 +173,13 @@ def test_a_replay_by_the_same_process_keeps_one_copy_of_each_item(hosts: Cluster
     _, held, used = fray_ray.get(held_on_a.remote())
     assert sorted(held) == sorted(ref.binary() for ref in refs)
     assert used < 3 * SIZE  # two items held, not the first run's copies as well
+
+
+def test_items_nobody_reads_are_let_go_in_the_executor(hosts: Cluster) -> None:
+    generator = numbers.remote(3)
+    del generator  # before its items come: each is let go as it arrives, or as the stream is dropped
+    wait_for(lambda: fray_ray.get(held_on_a.remote())[1] == [], what="the executor to let the unread items go")
+    refs = list(numbers.remote(2))
+    assert len(fray_ray.get(held_on_a.remote())[1]) == 2
+    del refs  # read by nobody, then dropped
+    wait_for(lambda: fray_ray.get(held_on_a.remote())[1] == [], what="the executor to let the dropped items go")
