@@ -6,7 +6,8 @@ then an actor pinned to node B, call it synchronously (call + get, one at a time
 warm-up and one round, and report how many calls they made. Then a task on node B reads the
 items of the actor's generator method (100 small items a call, each `get` as it comes), and
 passes the result of each call to the actor on to a second actor on node A, as a ref (a
-pipeline step: the second actor borrows the object, so its owner counts it). Last, a task on
+pipeline step: the second actor borrows the object, so its owner counts it), and again to an
+actor that keeps the last 100 refs it was passed (a replay buffer: its borrows outlive the call). Last, a task on
 node B submits no-op tasks pinned to node A, one at a time (submit + get), then 1,000 at once
 (submit all, get all): nested tasks, which fray_ray's driver still schedules (Ray's submitting
 worker leases workers itself). The
@@ -46,6 +47,13 @@ def _remotes(ray: Any) -> Any:
         def take(self, refs: list[Any]) -> int:
             return len(refs)
 
+        def keep(self, refs: list[Any]) -> int:
+            """Keep the last 100 refs passed (a replay buffer): older ones are let go."""
+            kept = self.__dict__.setdefault("kept", [])
+            kept.extend(refs)
+            del kept[:-100]
+            return len(kept)
+
     def call_for(target: Any, seconds: float) -> int:
         """Sync calls to `target` for `seconds`; how many."""
         calls, end = 0, time.perf_counter() + seconds
@@ -63,11 +71,12 @@ def _remotes(ray: Any) -> Any:
                 items += 1
         return items
 
-    def pass_on_for(target: Any, sink: Any, seconds: float) -> int:
-        """Steps of `target.ping` → `sink.take([its result])` for `seconds`; how many."""
+    def pass_on_for(target: Any, sink: Any, seconds: float, method: str = "take") -> int:
+        """Steps of `target.ping` → `sink.<method>([its result])` for `seconds`; how many."""
         steps, end = 0, time.perf_counter() + seconds
+        passed = getattr(sink, method)
         while steps == 0 or time.perf_counter() < end:
-            ray.get(sink.take.remote([target.ping.remote()]))
+            ray.get(passed.remote([target.ping.remote()]))
             steps += 1
         return steps
 
@@ -128,6 +137,7 @@ def run(backend_name: str, ray: Any, timing: Any) -> dict[str, Any]:
         actor_rate, actor_cpu = _measured(ray, lambda s: caller.call_for.remote(s), timing)
         item_rate, item_cpu = _measured(ray, lambda s: read_for.remote(target, s), timing)
         pass_rate, pass_cpu = _measured(ray, lambda s: pass_on_for.remote(target, sink, s), timing)
+        kept_rate, kept_cpu = _measured(ray, lambda s: pass_on_for.remote(target, sink, s, "keep"), timing)
         nested_rate, nested_cpu = _measured(ray, lambda s: submit_for.remote(noop, s), timing)
         ray.get(batch_of.remote(noop, 100))  # warm
         batch_rate = ray.get(batch_of.remote(noop, NESTED_BATCH))
@@ -136,6 +146,7 @@ def run(backend_name: str, ray: Any, timing: Any) -> dict[str, Any]:
             "node_actor_to_actor_calls": actor_rate, "node_actor_to_actor_driver_us": actor_cpu,
             "node_generator_items": item_rate, "node_generator_driver_us": item_cpu,
             "node_pass_on_steps": pass_rate, "node_pass_on_driver_us": pass_cpu,
+            "node_keep_steps": kept_rate, "node_keep_driver_us": kept_cpu,
             "node_nested_tasks": nested_rate, "node_nested_task_driver_us": nested_cpu,
             "node_nested_batch_tasks": batch_rate,
         }, "extra": {}}
