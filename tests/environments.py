@@ -6,8 +6,9 @@ import os
 
 #: Settings that would tie a child driver to this test's session, cluster or token.
 SESSION_PREFIXES = ("RAY_", "FRAY_RAY_", "IRIS_")
-#: Kept all the same: where this run's workers keep compiled shipped code (`tests/conftest.py`).
-KEPT = ("FRAY_RAY_BYTECODE_CACHE",)
+#: Kept all the same: where this run's workers keep compiled shipped code and where its drivers
+#: record cluster addresses (`tests/conftest.py`).
+KEPT = ("FRAY_RAY_BYTECODE_CACHE", "FRAY_RAY_TEMP_DIR")
 
 
 def unrelated_environment() -> dict[str, str]:
