@@ -21,7 +21,7 @@ def test_reads_of_a_lost_holder_fail_only_once_the_table_says_why_and_reporters_
     table = ObjectTable(ObjectStore(ObjectStoreConfig(1 << 20)))
     holders = HolderClients("token", BorrowedBlocks())
     lineage = HeldLineage(table, holders, resubmit=lambda spec: None, spec_of=lambda task_id: None,
-                          refill=lambda stream_id, indices, holder, why: None, stream_running=lambda stream_id: False)
+                          refill=lambda stream_id, item_ids, holder, why: None, stream_running=lambda stream_id: False)
     table.create_pending([OID], referenced=True)
     table.fulfil(OID, RemoteResult(HOLDER, 8 << 20))
     failing, go_on = threading.Event(), threading.Event()

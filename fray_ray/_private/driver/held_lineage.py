@@ -57,7 +57,7 @@ class HeldLineage:
     """Specs of the tasks whose results workers hold, and what to do when a holder goes."""
 
     def __init__(self, objects: ObjectTable, holders: HolderClients, resubmit: Callable[[TaskSpec], None],
-                 spec_of: Callable[[bytes], TaskSpec | None], refill: Callable[[bytes, list[int], str, str], None],
+                 spec_of: Callable[[bytes], TaskSpec | None], refill: Callable[[bytes, list[bytes], str, str], None],
                  stream_running: Callable[[bytes], bool]) -> None:
         self._objects = objects
         self._holders = holders
@@ -324,7 +324,7 @@ class HeldLineage:
                     continue
                 reruns.append(spec)
             pending = self._objects.rebuild(item_ids)
-            self._refill(spec.task_id, [int.from_bytes(i[-4:], "little") for i in pending], holder, TASK_ITEM_NOT_REPLAYED)
+            self._refill(spec.task_id, pending, holder, TASK_ITEM_NOT_REPLAYED)
         return reruns
 
     def _call_items_lost(self, holder: str, object_ids: Sequence[bytes]) -> set[bytes]:
@@ -344,7 +344,7 @@ class HeldLineage:
                 for object_id in ids:
                     self._no_lineage.pop(object_id, None)
             pending = self._objects.rebuild(ids)
-            self._refill(stream_id, [int.from_bytes(i[-4:], "little") for i in pending], holder, CALL_ITEM_NOT_REPLAYED)
+            self._refill(stream_id, pending, holder, CALL_ITEM_NOT_REPLAYED)
             taken.update(ids)
         return taken
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from fray_ray._private.core.generators import DynamicObjectRefGenerator
 from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.objects.holder_clients import lost
-from fray_ray._private.objects.ids import object_id_for
+from fray_ray._private.objects.ids import index_of, object_id_for
 from fray_ray._private.objects.object_table import ObjectTable
 from fray_ray._private.objects.remote_values import RemoteResult
 from fray_ray._private.objects.serialization import SerializedValue, serialize, serialize_error
@@ -80,12 +80,12 @@ class StreamTable:
             stream = self._streams.get(stream_id)
             return stream is not None and not stream.finished
 
-    def refill(self, stream_id: bytes, indices: Sequence[int], holder: str, why: str) -> None:
+    def refill(self, stream_id: bytes, item_ids: Sequence[bytes], holder: str, why: str) -> None:
         """These items (pending again) were lost with `holder`, the process keeping them: take
         them from the replay of the stream's next run. Call before that run can start. An item
         the runs of the stream end without yielding again fails, saying `why`."""
         with self._lock:
-            self._refills.setdefault(stream_id, {}).update(dict.fromkeys(indices, (holder, why)))
+            self._refills.setdefault(stream_id, {}).update(dict.fromkeys(map(index_of, item_ids), (holder, why)))
 
     def add_item(self, stream_id: bytes, index: int, value: SerializedValue) -> None:
         """Store item `index` (1-based). Items a retry replays (already stored) are dropped,

@@ -38,6 +38,11 @@ def object_id_for(task_id: bytes, index: int) -> bytes:
     return task_id + index.to_bytes(4, "little")
 
 
+def index_of(object_id: bytes) -> int:
+    """The return index `object_id_for` put into `object_id` (0 for a put)."""
+    return int.from_bytes(object_id[-4:], "little")
+
+
 def new_put_id() -> bytes:
     return object_id_for(new_task_id(), 0)
 

@@ -73,6 +73,8 @@ class Executor:
         self.runtime: WorkerRuntime | None = None  # set once the session is open
         self._max_calls = max_calls
         self._in_process = in_process
+        #: large results and items stay here; not in-process, nor when it exits soon (`max_calls`)
+        self._keeps_large = not in_process and not max_calls
         self._functions: dict[bytes, Any] = {}
         # Every function's pickled code as it arrives: the driver sends it once per executor, and
         # the task that carried it may be handed back (`withdraw`) or cancelled before it runs.
@@ -305,8 +307,7 @@ class Executor:
     def _stream(self, stream_id: bytes, generator: Any) -> None:
         """Send each item of a streaming generator as it is produced; a large one stays here,
         as a large result does (the driver makes it again from the task if this process goes)."""
-        keep = not self._in_process and not self._max_calls  # one that exits soon sends all
-        send_item(to_driver(self.runtime.connection, keep_large=keep), stream_id, generator)
+        send_item(to_driver(self.runtime.connection, keep_large=self._keeps_large), stream_id, generator)
 
     def _dynamic(self, task_id: bytes, generator: Any) -> SerializedValue:
         """Store every item, then return a DynamicObjectRefGenerator holding refs to them.
@@ -332,7 +333,7 @@ class Executor:
         values = error_results(error, count) if error is not None else list(results or [])
         user_error = error is not None or any(r.is_error for r in values)
         held: list[list[Any]] = []
-        if returns and not user_error and not self._in_process and not self._max_calls:  # one that exits soon sends all
+        if returns and not user_error and self._keeps_large:
             values, held = WORKER_HOLDER.keep_large(values, returns)  # large results stay here
         try:
             messages.notify(self.runtime.connection, TaskDone(task_id, values, user_error, ran_s, generator_failed, held))
