@@ -58,6 +58,9 @@ class Keeper:
     def read(self) -> Any:
         return fray_ray.get(self.refs[0], timeout=60)
 
+    def kept(self) -> list[Any]:
+        return self.refs
+
     def size(self, refs: list[Any]) -> int:
         return len(refs)
 
@@ -109,16 +112,19 @@ def test_a_ref_an_actor_took_outlives_the_callers_release_when_its_borrow_is_lat
     assert fray_ray.get(keeper.read.remote(), timeout=60) == "put"
 
 
-def test_a_result_passed_on_is_known_to_the_driver_before_the_callee_borrows_it(session: fray_ray.RayContext) -> None:
+def test_a_kept_result_passed_on_is_known_to_the_driver_before_the_callee_borrows_it(
+        session: fray_ray.RayContext) -> None:
     keeper, _ = _ready_keeper()
     producer = Producer.remote()
     fray_ray.get(producer.make.remote())
-    with held_back("hand_over") as (arrived, let_go):
-        task = pass_a_result_on.remote(producer, keeper)
-        wait_for(arrived.is_set, what="the caller's hand-over at the driver")
-        fray_ray.wait([task], timeout=HOLD_S)  # the keeper borrows meanwhile, unless the call waited
+    assert fray_ray.get(pass_a_result_on.remote(producer, keeper), timeout=60) >= 3, "the calls went through the driver"
+    with held_back("hand_over") as (arrived, let_go):  # the keeper borrows it from the task's process so far
+        answer = keeper.kept.remote()  # the ref leaves the keeper: the task's process hands it over
+        wait_for(arrived.is_set, what="the lender's hand-over at the driver")
+        fray_ray.wait([answer], timeout=HOLD_S)  # the keeper borrows meanwhile, unless it waited
         let_go.set()
-        assert fray_ray.get(task, timeout=60) >= 3, "the calls went through the driver"
+        (ref,) = fray_ray.get(answer, timeout=60)
+    assert fray_ray.get(ref, timeout=60) == "made"
     assert fray_ray.get(keeper.read.remote(), timeout=60) == "made"
 
 

@@ -90,6 +90,24 @@ class Sink:
         self.kept = []
         fray_ray.put(None)  # an API call: sends what was released
 
+    def read_kept_or_error(self) -> int | str:
+        try:
+            return len(fray_ray.get(self.kept[0], timeout=60))
+        except Exception as exc:  # noqa: BLE001 - what the read raised is the answer
+            return type(exc).__name__
+
+    def pass_kept_on(self, other: Any) -> list[int]:
+        return fray_ray.get(other.read.remote(self.kept), timeout=60)
+
+    def break_links(self) -> None:
+        import gc
+
+        from fray_ray._private.workers.foreign_calls import ForeignCallGate
+
+        for gate in [o for o in gc.get_objects() if isinstance(o, ForeignCallGate)]:
+            for connection in list(gate._connections):  # as a network fault would: both ends live on
+                connection.close()
+
     def pass_on(self, other: Any, refs: list[Any]) -> list[int]:
         return fray_ray.get(other.read.remote(refs), timeout=60)
 
@@ -168,29 +186,86 @@ def test_a_value_the_call_did_not_carry_is_read_through_the_driver(
 
 
 @fray_ray.remote
-def lend_and_drop(source: Any, sink: Any, ready: bool) -> str:
-    fray_ray.get([source.make.remote(), sink.count.remote([])])
-    ref = source.make.remote(8)
-    if ready:
-        fray_ray.wait([ref])
-    assert fray_ray.get(sink.keep.remote([ref]), timeout=60) == 1
-    made = ref.hex()
-    del ref  # the sink's is the last ref
-    fray_ray.put(None)  # an API call: sends what was released
-    return made
+class Lender:
+    """Lends a result of its own to a sink that keeps it, and says whether it still refers to it."""
+
+    def __init__(self, source: Any, sink: Any) -> None:
+        self.source, self.sink = source, sink
+
+    def ready(self) -> bool:
+        return True
+
+    def lend_and_drop(self, size: int, ready: bool) -> str:
+        fray_ray.get([self.source.make.remote(), self.sink.count.remote([])])  # the ways to both are known
+        ref = self.source.make.remote(size)
+        if ready:
+            fray_ray.wait([ref])
+        assert fray_ray.get(self.sink.keep.remote([ref]), timeout=60) == 1
+        made = ref.hex()
+        del ref  # the sink's is the last ref
+        fray_ray.put(None)  # an API call: sends what was released
+        return made
+
+    def holds(self, made: str) -> bool:
+        references = runtime_slot.current().references
+        references.flush()
+        return references.count(bytes.fromhex(made)) > 0
+
+    def die(self) -> None:
+        os._exit(1)
 
 
-@pytest.mark.parametrize("ready", [True, False], ids=["ready", "pending"])
-def test_a_ref_the_callee_keeps_past_its_answer_stays_alive_until_it_drops_it(
-    session: fray_ray.RayContext, ready: bool
+@pytest.mark.parametrize("size, ready", [(8, True), (8, False), (LARGE, True)], ids=["sent", "pending", "large"])
+def test_a_ref_the_callee_keeps_past_its_answer_is_borrowed_from_its_caller_until_it_drops_it(
+    session: fray_ray.RayContext, size: int, ready: bool
 ) -> None:
     objects = runtime_slot.current().objects
     source, sink = ready_pair()
-    made = bytes.fromhex(fray_ray.get(lend_and_drop.remote(source, sink, ready), timeout=60))
-    assert objects.known(made)  # the sink had it handed over before it answered, and borrows it
-    assert fray_ray.get(sink.read_kept.remote(), timeout=60) == 8
+    lender = Lender.remote(source, sink)
+    assert fray_ray.get(lender.ready.remote(), timeout=60)  # it counts the handles it was given
+    with driver_hears() as heard:
+        made = fray_ray.get(lender.lend_and_drop.remote(size, ready), timeout=60)
+    assert "hand_over" not in heard and "borrow" not in heard, heard  # the sink borrows it from the lender
+    assert not objects.known(bytes.fromhex(made))
+    assert fray_ray.get(lender.holds.remote(made), timeout=60)  # for the sink: its own ref is gone
+    with driver_hears() as heard:
+        assert fray_ray.get(sink.read_kept.remote(), timeout=60) == size
+    assert heard.count("hand_over") == (0 if size == 8 and ready else 1), heard  # a value not sent is read through the driver
     fray_ray.get(sink.drop.remote(), timeout=60)
-    wait_for(lambda: not objects.known(made), timeout=30, what="the object to be freed once the sink dropped it")
+    wait_for(lambda: not fray_ray.get(lender.holds.remote(made), timeout=60), timeout=30,
+             what="the lender to let the object go once the sink dropped it")
+    wait_for(lambda: not objects.known(bytes.fromhex(made)), timeout=30, what="the driver to free what it was handed")
+
+
+def lent_and_kept(size: int, ready: bool) -> tuple[Any, Any, str]:
+    """(lender, sink, object id): the sink keeps a result of the lender's, which let go of its own refs."""
+    source, sink = ready_pair()
+    lender = Lender.remote(source, sink)
+    made = fray_ray.get(lender.lend_and_drop.remote(size, ready), timeout=60)
+    return lender, sink, made
+
+
+def test_a_kept_ref_passed_on_after_the_call_is_read_by_the_next(session: fray_ray.RayContext) -> None:
+    lender, sink, _ = lent_and_kept(8, False)  # the lender lives on: it owns the object
+    assert fray_ray.get(sink.pass_kept_on.remote(Sink.remote()), timeout=60) == [8]
+    assert fray_ray.get(sink.read_kept.remote(), timeout=60) == 8  # and by the sink, from the driver now
+
+
+@pytest.mark.parametrize("ready, read", [(True, 8), (False, "OwnerDiedError")], ids=["sent", "pending"])
+def test_a_kept_ref_whose_lender_died_reads_as_owner_died_unless_its_value_came(
+        session: fray_ray.RayContext, ready: bool, read: int | str) -> None:
+    lender, sink, _ = lent_and_kept(8, ready)
+    with pytest.raises(fray_ray.exceptions.RayActorError):
+        fray_ray.get(lender.die.remote(), timeout=60)
+    assert fray_ray.get(sink.read_kept_or_error.remote(), timeout=60) == read
+
+
+def test_a_kept_ref_whose_link_broke_is_let_go_by_its_lender(session: fray_ray.RayContext) -> None:
+    lender, sink, made = lent_and_kept(8, False)
+    fray_ray.get(sink.break_links.remote(), timeout=60)  # both live on: the lender counts the sink as gone
+    wait_for(lambda: not fray_ray.get(lender.holds.remote(made), timeout=60), timeout=30,
+             what="the lender to let the object go once its link to the sink broke")
+    assert fray_ray.get(sink.read_kept_or_error.remote(), timeout=60) == "ObjectLostError"
 
 
 @fray_ray.remote

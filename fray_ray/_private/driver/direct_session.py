@@ -138,19 +138,22 @@ def direct_call_handlers(driver: DirectCallDriver, count_borrow: CountBorrow,
         if message_id is None:
             return
         owner = worker_connection(asked.owner) if isinstance(asked.owner, bytes) else None
+        asking = AdoptLent(asked.ids)
         try:
             if owner is None or not isinstance(asked.ids, list):
                 raise ConnectionClosed("the worker that lent them is gone")
-            handed = messages.request(owner, AdoptLent(asked.ids))
+            handed = messages.request(owner, asking)
         except ConnectionClosed as exc:
             connection.reply_error(message_id, "OwnerDiedError", str(exc))
             return
 
         def answer(done: concurrent.futures.Future[Any]) -> None:  # on the lender's reader: never wait there
-            if done.exception() is not None:
+            try:
+                adopted = messages.reply_of(asking, done.result())
+            except Exception:  # noqa: BLE001 - gone, refused or malformed: the host reads it as gone
                 connection.reply_error(message_id, "OwnerDiedError", "the worker that lent them is gone")
-            else:
-                messages.reply(connection, message_id, Adopted())
+                return
+            messages.reply(connection, message_id, Adopted(adopted.missing))
 
         handed.add_done_callback(answer)
 

@@ -46,10 +46,13 @@ from fray_ray._private.messages._direct_calls import (
     HandOver,
     HandOverDone,
     HandOverStream,
+    LentReturned,
+    LentTaken,
     ListDirectCalls,
     OpenGate,
     ResultsTaken,
     Route,
+    TakeLent,
 )
 from fray_ray._private.messages._from_workers import (
     ActorCreated,
@@ -131,6 +134,9 @@ __all__ = [
     "HandOverDone",
     "HandOverStream",
     "ResultsTaken",
+    "LentReturned",
+    "LentTaken",
+    "TakeLent",
     "Adopted",
     "AdoptFor",
     "AdoptLent",

@@ -8,8 +8,9 @@ stream of a generator call is handed over whole (`HandOverStream`) when the call
 together with objects the driver has, or loses the host's gate. Calls whose host died under
 them go back to the driver (`HandBack`), which applies Ray's restart and retry rules as for
 its own calls. A caller's results passed in the arguments of its next direct call are lent
-to the callee rather than handed over (`CallMethod.lent`); the callee asks for them to be
-handed over (`AdoptLent`) only when it needs more than the call gave.
+to the callee rather than handed over (`CallMethod.lent`); a callee that keeps one past its
+answer borrows it from the caller (`CallDone.kept`, until `LentReturned`), and asks for it to
+be handed over (`AdoptLent`) only when it passes it on or reads a value the call did not carry.
 """
 
 from __future__ import annotations
@@ -70,7 +71,10 @@ class OpenGate(Message):
 
 @dataclass(repr=False, eq=False)
 class Adopted(Message):
-    """The driver has the objects asked about (their lender handed them over)."""
+    """The driver has the objects asked about (their lender handed them over), but `missing`:
+    the lender had let them go (it lost its link to the borrower, which counted as its end)."""
+
+    missing: list[bytes] = field(default_factory=list)
 
 
 @_message
@@ -97,6 +101,35 @@ class AdoptFor(Message):
     REPLY: ClassVar[type[Message]] = Adopted
 
     owner: bytes
+    ids: list[bytes]
+
+
+@_message
+@dataclass(repr=False, eq=False)
+class LentReturned(Message):
+    """Callee to caller, on the caller's gate connection: this process no longer keeps these
+    objects the caller lent it and it borrowed past the call (`CallDone.kept`): it dropped
+    them, or borrows them from the driver now."""
+
+    KIND: ClassVar[str] = "lent_returned"
+
+    ids: list[bytes]
+
+
+@dataclass(repr=False, eq=False)
+class LentTaken(Message):
+    """The callee borrows the objects from the driver now."""
+
+
+@_message
+@dataclass(repr=False, eq=False)
+class TakeLent(Message):
+    """Caller to callee, as the caller's process ends: the driver has these objects the callee
+    keeps (the caller handed them over); borrow them from it, and answer once it counts that."""
+
+    KIND: ClassVar[str] = "take_lent"
+    REPLY: ClassVar[type[Message]] = LentTaken
+
     ids: list[bytes]
 
 

@@ -167,6 +167,8 @@ class CallDone(Message):
     user_error: bool = False
     #: results the actor's process keeps: [index in results, its holder address, size] (`remote_values`)
     held: list[list[Any]] = field(default_factory=list)
+    #: objects the caller lent with a direct call that the host keeps past it, borrowed from the caller
+    kept: list[bytes] = field(default_factory=list)
 
 
 @_message

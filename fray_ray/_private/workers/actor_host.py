@@ -407,9 +407,11 @@ class RayActorHost(ActorStateRow):
         sys.stderr.flush()
         flush_forwarded()
         self._runtime.return_shared()  # the arguments' blocks the driver may reuse for the next call
+        kept: list[bytes] = []  # lent with the call and still held: borrowed from its caller from now on
         if (deferred := self._deferred_borrows.pop(call.call, None)) is not None:  # its caller kept them so far
-            self._runtime.notices.announce(deferred, self._runtime.direct.lent.adopt if self._runtime.direct else None)
-        done = CallDone(call.call, values, error is not None)
+            lent = self._runtime.direct.lent if self._runtime.direct else None
+            kept = self._runtime.notices.announce(deferred, (lambda held: lent.keep(call.call, held)) if lent else None)
+        done = CallDone(call.call, values, error is not None, kept=kept)
         try:
             if self._foreign is None or not self._foreign.answer(done):
                 if error is None and not self._in_process:  # large results stay here, as a task's do

@@ -27,7 +27,7 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Protocol
 
 from fray_ray._private import messages
@@ -38,7 +38,6 @@ from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.core.retry_policy import retries_user_exception
 from fray_ray._private.core.task_spec import ActorCallSpec
 from fray_ray._private.messages import (
-    AdoptLent,
     AskRoute,
     CallDone,
     CallMethod,
@@ -50,24 +49,20 @@ from fray_ray._private.messages import (
     Route,
     Yield,
 )
+from fray_ray._private.objects.ids import TASK_ID_SIZE
 from fray_ray._private.objects.refcount import LocalReferenceCounter
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
 from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.stream.stream_server import introduce
 from fray_ray._private.workers.answer_refs import AnswerRefs
+from fray_ray._private.workers.direct_links import ASK_AGAIN_LONGEST_S, ASK_AGAIN_S, CONNECT_TIMEOUT_S, ActorWay, DirectCall, HostLink
 from fray_ray._private.workers.direct_streams import DirectStreams
 from fray_ray._private.workers.driver_notices import DriverNotices
 from fray_ray._private.workers.held_results import WORKER_HOLDER
-from fray_ray._private.workers.lent_refs import LentRefs, adoption_handler, lend
+from fray_ray._private.workers.lent_refs import Borrowers, LentRefs, lend, lender_handlers
 from fray_ray._private.workers.task_interrupts import read_until_done, wait_for_reply
 
-#: How long after a "call through the driver" answer a caller asks again (doubling to the
-#: longest while the answer stays the same): a routing choice, no result depends on it.
-ASK_AGAIN_S = 0.05
-ASK_AGAIN_LONGEST_S = 2.0
-#: How long connecting to a host's gate may take before calls go through the driver.
-CONNECT_TIMEOUT_S = 10.0
 #: How long a task waits for direct results before its driver hears that it waits (and lends
 #: its CPU to others, as Ray's tasks do in `get`): a quick call costs the driver nothing.
 LONG_WAIT_S = 0.01
@@ -79,48 +74,6 @@ class LongWait(Protocol):
     def began(self) -> None: ...
 
     def ended(self) -> None: ...
-
-
-@dataclass(eq=False)
-class _Call:
-    """A direct call in flight: what the driver needs if it is handed back."""
-
-    spec: ActorCallSpec
-    incarnation: int
-    link: _HostLink
-    future: concurrent.futures.Future[list[SerializedValue]]
-    #: refs to the objects its arguments name, kept until it ends (the host fetches them); None once ended
-    keep: list[ObjectRef[Any]] | None
-    cancelled: bool = False
-    #: times it may still be sent again for an exception its `retry_exceptions` names (-1: no limit)
-    retries_left: int = 0
-    events: bool = True  # listed by the state API
-    lent: list[bytes] = field(default_factory=list)  # results of ours its arguments name (`lent_refs.py`)
-
-
-@dataclass(eq=False)
-class _HostLink:
-    """The connection to one actor host's gate."""
-
-    address: str
-    connection: Connection
-    lock: threading.Lock = field(default_factory=threading.Lock)  # keeps sends in order
-    in_flight: dict[bytes, _Call] = field(default_factory=dict)
-    closed: bool = False
-
-
-@dataclass(eq=False)
-class _ActorWay:
-    """How this process reaches one actor."""
-
-    link: _HostLink | None = None
-    incarnation: int = 0
-    asked_at: float = float("-inf")
-    ask_again_s: float = ASK_AGAIN_S
-    #: this process's calls to it sent through the driver that may not have ended
-    through_driver: list[bytes] = field(default_factory=list)
-    max_task_retries: int = 0  # the actor's
-    task_events: bool = True  # the actor's `enable_task_events`
 
 
 class DirectCalls:
@@ -140,9 +93,9 @@ class DirectCalls:
         #: so that no call of this process overtakes an earlier one on its way to the driver
         self._order = threading.RLock()
         self._lock = threading.Lock()  # guards the tables below
-        self._ways: dict[bytes, _ActorWay] = {}
-        self._links: dict[str, _HostLink] = {}
-        self._calls: dict[bytes, _Call] = {}  # call id -> call in flight
+        self._ways: dict[bytes, ActorWay] = {}
+        self._links: dict[str, HostLink] = {}
+        self._calls: dict[bytes, DirectCall] = {}  # call id -> call in flight
         #: return id -> its call's id, while this process holds the result (or waits for it)
         self._producers: dict[bytes, bytes] = {}
         self._values: dict[bytes, SerializedValue] = {}
@@ -153,7 +106,8 @@ class DirectCalls:
         self._changed = threading.Condition(self._lock)  # a result arrived (for `wait`)
         self._streams = DirectStreams(self._lock, self._changed, self._take_item, self._send_stream,
                                       lambda item_id: ObjectRef(item_id, _announced=True), self._answer_refs.let_go)
-        self.lent = LentRefs(session)  # what the callers of the calls this process runs lent it
+        self.lent = LentRefs(session, notices.borrow_now)  # what the callers of the calls this process runs lent it
+        self._borrowers = Borrowers()  # hosts that keep objects this process lent them
         self.sent = 0  # calls sent straight to hosts (tests read it)
         object_ref.set_escape_hook(self.escaped)
 
@@ -167,7 +121,7 @@ class DirectCalls:
             self.escaped(*escaped)
             return through_driver()
         with self._lock:
-            way = self._ways.setdefault(spec.actor_id, _ActorWay())
+            way = self._ways.setdefault(spec.actor_id, ActorWay())
         with self._order:
             link = self._route(spec.actor_id, way)
             if link is None:
@@ -177,7 +131,7 @@ class DirectCalls:
                 return refs
             return self._send(spec, way, link, through_driver, escaped)
 
-    def _route(self, actor_id: bytes, way: _ActorWay) -> _HostLink | None:
+    def _route(self, actor_id: bytes, way: ActorWay) -> HostLink | None:
         """The live link to the actor's host, asking the driver if it is time; None: through the driver."""
         if way.link is not None and not way.link.closed:
             return way.link
@@ -201,7 +155,7 @@ class DirectCalls:
             way.max_task_retries, way.task_events = route.max_task_retries, route.task_events
         return link
 
-    def _link(self, address: str, token: str) -> _HostLink | None:
+    def _link(self, address: str, token: str) -> HostLink | None:
         with self._lock:
             link = self._links.get(address)
         if link is not None and not link.closed:
@@ -210,20 +164,26 @@ class DirectCalls:
             connection, _ = introduce(address, {"token": token, "caller": self._worker_id}, name="direct-calls", timeout=CONNECT_TIMEOUT_S)
         except (ConnectionClosed, RemoteError, OSError, ValueError):
             return None
-        link = _HostLink(address, connection)
+        link = HostLink(address, connection)
         connection.add_close_callback(lambda _: self._link_closed(link))
         connection.start(messages.handlers({Yield: lambda _connection, _id, item: self._item_arrived(item),
-                                            AdoptLent: adoption_handler(self.hand_over, self._notices)},
+                                            **self.lender_handlers()},
                                            batched={CallDone: lambda _, done: self._answered(link, done)}))
         with self._lock:
             self._links[address] = link
         return link
 
-    def _send(self, spec: ActorCallSpec, way: _ActorWay, link: _HostLink, through_driver: Callable[[], list[Any]],
+    def lender_handlers(self) -> dict[type[messages.Message], messages.MessageHandler]:
+        """What this process answers hosts it lent objects to, on their links (`AdoptLent`,
+        also on its session when a link broke; `LentReturned`)."""
+        return lender_handlers(self.hand_over, self._notices, self._borrowers,
+                               lambda ids: [oid for oid in ids if not self._references.count(oid)])
+
+    def _send(self, spec: ActorCallSpec, way: ActorWay, link: HostLink, through_driver: Callable[[], list[Any]],
               escaped: list[bytes]) -> list[Any]:
         arguments = spec.arguments
         named = (*arguments.value.contained_refs, *((arguments.stored,) if arguments.stored else ()))
-        call = _Call(spec, way.incarnation, link, concurrent.futures.Future(), [ObjectRef(oid) for oid in named])
+        call = DirectCall(spec, way.incarnation, link, concurrent.futures.Future(), [ObjectRef(oid) for oid in named])
         if spec.retry_exceptions:
             call.retries_left = way.max_task_retries if spec.max_task_retries is None else spec.max_task_retries
         streaming = spec.num_returns == "streaming"
@@ -278,7 +238,7 @@ class DirectCalls:
         self.sent += 1
         return refs
 
-    def _ended(self, call: _Call) -> None:
+    def _ended(self, call: DirectCall) -> None:
         """The call needs neither its arguments' objects nor its actor from this process any more."""
         if call.keep is not None:
             call.keep = None
@@ -300,11 +260,13 @@ class DirectCalls:
 
     # ---- answers -------------------------------------------------------------------------
 
-    def _answered(self, link: _HostLink, answers: Sequence[CallDone]) -> None:
+    def _answered(self, link: HostLink, answers: Sequence[CallDone]) -> None:
         ended, unwanted = [], []
         with link.lock:
             for done in answers:
                 call = link.in_flight.get(done.call)
+                if done.kept and call is not None:  # before the call's own refs to them go
+                    self._borrowers.kept(link.connection, [oid for oid in done.kept if oid in call.lent])
                 if call is not None and call.retries_left and not call.cancelled and not link.closed \
                         and retries_user_exception(call.spec.retry_exceptions, done.results) \
                         and self._send_again(link, call):
@@ -318,7 +280,7 @@ class DirectCalls:
         if unwanted:
             self._answer_refs.tell_host(link.connection, unwanted)
 
-    def _send_again(self, link: _HostLink, call: _Call) -> bool:
+    def _send_again(self, link: HostLink, call: DirectCall) -> bool:
         """Send a call that raised an exception it retries to its host again (with `link.lock`
         held, on the link's reader thread: the frame goes out from the writer thread); False
         if it cannot be (it then ends with the exception it raised)."""
@@ -336,7 +298,7 @@ class DirectCalls:
             call.retries_left -= 1
         return True
 
-    def _finish(self, ended: Sequence[tuple[_Call, Sequence[SerializedValue]]]) -> None:
+    def _finish(self, ended: Sequence[tuple[DirectCall, Sequence[SerializedValue]]]) -> None:
         handed: list[tuple[bytes, SerializedValue]] = []
         naming = [(call.spec.call_id, call.link) for call, results in ended if self._answer_refs.named(call.spec.call_id, results)]
         for call, results in ended:  # the refs a result names count as ours before it can be read
@@ -372,16 +334,17 @@ class DirectCalls:
         for call, _ in ended:
             call.link.connection.wake_lender()
 
-    def _link_closed(self, link: _HostLink) -> None:
+    def _link_closed(self, link: HostLink) -> None:
         """The host went away (or its gate closed): calls it did not answer go back to the driver."""
         with self._order:
             self._hand_back(link)
         link.connection.close()
 
-    def _hand_back(self, link: _HostLink) -> None:
+    def _hand_back(self, link: HostLink) -> None:
         with link.lock:
             link.closed = True
             unanswered, link.in_flight = list(link.in_flight.values()), {}
+        self._borrowers.gone(link.connection)
         with self._lock:
             if self._links.get(link.address) is link:
                 del self._links[link.address]
@@ -504,10 +467,14 @@ class DirectCalls:
         if ours := [oid for oid in object_ids if oid in self._producers or self.lent.holds(oid)]:
             self.hand_over(ours)
 
-    def hand_over(self, object_ids: Iterable[bytes]) -> None:
-        """The driver takes these over (results, streams of generator calls, lent objects)."""
+    def hand_over(self, object_ids: Iterable[bytes], inline: bool = False) -> None:
+        """The driver takes these over (results, streams of generator calls, lent objects);
+        `inline`: it holds their values itself (this process ends)."""
         object_ids = [oid for oid in object_ids if not self._streams.hand_over(oid)]
         self.lent.adopt(object_ids)  # those lent here
+        if lost := self.lent.lost_kept(object_ids):  # their lender could not: the driver fails them
+            self._notify(HandOver([oid for oid, _ in lost], [oid[:TASK_ID_SIZE] for oid, _ in lost]))
+            self._notify(HandOverDone([oid for oid, _ in lost], [error for _, error in lost]))
         with self._lock:
             ids = [oid for oid in object_ids if oid in self._producers and oid not in self._handed_over]
             self._handed_over.update(ids)
@@ -517,13 +484,15 @@ class DirectCalls:
             return
         self._notify(HandOver(ids, producers))
         if ready:
-            self._send_values(ready)
+            self._send_values(ready, inline)
 
-    def _send_values(self, handed: list[tuple[bytes, SerializedValue]]) -> None:
-        """The values of objects handed over: a large one stays here, served by this process's
-        holder (`held_results.py`), and the driver learns where it is and how big."""
+    def _send_values(self, handed: list[tuple[bytes, SerializedValue]], inline: bool = False) -> None:
+        """The values of objects handed over: a large one stays here unless `inline`, served by
+        this process's holder (`held_results.py`), and the driver learns where it is and how big."""
         ids = [oid for oid, _ in handed]
-        values, held = WORKER_HOLDER.keep_large([value for _, value in handed], ids)
+        values, held = [value for _, value in handed], []
+        if not inline:
+            values, held = WORKER_HOLDER.keep_large(values, ids)
         self._notify(HandOverDone(ids, values, held))
 
     def _send_stream(self, over: HandOverStream) -> None:
@@ -539,6 +508,7 @@ class DirectCalls:
         ids the driver counts this process's refs to (all but ours it never took over; a
         generator's stream is counted there too)."""
         self._streams.release(object_ids)
+        object_ids = self.lent.returned(object_ids)  # those kept past their calls go back to their lenders
         if not self._producers:
             return object_ids
         with self._lock:
@@ -590,9 +560,12 @@ class DirectCalls:
     def _notify(self, message: messages.Message) -> None:
         self._notices.tell(message)
 
-    def close(self) -> None:
+    def close(self, hand_off: bool = False) -> None:
         """The process ends: calls not answered yet go back to the driver, which may still be
-        waiting for their results."""
+        waiting for their results. `hand_off`: what hosts keep of this process's objects goes
+        to the driver first (an executor ends: in Ray, a worker that owns objects would not)."""
+        if hand_off:
+            self._borrowers.hand_off(lambda ids: self.hand_over(ids, inline=True), self._notices)
         object_ref.set_escape_hook(None)
         with self._lock:
             links = list(self._links.values())

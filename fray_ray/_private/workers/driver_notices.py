@@ -81,21 +81,32 @@ class DriverNotices:
             if deferred:
                 into[key] = deferred
 
-    def announce(self, object_ids: list[bytes], first: Callable[[list[bytes]], None] | None = None) -> None:
+    def announce(self, object_ids: list[bytes], first: Callable[[list[bytes]], list[bytes]] | None = None) -> list[bytes]:
         """Borrow those of these deferred first refs that are still held (releases queued
-        meanwhile are sent first: a ref that died unannounced is never told); `first(held)`
-        runs before (lent objects are handed to the driver then, `lent_refs.py`)."""
+        meanwhile are sent first: a ref that died unannounced is never told). `first(held)`
+        runs before and returns those it took care of, which the driver is not told of (lent
+        objects the callee keeps borrow from their lender, `lent_refs.py`); returns them."""
         self._flush_releases()
+        taken: list[bytes] = []
         if first is not None:
             with self._lock:
                 held = [oid for oid in object_ids if oid in self._unannounced]
             if held:
-                first(held)
+                taken = first(held)
         with self._lock:
+            self._unannounced.difference_update(taken)
             held = [oid for oid in object_ids if oid in self._unannounced]
             self._unannounced.difference_update(held)
             if held:
                 self._notify(Borrow(held))
+        return taken
+
+    def borrow_now(self, object_ids: list[bytes]) -> None:
+        """Borrow these from the driver whatever this thread defers, and return once it counts
+        them (a lent object this process kept, and now borrows from the driver instead)."""
+        with self._lock:
+            self._notify(Borrow(object_ids))
+        self.confirm()
 
     def tell(self, notice: messages.Message) -> None:
         """Send the driver a notice another process may act on (a `HandOver`, say)."""

@@ -429,7 +429,7 @@ def executor_main(
         executor.finish()
         if in_process:
             runtime_state.reset_context_runtime(context_token)
-        runtime.shutdown()
+        runtime.shutdown(hand_off=True)  # in Ray a worker that owns objects others hold would not end
     if executor.hosting is not None and not in_process:
         from fray_ray._private.workers.actor_in_worker import host_lent_actor  # the actor stack, only when lent
 

@@ -47,9 +47,11 @@ from fray_ray._private.messages import (
     Claimed,
     DirectCallRecords,
     Gate,
+    LentTaken,
     ListDirectCalls,
     OpenGate,
     ResultsTaken,
+    TakeLent,
     Yield,
 )
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
@@ -125,7 +127,7 @@ class ForeignCallGate:
         self._closed = False
         self._handlers = {
             HELLO: _welcome,
-            **messages.handlers({CallMethod: self._on_call, ResultsTaken: self._on_taken,
+            **messages.handlers({CallMethod: self._on_call, ResultsTaken: self._on_taken, TakeLent: self._on_take_lent,
                                  **({CancelCall: cancel} if cancel else {})}),
         }
 
@@ -256,6 +258,13 @@ class ForeignCallGate:
                 del self._pinned[call_id]
         if ours:
             self._released()  # an idle actor makes no call that would send these releases later
+
+    def _on_take_lent(self, connection: Connection, message_id: int | None, take: TakeLent) -> None:
+        """The caller ends: borrow what this process kept of its objects from the driver."""
+        if (lent := self._lent()) is not None:
+            lent.take(connection, take.ids)
+        if message_id is not None:
+            messages.reply(connection, message_id, LentTaken())
 
     def item_sender(self, to_owner: Callable[[Yield], None]) -> Callable[[Yield], None]:
         """Sends a generator method's items: to the caller of a call that came through this

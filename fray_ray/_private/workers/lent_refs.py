@@ -9,16 +9,23 @@ call names it in `CallMethod.lent`, with its value when that is ready and small 
 Most callees read the value they were sent, or nothing, and drop the ref before they answer:
 then the driver never hears of the object.
 
+A callee that still holds the ref as it answers (a replay buffer, say) keeps borrowing it from
+the caller, as a Ray borrower reports to the owner what it still holds when its task ends: the
+answer names it (`CallDone.kept`), the caller keeps a ref for that host (`Borrowers`) until the
+host says it dropped it (`LentReturned`), and the driver still hears nothing. A caller whose
+process ends on purpose (an executor retired) hands such objects to the driver first and has
+the host borrow them from there (`TakeLent`). A link that breaks counts as the borrower's end,
+as a Ray owner counts a borrower it cannot reach.
+
 A callee that needs more asks the caller to hand the objects over first (`AdoptLent`, answered
 once the driver has them; `adopt`), after which they are ordinary refs the driver counts:
 
 - to read a value the call did not carry (not ready, or large: the driver then says where it is);
-- to pass the ref on (pickled into anything: another call, a put, a result, an item);
-- to keep it past its answer (it announces its borrow then, `actor_host._complete`).
+- to pass the ref on (pickled into anything: another call, a put, a result, an item).
 
 If the gate connection to the caller broke while both live, the callee asks the driver, which
 asks the caller on its own session (`AdoptFor`). If the caller is gone, the value reads as
-`OwnerDiedError`, as in Ray.
+`OwnerDiedError`, as in Ray; if it let the object go when the link broke, as `ObjectLostError`.
 """
 
 from __future__ import annotations
@@ -26,13 +33,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fray_ray._private import messages
-from fray_ray._private.messages import Adopted, AdoptFor, AdoptLent, CallMethod
+from fray_ray._private.core.object_ref import ObjectRef
+from fray_ray._private.messages import Adopted, AdoptFor, AdoptLent, CallMethod, LentReturned, TakeLent
 from fray_ray._private.objects.serialization import INLINE_LIMIT, SerializedValue, serialize_error
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.workers.driver_notices import DriverNotices
-from fray_ray.exceptions import OwnerDiedError
+from fray_ray.exceptions import ObjectLostError, OwnerDiedError
+
+#: How long a caller whose process ends waits for each host to borrow from the driver what it kept.
+TAKE_LENT_TIMEOUT_S = 60.0
 
 
 def lend(call: CallMethod, ours: Sequence[bytes], value_of: Callable[[bytes], SerializedValue | None]) -> list[bytes]:
@@ -60,17 +72,69 @@ def lend(call: CallMethod, ours: Sequence[bytes], value_of: Callable[[bytes], Se
     return call.lent
 
 
-def adoption_handler(hand_over: Callable[[list[bytes]], None], notices: DriverNotices) -> messages.MessageHandler:
-    """The lender's handler of `AdoptLent` (on the link's reader thread): hand the objects to
-    the driver, and answer once the driver has them."""
+def lender_handlers(hand_over: Callable[[list[bytes]], None], notices: DriverNotices, borrowers: Borrowers,
+                    let_go: Callable[[list[bytes]], list[bytes]]) -> dict[type[messages.Message], messages.MessageHandler]:
+    """The lender's handlers of what a host says on its link (on the link's reader thread).
+    `AdoptLent`: hand the objects to the driver, and answer once the driver has them;
+    `let_go(ids)`: those this process no longer refers to (it may have freed them)."""
 
     def adopt(connection: Connection, message_id: int | None, asked: AdoptLent) -> None:
+        missing = let_go(asked.ids)
         hand_over(asked.ids)
         notices.confirm()
         if message_id is not None:
-            messages.reply(connection, message_id, Adopted())
+            messages.reply(connection, message_id, Adopted(missing))
 
-    return adopt
+    def returned(connection: Connection, message_id: int | None, back: LentReturned) -> None:
+        borrowers.returned(connection, back.ids)
+
+    return {AdoptLent: adopt, LentReturned: returned}
+
+
+class Borrowers:
+    """The lender's side: a ref to each of this process's objects a host kept past the call
+    that lent it (`CallDone.kept`), held for that host until it returns the object or its link
+    closes. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_link: dict[Connection, dict[bytes, ObjectRef[Any]]] = {}
+
+    def kept(self, link: Connection, object_ids: Sequence[bytes]) -> None:
+        """The host on `link` keeps these (the call that lent them holds refs meanwhile)."""
+        with self._lock:
+            refs = self._by_link.setdefault(link, {})
+            for object_id in object_ids:
+                if object_id not in refs:
+                    refs[object_id] = ObjectRef(object_id, _announced=True)
+
+    def returned(self, link: Connection, object_ids: Sequence[bytes]) -> None:
+        with self._lock:
+            refs = self._by_link.get(link, {})
+            dropped = [refs.pop(object_id) for object_id in object_ids if object_id in refs]
+            if not refs:
+                self._by_link.pop(link, None)
+        del dropped  # released outside the lock
+
+    def gone(self, link: Connection) -> None:
+        """The link closed: its host is gone, or out of reach, which counts the same."""
+        with self._lock:
+            dropped = self._by_link.pop(link, None)
+        del dropped
+
+    def hand_off(self, hand_over: Callable[[list[bytes]], None], notices: DriverNotices) -> None:
+        """This process ends: hand what hosts keep to the driver, and have each host borrow it
+        from there (`TakeLent`) before letting go of it here."""
+        with self._lock:
+            by_link, self._by_link = self._by_link, {}
+        for link, refs in by_link.items():
+            ids = list(refs)
+            hand_over(ids)
+            notices.confirm()
+            try:
+                messages.call(link, TakeLent(ids), timeout=TAKE_LENT_TIMEOUT_S)
+            except (ConnectionClosed, RemoteError, TimeoutError):
+                pass  # the host is gone, or did not answer: it fails to read them, as in Ray
 
 
 @dataclass(eq=False)
@@ -80,43 +144,103 @@ class _Lent:
     value: SerializedValue | None  # None: not sent (pending or large)
     calls: int = 1  # calls that lent it and have not ended
     lost: bool = False  # its lender was gone when asked to hand it over (`value` says so)
+    kept: bool = False  # held past the answer of a call that lent it: borrowed from the lender
 
 
 class LentRefs:
     """The objects lent to this process by the callers of the calls it runs. Thread-safe."""
 
-    def __init__(self, driver: Connection | None = None) -> None:
+    def __init__(self, driver: Connection | None = None,
+                 borrow_now: Callable[[list[bytes]], None] = lambda object_ids: None) -> None:
         """`driver`: this process's session, which relays `AdoptLent` when a lender's gate
-        connection broke."""
+        connection broke. `borrow_now(ids)` tells the driver this process borrows them, and
+        returns once it counts that (`DriverNotices.borrow_now`)."""
         self._driver = driver
+        self._borrow_now = borrow_now
         self._lock = threading.Lock()
         self._lent: dict[bytes, _Lent] = {}
-        self._calls: dict[bytes, list[bytes]] = {}  # call id -> what it lent, until it is answered
+        #: call id -> the connection it came on and what it lent, until it is answered
+        self._calls: dict[bytes, tuple[Connection, list[bytes]]] = {}
 
     def arrived(self, lender: Connection, call: CallMethod) -> None:
         """`call` came from `lender` (before its arguments are read)."""
         values = call.lent_values
+        owner = lender.peer_info.get("caller")
+        owner = owner if isinstance(owner, bytes) else None
         with self._lock:
-            self._calls[call.call] = call.lent
+            self._calls[call.call] = (lender, call.lent)
             for index, object_id in enumerate(call.lent):
                 entry = self._lent.get(object_id)
                 value = values[index] if index < len(values) else call.args.inlined.get(object_id)
                 if entry is None:
-                    owner = lender.peer_info.get("caller")
-                    self._lent[object_id] = _Lent(lender, owner if isinstance(owner, bytes) else None, value)
+                    self._lent[object_id] = _Lent(lender, owner, value)
                 else:
                     entry.calls += 1
                     entry.value = entry.value or value
+                    if entry.lender.closed and not entry.lost:  # its lender's new link
+                        entry.lender, entry.owner = lender, owner
+
+    def keep(self, call_id: bytes, held: Sequence[bytes]) -> list[bytes]:
+        """As `call_id` is answered: of `held` (first refs its arguments made, still held),
+        those its caller lent keep being borrowed from it, and are returned (its answer names
+        them); those other callers lent are handed to the driver first, as before a read."""
+        kept, others = [], []
+        with self._lock:
+            lender = self._calls.get(call_id, (None, ()))[0]
+            for object_id in held:
+                entry = self._lent.get(object_id)
+                if entry is None:
+                    continue
+                if entry.lender is lender and not entry.lost and not entry.lender.closed:
+                    entry.kept = True
+                    kept.append(object_id)
+                else:
+                    others.append(object_id)
+        self.adopt(others)
+        return kept
 
     def ended(self, call_id: bytes) -> None:
-        """The call was answered: what it lent and was not adopted is forgotten here."""
+        """The call was answered: what it lent and was not adopted or kept is forgotten here."""
         with self._lock:
-            for object_id in self._calls.pop(call_id, ()):
+            for object_id in self._calls.pop(call_id, (None, ()))[1]:
                 entry = self._lent.get(object_id)
                 if entry is not None:
                     entry.calls -= 1
-                    if entry.calls <= 0:
+                    if entry.calls <= 0 and not entry.kept:
                         del self._lent[object_id]
+
+    def returned(self, object_ids: list[bytes]) -> list[bytes]:
+        """This process dropped its last refs to these: tell the lenders of those it kept
+        (`LentReturned`); returns the others (the driver counts them, or nobody does)."""
+        if not self._lent:
+            return object_ids
+        rest: list[bytes] = []
+        by_lender: dict[Connection, list[bytes]] = {}
+        with self._lock:
+            for object_id in object_ids:
+                entry = self._lent.get(object_id)
+                if entry is None or not entry.kept:
+                    rest.append(object_id)
+                    continue
+                entry.kept = False
+                if entry.calls <= 0:
+                    del self._lent[object_id]
+                by_lender.setdefault(entry.lender, []).append(object_id)
+        for lender, ids in by_lender.items():
+            _tell(lender, LentReturned(ids))
+        return rest
+
+    def take(self, lender: Connection, object_ids: Sequence[bytes]) -> None:
+        """`lender`'s process ends and the driver has these: borrow those kept here from it."""
+        with self._lock:
+            ids = [oid for oid in object_ids if (entry := self._lent.get(oid)) is not None and entry.kept
+                   and entry.lender is lender]
+            for object_id in ids:
+                self._lent[object_id].kept = False
+                if self._lent[object_id].calls <= 0:
+                    del self._lent[object_id]
+        if ids:
+            self._borrow_now(ids)
 
     def holds(self, object_id: bytes) -> bool:
         return object_id in self._lent
@@ -135,8 +259,10 @@ class LentRefs:
 
     def adopt(self, object_ids: Sequence[bytes]) -> None:
         """Have the lenders of those of `object_ids` lent here hand them to the driver; returns
-        once it has them. A lender that is gone leaves them failed with `OwnerDiedError`."""
-        if not self._lent:
+        once it has them (and counts this process's borrow of those kept here). A lender that
+        is gone leaves them failed with `OwnerDiedError`; one that let them go (its link to
+        this process broke), with `ObjectLostError`."""
+        if not self._lent or not object_ids:
             return
         by_lender: dict[tuple[Connection, bytes | None], list[bytes]] = {}
         with self._lock:
@@ -145,30 +271,57 @@ class LentRefs:
                 if entry is not None and not entry.lost:
                     by_lender.setdefault((entry.lender, entry.owner), []).append(object_id)
         for (lender, owner), ids in by_lender.items():
-            try:
-                messages.call(lender, AdoptLent(ids))
-            except ConnectionClosed:  # the link broke: the lender may live on, and the driver can ask it
-                if not self._adopted_through_driver(owner, ids):
-                    self._lost(ids)
-                    continue
-            except RemoteError:
-                self._lost(ids)
+            adopted = self._ask(lender, owner, ids)
+            if adopted is None:
+                self._lost(ids, OwnerDiedError)
                 continue
-            with self._lock:
-                for object_id in ids:
-                    self._lent.pop(object_id, None)  # an ordinary ref from now on
+            missing = set(adopted.missing) if isinstance(adopted.missing, list) else set()
+            self._lost([oid for oid in ids if oid in missing], ObjectLostError)
+            with self._lock:  # an ordinary ref from now on
+                taken = [oid for oid in ids if oid not in missing]
+                kept = [oid for oid in taken if (entry := self._lent.pop(oid, None)) is not None and entry.kept]
+            if kept:
+                self._borrow_now(kept)
+                _tell(lender, LentReturned(kept))
 
-    def _adopted_through_driver(self, owner: bytes | None, ids: list[bytes]) -> bool:
-        if owner is None or self._driver is None:
-            return False
+    def lost_kept(self, object_ids: Sequence[bytes]) -> list[tuple[bytes, SerializedValue]]:
+        """Those of `object_ids` kept here whose lender could not hand them over, with their
+        error, forgotten here: a ref to one leaving the process hands its error to the driver."""
+        if not self._lent:
+            return []
+        with self._lock:
+            lost = [(oid, entry) for oid in object_ids if (entry := self._lent.get(oid)) is not None
+                    and entry.kept and entry.lost and entry.value is not None]
+            for object_id, _ in lost:
+                del self._lent[object_id]
+        return [(oid, entry.value) for oid, entry in lost if entry.value is not None]
+
+    def _ask(self, lender: Connection, owner: bytes | None, ids: list[bytes]) -> Adopted | None:
+        """`AdoptLent` to the lender, or through the driver if its link broke; None: it is gone."""
         try:
-            messages.call(self._driver, AdoptFor(owner, ids))
+            return messages.call(lender, AdoptLent(ids))
+        except ConnectionClosed:  # the link broke: the lender may live on, and the driver can ask it
+            pass
+        except RemoteError:
+            return None
+        if owner is None or self._driver is None:
+            return None
+        try:
+            return messages.call(self._driver, AdoptFor(owner, ids))
         except (ConnectionClosed, RemoteError):  # the lender is gone too
-            return False
-        return True
+            return None
 
-    def _lost(self, ids: list[bytes]) -> None:
+    def _lost(self, ids: list[bytes], error: type[ObjectLostError]) -> None:
+        if not ids:
+            return
         with self._lock:
             for object_id in ids:
                 if (entry := self._lent.get(object_id)) is not None:
-                    entry.value, entry.lost = serialize_error(OwnerDiedError(object_id.hex(), None, "")), True
+                    entry.value, entry.lost = serialize_error(error(object_id.hex(), None, "")), True
+
+
+def _tell(connection: Connection, message: messages.Message) -> None:
+    try:
+        messages.notify(connection, message)
+    except ConnectionClosed:
+        pass  # the lender is gone, or let go of what this process kept when the link broke

@@ -72,7 +72,6 @@ from fray_ray._private.stream.stream_server import introduce
 from fray_ray._private.workers.direct_calls import DirectCalls
 from fray_ray._private.workers.driver_notices import DriverNotices
 from fray_ray._private.workers.held_results import WORKER_HOLDER
-from fray_ray._private.workers.lent_refs import adoption_handler
 from fray_ray._private.workers.task_interrupts import wait_for_reply
 from fray_ray.exceptions import GetTimeoutError
 
@@ -456,10 +455,13 @@ class WorkerRuntime:
         except ConnectionClosed:
             pass
 
-    def shutdown(self) -> None:
+    def shutdown(self, hand_off: bool = False) -> None:
+        """`hand_off`: what other processes keep of this one's objects goes to the driver first
+        (`DirectCalls.close`)."""
         stop_reporting(self)  # what tasks recorded reaches the driver before the session closes
         if self.direct is not None:
-            self.direct.close()
+            self.direct.close(hand_off=hand_off and not self.connection.closed)
+            self.references.flush()  # its releases go before the session closes
         self.connection.close()
 
 
@@ -551,7 +553,7 @@ def open_session(
         runtime.direct = DirectCalls(connection, runtime.references, runtime.notices, worker_id)
         # a host whose gate connection to this process broke asks for what it was lent this way;
         # answered off the session's reader, which must read the driver's confirmation meanwhile
-        adopt = adoption_handler(runtime.direct.hand_over, runtime.notices)
+        adopt = runtime.direct.lender_handlers()[AdoptLent]
         handlers = {**handlers, **messages.handlers({AdoptLent: lambda *asked: threading.Thread(
             target=adopt, args=asked, name="adopt-lent", daemon=True).start()})}
     runtime.set_info(messages.reply_of(hello, (info, [])))
