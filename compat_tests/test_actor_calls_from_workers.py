@@ -1,7 +1,7 @@
 """Actor calls made inside tasks and actors: the same rules as calls from the driver.
 
 A task or actor that holds a handle calls the actor in submission order, gets results it can
-pass on (to other tasks, inside return values), retries calls whose actor process was killed
+pass on (to other tasks, inside return values, to an actor that keeps them past the task), retries calls whose actor process was killed
 under them while `max_task_retries` lasts, gets `ActorDiedError` once the actor will not come
 back, and can cancel a call still queued. Processes are killed for real (`SIGKILL` of the pid
 the actor reports); tests wait on conditions, never on sleeps.
@@ -84,6 +84,39 @@ def test_actor_calls_from_tasks__results_passed_to_tasks_and_returned_inside_val
     assert as_argument == 11
     assert ray.get(holder[0]) == 15
     assert ray.get(add_one.remote(holder[0])) == 16
+
+
+@ray.remote(num_cpus=0)
+class ReplayBuffer:
+    def __init__(self):
+        self.kept = []
+
+    def add(self, refs):
+        self.kept.extend(refs)
+        del self.kept[:-3]  # the oldest are let go
+        return len(self.kept)
+
+    def sample(self):
+        return ray.get(self.kept)
+
+    def refs(self):
+        return list(self.kept)
+
+
+@ray.remote
+def rollouts(counter, buffer, steps):
+    for _ in range(steps):
+        ray.get(buffer.add.remote([counter.incr.remote()]))
+    return steps
+
+
+def test_actor_calls_from_tasks__refs_an_actor_keeps_outlive_the_task_that_made_them(ray_start_regular_shared):
+    counter, buffer = Counter.remote(), ReplayBuffer.remote()
+    assert ray.get(rollouts.remote(counter, buffer, 5)) == 5
+    assert ray.get(buffer.sample.remote()) == [3, 4, 5]
+    kept = ray.get(buffer.refs.remote())  # passed on, to the driver
+    assert ray.get(kept) == [3, 4, 5]
+    assert ray.get(add_one.remote(kept[0])) == 4
 
 
 @ray.remote

@@ -10,7 +10,10 @@ every task and actor is an Iris job of its own:
   and `exit_actor` (the driver takes them first) and are lost with a reason when the actor's
   process is killed;
 - a streaming task's large items, held by its worker, are rebuilt by running it again after
-  that worker is killed, and lost with a reason when they cannot be."""
+  that worker is killed, and lost with a reason when they cannot be;
+- refs an actor keeps past the call that lent them, borrowed from the task's worker, outlive
+  that worker's retirement (it hands them to the driver first) and fail with `OwnerDiedError`
+  when it is killed."""
 
 from __future__ import annotations
 
@@ -309,3 +312,62 @@ STREAM_ITEMS = """
 def test_streaming_items_are_rebuilt_and_lost_on_the_real_controller(june: str, tmp_path: Path) -> None:
     _run(STREAM_ITEMS, june, tmp_path, ("held True", "task 2", "rebuilt [0, 1, 2] True",
                                         "lost ObjectReconstructionFailedError True"))
+
+
+KEPT_REFS = """
+    import os, signal, sys
+    import fray_ray as ray
+    from fray_ray._private.core import runtime_state
+    from fray_ray._private.driver import executor_pool
+
+    ray.init(sys.argv[1])
+    SIZE = 1 << 20  # over the inline limit: never sent with a call
+
+    @ray.remote
+    class Source:
+        def make(self, size):
+            return b"x" * size
+
+    @ray.remote
+    class Buffer:
+        def __init__(self):
+            self.kept = []
+
+        def keep(self, refs):
+            self.kept.extend(refs)
+            return len(self.kept)
+
+        def sizes(self):
+            return [len(ray.get(ref, timeout=120)) for ref in self.kept]
+
+    @ray.remote
+    def lend_to(source, buffer, sizes):
+        ray.get([source.make.remote(0), buffer.keep.remote([])])  # the ways to both are known
+        refs = [source.make.remote(size) for size in sizes]
+        ray.wait(refs, num_returns=len(refs))
+        ray.get(buffer.keep.remote(refs))  # the buffer borrows them from this process
+        return os.getpid()
+
+    driver = runtime_state.current()
+    source, buffer = Source.remote(), Buffer.remote()
+    pid = ray.get(lend_to.remote(source, buffer, [8, SIZE]), timeout=180)
+    driver.scheduler._warm, executor_pool.IDLE_TIMEOUT_S = 0, 0.3  # retire the idle executor now
+    driver.scheduler._maintain()
+    gone(pid)
+    executor_pool.IDLE_TIMEOUT_S = 30.0
+    print("retired, kept", ray.get(buffer.sizes.remote(), timeout=180), flush=True)
+
+    crashed = Buffer.remote()
+    pid = ray.get(lend_to.remote(source, crashed, [SIZE]), timeout=180)
+    os.kill(pid, signal.SIGKILL)
+    gone(pid)
+    try:
+        print("crash", ray.get(crashed.sizes.remote(), timeout=180), flush=True)
+    except ray.exceptions.OwnerDiedError:
+        print("crash OwnerDiedError", flush=True)
+    ray.shutdown()
+"""
+
+
+def test_refs_an_actor_keeps_outlive_a_retired_lender_and_die_with_a_killed_one(june: str, tmp_path: Path) -> None:
+    _run(KEPT_REFS, june, tmp_path, (f"retired, kept [8, {1 << 20}]", "crash OwnerDiedError"))
