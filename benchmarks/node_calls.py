@@ -7,7 +7,8 @@ warm-up and one round, and report how many calls they made. Then a task on node 
 items of the actor's generator method (100 small items a call, each `get` as it comes), and
 passes the result of each call to the actor on to a second actor on node A, as a ref (a
 pipeline step: the second actor borrows the object, so its owner counts it), and again to an
-actor that keeps the last 100 refs it was passed (a replay buffer: its borrows outlive the call). Last, a task on
+actor that keeps the last 100 refs it was passed (a replay buffer: its borrows outlive the call), and to an actor
+on node A that passes each on to the second one (a pipeline stage: a borrower lending on). Last, a task on
 node B submits no-op tasks pinned to node A, one at a time (submit + get), then 1,000 at once
 (submit all, get all): nested tasks, which fray_ray's driver still schedules (Ray's submitting
 worker leases workers itself). The
@@ -46,6 +47,13 @@ def _remotes(ray: Any) -> Any:
 
         def take(self, refs: list[Any]) -> int:
             return len(refs)
+
+        def set_next(self, following: Any) -> None:
+            self.__dict__["following"] = following
+
+        def relay(self, refs: list[Any]) -> int:
+            """Pass the refs on to the next actor (`set_next`), as a pipeline stage does."""
+            return ray.get(self.__dict__["following"].take.remote(refs))
 
         def keep(self, refs: list[Any]) -> int:
             """Keep the last 100 refs passed (a replay buffer): older ones are let go."""
@@ -138,6 +146,9 @@ def run(backend_name: str, ray: Any, timing: Any) -> dict[str, Any]:
         item_rate, item_cpu = _measured(ray, lambda s: read_for.remote(target, s), timing)
         pass_rate, pass_cpu = _measured(ray, lambda s: pass_on_for.remote(target, sink, s), timing)
         kept_rate, kept_cpu = _measured(ray, lambda s: pass_on_for.remote(target, sink, s, "keep"), timing)
+        relay = target_cls.remote()
+        ray.get(relay.set_next.remote(sink))
+        relay_rate, relay_cpu = _measured(ray, lambda s: pass_on_for.remote(target, relay, s, "relay"), timing)
         nested_rate, nested_cpu = _measured(ray, lambda s: submit_for.remote(noop, s), timing)
         ray.get(batch_of.remote(noop, 100))  # warm
         batch_rate = ray.get(batch_of.remote(noop, NESTED_BATCH))
@@ -147,6 +158,7 @@ def run(backend_name: str, ray: Any, timing: Any) -> dict[str, Any]:
             "node_generator_items": item_rate, "node_generator_driver_us": item_cpu,
             "node_pass_on_steps": pass_rate, "node_pass_on_driver_us": pass_cpu,
             "node_keep_steps": kept_rate, "node_keep_driver_us": kept_cpu,
+            "node_relay_steps": relay_rate, "node_relay_driver_us": relay_cpu,
             "node_nested_tasks": nested_rate, "node_nested_task_driver_us": nested_cpu,
             "node_nested_batch_tasks": batch_rate,
         }, "extra": {}}

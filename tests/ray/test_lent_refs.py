@@ -206,6 +206,18 @@ class Lender:
         fray_ray.put(None)  # an API call: sends what was released
         return made
 
+    def lend_through(self, relay: Any, size: int, ready: bool, method: str) -> tuple[str, Any]:
+        """A result of its own passed to `relay`, which passes it on to the sink's `method`."""
+        fray_ray.get([self.source.make.remote(), relay.pass_to.remote(self.sink, [], "count")])
+        ref = self.source.make.remote(size)
+        if ready:
+            fray_ray.wait([ref])
+        answer = fray_ray.get(relay.pass_to.remote(self.sink, [ref], method), timeout=60)
+        made = ref.hex()
+        del ref
+        fray_ray.put(None)  # an API call: sends what was released
+        return made, answer
+
     def holds(self, made: str) -> bool:
         references = runtime_slot.current().references
         references.flush()
@@ -235,6 +247,42 @@ def test_a_ref_the_callee_keeps_past_its_answer_is_borrowed_from_its_caller_unti
     wait_for(lambda: not fray_ray.get(lender.holds.remote(made), timeout=60), timeout=30,
              what="the lender to let the object go once the sink dropped it")
     wait_for(lambda: not objects.known(bytes.fromhex(made)), timeout=30, what="the driver to free what it was handed")
+
+
+@fray_ray.remote
+class Relay:
+    """Passes the refs it is given on to another actor, as a pipeline stage does."""
+
+    def pass_to(self, sink: Any, refs: list[Any], method: str) -> Any:
+        return fray_ray.get(getattr(sink, method).remote(refs), timeout=60)
+
+    def lent_here(self) -> int:
+        direct = runtime_slot.current().direct
+        return -1 if direct is None else len(direct.lent._lent)
+
+
+@pytest.mark.parametrize("size, ready", [(8, True), (8, False), (LARGE, True)], ids=["sent", "pending", "large"])
+def test_a_callee_lends_a_lent_ref_on_and_the_last_one_borrows_it_from_the_first(
+        session: fray_ray.RayContext, size: int, ready: bool) -> None:
+    objects = runtime_slot.current().objects
+    source, sink = ready_pair()
+    lender, relay = Lender.remote(source, sink), Relay.remote()
+    assert fray_ray.get(lender.ready.remote(), timeout=60)
+    with driver_hears() as heard:
+        made, answer = fray_ray.get(lender.lend_through.remote(relay, size, ready, "read"), timeout=60)
+    assert answer == [size]
+    assert heard.count("hand_over") == (0 if size == 8 and ready else 1), heard  # a value not sent is read through the driver
+    with driver_hears() as heard:
+        made, answer = fray_ray.get(lender.lend_through.remote(relay, size, ready, "keep"), timeout=60)
+    assert answer == 1 and "hand_over" not in heard and "borrow" not in heard, heard
+    assert not objects.known(bytes.fromhex(made))
+    assert fray_ray.get(lender.holds.remote(made), timeout=60)  # the sink borrows it through the relay
+    assert fray_ray.get(relay.lent_here.remote(), timeout=60) == 1
+    assert fray_ray.get(sink.read_kept.remote(), timeout=60) == size
+    fray_ray.get(sink.drop.remote(), timeout=60)
+    wait_for(lambda: not fray_ray.get(lender.holds.remote(made), timeout=60), timeout=30,
+             what="the lender to let the object go once the sink dropped it")
+    assert fray_ray.get(relay.lent_here.remote(), timeout=60) == 0
 
 
 def lent_and_kept(size: int, ready: bool) -> tuple[Any, Any, str]:

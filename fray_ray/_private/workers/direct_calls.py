@@ -107,7 +107,7 @@ class DirectCalls:
         self._streams = DirectStreams(self._lock, self._changed, self._take_item, self._send_stream,
                                       lambda item_id: ObjectRef(item_id, _announced=True), self._answer_refs.let_go)
         self.lent = LentRefs(session, notices.borrow_now)  # what the callers of the calls this process runs lent it
-        self._borrowers = Borrowers()  # hosts that keep objects this process lent them
+        self._borrowers = Borrowers(references.flush)  # hosts that keep objects this process lent them
         self.sent = 0  # calls sent straight to hosts (tests read it)
         object_ref.set_escape_hook(self.escaped)
 
@@ -199,7 +199,8 @@ class DirectCalls:
                 self._producers[oid] = spec.call_id
         message = CallMethod.of(spec, self._ready_value)
         with self._lock:
-            ours = [oid for oid in dict.fromkeys(escaped) if oid in self._producers and oid not in self._handed_over]
+            ours = [oid for oid in dict.fromkeys(escaped)
+                    if (oid in self._producers and oid not in self._handed_over) or self.lent.lendable(oid)]
         call.lent = lend(message, ours, self._ready_value)
         self.escaped(*[oid for oid in escaped if oid not in call.lent])
         message.events = call.events = way.task_events if spec.task_events is None else spec.task_events
@@ -245,7 +246,9 @@ class DirectCalls:
             self._references.release_later(call.spec.actor_id)
 
     def _ready_value(self, object_id: bytes) -> SerializedValue | None:
-        return self._values.get(object_id)
+        """The value of a result of ours, or of an object lent here that may be lent on."""
+        value = self._values.get(object_id)
+        return value if value is not None or not self.lent.lendable(object_id) else self.lent.value(object_id)
 
     def _take_item(self, item_id: bytes, call_id: bytes, value: SerializedValue) -> None:
         """A generator's item the consumer took is a result of its call held here (lock held)."""

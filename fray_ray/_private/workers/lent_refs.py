@@ -15,13 +15,15 @@ answer names it (`CallDone.kept`), the caller keeps a ref for that host (`Borrow
 host says it dropped it (`LentReturned`), and the driver still hears nothing. A caller whose
 process ends on purpose (an executor retired) hands such objects to the driver first and has
 the host borrow them from there (`TakeLent`). A link that breaks counts as the borrower's end,
-as a Ray owner counts a borrower it cannot reach.
+as a Ray owner counts a borrower it cannot reach. A callee may lend such a ref on, in the
+arguments of its own direct call (a pipeline stage): it is then that host's lender, and keeps
+borrowing the object from its own lender while the host does.
 
 A callee that needs more asks the caller to hand the objects over first (`AdoptLent`, answered
 once the driver has them; `adopt`), after which they are ordinary refs the driver counts:
 
 - to read a value the call did not carry (not ready, or large: the driver then says where it is);
-- to pass the ref on (pickled into anything: another call, a put, a result, an item).
+- to pass the ref on otherwise (pickled into a task's arguments, a put, a result, an item).
 
 If the gate connection to the caller broke while both live, the callee asks the driver, which
 asks the caller on its own session (`AdoptFor`). If the caller is gone, the value reads as
@@ -96,7 +98,10 @@ class Borrowers:
     that lent it (`CallDone.kept`), held for that host until it returns the object or its link
     closes. Thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, flush: Callable[[], None] = lambda: None) -> None:
+        """`flush()` applies the releases of dropped refs at once (an idle process makes no
+        call that would apply them later: `LocalReferenceCounter.flush`)."""
+        self._flush = flush
         self._lock = threading.Lock()
         self._by_link: dict[Connection, dict[bytes, ObjectRef[Any]]] = {}
 
@@ -114,13 +119,17 @@ class Borrowers:
             dropped = [refs.pop(object_id) for object_id in object_ids if object_id in refs]
             if not refs:
                 self._by_link.pop(link, None)
-        del dropped  # released outside the lock
+        if dropped:
+            del dropped  # released outside the lock
+            self._flush()
 
     def gone(self, link: Connection) -> None:
         """The link closed: its host is gone, or out of reach, which counts the same."""
         with self._lock:
             dropped = self._by_link.pop(link, None)
-        del dropped
+        if dropped:
+            del dropped
+            self._flush()
 
     def hand_off(self, hand_over: Callable[[list[bytes]], None], notices: DriverNotices) -> None:
         """This process ends: hand what hosts keep to the driver, and have each host borrow it
@@ -244,6 +253,12 @@ class LentRefs:
 
     def holds(self, object_id: bytes) -> bool:
         return object_id in self._lent
+
+    def lendable(self, object_id: bytes) -> bool:
+        """Whether this process may lend `object_id` on to the host of its own direct call,
+        borrowing it from its lender meanwhile (a Ray borrower passing a ref on)."""
+        entry = self._lent.get(object_id)
+        return entry is not None and not entry.lost
 
     def value(self, object_id: bytes) -> SerializedValue | None:
         """The value the call sent with `object_id` (or its loss), if any."""
