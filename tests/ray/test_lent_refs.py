@@ -1,7 +1,8 @@
 """A worker's results passed to the host of its next direct call are lent, not handed to the
 driver (`workers/lent_refs.py`): the driver hears nothing of a result the callee uses and
 drops, and whatever else a callee does with such a ref still works: read a value the call did
-not carry, keep the ref past its answer, pass it on, lose its link to a lender that lives on
+not carry (asked of the caller, or fetched from its holder), keep the ref past its answer, lend
+it on, pass it on otherwise, lose its link to a lender that lives on
 (the driver then asks the lender), or find its lender gone. Real worker
 processes on the embedded cluster; the driver's handlers are watched to see what it hears."""
 
@@ -61,6 +62,9 @@ class Source:
 
     def fail(self) -> bytes:
         raise ValueError("made nothing")
+
+    def make_naming(self) -> list[Any]:
+        return [fray_ray.put(b"named")]
 
     def make_after(self, go: Any) -> bytes:
         fray_ray.get(go.wait.remote())
@@ -175,14 +179,31 @@ def test_a_small_ready_value_travels_with_the_call_and_is_read_there(session: fr
     assert "hand_over" not in heard and "hand_over_done" not in heard, heard
 
 
-@pytest.mark.parametrize("size, ready", [(8, False), (LARGE, True)], ids=["pending", "large"])
-def test_a_value_the_call_did_not_carry_is_read_through_the_driver(
-    session: fray_ray.RayContext, size: int, ready: bool
-) -> None:
+def test_a_value_not_ready_as_the_call_left_is_asked_of_the_caller(session: fray_ray.RayContext) -> None:
     source, sink = ready_pair()
     with driver_hears() as heard:
-        assert fray_ray.get(pass_results_on.remote(source, sink, 3, size, ready, True), timeout=60) == [[size]] * 3
-    assert heard.count("hand_over") == 3, heard  # the sink had the caller hand each over first
+        assert fray_ray.get(pass_results_on.remote(source, sink, 3, 8, False, True), timeout=60) == [[8]] * 3
+    assert "hand_over" not in heard, heard  # the caller answered once its call to the source ended
+
+
+@fray_ray.remote
+def pass_one_naming_refs_on(source: Any, sink: Any) -> list[int]:
+    fray_ray.get([source.make.remote(), sink.count.remote([])])  # the ways to both are known
+    return fray_ray.get(sink.read.remote([source.make_naming.remote()]), timeout=60)
+
+
+def test_a_value_naming_refs_is_read_through_the_driver(session: fray_ray.RayContext) -> None:
+    source, sink = ready_pair()
+    with driver_hears() as heard:
+        assert fray_ray.get(pass_one_naming_refs_on.remote(source, sink), timeout=60) == [1]
+    assert heard.count("hand_over") == 1, heard  # the driver counts whoever holds the ref it names
+
+
+def test_a_large_value_is_read_from_the_callers_holder(session: fray_ray.RayContext) -> None:
+    source, sink = ready_pair()
+    with driver_hears() as heard:
+        assert fray_ray.get(pass_results_on.remote(source, sink, 3, LARGE, True, True), timeout=60) == [[LARGE]] * 3
+    assert "hand_over" not in heard, heard  # the call said where the caller's holder serves it
 
 
 @fray_ray.remote
@@ -242,7 +263,7 @@ def test_a_ref_the_callee_keeps_past_its_answer_is_borrowed_from_its_caller_unti
     assert fray_ray.get(lender.holds.remote(made), timeout=60)  # for the sink: its own ref is gone
     with driver_hears() as heard:
         assert fray_ray.get(sink.read_kept.remote(), timeout=60) == size
-    assert heard.count("hand_over") == (0 if size == 8 and ready else 1), heard  # a value not sent is read through the driver
+    assert "hand_over" not in heard, heard  # one not ready is asked of the lender
     fray_ray.get(sink.drop.remote(), timeout=60)
     wait_for(lambda: not fray_ray.get(lender.holds.remote(made), timeout=60), timeout=30,
              what="the lender to let the object go once the sink dropped it")
@@ -271,7 +292,7 @@ def test_a_callee_lends_a_lent_ref_on_and_the_last_one_borrows_it_from_the_first
     with driver_hears() as heard:
         made, answer = fray_ray.get(lender.lend_through.remote(relay, size, ready, "read"), timeout=60)
     assert answer == [size]
-    assert heard.count("hand_over") == (0 if size == 8 and ready else 1), heard  # a value not sent is read through the driver
+    assert "hand_over" not in heard, heard  # one not ready is asked of the lender
     with driver_hears() as heard:
         made, answer = fray_ray.get(lender.lend_through.remote(relay, size, ready, "keep"), timeout=60)
     assert answer == 1 and "hand_over" not in heard and "borrow" not in heard, heard
@@ -438,7 +459,7 @@ def test_a_call_its_caller_sends_again_lends_again(session: fray_ray.RayContext,
     source, target = running(Source.remote(), FailsOnce.remote())
     with driver_hears() as heard:
         assert fray_ray.get(lend_to.remote(source, target, "read_or_raise", size), timeout=60) == [size]
-    assert heard.count("hand_over") == (0 if size <= 8 else 1), heard  # the large one is read through the driver
+    assert "hand_over" not in heard, heard  # the large one is read from the caller's holder
 
 
 @fray_ray.remote

@@ -117,6 +117,29 @@ class LentReturned(Message):
 
 
 @dataclass(repr=False, eq=False)
+class LentValues(Message):
+    """The values of objects asked about with `ReadLent`, once ready: one for each of `ids`,
+    empty where `held` ([index in `ids`, holder address, size]) names the holder that serves
+    it. Objects asked about and left out are to be handed over instead (`AdoptLent`)."""
+
+    ids: list[bytes] = field(default_factory=list)
+    values: list[SerializedValue] = values(default_factory=list)
+    held: list[list[Any]] = field(default_factory=list)
+
+
+@_message
+@dataclass(repr=False, eq=False)
+class ReadLent(Message):
+    """Callee to caller, on the caller's gate connection: the values of these objects the
+    caller lent, which were not ready as the call left; answered once they are."""
+
+    KIND: ClassVar[str] = "read_lent"
+    REPLY: ClassVar[type[Message]] = LentValues
+
+    ids: list[bytes]
+
+
+@dataclass(repr=False, eq=False)
 class LentTaken(Message):
     """The callee borrows the objects from the driver now."""
 

@@ -160,6 +160,9 @@ class CallMethod(Message):
     #: (`workers/lent_refs.py`); the first `len(lent_values)` of them come with their values
     lent: list[bytes] = field(default_factory=list)
     lent_values: list[SerializedValue] = values(default_factory=list)
+    #: [index in `lent`, holder address, size]: those of `lent` a holder serves (large, ready
+    #: and naming no refs), which the callee fetches there itself
+    lent_held: list[list[Any]] = field(default_factory=list)
     #: a generator the driver calls: its large items stay in the actor's process, as its
     #: results do (`Yield.held`)
     keep_items: bool = False

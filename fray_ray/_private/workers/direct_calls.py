@@ -38,7 +38,6 @@ from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.core.retry_policy import retries_user_exception
 from fray_ray._private.core.task_spec import ActorCallSpec
 from fray_ray._private.messages import (
-    AskRoute,
     CallDone,
     CallMethod,
     CancelCall,
@@ -46,7 +45,7 @@ from fray_ray._private.messages import (
     HandOver,
     HandOverDone,
     HandOverStream,
-    Route,
+    LentValues,
     Yield,
 )
 from fray_ray._private.objects.ids import TASK_ID_SIZE
@@ -55,12 +54,12 @@ from fray_ray._private.objects.serialization import SerializedValue, serialize_e
 from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.stream.stream_server import introduce
+from fray_ray._private.workers import lent_refs
 from fray_ray._private.workers.answer_refs import AnswerRefs
-from fray_ray._private.workers.direct_links import ASK_AGAIN_LONGEST_S, ASK_AGAIN_S, CONNECT_TIMEOUT_S, ActorWay, DirectCall, HostLink
+from fray_ray._private.workers.direct_links import CONNECT_TIMEOUT_S, ActorWay, DirectCall, HostLink
 from fray_ray._private.workers.direct_streams import DirectStreams
 from fray_ray._private.workers.driver_notices import DriverNotices
 from fray_ray._private.workers.held_results import WORKER_HOLDER
-from fray_ray._private.workers.lent_refs import Borrowers, LentRefs, lend, lender_handlers
 from fray_ray._private.workers.task_interrupts import read_until_done, wait_for_reply
 
 #: How long a task waits for direct results before its driver hears that it waits (and lends
@@ -101,13 +100,14 @@ class DirectCalls:
         self._values: dict[bytes, SerializedValue] = {}
         self._answer_refs = AnswerRefs(references, notices)  # refs that the values held here name
         self._handed_over: set[bytes] = set()
+        self._lent_held: set[bytes] = set()  # results of ours this process's holder serves to those it lent them
         #: handed over, no ref left here, the call still running: its value goes to the driver
         self._released: set[bytes] = set()
         self._changed = threading.Condition(self._lock)  # a result arrived (for `wait`)
         self._streams = DirectStreams(self._lock, self._changed, self._take_item, self._send_stream,
                                       lambda item_id: ObjectRef(item_id, _announced=True), self._answer_refs.let_go)
-        self.lent = LentRefs(session, notices.borrow_now)  # what the callers of the calls this process runs lent it
-        self._borrowers = Borrowers(references.flush)  # hosts that keep objects this process lent them
+        self.lent = lent_refs.LentRefs(session, notices.borrow_now)  # what the callers of the calls this process runs lent it
+        self._borrowers = lent_refs.Borrowers(references.flush)  # hosts that keep objects this process lent them
         self.sent = 0  # calls sent straight to hosts (tests read it)
         object_ref.set_escape_hook(self.escaped)
 
@@ -136,19 +136,9 @@ class DirectCalls:
         if way.link is not None and not way.link.closed:
             return way.link
         way.link = None
-        now = time.monotonic()
-        if now - way.asked_at < way.ask_again_s:
+        route = way.ask(self._session, actor_id)
+        if route is None or route.address is None:
             return None
-        way.asked_at = now
-        try:
-            route: Route = messages.call(self._session, AskRoute(actor_id, list(way.through_driver)))
-        except (ConnectionClosed, RemoteError):
-            return None
-        way.through_driver = list(route.pending)
-        if route.address is None:
-            way.ask_again_s = min(way.ask_again_s * 2, ASK_AGAIN_LONGEST_S)
-            return None
-        way.ask_again_s = ASK_AGAIN_S
         link = self._link(route.address, route.token)
         if link is not None:
             way.link, way.incarnation = link, route.incarnation
@@ -176,8 +166,20 @@ class DirectCalls:
     def lender_handlers(self) -> dict[type[messages.Message], messages.MessageHandler]:
         """What this process answers hosts it lent objects to, on their links (`AdoptLent`,
         also on its session when a link broke; `LentReturned`)."""
-        return lender_handlers(self.hand_over, self._notices, self._borrowers,
-                               lambda ids: [oid for oid in ids if not self._references.count(oid)])
+        return lent_refs.lender_handlers(self.hand_over, self._notices, self._borrowers,
+                               lambda ids: [oid for oid in ids if not self._references.count(oid)], self._read_lent)
+
+    def _read_lent(self, object_ids: list[bytes], answer: Callable[[LentValues], None]) -> None:
+        """`answer` with the values of these objects lent out, once ready: results of ours once
+        their calls end, objects lent here once their own lenders answer."""
+        with self._lock:
+            ours = [oid for oid in dict.fromkeys(object_ids) if oid in self._producers and oid not in self._released]
+            pending = [call.future for oid in ours if oid not in self._values
+                       and (call := self._calls.get(self._producers[oid])) is not None]
+        lent = [oid for oid in dict.fromkeys(object_ids) if oid not in ours and self.lent.lendable(oid)]
+        lent_refs.after_all(pending + self.lent.ask_lenders(lent), lambda: answer(lent_refs.lent_values(
+            [(oid, self._values.get(oid)) for oid in ours] + [(oid, self.lent.value(oid)) for oid in lent],
+            self._lent_holder)))
 
     def _send(self, spec: ActorCallSpec, way: ActorWay, link: HostLink, through_driver: Callable[[], list[Any]],
               escaped: list[bytes]) -> list[Any]:
@@ -201,7 +203,7 @@ class DirectCalls:
         with self._lock:
             ours = [oid for oid in dict.fromkeys(escaped)
                     if (oid in self._producers and oid not in self._handed_over) or self.lent.lendable(oid)]
-        call.lent = lend(message, ours, self._ready_value)
+        call.lent = lent_refs.lend(message, ours, self._ready_value, self._lent_holder)
         self.escaped(*[oid for oid in escaped if oid not in call.lent])
         message.events = call.events = way.task_events if spec.task_events is None else spec.task_events
         if call.keep:
@@ -250,6 +252,18 @@ class DirectCalls:
         value = self._values.get(object_id)
         return value if value is not None or not self.lent.lendable(object_id) else self.lent.value(object_id)
 
+    def _lent_holder(self, object_id: bytes) -> tuple[str, int] | None:
+        """Where a holder serves a value this process lends: its own, for a large ready result
+        of ours naming no refs (kept there from now on), or the one its own lender named."""
+        value = self._values.get(object_id)
+        if value is None:
+            return self.lent.holder_of(object_id)
+        where = lent_refs.held_for_lending(object_id, value)
+        if where is not None:
+            with self._lock:
+                self._lent_held.add(object_id)
+        return where
+
     def _take_item(self, item_id: bytes, call_id: bytes, value: SerializedValue) -> None:
         """A generator's item the consumer took is a result of its call held here (lock held)."""
         self._producers[item_id] = call_id
@@ -289,7 +303,7 @@ class DirectCalls:
         if it cannot be (it then ends with the exception it raised)."""
         try:
             message = CallMethod.of(replace(call.spec, attempt=call.spec.attempt + 1), self._ready_value)
-            lend(message, call.lent, self._ready_value)
+            lent_refs.lend(message, call.lent, self._ready_value, self._lent_holder)
             message.events = call.events
             messages.notify(link.connection, message, defer=True)
         except MessageTooLarge:  # arguments since made ready no longer fit in one frame
@@ -400,6 +414,8 @@ class DirectCalls:
         deadline = None if timeout is None else time.monotonic() + timeout
         found: dict[bytes, SerializedValue] = {}
         announced = False
+        self.lent.read_pending(object_ids, timeout)  # its lender answers once it has them
+        self.lent.read_held(object_ids, WORKER_HOLDER.fetch)  # from the holder its lender named
         self.lent.adopt(self.lent.without_value(object_ids))  # read through the driver
         try:
             for object_id in object_ids:
@@ -443,7 +459,7 @@ class DirectCalls:
                     if not all(self._answers_here(oid) for oid in object_ids):
                         return None
                     ready = {oid for oid in object_ids if oid in self._values or self._streams.ready(oid) in ("item", "end")
-                             or self.lent.value(oid) is not None}
+                             or self.lent.ready(oid)}
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if len(ready) >= num_returns or (remaining is not None and remaining <= 0):
                         return ready
@@ -461,7 +477,7 @@ class DirectCalls:
     def _answers_here(self, object_id: bytes) -> bool:
         if object_id in self._producers:
             return object_id not in self._released
-        return self._streams.holds(object_id) or self.lent.value(object_id) is not None
+        return self._streams.holds(object_id) or self.lent.ready(object_id)
 
     # ---- refs leaving the process, and forgetting ----------------------------------------
 
@@ -514,6 +530,7 @@ class DirectCalls:
         object_ids = self.lent.returned(object_ids)  # those kept past their calls go back to their lenders
         if not self._producers:
             return object_ids
+        unheld = []  # lent from this process's holder, and nobody else's to release
         with self._lock:
             driver_ids = []
             for oid in object_ids:
@@ -523,6 +540,10 @@ class DirectCalls:
                 value = self._values.pop(oid, None)
                 if value is not None:
                     self._answer_refs.dropped(oid, value)
+                if oid in self._lent_held:
+                    self._lent_held.discard(oid)
+                    if oid not in self._handed_over:  # else the driver releases it there
+                        unheld.append(oid)
                 if oid not in self._handed_over:
                     del self._producers[oid]
                     continue
@@ -532,6 +553,8 @@ class DirectCalls:
                 else:
                     del self._producers[oid]
                     self._handed_over.discard(oid)
+        if unheld and (held := WORKER_HOLDER.held) is not None:
+            held.release(unheld)
         return driver_ids
 
     # ---- cancel --------------------------------------------------------------------------

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from fray_ray._private import messages
 from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.core.task_spec import ActorCallSpec
+from fray_ray._private.messages import AskRoute, Route
 from fray_ray._private.objects.serialization import SerializedValue
-from fray_ray._private.stream.protocol import Connection
+from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 
 #: How long after a "call through the driver" answer a caller asks again (doubling to the
 #: longest while the answer stays the same): a routing choice, no result depends on it.
@@ -62,3 +65,21 @@ class ActorWay:
     through_driver: list[bytes] = field(default_factory=list)
     max_task_retries: int = 0  # the actor's
     task_events: bool = True  # the actor's `enable_task_events`
+
+    def ask(self, session: Connection, actor_id: bytes) -> Route | None:
+        """The driver's answer to where the actor's host takes calls, if it is time to ask
+        (asked again later, and less often while the answer is to call through the driver)."""
+        now = time.monotonic()
+        if now - self.asked_at < self.ask_again_s:
+            return None
+        self.asked_at = now
+        try:
+            route: Route = messages.call(session, AskRoute(actor_id, list(self.through_driver)))
+        except (ConnectionClosed, RemoteError):
+            return None
+        self.through_driver = list(route.pending)
+        if route.address is None:
+            self.ask_again_s = min(self.ask_again_s * 2, ASK_AGAIN_LONGEST_S)
+        else:
+            self.ask_again_s = ASK_AGAIN_S
+        return route

@@ -32,53 +32,81 @@ asks the caller on its own session (`AdoptFor`). If the caller is gone, the valu
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fray_ray._private import messages
 from fray_ray._private.core.object_ref import ObjectRef
-from fray_ray._private.messages import Adopted, AdoptFor, AdoptLent, CallMethod, LentReturned, TakeLent
+from fray_ray._private.messages import (
+    Adopted,
+    AdoptFor,
+    AdoptLent,
+    CallMethod,
+    LentReturned,
+    LentValues,
+    MessageError,
+    ReadLent,
+    TakeLent,
+)
+from fray_ray._private.objects.holder_clients import HolderLost
 from fray_ray._private.objects.serialization import INLINE_LIMIT, SerializedValue, serialize_error
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.workers.driver_notices import DriverNotices
+from fray_ray._private.workers.held_results import WORKER_HOLDER
+from fray_ray._private.workers.task_interrupts import wait_for_reply
 from fray_ray.exceptions import ObjectLostError, OwnerDiedError
 
 #: How long a caller whose process ends waits for each host to borrow from the driver what it kept.
 TAKE_LENT_TIMEOUT_S = 60.0
 
 
-def lend(call: CallMethod, ours: Sequence[bytes], value_of: Callable[[bytes], SerializedValue | None]) -> list[bytes]:
-    """Lend with `call` those of `ours` (the caller's own results its arguments name) that it
-    may, and return them: every one but a top-level argument whose value does not travel with
-    the call (the callee reads it at once: it is handed over instead). Values that are ready
-    and small go along, once: a top-level argument's travels as the argument's."""
+def lend(call: CallMethod, ours: Sequence[bytes], value_of: Callable[[bytes], SerializedValue | None],
+         holder_of: Callable[[bytes], tuple[str, int] | None] = lambda object_id: None) -> list[bytes]:
+    """Lend with `call` those of `ours` (the caller's own results its arguments name, or
+    objects lent to it) that it may, and return them. Values that are ready and small go along,
+    once (a top-level argument's travels as the argument's); for a large one, where a holder
+    serves it (`holder_of`: it keeps the value there now, or knows where its lender's does). A
+    top-level argument whose value neither travels nor has a holder is not lent: the callee
+    reads it at once, so it is handed over instead."""
     if not ours:  # the usual call: nothing to lend
         return []
     inlined, top_level = call.args.inlined, set(call.args.top_level)
     sent: list[bytes] = []
     values: list[SerializedValue] = []
     rest: list[bytes] = []
+    held: list[tuple[bytes, tuple[str, int]]] = []
     for object_id in ours:
         if object_id in inlined:
             rest.append(object_id)
+            continue
+        value = value_of(object_id)
+        if object_id not in top_level and value is not None and value.size <= INLINE_LIMIT \
+                and not value.contained_refs:
+            sent.append(object_id)
+            values.append(value)
+        elif (where := holder_of(object_id)) is not None:
+            rest.append(object_id)
+            held.append((object_id, where))
         elif object_id not in top_level:
-            value = value_of(object_id)
-            if value is not None and value.size <= INLINE_LIMIT and not value.contained_refs:
-                sent.append(object_id)
-                values.append(value)
-            else:
-                rest.append(object_id)
+            rest.append(object_id)
     call.lent, call.lent_values = sent + rest, values
+    index = {object_id: number for number, object_id in enumerate(call.lent)}
+    call.lent_held = [[index[object_id], address, size] for object_id, (address, size) in held]
     return call.lent
 
 
 def lender_handlers(hand_over: Callable[[list[bytes]], None], notices: DriverNotices, borrowers: Borrowers,
-                    let_go: Callable[[list[bytes]], list[bytes]]) -> dict[type[messages.Message], messages.MessageHandler]:
+                    let_go: Callable[[list[bytes]], list[bytes]],
+                    read: Callable[[list[bytes], Callable[[LentValues], None]], None] | None = None,
+                    ) -> dict[type[messages.Message], messages.MessageHandler]:
     """The lender's handlers of what a host says on its link (on the link's reader thread).
     `AdoptLent`: hand the objects to the driver, and answer once the driver has them;
-    `let_go(ids)`: those this process no longer refers to (it may have freed them)."""
+    `let_go(ids)`: those this process no longer refers to (it may have freed them).
+    `ReadLent`: `read(ids, answer)` answers with their values once they are ready."""
 
     def adopt(connection: Connection, message_id: int | None, asked: AdoptLent) -> None:
         missing = let_go(asked.ids)
@@ -90,7 +118,60 @@ def lender_handlers(hand_over: Callable[[list[bytes]], None], notices: DriverNot
     def returned(connection: Connection, message_id: int | None, back: LentReturned) -> None:
         borrowers.returned(connection, back.ids)
 
-    return {AdoptLent: adopt, LentReturned: returned}
+    def read_lent(connection: Connection, message_id: int | None, asked: ReadLent) -> None:
+        if message_id is None:
+            return
+        if read is None or not isinstance(asked.ids, list):
+            messages.reply(connection, message_id, LentValues())  # nothing here: the host has them handed over
+            return
+        read(asked.ids, lambda values: messages.reply(connection, message_id, values))
+
+    return {AdoptLent: adopt, LentReturned: returned, ReadLent: read_lent}
+
+
+def held_for_lending(object_id: bytes, value: SerializedValue) -> tuple[str, int] | None:
+    """Keep a large value naming no refs in this process's holder, for the hosts it is lent
+    to to fetch there: (holder address, size); None if it is small or cannot be kept."""
+    if value.is_error or value.size <= INLINE_LIMIT or value.contained_refs:
+        return None
+    _, held = WORKER_HOLDER.keep_large([value], [object_id])
+    return (held[0][1], held[0][2]) if held else None
+
+
+def lent_values(ready: Sequence[tuple[bytes, SerializedValue | None]],
+                holder_of: Callable[[bytes], tuple[str, int] | None]) -> LentValues:
+    """The answer to `ReadLent` from (object id, value or None) pairs: small values as they
+    are, others by where `holder_of` says a holder serves them; those naming refs, or that no
+    holder serves, are left out (handed over instead)."""
+    answer = LentValues()
+    for object_id, value in ready:
+        where = holder_of(object_id) if value is None or value.size > INLINE_LIMIT else None
+        if where is not None:
+            answer.held.append([len(answer.ids), *where])
+            value = SerializedValue(b"", (), (), False)
+        elif value is None or value.size > INLINE_LIMIT or value.contained_refs:
+            continue
+        answer.ids.append(object_id)
+        answer.values.append(value)
+    return answer
+
+
+def after_all(futures: Sequence[concurrent.futures.Future[Any]], then: Callable[[], None]) -> None:
+    """Call `then()` once every one of `futures` is done (at once if they are), on the thread
+    that completes the last."""
+    left = [len(futures) + 1]  # and one until every callback is set
+    lock = threading.Lock()
+
+    def one_done(_: object = None) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0] > 0:
+                return
+        then()
+
+    for future in futures:
+        future.add_done_callback(one_done)
+    one_done()
 
 
 class Borrowers:
@@ -154,6 +235,7 @@ class _Lent:
     calls: int = 1  # calls that lent it and have not ended
     lost: bool = False  # its lender was gone when asked to hand it over (`value` says so)
     kept: bool = False  # held past the answer of a call that lent it: borrowed from the lender
+    held: tuple[str, int] | None = None  # (holder address, size): where its value is served
 
 
 class LentRefs:
@@ -174,6 +256,7 @@ class LentRefs:
     def arrived(self, lender: Connection, call: CallMethod) -> None:
         """`call` came from `lender` (before its arguments are read)."""
         values = call.lent_values
+        held = _held_at(call.lent_held)
         owner = lender.peer_info.get("caller")
         owner = owner if isinstance(owner, bytes) else None
         with self._lock:
@@ -182,10 +265,11 @@ class LentRefs:
                 entry = self._lent.get(object_id)
                 value = values[index] if index < len(values) else call.args.inlined.get(object_id)
                 if entry is None:
-                    self._lent[object_id] = _Lent(lender, owner, value)
+                    self._lent[object_id] = _Lent(lender, owner, value, held=held.get(index))
                 else:
                     entry.calls += 1
                     entry.value = entry.value or value
+                    entry.held = entry.held or held.get(index)
                     if entry.lender.closed and not entry.lost:  # its lender's new link
                         entry.lender, entry.owner = lender, owner
 
@@ -253,6 +337,88 @@ class LentRefs:
 
     def holds(self, object_id: bytes) -> bool:
         return object_id in self._lent
+
+    def holder_of(self, object_id: bytes) -> tuple[str, int] | None:
+        """Where the value of `object_id`, lent here, is served, if a holder serves it."""
+        entry = self._lent.get(object_id)
+        return None if entry is None or entry.lost else entry.held
+
+    def ready(self, object_id: bytes) -> bool:
+        """Whether the value of `object_id`, lent here, can be read without waiting."""
+        entry = self._lent.get(object_id)
+        return entry is not None and (entry.value is not None or entry.held is not None)
+
+    def read_pending(self, object_ids: Sequence[bytes], timeout: float | None) -> None:
+        """Ask the lenders of those of `object_ids` lent here whose value was not ready as the
+        call left for it, and wait until they answer (a value, or where a holder serves it);
+        one a lender leaves out is left to `adopt`. Raises TimeoutError."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for asked in self.ask_lenders(object_ids):
+            wait_for_reply(asked, None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+    def ask_lenders(self, object_ids: Sequence[bytes]) -> list[concurrent.futures.Future[Any]]:
+        """`ReadLent` to the lenders of those of `object_ids` lent here with neither a value nor
+        a holder; each future is done once its answer is recorded (or its lender could not
+        answer: `adopt` then asks it to hand them over)."""
+        if not self._lent:
+            return []
+        by_lender: dict[Connection, list[bytes]] = {}
+        with self._lock:
+            for object_id in dict.fromkeys(object_ids):
+                entry = self._lent.get(object_id)
+                if entry is not None and entry.value is None and entry.held is None and not entry.lost:
+                    by_lender.setdefault(entry.lender, []).append(object_id)
+        asked = []
+        for lender, ids in by_lender.items():
+            recorded: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            try:
+                request = messages.request(lender, ReadLent(ids))
+            except ConnectionClosed:
+                continue
+            request.add_done_callback(lambda done, ids=ids, recorded=recorded: self._record(done, ids, recorded))
+            asked.append(recorded)
+        return asked
+
+    def _record(self, done: concurrent.futures.Future[Any], ids: list[bytes],
+                recorded: concurrent.futures.Future[Any]) -> None:
+        try:
+            answer = messages.reply_of(ReadLent(ids), done.result())
+        except (ConnectionClosed, RemoteError, MessageError):
+            recorded.set_result(None)  # the lender is asked to hand them over instead
+            return
+        held = _held_at(answer.held)
+        with self._lock:
+            for index, (object_id, value) in enumerate(zip(answer.ids, answer.values)):
+                entry = self._lent.get(object_id) if object_id in ids else None
+                if entry is not None and entry.value is None:
+                    entry.held = held.get(index)
+                    entry.value = None if entry.held is not None else value
+        recorded.set_result(None)
+
+    def read_held(self, object_ids: Sequence[bytes],
+                  fetch: Callable[[list[tuple[bytes, str]]], dict[bytes, SerializedValue]]) -> None:
+        """Fetch the values of those of `object_ids` lent here that a holder serves, from it
+        (`fetch`: `WorkerHolder.fetch`); one it cannot serve is left to `adopt`."""
+        if not self._lent:
+            return
+        with self._lock:
+            wanted = [(oid, entry.held[0]) for oid in dict.fromkeys(object_ids)
+                      if (entry := self._lent.get(oid)) is not None and entry.value is None and entry.held is not None
+                      and not entry.lost]
+        if not wanted:
+            return
+        try:
+            fetched = fetch(wanted)
+        except HolderLost:  # the lender's process is gone, or out of reach: it is asked instead
+            fetched = {oid: serialize_error(OwnerDiedError(oid.hex(), None, "")) for oid, _ in wanted}
+        with self._lock:
+            for object_id, value in fetched.items():
+                entry = self._lent.get(object_id)
+                if entry is not None and entry.value is None:
+                    if value.is_error:
+                        entry.held = None  # gone from there: the lender is asked instead
+                    else:
+                        entry.value = value
 
     def lendable(self, object_id: bytes) -> bool:
         """Whether this process may lend `object_id` on to the host of its own direct call,
@@ -333,6 +499,17 @@ class LentRefs:
             for object_id in ids:
                 if (entry := self._lent.get(object_id)) is not None:
                     entry.value, entry.lost = serialize_error(error(object_id.hex(), None, "")), True
+
+
+def _held_at(entries: Any) -> dict[int, tuple[str, int]]:
+    """Index -> (holder address, size), from [index, holder address, size] entries
+    (`CallMethod.lent_held`, `LentValues.held`; malformed ones left out)."""
+    held: dict[int, tuple[str, int]] = {}
+    for entry in entries if isinstance(entries, list) else ():
+        if isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], int) and isinstance(entry[1], str) \
+                and isinstance(entry[2], int):
+            held[entry[0]] = (entry[1], entry[2])
+    return held
 
 
 def _tell(connection: Connection, message: messages.Message) -> None:
