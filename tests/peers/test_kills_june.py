@@ -11,8 +11,8 @@ every task and actor is an Iris job of its own:
   process is killed;
 - a streaming task's large items, held by its worker, are rebuilt by running it again after
   that worker is killed, and lost with a reason when they cannot be;
-- refs an actor keeps past the call that lent them, borrowed from the task's worker, outlive
-  that worker's retirement (it hands them to the driver first) and fail with `OwnerDiedError`
+- refs an actor keeps past the call that lent them, borrowed from the task's worker (a large
+  value read from that worker's holder), outlive that worker's retirement (it hands them to the driver first) and fail with `OwnerDiedError`
   when it is killed."""
 
 from __future__ import annotations
@@ -351,6 +351,7 @@ KEPT_REFS = """
     driver = runtime_state.current()
     source, buffer = Source.remote(), Buffer.remote()
     pid = ray.get(lend_to.remote(source, buffer, [8, SIZE]), timeout=180)
+    print("read from the lender", ray.get(buffer.sizes.remote(), timeout=180), flush=True)
     driver.scheduler._warm, executor_pool.IDLE_TIMEOUT_S = 0, 0.3  # retire the idle executor now
     driver.scheduler._maintain()
     gone(pid)
@@ -370,4 +371,5 @@ KEPT_REFS = """
 
 
 def test_refs_an_actor_keeps_outlive_a_retired_lender_and_die_with_a_killed_one(june: str, tmp_path: Path) -> None:
-    _run(KEPT_REFS, june, tmp_path, (f"retired, kept [8, {1 << 20}]", "crash OwnerDiedError"))
+    _run(KEPT_REFS, june, tmp_path, (f"read from the lender [8, {1 << 20}]", f"retired, kept [8, {1 << 20}]",
+                                     "crash OwnerDiedError"))
