@@ -54,12 +54,13 @@ from fray_ray._private.objects.serialization import SerializedValue, serialize_e
 from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.stream.stream_server import introduce
-from fray_ray._private.workers import lent_refs
+from fray_ray._private.workers import lent_out
 from fray_ray._private.workers.answer_refs import AnswerRefs
 from fray_ray._private.workers.direct_links import CONNECT_TIMEOUT_S, ActorWay, DirectCall, HostLink
 from fray_ray._private.workers.direct_streams import DirectStreams
 from fray_ray._private.workers.driver_notices import DriverNotices
 from fray_ray._private.workers.held_results import WORKER_HOLDER
+from fray_ray._private.workers.lent_refs import LentRefs
 from fray_ray._private.workers.task_interrupts import read_until_done, wait_for_reply
 
 #: How long a task waits for direct results before its driver hears that it waits (and lends
@@ -106,8 +107,8 @@ class DirectCalls:
         self._changed = threading.Condition(self._lock)  # a result arrived (for `wait`)
         self._streams = DirectStreams(self._lock, self._changed, self._take_item, self._send_stream,
                                       lambda item_id: ObjectRef(item_id, _announced=True), self._answer_refs.let_go)
-        self.lent = lent_refs.LentRefs(session, notices.borrow_now)  # what the callers of the calls this process runs lent it
-        self._borrowers = lent_refs.Borrowers(references.flush)  # hosts that keep objects this process lent them
+        self.lent = LentRefs(session, notices.borrow_now)  # what the callers of the calls this process runs lent it
+        self._borrowers = lent_out.Borrowers(references.flush)  # hosts that keep objects this process lent them
         self.sent = 0  # calls sent straight to hosts (tests read it)
         object_ref.set_escape_hook(self.escaped)
 
@@ -166,7 +167,7 @@ class DirectCalls:
     def lender_handlers(self) -> dict[type[messages.Message], messages.MessageHandler]:
         """What this process answers hosts it lent objects to, on their links (`AdoptLent`,
         also on its session when a link broke; `LentReturned`)."""
-        return lent_refs.lender_handlers(self.hand_over, self._notices, self._borrowers,
+        return lent_out.lender_handlers(self.hand_over, self._notices, self._borrowers,
                                lambda ids: [oid for oid in ids if not self._references.count(oid)], self._read_lent)
 
     def _read_lent(self, object_ids: list[bytes], answer: Callable[[LentValues], None]) -> None:
@@ -177,7 +178,7 @@ class DirectCalls:
             pending = [call.future for oid in ours if oid not in self._values
                        and (call := self._calls.get(self._producers[oid])) is not None]
         lent = [oid for oid in dict.fromkeys(object_ids) if oid not in ours and self.lent.lendable(oid)]
-        lent_refs.after_all(pending + self.lent.ask_lenders(lent), lambda: answer(lent_refs.lent_values(
+        lent_out.after_all(pending + self.lent.ask_lenders(lent), lambda: answer(lent_out.lent_values(
             [(oid, self._values.get(oid)) for oid in ours] + [(oid, self.lent.value(oid)) for oid in lent],
             self._lent_holder)))
 
@@ -203,7 +204,7 @@ class DirectCalls:
         with self._lock:
             ours = [oid for oid in dict.fromkeys(escaped)
                     if (oid in self._producers and oid not in self._handed_over) or self.lent.lendable(oid)]
-        call.lent = lent_refs.lend(message, ours, self._ready_value, self._lent_holder)
+        call.lent = lent_out.lend(message, ours, self._ready_value, self._lent_holder)
         self.escaped(*[oid for oid in escaped if oid not in call.lent])
         message.events = call.events = way.task_events if spec.task_events is None else spec.task_events
         if call.keep:
@@ -258,7 +259,7 @@ class DirectCalls:
         value = self._values.get(object_id)
         if value is None:
             return self.lent.holder_of(object_id)
-        where = lent_refs.held_for_lending(object_id, value)
+        where = lent_out.held_for_lending(object_id, value)
         if where is not None:
             with self._lock:
                 self._lent_held.add(object_id)
@@ -303,7 +304,7 @@ class DirectCalls:
         if it cannot be (it then ends with the exception it raised)."""
         try:
             message = CallMethod.of(replace(call.spec, attempt=call.spec.attempt + 1), self._ready_value)
-            lent_refs.lend(message, call.lent, self._ready_value, self._lent_holder)
+            lent_out.lend(message, call.lent, self._ready_value, self._lent_holder)
             message.events = call.events
             messages.notify(link.connection, message, defer=True)
         except MessageTooLarge:  # arguments since made ready no longer fit in one frame

@@ -1,13 +1,16 @@
-"""A caller's own results lent to the host of its next direct call, instead of handed to the driver.
+"""A caller's own results lent to the host of its next direct call, instead of handed to the
+driver: the callee's side (`LentRefs`); the caller's is `lent_out.py`.
 
 A worker keeps the results of its direct calls (`direct_calls.py`). A ref to one that leaves
 the process used to make the driver their owner first (`HandOver`, its value, a `Sync`, and a
 `Release` later: four messages for every result passed on). Passed in the arguments of another
 direct call, it is lent instead, as a Ray owner keeps the arguments of a task it submitted: the
 call names it in `CallMethod.lent`, with its value when that is ready and small (at most
-`INLINE_LIMIT`, naming no refs), and the caller keeps the object alive until the call ends.
-Most callees read the value they were sent, or nothing, and drop the ref before they answer:
-then the driver never hears of the object.
+`INLINE_LIMIT`, naming no refs), or where the caller's holder serves it when it is ready and
+large (`CallMethod.lent_held`), and the caller keeps the object alive until the call ends. A
+callee that reads a value the call did not carry because it was not ready asks the caller
+(`ReadLent`), which answers once it has it (`LentValues`). Most callees read what they were
+sent, or nothing, and drop the ref before they answer: then the driver never hears of it.
 
 A callee that still holds the ref as it answers (a replay buffer, say) keeps borrowing it from
 the caller, as a Ray borrower reports to the owner what it still holds when its task ends: the
@@ -19,11 +22,10 @@ as a Ray owner counts a borrower it cannot reach. A callee may lend such a ref o
 arguments of its own direct call (a pipeline stage): it is then that host's lender, and keeps
 borrowing the object from its own lender while the host does.
 
-A callee that needs more asks the caller to hand the objects over first (`AdoptLent`, answered
-once the driver has them; `adopt`), after which they are ordinary refs the driver counts:
-
-- to read a value the call did not carry (not ready, or large: the driver then says where it is);
-- to pass the ref on otherwise (pickled into a task's arguments, a put, a result, an item).
+A callee asks the caller to hand the objects over first (`AdoptLent`, answered once the driver
+has them; `adopt`), after which they are ordinary refs the driver counts, only to pass the ref
+on otherwise (pickled into a task's arguments, a put, a result, an item), to read a value that
+names refs, or when its lender cannot answer.
 
 If the gate connection to the caller broke while both live, the callee asks the driver, which
 asks the caller on its own session (`AdoptFor`). If the caller is gone, the value reads as
@@ -40,191 +42,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from fray_ray._private import messages
-from fray_ray._private.core.object_ref import ObjectRef
 from fray_ray._private.messages import (
     Adopted,
     AdoptFor,
     AdoptLent,
     CallMethod,
     LentReturned,
-    LentValues,
     MessageError,
     ReadLent,
-    TakeLent,
 )
 from fray_ray._private.objects.holder_clients import HolderLost
-from fray_ray._private.objects.serialization import INLINE_LIMIT, SerializedValue, serialize_error
+from fray_ray._private.objects.serialization import SerializedValue, serialize_error
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
-from fray_ray._private.workers.driver_notices import DriverNotices
-from fray_ray._private.workers.held_results import WORKER_HOLDER
 from fray_ray._private.workers.task_interrupts import wait_for_reply
 from fray_ray.exceptions import ObjectLostError, OwnerDiedError
-
-#: How long a caller whose process ends waits for each host to borrow from the driver what it kept.
-TAKE_LENT_TIMEOUT_S = 60.0
-
-
-def lend(call: CallMethod, ours: Sequence[bytes], value_of: Callable[[bytes], SerializedValue | None],
-         holder_of: Callable[[bytes], tuple[str, int] | None] = lambda object_id: None) -> list[bytes]:
-    """Lend with `call` those of `ours` (the caller's own results its arguments name, or
-    objects lent to it) that it may, and return them. Values that are ready and small go along,
-    once (a top-level argument's travels as the argument's); for a large one, where a holder
-    serves it (`holder_of`: it keeps the value there now, or knows where its lender's does). A
-    top-level argument whose value neither travels nor has a holder is not lent: the callee
-    reads it at once, so it is handed over instead."""
-    if not ours:  # the usual call: nothing to lend
-        return []
-    inlined, top_level = call.args.inlined, set(call.args.top_level)
-    sent: list[bytes] = []
-    values: list[SerializedValue] = []
-    rest: list[bytes] = []
-    held: list[tuple[bytes, tuple[str, int]]] = []
-    for object_id in ours:
-        if object_id in inlined:
-            rest.append(object_id)
-            continue
-        value = value_of(object_id)
-        if object_id not in top_level and value is not None and value.size <= INLINE_LIMIT \
-                and not value.contained_refs:
-            sent.append(object_id)
-            values.append(value)
-        elif (where := holder_of(object_id)) is not None:
-            rest.append(object_id)
-            held.append((object_id, where))
-        elif object_id not in top_level:
-            rest.append(object_id)
-    call.lent, call.lent_values = sent + rest, values
-    index = {object_id: number for number, object_id in enumerate(call.lent)}
-    call.lent_held = [[index[object_id], address, size] for object_id, (address, size) in held]
-    return call.lent
-
-
-def lender_handlers(hand_over: Callable[[list[bytes]], None], notices: DriverNotices, borrowers: Borrowers,
-                    let_go: Callable[[list[bytes]], list[bytes]],
-                    read: Callable[[list[bytes], Callable[[LentValues], None]], None] | None = None,
-                    ) -> dict[type[messages.Message], messages.MessageHandler]:
-    """The lender's handlers of what a host says on its link (on the link's reader thread).
-    `AdoptLent`: hand the objects to the driver, and answer once the driver has them;
-    `let_go(ids)`: those this process no longer refers to (it may have freed them).
-    `ReadLent`: `read(ids, answer)` answers with their values once they are ready."""
-
-    def adopt(connection: Connection, message_id: int | None, asked: AdoptLent) -> None:
-        missing = let_go(asked.ids)
-        hand_over(asked.ids)
-        notices.confirm()
-        if message_id is not None:
-            messages.reply(connection, message_id, Adopted(missing))
-
-    def returned(connection: Connection, message_id: int | None, back: LentReturned) -> None:
-        borrowers.returned(connection, back.ids)
-
-    def read_lent(connection: Connection, message_id: int | None, asked: ReadLent) -> None:
-        if message_id is None:
-            return
-        if read is None or not isinstance(asked.ids, list):
-            messages.reply(connection, message_id, LentValues())  # nothing here: the host has them handed over
-            return
-        read(asked.ids, lambda values: messages.reply(connection, message_id, values))
-
-    return {AdoptLent: adopt, LentReturned: returned, ReadLent: read_lent}
-
-
-def held_for_lending(object_id: bytes, value: SerializedValue) -> tuple[str, int] | None:
-    """Keep a large value naming no refs in this process's holder, for the hosts it is lent
-    to to fetch there: (holder address, size); None if it is small or cannot be kept."""
-    if value.is_error or value.size <= INLINE_LIMIT or value.contained_refs:
-        return None
-    _, held = WORKER_HOLDER.keep_large([value], [object_id])
-    return (held[0][1], held[0][2]) if held else None
-
-
-def lent_values(ready: Sequence[tuple[bytes, SerializedValue | None]],
-                holder_of: Callable[[bytes], tuple[str, int] | None]) -> LentValues:
-    """The answer to `ReadLent` from (object id, value or None) pairs: small values as they
-    are, others by where `holder_of` says a holder serves them; those naming refs, or that no
-    holder serves, are left out (handed over instead)."""
-    answer = LentValues()
-    for object_id, value in ready:
-        where = holder_of(object_id) if value is None or value.size > INLINE_LIMIT else None
-        if where is not None:
-            answer.held.append([len(answer.ids), *where])
-            value = SerializedValue(b"", (), (), False)
-        elif value is None or value.size > INLINE_LIMIT or value.contained_refs:
-            continue
-        answer.ids.append(object_id)
-        answer.values.append(value)
-    return answer
-
-
-def after_all(futures: Sequence[concurrent.futures.Future[Any]], then: Callable[[], None]) -> None:
-    """Call `then()` once every one of `futures` is done (at once if they are), on the thread
-    that completes the last."""
-    left = [len(futures) + 1]  # and one until every callback is set
-    lock = threading.Lock()
-
-    def one_done(_: object = None) -> None:
-        with lock:
-            left[0] -= 1
-            if left[0] > 0:
-                return
-        then()
-
-    for future in futures:
-        future.add_done_callback(one_done)
-    one_done()
-
-
-class Borrowers:
-    """The lender's side: a ref to each of this process's objects a host kept past the call
-    that lent it (`CallDone.kept`), held for that host until it returns the object or its link
-    closes. Thread-safe."""
-
-    def __init__(self, flush: Callable[[], None] = lambda: None) -> None:
-        """`flush()` applies the releases of dropped refs at once (an idle process makes no
-        call that would apply them later: `LocalReferenceCounter.flush`)."""
-        self._flush = flush
-        self._lock = threading.Lock()
-        self._by_link: dict[Connection, dict[bytes, ObjectRef[Any]]] = {}
-
-    def kept(self, link: Connection, object_ids: Sequence[bytes]) -> None:
-        """The host on `link` keeps these (the call that lent them holds refs meanwhile)."""
-        with self._lock:
-            refs = self._by_link.setdefault(link, {})
-            for object_id in object_ids:
-                if object_id not in refs:
-                    refs[object_id] = ObjectRef(object_id, _announced=True)
-
-    def returned(self, link: Connection, object_ids: Sequence[bytes]) -> None:
-        with self._lock:
-            refs = self._by_link.get(link, {})
-            dropped = [refs.pop(object_id) for object_id in object_ids if object_id in refs]
-            if not refs:
-                self._by_link.pop(link, None)
-        if dropped:
-            del dropped  # released outside the lock
-            self._flush()
-
-    def gone(self, link: Connection) -> None:
-        """The link closed: its host is gone, or out of reach, which counts the same."""
-        with self._lock:
-            dropped = self._by_link.pop(link, None)
-        if dropped:
-            del dropped
-            self._flush()
-
-    def hand_off(self, hand_over: Callable[[list[bytes]], None], notices: DriverNotices) -> None:
-        """This process ends: hand what hosts keep to the driver, and have each host borrow it
-        from there (`TakeLent`) before letting go of it here."""
-        with self._lock:
-            by_link, self._by_link = self._by_link, {}
-        for link, refs in by_link.items():
-            ids = list(refs)
-            hand_over(ids)
-            notices.confirm()
-            try:
-                messages.call(link, TakeLent(ids), timeout=TAKE_LENT_TIMEOUT_S)
-            except (ConnectionClosed, RemoteError, TimeoutError):
-                pass  # the host is gone, or did not answer: it fails to read them, as in Ray
 
 
 @dataclass(eq=False)
