@@ -38,6 +38,7 @@ PROGRAMS = {
     "actor_pipeline": "actor_pipeline.py",
     "actor_pool_map": "actor_pool_map.py",
     "multiprocessing_pool": "multiprocessing_pool.py",
+    "replay_buffer": "replay_buffer.py",
     "multi_file": "multi_file/main.py",
 }
 
