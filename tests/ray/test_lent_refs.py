@@ -103,6 +103,18 @@ class Sink:
     def pass_kept_on(self, other: Any) -> list[int]:
         return fray_ray.get(other.read.remote(self.kept), timeout=60)
 
+    def pass_kept_to_a_task(self) -> int:
+        return fray_ray.get(length_of.remote(self.kept), timeout=60)
+
+    def read_before_and_after(self, refs: list[Any], go: Any) -> tuple[str, int]:
+        try:
+            fray_ray.get(refs[0], timeout=0.5)
+            first = "read"
+        except fray_ray.exceptions.GetTimeoutError:
+            first = "timed out"
+        fray_ray.get(go.open.remote())
+        return first, len(fray_ray.get(refs[0], timeout=60))
+
     def break_links(self) -> None:
         import gc
 
@@ -314,10 +326,34 @@ def lent_and_kept(size: int, ready: bool) -> tuple[Any, Any, str]:
     return lender, sink, made
 
 
+@fray_ray.remote
+def length_of(refs: list[Any]) -> int:
+    return len(fray_ray.get(refs[0], timeout=60))
+
+
 def test_a_kept_ref_passed_on_after_the_call_is_read_by_the_next(session: fray_ray.RayContext) -> None:
     lender, sink, _ = lent_and_kept(8, False)  # the lender lives on: it owns the object
-    assert fray_ray.get(sink.pass_kept_on.remote(Sink.remote()), timeout=60) == [8]
-    assert fray_ray.get(sink.read_kept.remote(), timeout=60) == 8  # and by the sink, from the driver now
+    other = Sink.remote()
+    fray_ray.get(other.count.remote([]), timeout=60)  # running: the sink's call goes straight to it
+    with driver_hears() as heard:
+        assert fray_ray.get(sink.pass_kept_on.remote(other), timeout=60) == [8]
+    assert "hand_over" not in heard, heard  # lent on
+    assert fray_ray.get(sink.read_kept.remote(), timeout=60) == 8  # and by the sink itself
+    with driver_hears() as heard:
+        assert fray_ray.get(sink.pass_kept_to_a_task.remote(), timeout=60) == 8
+    assert heard.count("hand_over") == 1, heard  # a task's arguments go through the driver: it owns it now
+    assert fray_ray.get(sink.read_kept.remote(), timeout=60) == 8
+
+
+@fray_ray.remote
+def lend_a_pending_one(source: Any, sink: Any, go: Any) -> tuple[str, int]:
+    fray_ray.get([source.make.remote(), sink.count.remote([])])  # the ways to both are known
+    return fray_ray.get(sink.read_before_and_after.remote([source.make_after.remote(go)], go), timeout=60)
+
+
+def test_a_read_of_a_lent_value_not_ready_times_out_and_reads_it_later(session: fray_ray.RayContext) -> None:
+    source, sink = ready_pair()
+    assert fray_ray.get(lend_a_pending_one.remote(source, sink, Latch.remote()), timeout=60) == ("timed out", 4)
 
 
 @pytest.mark.parametrize("ready, read", [(True, 8), (False, "OwnerDiedError")], ids=["sent", "pending"])
