@@ -10,9 +10,23 @@ processes, so the cached value is left out of the pickled state.
 from __future__ import annotations
 
 import dataclasses
+import operator
+from collections.abc import Callable
 from typing import Any
 
 _SLOT = "_cached_hash"
+#: class -> a function of an instance giving the tuple of its field values (C-speed `attrgetter`)
+_VALUES: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+
+
+def _values_of(cls: type) -> Callable[[Any], tuple[Any, ...]]:
+    values = _VALUES.get(cls)
+    if values is None:
+        names = [f.name for f in dataclasses.fields(cls)]
+        getter = operator.attrgetter(*names) if names else (lambda _: ())
+        values = getter if len(names) != 1 else (lambda instance: (getter(instance),))
+        _VALUES[cls] = values
+    return values
 
 
 class CachedHash:
@@ -21,7 +35,7 @@ class CachedHash:
     def __hash__(self) -> int:
         cached = self.__dict__.get(_SLOT)
         if cached is None:
-            cached = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))  # type: ignore[arg-type]
+            cached = hash(_values_of(self.__class__)(self))
             object.__setattr__(self, _SLOT, cached)
         return cached
 
@@ -32,8 +46,8 @@ class CachedHash:
             return NotImplemented
         if hash(self) != hash(other):
             return False
-        fields = dataclasses.fields(self)  # type: ignore[arg-type]
-        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields)
+        values = _values_of(self.__class__)
+        return values(self) == values(other)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
