@@ -160,8 +160,8 @@ class CallMethod(Message):
     #: (`workers/lent_refs.py`); the first `len(lent_values)` of them come with their values
     lent: list[bytes] = field(default_factory=list)
     lent_values: list[SerializedValue] = values(default_factory=list)
-    #: [index in `lent`, holder address, size]: those of `lent` a holder serves (large, ready
-    #: and naming no refs), which the callee fetches there itself
+    #: [index in `lent`, holder address, size]: those of `lent` (lent to the caller itself) whose
+    #: own lender said which holder serves them; the callee fetches them there
     lent_held: list[list[Any]] = field(default_factory=list)
     #: a generator the driver calls: its large items stay in the actor's process, as its
     #: results do (`Yield.held`)

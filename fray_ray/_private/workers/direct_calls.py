@@ -204,7 +204,7 @@ class DirectCalls:
         with self._lock:
             ours = [oid for oid in dict.fromkeys(escaped)
                     if (oid in self._producers and oid not in self._handed_over) or self.lent.lendable(oid)]
-        call.lent = lent_out.lend(message, ours, self._ready_value, self._lent_holder)
+        call.lent = lent_out.lend(message, ours, self._ready_value, self.lent.holder_of)
         self.escaped(*[oid for oid in escaped if oid not in call.lent])
         message.events = call.events = way.task_events if spec.task_events is None else spec.task_events
         if call.keep:
@@ -254,8 +254,8 @@ class DirectCalls:
         return value if value is not None or not self.lent.lendable(object_id) else self.lent.value(object_id)
 
     def _lent_holder(self, object_id: bytes) -> tuple[str, int] | None:
-        """Where a holder serves a value this process lends: its own, for a large ready result
-        of ours naming no refs (kept there from now on), or the one its own lender named."""
+        """Where a holder serves a value this process lent, asked for by a borrower: its own for
+        a large ready result of ours naming no refs (kept there from now on), or its lender's."""
         value = self._values.get(object_id)
         if value is None:
             return self.lent.holder_of(object_id)
@@ -304,7 +304,7 @@ class DirectCalls:
         if it cannot be (it then ends with the exception it raised)."""
         try:
             message = CallMethod.of(replace(call.spec, attempt=call.spec.attempt + 1), self._ready_value)
-            lent_out.lend(message, call.lent, self._ready_value, self._lent_holder)
+            lent_out.lend(message, call.lent, self._ready_value, self.lent.holder_of)
             message.events = call.events
             messages.notify(link.connection, message, defer=True)
         except MessageTooLarge:  # arguments since made ready no longer fit in one frame

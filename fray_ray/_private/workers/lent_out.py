@@ -26,10 +26,10 @@ def lend(call: CallMethod, ours: Sequence[bytes], value_of: Callable[[bytes], Se
          holder_of: Callable[[bytes], tuple[str, int] | None] = lambda object_id: None) -> list[bytes]:
     """Lend with `call` those of `ours` (the caller's own results its arguments name, or
     objects lent to it) that it may, and return them. Values that are ready and small go along,
-    once (a top-level argument's travels as the argument's); for a large one, where a holder
-    serves it (`holder_of`: it keeps the value there now, or knows where its lender's does). A
-    top-level argument whose value neither travels nor has a holder is not lent: the callee
-    reads it at once, so it is handed over instead."""
+    once (a top-level argument's travels as the argument's); for an object lent to the caller,
+    where a holder serves it if its own lender said (`holder_of`). A top-level argument whose
+    value neither travels nor has a holder is not lent: the callee reads it at once, so it is
+    handed over instead. The callee asks for the others' values if it reads them (`ReadLent`)."""
     if not ours:  # the usual call: nothing to lend
         return []
     inlined, top_level = call.args.inlined, set(call.args.top_level)

@@ -6,11 +6,11 @@ the process used to make the driver their owner first (`HandOver`, its value, a 
 `Release` later: four messages for every result passed on). Passed in the arguments of another
 direct call, it is lent instead, as a Ray owner keeps the arguments of a task it submitted: the
 call names it in `CallMethod.lent`, with its value when that is ready and small (at most
-`INLINE_LIMIT`, naming no refs), or where the caller's holder serves it when it is ready and
-large (`CallMethod.lent_held`), and the caller keeps the object alive until the call ends. A
-callee that reads a value the call did not carry because it was not ready asks the caller
-(`ReadLent`), which answers once it has it (`LentValues`). Most callees read what they were
-sent, or nothing, and drop the ref before they answer: then the driver never hears of it.
+`INLINE_LIMIT`, naming no refs), and the caller keeps the object alive until the call ends. A
+callee that reads a value the call did not carry (large, or not ready) asks the caller
+(`ReadLent`), which answers once it has it (`LentValues`: a large one by where its holder serves
+it). Most callees read what they were sent, or nothing, and drop the ref before they answer:
+then the driver never hears of it.
 
 A callee that still holds the ref as it answers (a replay buffer, say) keeps borrowing it from
 the caller, as a Ray borrower reports to the owner what it still holds when its task ends: the
