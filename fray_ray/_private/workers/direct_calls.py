@@ -166,9 +166,9 @@ class DirectCalls:
 
     def lender_handlers(self) -> dict[type[messages.Message], messages.MessageHandler]:
         """What this process answers hosts it lent objects to, on their links (`AdoptLent`,
-        also on its session when a link broke; `LentReturned`)."""
+        also on its session when a link broke; `LentReturned`, `ReadLent`)."""
         return lent_out.lender_handlers(self.hand_over, self._notices, self._borrowers,
-                               lambda ids: [oid for oid in ids if not self._references.count(oid)], self._read_lent)
+                                        lambda ids: [oid for oid in ids if not self._references.count(oid)], self._read_lent)
 
     def _read_lent(self, object_ids: list[bytes], answer: Callable[[LentValues], None]) -> None:
         """`answer` with the values of these objects lent out, once ready: results of ours once
