@@ -4,10 +4,12 @@ drops, and whatever else a callee does with such a ref still works: read a value
 not carry (asked of the caller, or fetched from its holder), keep the ref past its answer, lend
 it on, pass it on otherwise, lose its link to a lender that lives on
 (the driver then asks the lender), or find its lender gone. Real worker
-processes on the embedded cluster; the driver's handlers are watched to see what it hears."""
+processes on the embedded cluster; the driver's handlers are watched to see what it hears. The
+unit tests at the end check `LentRefs` alone against a lender's well-formed and malformed answers."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import sys
@@ -18,7 +20,12 @@ from typing import Any
 import pytest
 
 import fray_ray
+from fray_ray._private import messages
 from fray_ray._private.core import runtime_slot
+from fray_ray._private.core.task_spec import CallArguments
+from fray_ray._private.messages import CallMethod, LentValues
+from fray_ray._private.objects.serialization import SerializedValue
+from fray_ray._private.workers.lent_refs import LentRefs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
 
@@ -514,3 +521,47 @@ def test_what_a_call_cancelled_before_it_starts_lent_is_forgotten(session: fray_
     source, sink = ready_pair()
     fray_ray.get(lend_to_a_call_cancelled_before_it_starts.remote(source, sink, Latch.remote()), timeout=60)
     assert fray_ray.get(sink.lent_here.remote(), timeout=60) == 0
+
+
+# ---- LentRefs alone: what a lender's answer to `ReadLent` does to the callee's record ----------
+
+
+class _LenderStandIn:
+    """A caller's gate connection as the callee sees it: `ReadLent` is answered with `answer`."""
+
+    def __init__(self, answer: tuple[Any, list[Any]]) -> None:
+        self.answer = answer
+        self.peer_info: dict[str, Any] = {}
+        self.closed = False
+
+    def request(self, method: str, body: Any, buffers: Any) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        future.set_result(self.answer)
+        return future
+
+
+def _lent_by(lender: _LenderStandIn, object_id: bytes) -> LentRefs:
+    lent = LentRefs()
+    call = CallMethod(call=b"\x05" * 24, method="read", returns=[], num_returns=1,
+                      args=CallArguments(SerializedValue(b"")), lent=[object_id])
+    lent.arrived(lender, call)  # type: ignore[arg-type]
+    return lent
+
+
+def test_a_lenders_answer_naming_its_holder_makes_the_value_readable_there() -> None:
+    object_id = b"\x06" * 28
+    body, buffers = messages.encode(LentValues([object_id], [SerializedValue(b"", (), (), False)],
+                                               [[0, "10.0.0.7:4000", 1 << 20]]))
+    lent = _lent_by(_LenderStandIn((body, buffers)), object_id)
+    assert not lent.ready(object_id)
+    lent.read_pending([object_id], timeout=5)
+    assert lent.ready(object_id) and lent.holder_of(object_id) == ("10.0.0.7:4000", 1 << 20)
+
+
+@pytest.mark.parametrize("body", [{"ids": 5, "values": [], "held": []}, {"ids": [], "values": [], "held": "x"},
+                                  {"nonsense": True}], ids=["ids", "held", "shape"])
+def test_a_malformed_answer_from_a_lender_leaves_the_value_to_be_handed_over(body: dict[str, Any]) -> None:
+    object_id = b"\x07" * 28
+    lent = _lent_by(_LenderStandIn((body, [])), object_id)
+    lent.read_pending([object_id], timeout=5)  # returns: the reader is not left waiting
+    assert lent.without_value([object_id]) == [object_id]  # so `adopt` asks the lender to hand it over

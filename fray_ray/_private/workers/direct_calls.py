@@ -283,8 +283,8 @@ class DirectCalls:
         with link.lock:
             for done in answers:
                 call = link.in_flight.get(done.call)
-                if done.kept and call is not None:  # before the call's own refs to them go
-                    self._borrowers.kept(link.connection, [oid for oid in done.kept if oid in call.lent])
+                if done.kept and call is not None and isinstance(done.kept, list):  # before the call's own refs go
+                    self._borrowers.kept(link.connection, [oid for oid in done.kept if isinstance(oid, bytes) and oid in call.lent])
                 if call is not None and call.retries_left and not call.cancelled and not link.closed \
                         and retries_user_exception(call.spec.retry_exceptions, done.results) \
                         and self._send_again(link, call):

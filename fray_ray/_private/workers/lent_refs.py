@@ -35,6 +35,7 @@ asks the caller on its own session (`AdoptFor`). If the caller is gone, the valu
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -56,6 +57,8 @@ from fray_ray._private.objects.serialization import SerializedValue, serialize_e
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.workers.task_interrupts import wait_for_reply
 from fray_ray.exceptions import ObjectLostError, OwnerDiedError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -212,19 +215,23 @@ class LentRefs:
 
     def _record(self, done: concurrent.futures.Future[Any], ids: list[bytes],
                 recorded: concurrent.futures.Future[Any]) -> None:
+        """Record a lender's `LentValues` (on the link's reader thread); `recorded` is done
+        whatever it said: what it did not answer well is asked to be handed over instead."""
         try:
             answer = messages.reply_of(ReadLent(ids), done.result())
+            held = _held_at(answer.held)
+            with self._lock:
+                for index, (object_id, value) in enumerate(zip(answer.ids, answer.values)):
+                    entry = self._lent.get(object_id) if object_id in ids else None
+                    if entry is not None and entry.value is None and isinstance(value, SerializedValue):
+                        entry.held = held.get(index)
+                        entry.value = None if entry.held is not None else value
         except (ConnectionClosed, RemoteError, MessageError):
-            recorded.set_result(None)  # the lender is asked to hand them over instead
-            return
-        held = _held_at(answer.held)
-        with self._lock:
-            for index, (object_id, value) in enumerate(zip(answer.ids, answer.values)):
-                entry = self._lent.get(object_id) if object_id in ids else None
-                if entry is not None and entry.value is None:
-                    entry.held = held.get(index)
-                    entry.value = None if entry.held is not None else value
-        recorded.set_result(None)
+            pass  # the lender is gone or refused
+        except Exception:  # noqa: BLE001 - a malformed answer must not leave the reader waiting
+            logger.warning("a lender's answer to ReadLent was malformed", exc_info=True)
+        finally:
+            recorded.set_result(None)
 
     def read_held(self, object_ids: Sequence[bytes],
                   fetch: Callable[[list[tuple[bytes, str]]], dict[bytes, SerializedValue]]) -> None:
