@@ -9,7 +9,8 @@ passes the result of each call to the actor on to a second actor on node A, as a
 pipeline step: the second actor borrows the object, so its owner counts it), and again to an
 actor that keeps the last 100 refs it was passed (a replay buffer: its borrows outlive the call), and to an actor
 on node A that passes each on to the second one (a pipeline stage: a borrower lending on), and, for 1 MiB results,
-to an actor that reads each (over the 100 KiB a call carries: the reader fetches it). Last, a task on
+to an actor that reads each (over the 100 KiB a call carries: the reader fetches it), and passes each result, as the
+argument itself, to the second actor's call (`sink.length.remote(target.make.remote(8))`: call chaining). Last, a task on
 node B submits no-op tasks pinned to node A, one at a time (submit + get), then 1,000 at once
 (submit all, get all): nested tasks, which fray_ray's driver still schedules (Ray's submitting
 worker leases workers itself). The
@@ -48,6 +49,9 @@ def _remotes(ray: Any) -> Any:
 
         def read(self, refs: list[Any]) -> int:
             return sum(len(value) for value in ray.get(refs))
+
+        def length(self, value: bytes) -> int:
+            return len(value)
 
         def stream(self, count: int) -> Any:
             for item in range(count):  # noqa: UP028 - Ray 2.60 actor generators fail on `yield from range(...)`
@@ -104,6 +108,14 @@ def _remotes(ray: Any) -> Any:
             steps += 1
         return steps
 
+    def chain_for(target: Any, sink: Any, seconds: float) -> int:
+        """Steps of `sink.length(target.make(8))`, the result passed as the argument, for `seconds`."""
+        steps, end = 0, time.perf_counter() + seconds
+        while steps == 0 or time.perf_counter() < end:
+            ray.get(sink.length.remote(target.make.remote(8)))
+            steps += 1
+        return steps
+
     def submit_for(work: Any, seconds: float) -> int:
         """Sync tasks `work` submitted from here for `seconds`; how many."""
         tasks, end = 0, time.perf_counter() + seconds
@@ -134,6 +146,7 @@ def _remotes(ray: Any) -> Any:
             ray.remote(num_cpus=0, resources={NODE_B: 0.01})(read_for),
             ray.remote(num_cpus=0, resources={NODE_B: 0.01})(pass_on_for),
             ray.remote(num_cpus=0, resources={NODE_B: 0.01})(pass_large_for),
+            ray.remote(num_cpus=0, resources={NODE_B: 0.01})(chain_for),
             ray.remote(num_cpus=0, resources={NODE_B: 0.01})(submit_for),
             ray.remote(num_cpus=0, resources={NODE_A: 0.01})(noop),
             ray.remote(num_cpus=0, resources={NODE_B: 0.01})(batch_of))
@@ -154,7 +167,8 @@ def run(backend_name: str, ray: Any, timing: Any) -> dict[str, Any]:
     cluster = _cluster(backend_name)
     try:
         cluster.connect()
-        target_cls, call_for, caller_cls, read_for, pass_on_for, pass_large_for, submit_for, noop, batch_of = _remotes(ray)
+        (target_cls, call_for, caller_cls, read_for, pass_on_for, pass_large_for, chain_for, submit_for, noop,
+         batch_of) = _remotes(ray)
         target, sink = target_cls.remote(), target_cls.remote()
         ray.get([target.ping.remote(), sink.ping.remote()])
         task_rate, task_cpu = _measured(ray, lambda s: call_for.remote(target, s), timing)
@@ -167,6 +181,7 @@ def run(backend_name: str, ray: Any, timing: Any) -> dict[str, Any]:
         ray.get(relay.set_next.remote(sink))
         relay_rate, relay_cpu = _measured(ray, lambda s: pass_on_for.remote(target, relay, s, "relay"), timing)
         large_rate, large_cpu = _measured(ray, lambda s: pass_large_for.remote(target, sink, s), timing)
+        chain_rate, chain_cpu = _measured(ray, lambda s: chain_for.remote(target, sink, s), timing)
         nested_rate, nested_cpu = _measured(ray, lambda s: submit_for.remote(noop, s), timing)
         ray.get(batch_of.remote(noop, 100))  # warm
         batch_rate = ray.get(batch_of.remote(noop, NESTED_BATCH))
@@ -178,6 +193,7 @@ def run(backend_name: str, ray: Any, timing: Any) -> dict[str, Any]:
             "node_keep_steps": kept_rate, "node_keep_driver_us": kept_cpu,
             "node_relay_steps": relay_rate, "node_relay_driver_us": relay_cpu,
             "node_pass_large_steps": large_rate, "node_pass_large_driver_us": large_cpu,
+            "node_chain_steps": chain_rate, "node_chain_driver_us": chain_cpu,
             "node_nested_tasks": nested_rate, "node_nested_task_driver_us": nested_cpu,
             "node_nested_batch_tasks": batch_rate,
         }, "extra": {}}

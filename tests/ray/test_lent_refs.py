@@ -35,6 +35,7 @@ from waiting import wait_for  # noqa: E402
 #: What a worker tells the driver about objects.
 NOTICES = ("hand_over", "hand_over_done", "sync", "borrow", "release")
 LARGE = 1 << 20  # over the inline limit: never sent with a call
+HUGE = 9 << 20  # over what the caller sends in its answer to `ReadLent`: fetched from its holder
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +87,9 @@ class Sink:
 
     def count(self, refs: list[Any]) -> int:
         return len(refs)
+
+    def length(self, value: bytes) -> int:
+        return len(value)
 
     def read(self, refs: list[Any]) -> list[int]:
         return [len(fray_ray.get(ref, timeout=60)) for ref in refs]
@@ -206,6 +210,25 @@ def test_a_value_not_ready_as_the_call_left_is_asked_of_the_caller(session: fray
 
 
 @fray_ray.remote
+def pass_as_the_argument(source: Any, sink: Any, size: int, ready: bool) -> int:
+    fray_ray.get([source.make.remote(), sink.count.remote([])])  # the ways to both are known
+    ref = source.make.remote(size)
+    if ready:
+        fray_ray.wait([ref])
+    return fray_ray.get(sink.length.remote(ref), timeout=60)  # resolved to its value as the call starts
+
+
+@pytest.mark.parametrize("size, ready", [(8, False), (LARGE, True), (LARGE, False)],
+                         ids=["pending", "large", "large-pending"])
+def test_a_top_level_argument_not_sent_is_read_from_the_caller(
+        session: fray_ray.RayContext, size: int, ready: bool) -> None:
+    source, sink = ready_pair()
+    with driver_hears() as heard:
+        assert fray_ray.get(pass_as_the_argument.remote(source, sink, size, ready), timeout=60) == size
+    assert "hand_over" not in heard, heard
+
+
+@fray_ray.remote
 def pass_one_naming_refs_on(source: Any, sink: Any) -> list[int]:
     fray_ray.get([source.make.remote(), sink.count.remote([])])  # the ways to both are known
     return fray_ray.get(sink.read.remote([source.make_naming.remote()]), timeout=60)
@@ -218,11 +241,29 @@ def test_a_value_naming_refs_is_read_through_the_driver(session: fray_ray.RayCon
     assert heard.count("hand_over") == 1, heard  # the driver counts whoever holds the ref it names
 
 
-def test_a_large_value_is_read_from_the_callers_holder(session: fray_ray.RayContext) -> None:
+@fray_ray.remote
+def pass_on_and_count_served(source: Any, sink: Any, size: int) -> tuple[list[int], int]:
+    from fray_ray._private.workers.held_results import WORKER_HOLDER
+
+    def served() -> int:  # by this process's holder so far (an executor runs many tasks)
+        held = WORKER_HOLDER.held
+        return 0 if held is None else held.served_bytes + held.lent_bytes
+
+    fray_ray.get([source.make.remote(), sink.count.remote([])])  # the ways to both are known
+    before = served()
+    answer = fray_ray.get(sink.read.remote([source.make.remote(size)]), timeout=60)
+    return answer, served() - before
+
+
+@pytest.mark.parametrize("size", [LARGE, HUGE], ids=["large", "huge"])
+def test_a_large_value_is_read_from_the_caller(session: fray_ray.RayContext, size: int) -> None:
     source, sink = ready_pair()
     with driver_hears() as heard:
-        assert fray_ray.get(pass_results_on.remote(source, sink, 3, LARGE, True, True), timeout=60) == [[LARGE]] * 3
-    assert "hand_over" not in heard, heard  # the call said where the caller's holder serves it
+        answer, served = fray_ray.get(pass_on_and_count_served.remote(source, sink, size), timeout=60)
+    assert answer == [size]
+    assert "hand_over" not in heard, heard
+    # up to 8 MiB the caller's answer carries it; beyond, its holder serves it (mapped on this host)
+    assert (served >= size) == (size == HUGE), served
 
 
 @fray_ray.remote

@@ -20,16 +20,18 @@ from fray_ray._private.workers.held_results import WORKER_HOLDER
 
 #: How long a caller whose process ends waits for each host to borrow from the driver what it kept.
 TAKE_LENT_TIMEOUT_S = 60.0
+#: Values up to this size answer a `ReadLent` themselves (one transfer, no copy into the holder);
+#: larger ones are fetched from the holder, which a reader on the same host maps instead.
+READ_INLINE_LIMIT = 8 << 20
 
 
 def lend(call: CallMethod, ours: Sequence[bytes], value_of: Callable[[bytes], SerializedValue | None],
          holder_of: Callable[[bytes], tuple[str, int] | None] = lambda object_id: None) -> list[bytes]:
-    """Lend with `call` those of `ours` (the caller's own results its arguments name, or
-    objects lent to it) that it may, and return them. Values that are ready and small go along,
-    once (a top-level argument's travels as the argument's); for an object lent to the caller,
-    where a holder serves it if its own lender said (`holder_of`). A top-level argument whose
-    value neither travels nor has a holder is not lent: the callee reads it at once, so it is
-    handed over instead. The callee asks for the others' values if it reads them (`ReadLent`)."""
+    """Lend with `call` every one of `ours` (the caller's own results its arguments name, or
+    objects lent to it), and return them. Values that are ready and small go along, once (a
+    top-level argument's travels as the argument's); for an object lent to the caller, where a
+    holder serves it if its own lender said (`holder_of`). The callee asks for the others'
+    values as it reads them (`ReadLent`: a top-level argument's as the call starts)."""
     if not ours:  # the usual call: nothing to lend
         return []
     inlined, top_level = call.args.inlined, set(call.args.top_level)
@@ -46,11 +48,10 @@ def lend(call: CallMethod, ours: Sequence[bytes], value_of: Callable[[bytes], Se
                 and not value.contained_refs:
             sent.append(object_id)
             values.append(value)
-        elif (where := holder_of(object_id)) is not None:
+        else:
             rest.append(object_id)
-            held.append((object_id, where))
-        elif object_id not in top_level:
-            rest.append(object_id)
+            if (where := holder_of(object_id)) is not None:
+                held.append((object_id, where))
     call.lent, call.lent_values = sent + rest, values
     index = {object_id: number for number, object_id in enumerate(call.lent)}
     call.lent_held = [[index[object_id], address, size] for object_id, (address, size) in held]
@@ -98,16 +99,16 @@ def held_for_lending(object_id: bytes, value: SerializedValue) -> tuple[str, int
 
 def lent_values(ready: Sequence[tuple[bytes, SerializedValue | None]],
                 holder_of: Callable[[bytes], tuple[str, int] | None]) -> LentValues:
-    """The answer to `ReadLent` from (object id, value or None) pairs: small values as they
-    are, others by where `holder_of` says a holder serves them; those naming refs, or that no
-    holder serves, are left out (handed over instead)."""
+    """The answer to `ReadLent` from (object id, value or None) pairs: values up to
+    `READ_INLINE_LIMIT` as they are, others by where `holder_of` says a holder serves them;
+    those naming refs, or that no holder serves, are left out (handed over instead)."""
     answer = LentValues()
     for object_id, value in ready:
-        where = holder_of(object_id) if value is None or value.size > INLINE_LIMIT else None
+        where = holder_of(object_id) if value is None or value.size > READ_INLINE_LIMIT else None
         if where is not None:
             answer.held.append([len(answer.ids), *where])
             value = SerializedValue(b"", (), (), False)
-        elif value is None or value.size > INLINE_LIMIT or value.contained_refs:
+        elif value is None or value.size > READ_INLINE_LIMIT or value.contained_refs:
             continue
         answer.ids.append(object_id)
         answer.values.append(value)
