@@ -12,7 +12,7 @@ every task and actor is an Iris job of its own:
 - a streaming task's large items, held by its worker, are rebuilt by running it again after
   that worker is killed, and lost with a reason when they cannot be;
 - refs an actor keeps past the call that lent them, borrowed from the task's worker (a large
-  value read from that worker's holder), outlive that worker's retirement (it hands them to the driver first) and fail with `OwnerDiedError`
+  value read from that worker), outlive that worker's retirement (it hands them to the driver first) and fail with `OwnerDiedError`
   when it is killed."""
 
 from __future__ import annotations

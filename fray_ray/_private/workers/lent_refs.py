@@ -8,8 +8,8 @@ direct call, it is lent instead, as a Ray owner keeps the arguments of a task it
 call names it in `CallMethod.lent`, with its value when that is ready and small (at most
 `INLINE_LIMIT`, naming no refs), and the caller keeps the object alive until the call ends. A
 callee that reads a value the call did not carry (large, or not ready) asks the caller
-(`ReadLent`), which answers once it has it (`LentValues`: a large one by where its holder serves
-it). Most callees read what they were sent, or nothing, and drop the ref before they answer:
+(`ReadLent`), which answers once it has it (`LentValues`: one over 8 MiB by where its holder
+serves it). Most callees read what they were sent, or nothing, and drop the ref before they answer:
 then the driver never hears of it.
 
 A callee that still holds the ref as it answers (a replay buffer, say) keeps borrowing it from
