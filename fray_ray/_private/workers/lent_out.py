@@ -91,9 +91,9 @@ def lender_handlers(hand_over: Callable[[list[bytes]], None], notices: DriverNot
 def held_for_lending(object_id: bytes, value: SerializedValue) -> tuple[str, int] | None:
     """Keep a large value naming no refs in this process's holder, for the hosts it is lent
     to to fetch there: (holder address, size); None if it is small or cannot be kept."""
-    if value.is_error or value.size <= INLINE_LIMIT or value.contained_refs:
+    if value.contained_refs:  # whoever reads it must be counted by the driver
         return None
-    _, held = WORKER_HOLDER.keep_large([value], [object_id])
+    _, held = WORKER_HOLDER.keep_large([value], [object_id])  # which keeps no error nor small value
     return (held[0][1], held[0][2]) if held else None
 
 

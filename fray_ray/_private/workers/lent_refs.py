@@ -149,9 +149,7 @@ class LentRefs:
                 if entry is None or not entry.kept:
                     rest.append(object_id)
                     continue
-                entry.kept = False
-                if entry.calls <= 0:
-                    del self._lent[object_id]
+                self._unkeep_locked(object_id, entry)
                 by_lender.setdefault(entry.lender, []).append(object_id)
         for lender, ids in by_lender.items():
             _tell(lender, LentReturned(ids))
@@ -163,11 +161,15 @@ class LentRefs:
             ids = [oid for oid in object_ids if (entry := self._lent.get(oid)) is not None and entry.kept
                    and entry.lender is lender]
             for object_id in ids:
-                self._lent[object_id].kept = False
-                if self._lent[object_id].calls <= 0:
-                    del self._lent[object_id]
+                self._unkeep_locked(object_id, self._lent[object_id])
         if ids:
             self._borrow_now(ids)
+
+    def _unkeep_locked(self, object_id: bytes, entry: _Lent) -> None:
+        """No longer borrowed from its lender past its calls: forgotten unless a call still lends it."""
+        entry.kept = False
+        if entry.calls <= 0:
+            del self._lent[object_id]
 
     def holds(self, object_id: bytes) -> bool:
         return object_id in self._lent
@@ -247,16 +249,18 @@ class LentRefs:
             return
         try:
             fetched = fetch(wanted)
-        except HolderLost:  # the lender's process is gone, or out of reach: it is asked instead
-            fetched = {oid: serialize_error(OwnerDiedError(oid.hex(), None, "")) for oid, _ in wanted}
+        except HolderLost:  # the lender's process is gone, or out of reach
+            fetched = {}
         with self._lock:
-            for object_id, value in fetched.items():
+            for object_id, _ in wanted:
                 entry = self._lent.get(object_id)
-                if entry is not None and entry.value is None:
-                    if value.is_error:
-                        entry.held = None  # gone from there: the lender is asked instead
-                    else:
-                        entry.value = value
+                if entry is None or entry.value is not None:
+                    continue
+                value = fetched.get(object_id)
+                if value is None or value.is_error:
+                    entry.held = None  # not served there: the lender is asked instead
+                else:
+                    entry.value = value
 
     def lendable(self, object_id: bytes) -> bool:
         """Whether this process may lend `object_id` on to the host of its own direct call,
