@@ -10,7 +10,9 @@ pipeline step: the second actor borrows the object, so its owner counts it), and
 actor that keeps the last 100 refs it was passed (a replay buffer: its borrows outlive the call), and to an actor
 on node A that passes each on to the second one (a pipeline stage: a borrower lending on), and, for 1 MiB results,
 to an actor that reads each (over the 100 KiB a call carries: the reader fetches it), and passes each result, as the
-argument itself, to the second actor's call (`sink.length.remote(target.make.remote(8))`: call chaining). Last, a task on
+argument itself, to the second actor's call (`sink.length.remote(target.make.remote(8))`: call chaining), and to the
+replay buffer again, from which a learner actor on node B samples the newest ref and reads it (the buffer passes on a
+ref it borrows, in its answer). Last, a task on
 node B submits no-op tasks pinned to node A, one at a time (submit + get), then 1,000 at once
 (submit all, get all): nested tasks, which fray_ray's driver still schedules (Ray's submitting
 worker leases workers itself). The
@@ -73,6 +75,10 @@ def _remotes(ray: Any) -> Any:
             kept.extend(refs)
             del kept[:-100]
             return len(kept)
+
+        def sample(self, count: int) -> list[Any]:
+            """The newest `count` refs kept, unread (a replay buffer's batch)."""
+            return self.__dict__.get("kept", [])[-count:]
 
     def call_for(target: Any, seconds: float) -> int:
         """Sync calls to `target` for `seconds`; how many."""
@@ -140,6 +146,28 @@ def _remotes(ray: Any) -> Any:
         def call_for(self, seconds: float) -> int:
             return call_for(self.target, seconds)
 
+    class Learner:
+        def __init__(self, buffer: Any) -> None:
+            self.buffer = buffer
+
+        def ping(self) -> int:
+            return 1
+
+        def train(self) -> int:
+            """Sample the newest ref the buffer keeps, and read it."""
+            (ref,) = ray.get(self.buffer.sample.remote(1))
+            return len(ray.get(ref))
+
+    def sample_for(target: Any, buffer: Any, learner: Any, seconds: float) -> int:
+        """Steps of `target.make(8)` → `buffer.keep([its result])` → `learner.train()` (which
+        samples that ref from the buffer and reads it) for `seconds`; how many."""
+        steps, end = 0, time.perf_counter() + seconds
+        while steps == 0 or time.perf_counter() < end:
+            ray.get(buffer.keep.remote([target.make.remote(8)]))
+            assert ray.get(learner.train.remote()) == 8
+            steps += 1
+        return steps
+
     return (ray.remote(num_cpus=0, resources={NODE_A: 0.01})(Target),
             ray.remote(num_cpus=0, resources={NODE_B: 0.01})(call_for),
             ray.remote(num_cpus=0, resources={NODE_B: 0.01})(Caller),
@@ -149,7 +177,9 @@ def _remotes(ray: Any) -> Any:
             ray.remote(num_cpus=0, resources={NODE_B: 0.01})(chain_for),
             ray.remote(num_cpus=0, resources={NODE_B: 0.01})(submit_for),
             ray.remote(num_cpus=0, resources={NODE_A: 0.01})(noop),
-            ray.remote(num_cpus=0, resources={NODE_B: 0.01})(batch_of))
+            ray.remote(num_cpus=0, resources={NODE_B: 0.01})(batch_of),
+            ray.remote(num_cpus=0, resources={NODE_B: 0.01})(Learner),
+            ray.remote(num_cpus=0, resources={NODE_B: 0.01})(sample_for))
 
 
 def _measured(ray: Any, run: Any, timing: Any) -> tuple[float, float]:
@@ -168,7 +198,7 @@ def run(backend_name: str, ray: Any, timing: Any) -> dict[str, Any]:
     try:
         cluster.connect()
         (target_cls, call_for, caller_cls, read_for, pass_on_for, pass_large_for, chain_for, submit_for, noop,
-         batch_of) = _remotes(ray)
+         batch_of, learner_cls, sample_for) = _remotes(ray)
         target, sink = target_cls.remote(), target_cls.remote()
         ray.get([target.ping.remote(), sink.ping.remote()])
         task_rate, task_cpu = _measured(ray, lambda s: call_for.remote(target, s), timing)
@@ -182,6 +212,9 @@ def run(backend_name: str, ray: Any, timing: Any) -> dict[str, Any]:
         relay_rate, relay_cpu = _measured(ray, lambda s: pass_on_for.remote(target, relay, s, "relay"), timing)
         large_rate, large_cpu = _measured(ray, lambda s: pass_large_for.remote(target, sink, s), timing)
         chain_rate, chain_cpu = _measured(ray, lambda s: chain_for.remote(target, sink, s), timing)
+        learner = learner_cls.remote(sink)
+        ray.get(learner.ping.remote())
+        sample_rate, sample_cpu = _measured(ray, lambda s: sample_for.remote(target, sink, learner, s), timing)
         nested_rate, nested_cpu = _measured(ray, lambda s: submit_for.remote(noop, s), timing)
         ray.get(batch_of.remote(noop, 100))  # warm
         batch_rate = ray.get(batch_of.remote(noop, NESTED_BATCH))
@@ -194,6 +227,7 @@ def run(backend_name: str, ray: Any, timing: Any) -> dict[str, Any]:
             "node_relay_steps": relay_rate, "node_relay_driver_us": relay_cpu,
             "node_pass_large_steps": large_rate, "node_pass_large_driver_us": large_cpu,
             "node_chain_steps": chain_rate, "node_chain_driver_us": chain_cpu,
+            "node_sample_steps": sample_rate, "node_sample_driver_us": sample_cpu,
             "node_nested_tasks": nested_rate, "node_nested_task_driver_us": nested_cpu,
             "node_nested_batch_tasks": batch_rate,
         }, "extra": {}}

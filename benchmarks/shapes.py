@@ -174,6 +174,7 @@ BASE_TARGETS: dict[str, Target] = {
     "node_relay_steps": Target(TargetKind.RATIO, 1.0, "≥ Ray's rate"),
     "node_pass_large_steps": Target(TargetKind.RATIO, 1.0, "≥ Ray's rate"),
     "node_chain_steps": Target(TargetKind.RATIO, 1.0, "≥ Ray's rate"),
+    "node_sample_steps": Target(TargetKind.RATIO, 1.0, "≥ Ray's rate"),
     "node_nested_tasks": Target(TargetKind.RATIO, 1.0, "≥ Ray's rate"),
     "node_nested_batch_tasks": Target(TargetKind.RATIO, 1.0, "≥ Ray's rate"),
     "node_to_node_100mb_gbps": Target(TargetKind.RATIO, 1.0, "≥ Ray's GB/s"),
@@ -299,6 +300,8 @@ def catalog(curves: Curves, timeout_scale: float = 1.0, envelope: EnvelopeSizes 
         Metric("node_pass_large_driver_us", "µs", "lower", "the driver's CPU per such step"),
         Metric("node_chain_steps", "steps/s", "higher", "each result passed as the argument of a call to another actor"),
         Metric("node_chain_driver_us", "µs", "lower", "the driver's CPU per such step"),
+        Metric("node_sample_steps", "steps/s", "higher", "each result kept by a buffer, then sampled from it by a learner on node B"),
+        Metric("node_sample_driver_us", "µs", "lower", "the driver's CPU per such step"),
         Metric("node_nested_tasks", "tasks/s", "higher", "a task on node B submitting tasks to node A, one at a time"),
         Metric("node_nested_task_driver_us", "µs", "lower", "the driver's CPU per such task (it schedules them)"),
         Metric("node_nested_batch_tasks", "tasks/s", "higher", "a task on node B submitting 1,000 tasks at once to node A"))

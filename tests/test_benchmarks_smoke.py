@@ -70,7 +70,7 @@ def test_the_several_node_shapes_run_on_fray_ray(tmp_path):
                  "node_task_to_actor_calls", "node_actor_to_actor_calls", "node_generator_items", "node_generator_driver_us",
                  "node_pass_on_steps", "node_pass_on_driver_us", "node_keep_steps", "node_keep_driver_us",
                  "node_relay_steps", "node_relay_driver_us", "node_pass_large_steps", "node_pass_large_driver_us",
-                 "node_chain_steps", "node_chain_driver_us",
+                 "node_chain_steps", "node_chain_driver_us", "node_sample_steps", "node_sample_driver_us",
                  "node_nested_tasks", "node_nested_task_driver_us",
                  "node_nested_batch_tasks"):
         row = report["metrics"][name]["fray_ray"]

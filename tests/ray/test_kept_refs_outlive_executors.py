@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import fray_ray
-from fray_ray._private.core import runtime_state
+from fray_ray._private.core import runtime_slot, runtime_state
 from fray_ray._private.driver import executor_pool
 from fray_ray.cluster_utils import Cluster
 
@@ -50,10 +50,21 @@ class Buffer:
 def lend_to(source: Any, buffer: Any, sizes: list[int]) -> int:
     """Lends results of its own (one of each size, ready) to `buffer`, drops its refs; its pid."""
     fray_ray.get([source.make.remote(0), buffer.keep.remote([])])  # the ways to both are known
+    direct = runtime_slot.current().direct
+    sent = direct.sent
     refs = [source.make.remote(size) for size in sizes]
     fray_ray.wait(refs, num_returns=len(refs))
     fray_ray.get(buffer.keep.remote(refs), timeout=60)
+    assert direct.sent == sent + len(sizes) + 1, "the calls went through the driver: it owns their results"
     return os.getpid()
+
+
+def running_pair() -> tuple[Any, Any]:
+    """A source and a buffer, both running (a task's calls to an actor still starting go
+    through the driver)."""
+    source, buffer = Source.remote(), Buffer.remote()
+    fray_ray.get([source.make.remote(0), buffer.keep.remote([])], timeout=60)
+    return source, buffer
 
 
 @fray_ray.remote(resources={"b": 1})
@@ -64,7 +75,7 @@ def nothing() -> None:
 def test_refs_an_actor_keeps_outlive_the_retired_executor_that_lent_them(hosts: Cluster,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     driver = runtime_state.current()
-    source, buffer = Source.remote(), Buffer.remote()
+    source, buffer = running_pair()
     pid = fray_ray.get(lend_to.remote(source, buffer, [8, LARGE]), timeout=60)
     fray_ray.get(nothing.remote(), timeout=60)  # b's executor is now the warm one kept
     monkeypatch.setattr(executor_pool, "IDLE_TIMEOUT_S", 0.3)
@@ -74,7 +85,7 @@ def test_refs_an_actor_keeps_outlive_the_retired_executor_that_lent_them(hosts: 
 
 
 def test_refs_an_actor_keeps_fail_as_owner_died_when_the_lender_crashes(hosts: Cluster) -> None:
-    source, buffer = Source.remote(), Buffer.remote()
+    source, buffer = running_pair()
     pid = fray_ray.get(lend_to.remote(source, buffer, [LARGE]), timeout=60)
     os.kill(pid, 9)
     wait_for(lambda: not pid_alive(pid), what="the lender's process gone")

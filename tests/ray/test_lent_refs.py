@@ -10,10 +10,8 @@ unit tests at the end check `LentRefs` alone against a lender's well-formed and 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +27,10 @@ from fray_ray._private.workers.lent_refs import LentRefs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
 
+from driver_watch import driver_hears  # noqa: E402
 from latches import Latch  # noqa: E402
 from waiting import wait_for  # noqa: E402
 
-#: What a worker tells the driver about objects.
-NOTICES = ("hand_over", "hand_over_done", "sync", "borrow", "release")
 LARGE = 1 << 20  # over the inline limit: never sent with a call
 HUGE = 9 << 20  # over what the caller sends in its answer to `ReadLent`: fetched from its holder
 
@@ -41,26 +38,6 @@ HUGE = 9 << 20  # over what the caller sends in its answer to `ReadLent`: fetche
 @pytest.fixture(scope="module")
 def session(cluster_session: fray_ray.RayContext) -> fray_ray.RayContext:
     return cluster_session
-
-
-@contextlib.contextmanager
-def driver_hears() -> Iterator[list[str]]:
-    """The kinds of the notices about objects the driver gets meanwhile."""
-    handlers = runtime_slot.current().session._handlers
-    originals = {kind: handlers[kind] for kind in NOTICES}
-    heard: list[str] = []
-
-    def watching(kind: str) -> Any:
-        def handle(connection: Any, message_id: int | None, body: Any, buffers: list[bytearray]) -> None:
-            heard.append(kind)
-            originals[kind](connection, message_id, body, buffers)
-        return handle
-
-    handlers.update({kind: watching(kind) for kind in NOTICES})
-    try:
-        yield heard
-    finally:
-        handlers.update(originals)
 
 
 @fray_ray.remote

@@ -169,6 +169,13 @@ class CallDone(Message):
     held: list[list[Any]] = field(default_factory=list)
     #: objects the caller lent with a direct call that the host keeps past it, borrowed from the caller
     kept: list[bytes] = field(default_factory=list)
+    #: objects other callers lent the host that its results name, lent on to this caller, which
+    #: borrows them from the host (`workers/lent_refs.py`); the first `len(lent_values)` come
+    #: with their values, and `lent_held` ([index in `lent`, holder address, size]) says which
+    #: holder serves others
+    lent: list[bytes] = field(default_factory=list)
+    lent_values: list[SerializedValue] = values(default_factory=list)
+    lent_held: list[list[Any]] = field(default_factory=list)
 
 
 @_message

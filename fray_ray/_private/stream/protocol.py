@@ -256,7 +256,7 @@ class Connection(Outbox, ReadLending):
                 future.set_exception(ConnectionClosed(f"{self.name}: connection closed"))
                 return future
             self._pending[message_id] = future
-        self._lender_will_wait()
+        self.hand_to_standby()
         try:
             self._send([REQUEST, message_id, method, body], buffers)
         except ConnectionClosed as exc:

@@ -256,8 +256,9 @@ class ReadLending:
         without the lock, which its callers repeat under it."""
         return self._lender == threading.get_ident() and not self._lender_present
 
-    def _lender_will_wait(self) -> None:
-        """The lender, away, sends a request whose answer it will wait for: the standby reads now."""
+    def hand_to_standby(self) -> None:
+        """The lender, away, will wait elsewhere (for the answer to a request it sends here, or
+        reading another connection): the standby reads now, not once it has missed it a while."""
         if not self._is_away_lender():
             return
         with self._role_lock:

@@ -17,13 +17,13 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import cloudpickle
 
 from fray_ray._private import messages
-from fray_ray._private.core import runtime_state
+from fray_ray._private.core import object_ref, runtime_state
 from fray_ray._private.core.actor_builtins import actor_method
 from fray_ray._private.core.actor_handles import own_handle
 from fray_ray._private.core.execution import (
@@ -53,6 +53,7 @@ from fray_ray._private.objects.serialization import SerializedValue, serialize_e
 from fray_ray._private.observe.logs import flush_forwarded, forward_output
 from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
+from fray_ray._private.workers.actor_service_calls import ActorServiceCalls, creation_failed
 from fray_ray._private.workers.actor_state_row import ActorStateRow
 from fray_ray._private.workers.call_endings import (
     SendItem,
@@ -69,7 +70,7 @@ from fray_ray._private.workers.runtime import WorkerRuntime, open_session
 from fray_ray._private.workers.task_interrupts import interrupt_thread
 from fray_ray._private.workers.unplanned_exits import end_own_job, guard_process_exits, plan_exit
 from fray_ray._private.workers.worker_start import prepare_worker
-from fray_ray.exceptions import ActorDeathInfo, ActorDeathReason, ActorDiedError, RayActorError
+from fray_ray.exceptions import RayActorError
 from fray_ray.fray import current_actor
 from fray_ray.fray.job_info import get_job_info
 
@@ -83,7 +84,7 @@ class ActorExit(BaseException):
     """Raised by exit_actor() to end the actor after the current call."""
 
 
-class RayActorHost(ActorStateRow):
+class RayActorHost(ActorStateRow, ActorServiceCalls):
     """Hosts one Ray actor. Constructed by the Fray backend inside the actor's job."""
 
     def __init__(
@@ -137,7 +138,8 @@ class RayActorHost(ActorStateRow):
         self._foreign = (
             ForeignCallGate(self._on_call, bind_host=info.bind_host, advertise_host=info.advertise_host,
                             cancel=self._on_cancel, before_answer=lambda: self._runtime.notices.confirm(),
-                            released=lambda: self._runtime.references.flush(), lent=lambda: self._runtime.direct.lent)
+                            released=lambda: self._runtime.references.flush(), lent=lambda: self._runtime.direct.lent,
+                            lending=lambda: self._runtime.direct.lending)
             if info is not None else None
         )
         handlers.update(self._foreign.owner_handlers() if self._foreign is not None else {})
@@ -264,7 +266,7 @@ class RayActorHost(ActorStateRow):
         if call.method == "__ray_terminate__":
             raise ActorExit()  # a graceful end, queued behind earlier calls
         if self._creation_error is not None or self._instance is None:
-            raise _creation_failed(self._class_name)
+            raise creation_failed(self._class_name)
         refs = call.args.names_refs()  # their borrows are announced as it is answered
         with self._runtime.notices.borrows_deferred(self._deferred_borrows, call.call) if refs else contextlib.nullcontext():
             args, kwargs = resolve_call_arguments(call.args, self._runtime.fetch)
@@ -332,7 +334,7 @@ class RayActorHost(ActorStateRow):
                 send_any_items(self._item_sender(call), call.call, result)
                 self._complete(call, [], None)
             else:
-                self._complete(call, self._results(call, result), None)
+                self._complete(call, *self._results(call, result))
         except ActorExit:
             self._exit_requested(call)
         except SystemExit as exc:
@@ -372,7 +374,7 @@ class RayActorHost(ActorStateRow):
                     await send_any_items_async(self._item_sender(call), call.call, result)
                     self._complete(call, [], None)
                 else:
-                    self._complete(call, self._results(call, result), None)
+                    self._complete(call, *self._results(call, result))
             except ActorExit:
                 self._exit_requested(call)
             except SystemExit as exc:
@@ -391,9 +393,12 @@ class RayActorHost(ActorStateRow):
                 if runtime_token is not None:
                     reset_quietly(runtime_state.reset_context_runtime, runtime_token)
 
-    def _results(self, call: CallMethod, result: Any) -> list[SerializedValue]:
-        packaged = package_results(result, call.num_returns, call.method)
-        return within_store(packaged, self._runtime.object_store_memory, call.method)
+    def _results(self, call: CallMethod, result: Any) -> tuple[list[SerializedValue], None, list[bytes]]:
+        """(the results, no error, the refs they name: lent on with the answer, or handed over)."""
+        with object_ref.escapes_held():
+            packaged = package_results(result, call.num_returns, call.method)
+            named = object_ref.take_held_escapes()
+        return within_store(packaged, self._runtime.object_store_memory, call.method), None, named
 
     def _wrap(self, exc: BaseException, call: CallMethod) -> BaseException:
         if isinstance(exc, RayActorError) and self._creation_error is not None:
@@ -401,7 +406,8 @@ class RayActorHost(ActorStateRow):
         return make_task_error(exc, f"{self._class_name}.{call.method}", actor_repr=self._display_name,
                                actor_id=self._actor_id.hex())
 
-    def _complete(self, call: CallMethod, results: list[SerializedValue] | None, error: BaseException | None) -> None:
+    def _complete(self, call: CallMethod, results: list[SerializedValue] | None, error: BaseException | None,
+                  named: Sequence[bytes] = ()) -> None:
         values = error_results(error, len(call.returns)) if error is not None else list(results or [])
         sys.stdout.flush()
         sys.stderr.flush()
@@ -412,12 +418,20 @@ class RayActorHost(ActorStateRow):
             lent = self._runtime.direct.lent if self._runtime.direct else None
             kept = self._runtime.notices.announce(deferred, (lambda held: lent.keep(call.call, held)) if lent else None)
         done = CallDone(call.call, values, error is not None, kept=kept)
+        direct = self._runtime.direct
+        caller = self._foreign.worker_caller(call.call) if self._foreign is not None and named else None
+        if direct is not None and named:
+            direct.lending.with_answer(done, named, caller)
         try:
             if self._foreign is None or not self._foreign.answer(done):
+                if caller is not None and direct is not None:  # its caller went meanwhile
+                    direct.lending.answer_not_lent(done, caller)
                 if error is None and not self._in_process:  # large results stay here, as a task's do
                     done.results, done.held = WORKER_HOLDER.keep_large(done.results, call.returns)
                 self._send(done, defer=self._has_other_calls(call))
         except MessageTooLarge as exc:  # the caller hears which limit its results exceed
+            if caller is not None and direct is not None:
+                direct.lending.answer_not_lent(done, caller)
             failed = error_results(self._wrap(exc, call), len(call.returns))
             self._send(CallDone(call.call, failed, True))
 
@@ -444,10 +458,15 @@ class RayActorHost(ActorStateRow):
         self._stop()
 
     def _hand_off_held(self) -> None:
-        """What this actor returned outlives it: the driver takes the values held here first."""
-        if not self._in_process and WORKER_HOLDER.holds_values():
+        """What this actor returned or lent on outlives it: the driver takes the values held
+        here first, and what callers borrow from this process."""
+        if self._in_process:
+            return
+        if WORKER_HOLDER.holds_values():
             with contextlib.suppress(Exception):
                 messages.call(self._runtime.connection, HandOffHeld(), timeout=HAND_OFF_TIMEOUT_S)
+        if self._runtime.direct is not None:
+            self._runtime.direct.lending.hand_off()
 
     def _system_exit(self, call: CallMethod, exc: SystemExit) -> None:
         """`sys.exit()` in a method ends the actor's process, as in Ray: with status 0 (or none)
@@ -492,51 +511,6 @@ class RayActorHost(ActorStateRow):
             self._foreign.close()
 
     # ---- ActorService (Iris and Fray clients) ------------------------------------------
-
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Call a method of the hosted instance (for Iris/Fray clients), in the actor's order."""
-        self._created.wait()
-        if self._creation_error is not None:
-            raise _creation_failed(self._class_name)
-        future: concurrent.futures.Future = concurrent.futures.Future()
-
-        def run() -> None:
-            try:
-                result = getattr(self._instance, method)(*args, **kwargs)
-                if inspect.iscoroutine(result):
-                    result = asyncio.run(result)
-                future.set_result(result)
-            except BaseException as exc:  # noqa: BLE001 - delivered to the caller
-                future.set_exception(exc)
-
-        if self._is_async:
-            async def run_async() -> None:
-                try:
-                    result = getattr(self._instance, method)(*args, **kwargs)
-                    if inspect.isawaitable(result):
-                        result = await result
-                    future.set_result(result)
-                except BaseException as exc:  # noqa: BLE001 - delivered to the caller
-                    future.set_exception(exc)
-
-            self._loops[None].spawn(run_async)
-        else:
-            self._submit_sync(None, run)
-        return future.result()
-
-    def ping(self) -> bool:
-        """True once the instance exists (for health checks)."""
-        return self._created.is_set() and self._creation_error is None
-
-    def describe(self) -> dict[str, Any]:
-        """What another driver needs to make a handle: class name, method table, async-ness."""
-        self._created.wait()
-        if self._creation_error is not None:
-            raise _creation_failed(self._class_name)
-        if self._killed.is_set():  # still ending: its name is already free, as in Ray
-            raise ActorDiedError(ActorDeathInfo(ActorDeathReason.KILLED, class_name=self._class_name))
-        return {"class_name": self._class_name, "methods": self._methods_blob, "is_async": self._is_async,
-                "calls": self._open_foreign_gate()}
 
     def _open_foreign_gate(self) -> dict[str, str] | None:
         """Where other processes send calls over the stream protocol; None where it cannot be served."""
@@ -584,12 +558,6 @@ class RayActorHost(ActorStateRow):
             return
         print(f"fray_ray: actor {self._class_name} lost its driver's session; exiting", file=sys.__stderr__, flush=True)
         os._exit(1)
-
-
-def _creation_failed(class_name: str) -> BaseException:
-    return ActorDiedError(ActorDeathInfo(
-        ActorDeathReason.PROCESS_DIED, class_name=class_name, detail="Its creation task failed."
-    ))
 
 
 class CheckedActorHost(RayActorHost):

@@ -45,7 +45,7 @@ from fray_ray._private.messages import (
     HandOver,
     HandOverDone,
     HandOverStream,
-    LentValues,
+    TakeLent,
     Yield,
 )
 from fray_ray._private.objects.ids import TASK_ID_SIZE
@@ -101,14 +101,13 @@ class DirectCalls:
         self._values: dict[bytes, SerializedValue] = {}
         self._answer_refs = AnswerRefs(references, notices)  # refs that the values held here name
         self._handed_over: set[bytes] = set()
-        self._lent_held: set[bytes] = set()  # results of ours this process's holder serves to those it lent them
         #: handed over, no ref left here, the call still running: its value goes to the driver
         self._released: set[bytes] = set()
         self._changed = threading.Condition(self._lock)  # a result arrived (for `wait`)
         self._streams = DirectStreams(self._lock, self._changed, self._take_item, self._send_stream,
                                       lambda item_id: ObjectRef(item_id, _announced=True), self._answer_refs.let_go)
         self.lent = LentRefs(session, notices.borrow_now)  # what the callers of the calls this process runs lent it
-        self._borrowers = lent_out.Borrowers(references.flush)  # hosts that keep objects this process lent them
+        self.lending = lent_out.Lending(self, notices, references)  # who borrows what this process lent them
         self.sent = 0  # calls sent straight to hosts (tests read it)
         object_ref.set_escape_hook(self.escaped)
 
@@ -158,29 +157,31 @@ class DirectCalls:
         link = HostLink(address, connection)
         connection.add_close_callback(lambda _: self._link_closed(link))
         connection.start(messages.handlers({Yield: lambda _connection, _id, item: self._item_arrived(item),
-                                            **self.lender_handlers()},
+                                            TakeLent: self.lent.on_take_lent, **self.lending.handlers()},
                                            batched={CallDone: lambda _, done: self._answered(link, done)}))
         with self._lock:
             self._links[address] = link
         return link
 
-    def lender_handlers(self) -> dict[type[messages.Message], messages.MessageHandler]:
-        """What this process answers hosts it lent objects to, on their links (`AdoptLent`,
-        also on its session when a link broke; `LentReturned`, `ReadLent`)."""
-        return lent_out.lender_handlers(self.hand_over, self._notices, self._borrowers,
-                                        lambda ids: [oid for oid in ids if not self._references.count(oid)], self._read_lent)
+    # ---- as a lender (`lent_out.Lending`) -------------------------------------------------
 
-    def _read_lent(self, object_ids: list[bytes], answer: Callable[[LentValues], None]) -> None:
-        """`answer` with the values of these objects lent out, once ready: results of ours once
-        their calls end, objects lent here once their own lenders answer."""
+    def lendable(self, object_ids: Iterable[bytes]) -> list[bytes]:
+        with self._lock:
+            return [oid for oid in dict.fromkeys(object_ids)
+                    if (oid in self._producers and oid not in self._handed_over) or self.lent.lendable(oid)]
+
+    def read_own(self, object_ids: Sequence[bytes]) -> tuple[list[bytes], list[concurrent.futures.Future[Any]]]:
         with self._lock:
             ours = [oid for oid in dict.fromkeys(object_ids) if oid in self._producers and oid not in self._released]
-            pending = [call.future for oid in ours if oid not in self._values
-                       and (call := self._calls.get(self._producers[oid])) is not None]
-        lent = [oid for oid in dict.fromkeys(object_ids) if oid not in ours and self.lent.lendable(oid)]
-        lent_out.after_all(pending + self.lent.ask_lenders(lent), lambda: answer(lent_out.lent_values(
-            [(oid, self._values.get(oid)) for oid in ours] + [(oid, self.lent.value(oid)) for oid in lent],
-            self._lent_holder)))
+            return ours, [call.future for oid in ours if oid not in self._values
+                          and (call := self._calls.get(self._producers[oid])) is not None]
+
+    def own_value(self, object_id: bytes) -> SerializedValue | None:
+        return self._values.get(object_id)
+
+    def ready_value(self, object_id: bytes) -> SerializedValue | None:
+        value = self._values.get(object_id)
+        return value if value is not None or not self.lent.lendable(object_id) else self.lent.value(object_id)
 
     def _send(self, spec: ActorCallSpec, way: ActorWay, link: HostLink, through_driver: Callable[[], list[Any]],
               escaped: list[bytes]) -> list[Any]:
@@ -200,11 +201,8 @@ class DirectCalls:
             self._calls[spec.call_id] = call
             for oid in spec.return_ids:
                 self._producers[oid] = spec.call_id
-        message = CallMethod.of(spec, self._ready_value)
-        with self._lock:
-            ours = [oid for oid in dict.fromkeys(escaped)
-                    if (oid in self._producers and oid not in self._handed_over) or self.lent.lendable(oid)]
-        call.lent = lent_out.lend(message, ours, self._ready_value, self.lent.holder_of)
+        message = CallMethod.of(spec, self.ready_value)
+        call.lent = lent_out.lend(message, self.lendable(escaped), self.ready_value, self.lent.holder_of)
         self.escaped(*[oid for oid in escaped if oid not in call.lent])
         message.events = call.events = way.task_events if spec.task_events is None else spec.task_events
         if call.keep:
@@ -248,23 +246,6 @@ class DirectCalls:
             call.keep = None
             self._references.release_later(call.spec.actor_id)
 
-    def _ready_value(self, object_id: bytes) -> SerializedValue | None:
-        """The value of a result of ours, or of an object lent here that may be lent on."""
-        value = self._values.get(object_id)
-        return value if value is not None or not self.lent.lendable(object_id) else self.lent.value(object_id)
-
-    def _lent_holder(self, object_id: bytes) -> tuple[str, int] | None:
-        """Where a holder serves a value this process lent, asked for by a borrower: its own for
-        a large ready result of ours naming no refs (kept there from now on), or its lender's."""
-        value = self._values.get(object_id)
-        if value is None:
-            return self.lent.holder_of(object_id)
-        where = lent_out.held_for_lending(object_id, value)
-        if where is not None:
-            with self._lock:
-                self._lent_held.add(object_id)
-        return where
-
     def _take_item(self, item_id: bytes, call_id: bytes, value: SerializedValue) -> None:
         """A generator's item the consumer took is a result of its call held here (lock held)."""
         self._producers[item_id] = call_id
@@ -280,11 +261,16 @@ class DirectCalls:
 
     def _answered(self, link: HostLink, answers: Sequence[CallDone]) -> None:
         ended, unwanted = [], []
+        if any(done.lent for done in answers):
+            self._references.flush()  # which refs this process still holds (`lent_with_answer`)
         with link.lock:
             for done in answers:
                 call = link.in_flight.get(done.call)
                 if done.kept and call is not None and isinstance(done.kept, list):  # before the call's own refs go
-                    self._borrowers.kept(link.connection, [oid for oid in done.kept if isinstance(oid, bytes) and oid in call.lent])
+                    self.lending.borrowers.kept(link.connection, [oid for oid in done.kept if isinstance(oid, bytes) and oid in call.lent])
+                if done.lent:  # borrowed from the host from now on, unless this process has them already
+                    self.lent.lent_with_answer(link.connection, done, taken=call is not None and not call.cancelled,
+                                               known=lambda oid: self._references.count(oid) > 0 or oid in self._producers)
                 if call is not None and call.retries_left and not call.cancelled and not link.closed \
                         and retries_user_exception(call.spec.retry_exceptions, done.results) \
                         and self._send_again(link, call):
@@ -303,8 +289,8 @@ class DirectCalls:
         held, on the link's reader thread: the frame goes out from the writer thread); False
         if it cannot be (it then ends with the exception it raised)."""
         try:
-            message = CallMethod.of(replace(call.spec, attempt=call.spec.attempt + 1), self._ready_value)
-            lent_out.lend(message, call.lent, self._ready_value, self.lent.holder_of)
+            message = CallMethod.of(replace(call.spec, attempt=call.spec.attempt + 1), self.ready_value)
+            lent_out.lend(message, call.lent, self.ready_value, self.lent.holder_of)
             message.events = call.events
             messages.notify(link.connection, message, defer=True)
         except MessageTooLarge:  # arguments since made ready no longer fit in one frame
@@ -362,7 +348,7 @@ class DirectCalls:
         with link.lock:
             link.closed = True
             unanswered, link.in_flight = list(link.in_flight.values()), {}
-        self._borrowers.gone(link.connection)
+        self.lending.borrowers.gone(link.connection)
         with self._lock:
             if self._links.get(link.address) is link:
                 del self._links[link.address]
@@ -431,6 +417,8 @@ class DirectCalls:
                     if call is None:
                         break  # the driver's now
                     remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    if not call.future.done():
+                        self.lending.borrowers.away_from(call.link.connection)
                     if not call.future.done() and long_wait is not None and not announced:
                         read_until_done(call.link.connection, call.future,
                                         LONG_WAIT_S if remaining is None else min(remaining, LONG_WAIT_S))
@@ -531,7 +519,7 @@ class DirectCalls:
         object_ids = self.lent.returned(object_ids)  # those kept past their calls go back to their lenders
         if not self._producers:
             return object_ids
-        unheld = []  # lent from this process's holder, and nobody else's to release
+        dropped = []  # (result of ours dropped here, whether the driver has it)
         with self._lock:
             driver_ids = []
             for oid in object_ids:
@@ -541,10 +529,7 @@ class DirectCalls:
                 value = self._values.pop(oid, None)
                 if value is not None:
                     self._answer_refs.dropped(oid, value)
-                if oid in self._lent_held:
-                    self._lent_held.discard(oid)
-                    if oid not in self._handed_over:  # else the driver releases it there
-                        unheld.append(oid)
+                dropped.append((oid, oid in self._handed_over))
                 if oid not in self._handed_over:
                     del self._producers[oid]
                     continue
@@ -554,6 +539,8 @@ class DirectCalls:
                 else:
                     del self._producers[oid]
                     self._handed_over.discard(oid)
+        served = set(self.lending.served([oid for oid, _ in dropped]))
+        unheld = [oid for oid, handed in dropped if oid in served and not handed]  # else the driver releases it
         if unheld and (held := WORKER_HOLDER.held) is not None:
             held.release(unheld)
         return driver_ids
@@ -592,7 +579,7 @@ class DirectCalls:
         waiting for their results. `hand_off`: what hosts keep of this process's objects goes
         to the driver first (an executor ends: in Ray, a worker that owns objects would not)."""
         if hand_off:
-            self._borrowers.hand_off(lambda ids: self.hand_over(ids, inline=True), self._notices)
+            self.lending.hand_off()
         object_ref.set_escape_hook(None)
         with self._lock:
             links = list(self._links.values())

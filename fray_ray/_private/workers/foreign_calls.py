@@ -56,6 +56,7 @@ from fray_ray._private.messages import (
 )
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
 from fray_ray._private.stream.stream_server import HELLO, StreamServer
+from fray_ray._private.workers.lent_out import Lending
 from fray_ray._private.workers.lent_refs import LentRefs
 from fray_ray.exceptions import ActorUnavailableError
 
@@ -94,13 +95,16 @@ class ForeignCallGate:
 
     def __init__(self, run_call: RunCall, *, bind_host: str, advertise_host: str,
                  cancel: CancelRun | None = None, before_answer: Callable[[], None] = lambda: None,
-                 released: Callable[[], None] = lambda: None, lent: Callable[[], LentRefs | None] = lambda: None) -> None:
+                 released: Callable[[], None] = lambda: None, lent: Callable[[], LentRefs | None] = lambda: None,
+                 lending: Callable[[], Lending | None] = lambda: None) -> None:
         """`before_answer()` runs before an answer or item that names refs goes to a caller:
         it returns once the driver has heard of the refs this process took
         (`driver_notices.py`). `released()` tells the driver of refs dropped since. `lent()`:
-        where the objects a caller lends with its calls are kept (`lent_refs.py`)."""
+        where the objects a caller lends with its calls are kept (`lent_refs.py`); `lending()`:
+        this process as the lender of what its answers to a worker name (`lent_out.py`)."""
         self._run_call = run_call
         self._lent = lent
+        self._lending = lending
         self._before_answer = before_answer
         self._released = released
         #: call id -> its caller's connection and refs to the objects its answer named, kept
@@ -205,9 +209,22 @@ class ForeignCallGate:
                 return
             self._connections.add(connection)
         connection.add_close_callback(self._forget)
-        connection.start(self._handlers, first_frame=greeting)
+        lending = self._lending() if isinstance(caller, bytes) else None  # a worker of this session
+        handlers = self._handlers if lending is None else {**self._handlers, **messages.handlers(lending.handlers())}
+        connection.start(handlers, first_frame=greeting)
+
+    def worker_caller(self, call_id: bytes) -> Connection | None:
+        """The gate connection `call_id` came on, if a worker of this session sent it (one
+        that borrows what its answer names from this process)."""
+        with self._lock:
+            caller = self._callers.get(call_id)
+        if caller is None or not isinstance(caller.connection.peer_info.get("caller"), bytes):
+            return None
+        return caller.connection
 
     def _forget(self, connection: Connection) -> None:
+        if (lending := self._lending()) is not None:
+            lending.borrowers.gone(connection)  # what answers to it lent on
         with self._lock:
             self._connections.discard(connection)
             for call_id in [c for c, caller in self._callers.items() if caller.connection is connection]:
@@ -262,8 +279,8 @@ class ForeignCallGate:
     def _on_take_lent(self, connection: Connection, message_id: int | None, take: TakeLent) -> None:
         """The caller ends: borrow what this process kept of its objects from the driver."""
         if (lent := self._lent()) is not None:
-            lent.take(connection, take.ids)
-        if message_id is not None:
+            lent.on_take_lent(connection, message_id, take)
+        elif message_id is not None:
             messages.reply(connection, message_id, LentTaken())
 
     def item_sender(self, to_owner: Callable[[Yield], None]) -> Callable[[Yield], None]:

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from typing import Any, Protocol
 
 from fray_ray._private import messages
 from fray_ray._private.core.object_ref import ObjectRef
-from fray_ray._private.messages import Adopted, AdoptLent, CallMethod, LentReturned, LentValues, ReadLent, TakeLent
+from fray_ray._private.messages import Adopted, AdoptLent, CallDone, CallMethod, LentReturned, LentValues, ReadLent, TakeLent
+from fray_ray._private.objects.refcount import LocalReferenceCounter
 from fray_ray._private.objects.serialization import INLINE_LIMIT, SerializedValue
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
 from fray_ray._private.workers.driver_notices import DriverNotices
 from fray_ray._private.workers.held_results import WORKER_HOLDER
+from fray_ray._private.workers.lent_refs import LentRefs
 
 #: How long a caller whose process ends waits for each host to borrow from the driver what it kept.
 TAKE_LENT_TIMEOUT_S = 60.0
@@ -34,7 +36,23 @@ def lend(call: CallMethod, ours: Sequence[bytes], value_of: Callable[[bytes], Se
     values as it reads them (`ReadLent`: a top-level argument's as the call starts)."""
     if not ours:  # the usual call: nothing to lend
         return []
-    inlined, top_level = call.args.inlined, set(call.args.top_level)
+    call.lent, call.lent_values, call.lent_held = _packed(ours, value_of, holder_of, call.args.inlined,
+                                                          set(call.args.top_level))
+    return call.lent
+
+
+def lend_with_answer(done: CallDone, ours: Sequence[bytes], value_of: Callable[[bytes], SerializedValue | None],
+                     holder_of: Callable[[bytes], tuple[str, int] | None]) -> None:
+    """Lend on to a caller, with the answer `done` whose results name them, objects lent to
+    this host by others (a replay buffer's `sample`): their values as `lend` sends a call's."""
+    if ours:
+        done.lent, done.lent_values, done.lent_held = _packed(ours, value_of, holder_of, {}, set())
+
+
+def _packed(ours: Sequence[bytes], value_of: Callable[[bytes], SerializedValue | None],
+            holder_of: Callable[[bytes], tuple[str, int] | None], inlined: Mapping[bytes, Any],
+            top_level: Set[bytes]) -> tuple[list[bytes], list[SerializedValue], list[list[Any]]]:
+    """(ids, the values of the first of them, [index, holder address, size] of others)."""
     sent: list[bytes] = []
     values: list[SerializedValue] = []
     rest: list[bytes] = []
@@ -52,10 +70,9 @@ def lend(call: CallMethod, ours: Sequence[bytes], value_of: Callable[[bytes], Se
             rest.append(object_id)
             if (where := holder_of(object_id)) is not None:
                 held.append((object_id, where))
-    call.lent, call.lent_values = sent + rest, values
-    index = {object_id: number for number, object_id in enumerate(call.lent)}
-    call.lent_held = [[index[object_id], address, size] for object_id, (address, size) in held]
-    return call.lent
+    lent = sent + rest
+    index = {object_id: number for number, object_id in enumerate(lent)}
+    return lent, values, [[index[object_id], address, size] for object_id, (address, size) in held]
 
 
 def lender_handlers(hand_over: Callable[[list[bytes]], None], notices: DriverNotices, borrowers: Borrowers,
@@ -171,6 +188,15 @@ class Borrowers:
             del dropped
             self._flush()
 
+    def away_from(self, reading: Connection) -> None:
+        """This thread reads `reading` for a while: links whose hosts keep objects of ours,
+        and may ask for their values meanwhile, are read by their own reader threads now."""
+        if self._by_link:
+            with self._lock:
+                links = [link for link in self._by_link if link is not reading]
+            for link in links:
+                link.hand_to_standby()
+
     def hand_off(self, hand_over: Callable[[list[bytes]], None], notices: DriverNotices) -> None:
         """This process ends: hand what hosts keep to the driver, and have each host borrow it
         from there (`TakeLent`) before letting go of it here."""
@@ -184,3 +210,111 @@ class Borrowers:
                 messages.call(link, TakeLent(ids), timeout=TAKE_LENT_TIMEOUT_S)
             except (ConnectionClosed, RemoteError, TimeoutError):
                 pass  # the host is gone, or did not answer: it fails to read them, as in Ray
+
+
+class OwnResults(Protocol):
+    """What a lender's process holds (`DirectCalls`): its own results, and what it was lent."""
+
+    lent: LentRefs
+
+    def lendable(self, object_ids: Iterable[bytes]) -> list[bytes]:
+        """Those of `object_ids` it may lend: results of its own it did not hand over, and
+        objects lent to it."""
+        ...
+
+    def read_own(self, object_ids: Sequence[bytes]) -> tuple[list[bytes], list[concurrent.futures.Future[Any]]]:
+        """Those of `object_ids` that are results of its own, and the futures of their calls
+        still running."""
+        ...
+
+    def own_value(self, object_id: bytes) -> SerializedValue | None: ...
+
+    def ready_value(self, object_id: bytes) -> SerializedValue | None:
+        """The value of a result of its own, or of an object lent to it, if it has it."""
+        ...
+
+    def hand_over(self, object_ids: Iterable[bytes], inline: bool = False) -> None: ...
+
+    def escaped(self, *object_ids: bytes) -> None: ...
+
+
+class Lending:
+    """This process as a lender: who borrows its objects (`Borrowers`: hosts it lent them to
+    with its calls, callers it lent them to with its answers) and what it answers them.
+    Thread-safe."""
+
+    def __init__(self, results: OwnResults, notices: DriverNotices, references: LocalReferenceCounter) -> None:
+        self._results = results
+        self._notices = notices
+        self._references = references
+        self.borrowers = Borrowers(references.flush)
+        self._lock = threading.Lock()
+        self._held: set[bytes] = set()  # results of its own its holder serves to borrowers
+
+    def handlers(self) -> dict[type[messages.Message], messages.MessageHandler]:
+        """What it answers borrowers on their connections (`AdoptLent`, also on its session
+        when a link broke; `LentReturned`, `ReadLent`)."""
+        return lender_handlers(self._results.hand_over, self._notices, self.borrowers,
+                               lambda ids: [oid for oid in ids if not self._references.count(oid)], self._read)
+
+    def with_answer(self, done: CallDone, named: Sequence[bytes], caller: Connection | None) -> None:
+        """The refs a host's answer names (`named`, pickled into its results): those it may
+        lend are lent on to `caller` (a worker's gate connection), as a Ray borrower's reply
+        passes on refs it borrowed; the caller's own need nothing; the rest, and all of them
+        for an answer to the driver (`caller` None), are handed over."""
+        if caller is None:
+            self._results.escaped(*named)
+            return
+        ours = self._results.lendable(named)
+        self._results.escaped(*[oid for oid in named if oid not in ours])
+        lent = [oid for oid in ours if not self._results.lent.lent_by(oid, caller)]
+        if lent:
+            self.borrowers.kept(caller, lent)
+            lend_with_answer(done, lent, self._results.ready_value, self._results.lent.holder_of)
+            if caller.closed:  # its close may have come first: nobody would return these
+                self.borrowers.gone(caller)
+
+    def answer_not_lent(self, done: CallDone, caller: Connection) -> None:
+        """`done` did not reach `caller` after all (it goes to the driver, or fails): the
+        driver takes over what it lent."""
+        if done.lent:
+            self.borrowers.returned(caller, done.lent)
+            self._results.escaped(*done.lent)
+            done.lent, done.lent_values, done.lent_held = [], [], []
+
+    def hand_off(self) -> None:
+        """This process ends on purpose: what others borrow from it goes to the driver first,
+        and they borrow it from there (`Borrowers.hand_off`)."""
+        self.borrowers.hand_off(lambda ids: self._results.hand_over(ids, inline=True), self._notices)
+
+    def served(self, object_ids: Sequence[bytes]) -> list[bytes]:
+        """Those of `object_ids` (results of its own it dropped) its holder served to
+        borrowers; forgotten here."""
+        if not self._held:
+            return []
+        with self._lock:
+            found = [oid for oid in object_ids if oid in self._held]
+            self._held.difference_update(found)
+        return found
+
+    def _read(self, object_ids: list[bytes], answer: Callable[[LentValues], None]) -> None:
+        """`answer` with the values of these objects lent out, once ready: results of its own
+        once their calls end, objects lent to it once their own lenders answer."""
+        ours, pending = self._results.read_own(object_ids)
+        lent_refs = self._results.lent
+        lent = [oid for oid in dict.fromkeys(object_ids) if oid not in ours and lent_refs.lendable(oid)]
+        after_all(pending + lent_refs.ask_lenders(lent), lambda: answer(lent_values(
+            [(oid, self._results.own_value(oid)) for oid in ours] + [(oid, lent_refs.value(oid)) for oid in lent],
+            self._holder_of)))
+
+    def _holder_of(self, object_id: bytes) -> tuple[str, int] | None:
+        """Where a holder serves a value this process lent, asked for by a borrower: its own for
+        a large ready result of its own naming no refs (kept there from now on), or its lender's."""
+        value = self._results.own_value(object_id)
+        if value is None:
+            return self._results.lent.holder_of(object_id)
+        where = held_for_lending(object_id, value)
+        if where is not None:
+            with self._lock:
+                self._held.add(object_id)
+        return where

@@ -47,10 +47,13 @@ from fray_ray._private.messages import (
     Adopted,
     AdoptFor,
     AdoptLent,
+    CallDone,
     CallMethod,
     LentReturned,
+    LentTaken,
     MessageError,
     ReadLent,
+    TakeLent,
 )
 from fray_ray._private.objects.holder_clients import HolderLost
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
@@ -106,6 +109,49 @@ class LentRefs:
                     entry.held = entry.held or held.get(index)
                     if entry.lender.closed and not entry.lost:  # its lender's new link
                         entry.lender, entry.owner = lender, owner
+
+    def lent_with_answer(self, lender: Connection, done: CallDone, *, taken: bool,
+                         known: Callable[[bytes], bool]) -> None:
+        """`done`, an answer from the host on `lender`, lends on what its results name
+        (`CallDone.lent`): borrowed from that host from now on, as kept refs are. Those this
+        process has already (`known`), or all if the call is no longer wanted (not `taken`),
+        go back to the host at once."""
+        ids, values, held = done.lent, done.lent_values, _held_at(done.lent_held)
+        if not isinstance(ids, list) or not isinstance(values, list):
+            return  # malformed: the host keeps them until the link closes
+        back: list[bytes] = []
+        with self._lock:
+            for index, object_id in enumerate(ids):
+                if not isinstance(object_id, bytes):
+                    continue
+                if not taken or object_id in self._lent or known(object_id):
+                    back.append(object_id)
+                    continue
+                value = values[index] if index < len(values) and isinstance(values[index], SerializedValue) else None
+                self._lent[object_id] = _Lent(lender, None, value, calls=0, kept=True, held=held.get(index))
+        if back:
+            _tell(lender, LentReturned(back))
+
+    def lent_by(self, object_id: bytes, lender: Connection) -> bool:
+        """Whether `lender` lent `object_id` here (it is that caller's own, or borrowed by it)."""
+        entry = self._lent.get(object_id)
+        return entry is not None and entry.lender is lender
+
+    def borrows_any(self) -> bool:
+        return bool(self._lent)
+
+    def borrowed_here(self, object_id: bytes) -> bool:
+        """Whether `object_id` is borrowed from its lender past any call (the driver does not count it)."""
+        entry = self._lent.get(object_id)
+        return entry is not None and entry.kept
+
+    def on_take_lent(self, lender: Connection, message_id: int | None, take: TakeLent) -> None:
+        """`lender`'s process ends and the driver has these (`Borrowers.hand_off`): borrow
+        what this process kept of them from the driver instead, then say so."""
+        if isinstance(take.ids, list):
+            self.take(lender, take.ids)
+        if message_id is not None:
+            messages.reply(lender, message_id, LentTaken())
 
     def keep(self, call_id: bytes, held: Sequence[bytes]) -> list[bytes]:
         """As `call_id` is answered: of `held` (first refs its arguments made, still held),

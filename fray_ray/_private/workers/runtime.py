@@ -125,6 +125,11 @@ class WorkerRuntime:
     # ---- references ----------------------------------------------------------------------
 
     def _on_first_ref(self, object_ids: list[bytes]) -> None:
+        direct = self.direct
+        if direct is not None and direct.lent.borrows_any():  # borrowed from their lenders, not the driver
+            object_ids = [oid for oid in object_ids if not direct.lent.borrowed_here(oid)]
+            if not object_ids:
+                return
         self.notices.borrowed(object_ids)
 
     def _on_last_ref(self, object_ids: list[bytes]) -> None:
@@ -553,7 +558,7 @@ def open_session(
         runtime.direct = DirectCalls(connection, runtime.references, runtime.notices, worker_id)
         # a host whose gate connection to this process broke asks for what it was lent this way;
         # answered off the session's reader, which must read the driver's confirmation meanwhile
-        adopt = runtime.direct.lender_handlers()[AdoptLent]
+        adopt = runtime.direct.lending.handlers()[AdoptLent]
         handlers = {**handlers, **messages.handlers({AdoptLent: lambda *asked: threading.Thread(
             target=adopt, args=asked, name="adopt-lent", daemon=True).start()})}
     runtime.set_info(messages.reply_of(hello, (info, [])))

@@ -1,0 +1,364 @@
+"""Refs an actor's answer names are lent on to the worker that called it, not handed to the
+driver (`workers/lent_refs.py`): a replay buffer's `sample` gives a learner refs that rollouts
+lent the buffer, and the learner borrows them from the buffer, which keeps borrowing them from
+the rollout, as a Ray borrower passes on what it borrowed. The driver hears nothing of it while
+the refs stay between workers; a ref the learner passes on otherwise is handed over along the
+chain. Real worker processes on the embedded cluster; the driver's handlers are watched to see
+what it hears. The unit tests at the end check `LentRefs` and `Borrowers` alone."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+
+import fray_ray
+from fray_ray._private import messages
+from fray_ray._private.core import runtime_slot
+from fray_ray._private.messages import CallDone
+from fray_ray._private.objects.serialization import serialize
+from fray_ray._private.workers.lent_out import Borrowers
+from fray_ray._private.workers.lent_refs import LentRefs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
+
+from driver_watch import driver_hears  # noqa: E402
+from waiting import wait_for  # noqa: E402
+
+LARGE = 1 << 20  # over the inline limit: never sent with a call or an answer
+
+
+@pytest.fixture(scope="module")
+def session(cluster_session: fray_ray.RayContext) -> fray_ray.RayContext:
+    return cluster_session
+
+
+def _holds(made: str) -> bool:
+    """Whether this process still refers to the object `made` (hex id)."""
+    references = runtime_slot.current().references
+    references.flush()
+    return references.count(bytes.fromhex(made)) > 0
+
+
+def _sent() -> int:
+    direct = runtime_slot.current().direct
+    return -1 if direct is None else direct.sent
+
+
+@fray_ray.remote(num_cpus=0)
+class Source:
+    def make(self, size: int = 8) -> bytes:
+        return b"x" * size
+
+
+@fray_ray.remote(num_cpus=0)
+class Rollout:
+    """Lends results of its own to a buffer that keeps them, and lets go of its own refs."""
+
+    def __init__(self, source: Any, buffer: Any) -> None:
+        self.source, self.buffer = source, buffer
+
+    def lend(self, size: int, ready: bool) -> str:
+        fray_ray.get([self.source.make.remote(), self.buffer.keep.remote([])])  # the ways to both are known
+        sent = _sent()
+        ref = self.source.make.remote(size)
+        if ready:
+            fray_ray.wait([ref])
+        fray_ray.get(self.buffer.keep.remote([ref]), timeout=60)
+        assert _sent() == sent + 2, "the calls went through the driver"
+        made = ref.hex()
+        del ref  # the buffer's is the last ref
+        fray_ray.put(None)  # an API call: sends what was released
+        return made
+
+    def lend_and_sample(self, size: int) -> int:
+        """Lends a result to the buffer and gets it back from it: its own object again."""
+        fray_ray.get([self.source.make.remote(), self.buffer.keep.remote([])])
+        ref = self.source.make.remote(size)
+        fray_ray.get(self.buffer.keep.remote([ref]), timeout=60)
+        (back,) = fray_ray.get(self.buffer.sample.remote(1), timeout=60)
+        assert back == ref
+        return len(fray_ray.get(back, timeout=60))
+
+    def holds(self, made: str) -> bool:
+        return _holds(made)
+
+
+@fray_ray.remote(num_cpus=0)
+class Buffer:
+    def __init__(self) -> None:
+        self.refs: list[Any] = []
+
+    def keep(self, refs: list[Any]) -> int:
+        self.refs.extend(refs)
+        return len(self.refs)
+
+    def sample(self, count: int) -> list[Any]:
+        return self.refs[-count:]
+
+    def use(self, source: Any) -> None:
+        self.source = source
+        fray_ray.get(source.make.remote(), timeout=60)  # the way is known
+
+    def make_own(self, size: int) -> list[Any]:
+        """A result of its own call, returned unread: the caller borrows it from here."""
+        ref = self.source.make.remote(size)
+        self.own = ref.hex()
+        return [ref]
+
+    def own_made(self) -> str:
+        return self.own
+
+    def drop(self) -> None:
+        self.refs = []
+        fray_ray.put(None)  # an API call: sends what was released
+
+    def holds(self, made: str) -> bool:
+        return _holds(made)
+
+    def lent_here(self) -> int:
+        direct = runtime_slot.current().direct
+        return -1 if direct is None else len(direct.lent._lent)
+
+    def die(self) -> None:
+        import os
+
+        os._exit(1)
+
+    def leave(self) -> None:
+        fray_ray.actor.exit_actor()
+
+
+@fray_ray.remote(num_cpus=0)
+class Learner:
+    def __init__(self) -> None:
+        self.taken: list[Any] = []
+
+    def take(self, buffer: Any, count: int) -> int:
+        fray_ray.get(buffer.lent_here.remote(), timeout=60)  # the way is known
+        sent = _sent()
+        self.taken = fray_ray.get(buffer.sample.remote(count), timeout=60)
+        assert _sent() == sent + 1, "the call went through the driver"
+        return len(self.taken)
+
+    def take_own(self, buffer: Any, size: int) -> int:
+        fray_ray.get(buffer.lent_here.remote(), timeout=60)  # the way is known
+        self.taken = fray_ray.get(buffer.make_own.remote(size), timeout=60)
+        return len(self.taken)
+
+    def read_taken(self) -> list[int]:
+        return [len(fray_ray.get(ref, timeout=60)) for ref in self.taken]
+
+    def read_taken_or_error(self) -> Any:
+        try:
+            return self.read_taken()
+        except Exception as exc:  # noqa: BLE001 - what the read raised is the answer
+            return type(exc).__name__
+
+    def pass_taken_to_a_task(self) -> int:
+        return fray_ray.get(length_of.remote(self.taken), timeout=60)
+
+    def pass_taken_to(self, sink: Any) -> list[int]:
+        fray_ray.get(sink.count.remote([]), timeout=60)  # the way is known
+        return fray_ray.get(sink.read.remote(self.taken), timeout=60)
+
+    def drop(self) -> None:
+        self.taken = []
+        fray_ray.put(None)  # an API call: sends what was released
+
+    def borrowed_here(self) -> int:
+        direct = runtime_slot.current().direct
+        return -1 if direct is None else sum(entry.kept for entry in direct.lent._lent.values())
+
+
+@fray_ray.remote(num_cpus=0)
+class Sink:
+    def count(self, refs: list[Any]) -> int:
+        return len(refs)
+
+    def read(self, refs: list[Any]) -> list[int]:
+        return [len(fray_ray.get(ref, timeout=60)) for ref in refs]
+
+
+@fray_ray.remote
+def length_of(refs: list[Any]) -> int:
+    return len(fray_ray.get(refs[0], timeout=60))
+
+
+def running(*handles: Any) -> None:
+    """Each actor answered a call: workers call it directly from now on."""
+    fray_ray.get([getattr(handle, name).remote(*args) for handle, name, args in handles], timeout=60)
+
+
+def rollout_buffer_learner() -> tuple[Any, Any, Any]:
+    source, buffer, learner = Source.remote(), Buffer.remote(), Learner.remote()
+    rollout = Rollout.remote(source, buffer)
+    running((source, "make", ()), (buffer, "lent_here", ()), (learner, "borrowed_here", ()),
+            (rollout, "holds", ("00",)))
+    return rollout, buffer, learner
+
+
+@pytest.mark.parametrize("size, ready", [(8, True), (8, False), (LARGE, True)], ids=["sent", "pending", "large"])
+def test_a_sampled_ref_is_borrowed_from_the_buffer_which_borrows_it_from_the_rollout(
+        session: fray_ray.RayContext, size: int, ready: bool) -> None:
+    objects = runtime_slot.current().objects
+    rollout, buffer, learner = rollout_buffer_learner()
+    made = fray_ray.get(rollout.lend.remote(size, ready), timeout=60)
+    with driver_hears() as heard:
+        assert fray_ray.get(learner.take.remote(buffer, 1), timeout=60) == 1
+        assert fray_ray.get(learner.read_taken.remote(), timeout=60) == [size]
+    assert "hand_over" not in heard and "borrow" not in heard, heard
+    assert not objects.known(bytes.fromhex(made))
+    assert fray_ray.get(learner.borrowed_here.remote(), timeout=60) == 1
+    fray_ray.get(buffer.drop.remote(), timeout=60)  # the learner's loan keeps the buffer's borrow
+    assert fray_ray.get(buffer.holds.remote(made), timeout=60)
+    assert fray_ray.get(rollout.holds.remote(made), timeout=60)
+    assert fray_ray.get(learner.read_taken.remote(), timeout=60) == [size]
+    fray_ray.get(learner.drop.remote(), timeout=60)
+    wait_for(lambda: not fray_ray.get(buffer.holds.remote(made), timeout=60), timeout=30,
+             what="the buffer to let go once the learner dropped its ref")
+    wait_for(lambda: not fray_ray.get(rollout.holds.remote(made), timeout=60), timeout=30,
+             what="the rollout to let go once the buffer did")
+    assert fray_ray.get(buffer.lent_here.remote(), timeout=60) == 0
+    assert fray_ray.get(learner.borrowed_here.remote(), timeout=60) == 0
+
+
+def test_a_ref_sampled_back_by_its_own_lender_is_its_own(session: fray_ray.RayContext) -> None:
+    _, buffer, _ = rollout_buffer_learner()
+    source = Source.remote()
+    rollout = Rollout.remote(source, buffer)
+    running((source, "make", ()), (rollout, "holds", ("00",)))
+    with driver_hears() as heard:
+        assert fray_ray.get(rollout.lend_and_sample.remote(LARGE), timeout=60) == LARGE
+    assert "hand_over" not in heard and "borrow" not in heard, heard
+
+
+@pytest.mark.parametrize("size", [8, LARGE], ids=["small", "large"])
+def test_a_result_of_the_hosts_own_call_is_lent_to_its_caller(session: fray_ray.RayContext, size: int) -> None:
+    source, buffer, learner = Source.remote(), Buffer.remote(), Learner.remote()
+    running((source, "make", ()), (buffer, "use", (source,)), (learner, "borrowed_here", ()))
+    with driver_hears() as heard:
+        assert fray_ray.get(learner.take_own.remote(buffer, size), timeout=60) == 1
+        assert fray_ray.get(learner.read_taken.remote(), timeout=60) == [size]
+    assert "hand_over" not in heard and "borrow" not in heard, heard
+    made = fray_ray.get(buffer.own_made.remote(), timeout=60)
+    assert fray_ray.get(buffer.holds.remote(made), timeout=60)  # for the learner: its own ref is gone
+    fray_ray.get(learner.drop.remote(), timeout=60)
+    wait_for(lambda: not fray_ray.get(buffer.holds.remote(made), timeout=60), timeout=30,
+             what="the buffer to let its result go once the learner dropped it")
+
+
+@pytest.mark.parametrize("size", [8, LARGE], ids=["small", "large"])
+def test_a_sampled_ref_passed_to_a_task_is_handed_over_along_the_chain(
+        session: fray_ray.RayContext, size: int) -> None:
+    rollout, buffer, learner = rollout_buffer_learner()
+    made = fray_ray.get(rollout.lend.remote(size, True), timeout=60)
+    fray_ray.get(learner.take.remote(buffer, 1), timeout=60)
+    with driver_hears() as heard:
+        assert fray_ray.get(learner.pass_taken_to_a_task.remote(), timeout=60) == size
+    assert heard.count("hand_over") == 1, heard  # the rollout's, asked by the buffer for the learner
+    assert runtime_slot.current().objects.known(bytes.fromhex(made))
+    assert fray_ray.get(learner.read_taken.remote(), timeout=60) == [size]  # from the driver now
+    assert fray_ray.get(learner.borrowed_here.remote(), timeout=60) == 0
+
+
+def test_a_sampled_ref_is_lent_on_to_the_learners_own_callee(session: fray_ray.RayContext) -> None:
+    rollout, buffer, learner = rollout_buffer_learner()
+    sink = Sink.remote()
+    running((sink, "count", ([],)))
+    fray_ray.get(rollout.lend.remote(LARGE, True), timeout=60)
+    fray_ray.get(learner.take.remote(buffer, 1), timeout=60)
+    with driver_hears() as heard:
+        assert fray_ray.get(learner.pass_taken_to.remote(sink), timeout=60) == [LARGE]
+    assert "hand_over" not in heard, heard
+
+
+def test_a_sample_the_driver_asks_for_is_handed_over_to_it(session: fray_ray.RayContext) -> None:
+    rollout, buffer, _ = rollout_buffer_learner()
+    made = fray_ray.get(rollout.lend.remote(8, True), timeout=60)
+    (ref,) = fray_ray.get(buffer.sample.remote(1), timeout=60)
+    assert ref.hex() == made and fray_ray.get(ref, timeout=60) == b"x" * 8
+
+
+def test_a_sampled_ref_whose_buffer_died_before_it_was_read_fails_as_owner_died(
+        session: fray_ray.RayContext) -> None:
+    rollout, buffer, learner = rollout_buffer_learner()
+    fray_ray.get(rollout.lend.remote(LARGE, True), timeout=60)  # its value is not sent with the sample
+    fray_ray.get(learner.take.remote(buffer, 1), timeout=60)
+    with pytest.raises(fray_ray.exceptions.RayActorError):
+        fray_ray.get(buffer.die.remote(), timeout=60)
+    assert fray_ray.get(learner.read_taken_or_error.remote(), timeout=60) == "OwnerDiedError"
+
+
+@pytest.mark.parametrize("size", [8, LARGE], ids=["small", "large"])
+def test_a_sampled_ref_outlives_a_buffer_that_leaves_on_purpose(session: fray_ray.RayContext, size: int) -> None:
+    rollout, buffer, learner = rollout_buffer_learner()
+    made = fray_ray.get(rollout.lend.remote(size, False), timeout=60)  # pending: no value goes with the sample
+    fray_ray.get(learner.take.remote(buffer, 1), timeout=60)
+    with pytest.raises(fray_ray.exceptions.RayActorError):
+        fray_ray.get(buffer.leave.remote(), timeout=60)  # hands what the learner borrows to the driver first
+    assert fray_ray.get(learner.borrowed_here.remote(), timeout=60) == 0
+    assert fray_ray.get(learner.read_taken.remote(), timeout=60) == [size]
+    assert runtime_slot.current().objects.known(bytes.fromhex(made))
+    fray_ray.get(learner.drop.remote(), timeout=60)
+    wait_for(lambda: not runtime_slot.current().objects.known(bytes.fromhex(made)), timeout=30,
+             what="the driver to free it once the learner dropped it")
+
+
+# ---- LentRefs and Borrowers alone --------------------------------------------------------
+
+
+class _Link:
+    """A connection's stand-in: records the notices sent on it."""
+
+    closed = False
+
+    def __init__(self) -> None:
+        self.sent: list[messages.Message] = []
+        self.handed_to_standby = 0
+
+    def hand_to_standby(self) -> None:
+        self.handed_to_standby += 1
+
+
+def _answer(ids: list[Any], values: list[Any]) -> CallDone:
+    done = CallDone(b"c" * 16, [])
+    done.lent, done.lent_values = ids, values
+    return done
+
+
+def test_an_answer_lends_what_this_process_does_not_have_and_returns_the_rest() -> None:
+    link = _Link()
+    lent = LentRefs()
+    with mock.patch.object(messages, "notify", lambda connection, message: connection.sent.append(message)):
+        lent.lent_with_answer(link, _answer([b"a" * 28, b"b" * 28, 7], [serialize(b"v")]), taken=True,
+                              known=lambda object_id: object_id == b"b" * 28)
+        assert lent.borrowed_here(b"a" * 28) and not lent.borrowed_here(b"b" * 28)
+        assert lent.value(b"a" * 28) is not None  # it came with the answer
+        assert [message.ids for message in link.sent] == [[b"b" * 28]]  # had it already: back at once
+        assert lent.returned([b"a" * 28]) == []
+    assert [message.ids for message in link.sent][-1] == [b"a" * 28]
+    assert not lent.holds(b"a" * 28)
+
+
+def test_an_answer_nobody_wants_returns_everything_it_lent() -> None:
+    link = _Link()
+    lent = LentRefs()
+    with mock.patch.object(messages, "notify", lambda connection, message: connection.sent.append(message)):
+        lent.lent_with_answer(link, _answer([b"a" * 28], []), taken=False, known=lambda object_id: False)
+        lent.lent_with_answer(link, _answer("not a list", []), taken=True, known=lambda object_id: False)
+    assert [message.ids for message in link.sent] == [[b"a" * 28]]
+    assert not lent.holds(b"a" * 28)
+
+
+def test_a_lender_reading_one_link_hands_the_others_it_lent_over_to_their_readers() -> None:
+    borrowers = Borrowers()
+    reading, other, unlent = _Link(), _Link(), _Link()
+    with mock.patch("fray_ray._private.workers.lent_out.ObjectRef"):
+        borrowers.kept(reading, [b"a" * 28])
+        borrowers.kept(other, [b"b" * 28])
+    borrowers.away_from(reading)
+    assert (reading.handed_to_standby, other.handed_to_standby, unlent.handed_to_standby) == (0, 1, 0)
