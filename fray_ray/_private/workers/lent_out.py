@@ -1,7 +1,8 @@
 """A worker's side as a lender (`lent_refs.py` tells the whole story): what a direct call lends
-(`lend`), the hosts that keep what it lent past their calls (`Borrowers`), and what it answers
-them (`lender_handlers`: hand objects to the driver, take back what a host dropped, give values
-the calls did not carry, once ready)."""
+(`lend`), what a host's answer to a worker lends on (`lend_with_answer`), the processes that
+keep what it lent (`Borrowers`), and what it answers them (`lender_handlers`: hand objects to
+the driver, take back what a borrower dropped, give values the calls did not carry, once
+ready). `Lending` is all of it for one process."""
 
 from __future__ import annotations
 

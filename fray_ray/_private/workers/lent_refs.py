@@ -22,6 +22,13 @@ as a Ray owner counts a borrower it cannot reach. A callee may lend such a ref o
 arguments of its own direct call (a pipeline stage): it is then that host's lender, and keeps
 borrowing the object from its own lender while the host does.
 
+Loans also go the other way. A host whose answer to a worker names objects it may lend (results
+of its own calls, or objects lent to it by others: a replay buffer's `sample`) lends them on to
+that caller (`CallDone.lent`, with the values it has), and keeps a ref for that connection until
+the caller returns them; the caller borrows them from the host as a callee borrows from its
+caller (`lent_with_answer`), and its first refs to them are not announced to the driver. The
+caller's own objects sent back to it need nothing.
+
 A callee asks the caller to hand the objects over first (`AdoptLent`, answered once the driver
 has them; `adopt`), after which they are ordinary refs the driver counts, only to pass the ref
 on otherwise (pickled into a task's arguments, a put, a result, an item), to read a value that
