@@ -1,7 +1,8 @@
 """Actor calls made inside tasks and actors: the same rules as calls from the driver.
 
 A task or actor that holds a handle calls the actor in submission order, gets results it can
-pass on (to other tasks, inside return values, to an actor that keeps them past the task), retries calls whose actor process was killed
+pass on (to other tasks, inside return values, to an actor that keeps them past the task, and
+from that actor to another), retries calls whose actor process was killed
 under them while `max_task_retries` lasts, gets `ActorDiedError` once the actor will not come
 back, and can cancel a call still queued. Processes are killed for real (`SIGKILL` of the pid
 the actor reports); tests wait on conditions, never on sleeps.
@@ -117,6 +118,33 @@ def test_actor_calls_from_tasks__refs_an_actor_keeps_outlive_the_task_that_made_
     kept = ray.get(buffer.refs.remote())  # passed on, to the driver
     assert ray.get(kept) == [3, 4, 5]
     assert ray.get(add_one.remote(kept[0])) == 4
+
+
+@ray.remote(num_cpus=0)
+class Learner:
+    def __init__(self):
+        self.batch = []
+
+    def take(self, buffer):
+        self.batch = ray.get(buffer.refs.remote())  # refs the buffer borrows, unread
+        return len(self.batch)
+
+    def read(self):
+        return ray.get(self.batch)
+
+    def pass_to_a_task(self):
+        return ray.get(add_one.remote(self.batch[0]))
+
+
+def test_actor_calls_from_tasks__refs_a_learner_takes_from_a_buffer_outlive_the_buffers_own(ray_start_regular_shared):
+    counter, buffer, learner = Counter.remote(), ReplayBuffer.remote(), Learner.remote()
+    assert ray.get(rollouts.remote(counter, buffer, 5)) == 5
+    assert ray.get(learner.take.remote(buffer)) == 3
+    assert ray.get(rollouts.remote(counter, buffer, 3)) == 3  # the buffer lets go of those the learner took
+    assert ray.get(buffer.sample.remote()) == [6, 7, 8]
+    assert ray.get(learner.read.remote()) == [3, 4, 5]
+    assert ray.get(learner.pass_to_a_task.remote()) == 4
+    assert ray.get(learner.read.remote()) == [3, 4, 5]
 
 
 @ray.remote
