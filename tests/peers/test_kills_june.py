@@ -340,6 +340,21 @@ KEPT_REFS = """
         def sizes(self):
             return [len(ray.get(ref, timeout=120)) for ref in self.kept]
 
+        def refs(self):
+            return list(self.kept)
+
+        def leave(self):
+            ray.actor.exit_actor()
+
+    @ray.remote
+    class Learner:
+        def take(self, buffer):
+            self.refs = ray.get(buffer.refs.remote())  # borrowed from the buffer, which borrows them
+            return len(self.refs)
+
+        def sizes(self):
+            return [len(ray.get(ref, timeout=120)) for ref in self.refs]
+
     @ray.remote
     def lend_to(source, buffer, sizes):
         ray.get([source.make.remote(0), buffer.keep.remote([])])  # the ways to both are known
@@ -358,7 +373,18 @@ KEPT_REFS = """
     executor_pool.IDLE_TIMEOUT_S = 30.0
     print("retired, kept", ray.get(buffer.sizes.remote(), timeout=180), flush=True)
 
+    sampled, learner = Buffer.remote(), Learner.remote()
+    ray.get([sampled.keep.remote([]), learner.take.remote(sampled)], timeout=180)  # both running
+    ray.get(lend_to.remote(source, sampled, [8, SIZE]), timeout=180)
+    print("taken", ray.get(learner.take.remote(sampled), timeout=180), ray.get(learner.sizes.remote(), timeout=180), flush=True)
+    try:
+        ray.get(sampled.leave.remote(), timeout=180)
+    except ray.exceptions.RayActorError:
+        pass
+    print("buffer left, taken", ray.get(learner.sizes.remote(), timeout=180), flush=True)
+
     crashed = Buffer.remote()
+    ray.get(crashed.keep.remote([]), timeout=180)  # running: the task's calls to it go straight to it
     pid = ray.get(lend_to.remote(source, crashed, [SIZE]), timeout=180)
     os.kill(pid, signal.SIGKILL)
     gone(pid)
@@ -370,6 +396,7 @@ KEPT_REFS = """
 """
 
 
-def test_refs_an_actor_keeps_outlive_a_retired_lender_and_die_with_a_killed_one(june: str, tmp_path: Path) -> None:
+def test_refs_an_actor_keeps_or_lends_on_outlive_a_retired_lender_and_die_with_a_killed_one(june: str, tmp_path: Path) -> None:
     _run(KEPT_REFS, june, tmp_path, (f"read from the lender [8, {1 << 20}]", f"retired, kept [8, {1 << 20}]",
+                                     f"taken 2 [8, {1 << 20}]", f"buffer left, taken [8, {1 << 20}]",
                                      "crash OwnerDiedError"))
