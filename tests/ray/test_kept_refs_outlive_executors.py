@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test 
 from waiting import pid_alive, wait_for  # noqa: E402
 
 LARGE = 1 << 20  # over the inline limit: never sent with a call
+HUGE = 9 << 20  # over what a lender sends in its answer to `ReadLent`: fetched from its holder
 
 
 @fray_ray.remote(num_cpus=0, resources={"head": 0.01})
@@ -44,6 +45,21 @@ class Buffer:
 
     def sizes(self) -> list[int]:
         return [len(fray_ray.get(ref, timeout=60)) for ref in self.kept]
+
+    def served_from(self) -> list[bool]:
+        """Whether it knows which holder serves each kept value (its lender said, as it read it)."""
+        lent = runtime_slot.current().direct.lent
+        return [lent.holder_of(ref.binary()) is not None for ref in self.kept]
+
+    def pass_kept_to(self, other: Any) -> Any:
+        fray_ray.get(other.read.remote([]), timeout=60)  # the way is known
+        return fray_ray.get(other.read.remote(self.kept), timeout=60)
+
+    def read(self, refs: list[Any]) -> Any:
+        try:
+            return [len(fray_ray.get(ref, timeout=60)) for ref in refs]
+        except Exception as exc:  # noqa: BLE001 - what the read raised is the answer
+            return type(exc.cause if isinstance(exc, fray_ray.exceptions.RayTaskError) else exc).__name__
 
 
 @fray_ray.remote(resources={"a": 1})
@@ -91,3 +107,17 @@ def test_refs_an_actor_keeps_fail_as_owner_died_when_the_lender_crashes(hosts: C
     wait_for(lambda: not pid_alive(pid), what="the lender's process gone")
     with pytest.raises(fray_ray.exceptions.OwnerDiedError):
         fray_ray.get(buffer.sizes.remote(), timeout=60)
+
+
+def test_a_value_lent_on_with_its_holder_whose_lender_crashed_fails_as_owner_died(hosts: Cluster) -> None:
+    """The buffer read a value over 8 MiB from the lender's holder, so lending it on it says
+    where that holder is; the lender is gone by the time the next actor fetches it there."""
+    source, buffer = running_pair()
+    sink = Buffer.remote()
+    fray_ray.get(sink.read.remote([]), timeout=60)
+    pid = fray_ray.get(lend_to.remote(source, buffer, [HUGE]), timeout=60)
+    assert fray_ray.get(buffer.sizes.remote(), timeout=60) == [HUGE]
+    assert fray_ray.get(buffer.served_from.remote(), timeout=60) == [True]
+    os.kill(pid, 9)
+    wait_for(lambda: not pid_alive(pid), what="the lender's process gone")
+    assert fray_ray.get(buffer.pass_kept_to.remote(sink), timeout=60) == "OwnerDiedError"

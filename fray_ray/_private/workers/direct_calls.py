@@ -442,6 +442,7 @@ class DirectCalls:
         wait that outlasts `LONG_WAIT_S` is announced, as in `values`."""
         deadline = None if timeout is None else time.monotonic() + timeout
         announced = False
+        self.lending.borrowers.away_from(None)  # this thread reads no link meanwhile
         try:
             while True:
                 with self._changed:

@@ -189,9 +189,9 @@ class Borrowers:
             del dropped
             self._flush()
 
-    def away_from(self, reading: Connection) -> None:
-        """This thread reads `reading` for a while: links whose hosts keep objects of ours,
-        and may ask for their values meanwhile, are read by their own reader threads now."""
+    def away_from(self, reading: Connection | None) -> None:
+        """This thread reads `reading` (or nothing) for a while: connections whose borrowers
+        may ask for values meanwhile are read by their own reader threads now."""
         if self._by_link:
             with self._lock:
                 links = [link for link in self._by_link if link is not reading]

@@ -212,6 +212,8 @@ class WorkerRuntime:
             self.return_shared()  # the driver may reuse what was read last for what comes now
         relay = WORKER_HOLDER.relay_address() if self.serves_copies else None
         asked = GetObjects(missing, context.task_id if context else None, shared, relay, list(_failed))
+        if direct is not None:
+            direct.lending.borrowers.away_from(self.connection)  # its borrowers' reads are answered meanwhile
         request = messages.request(self.connection, asked)
         try:
             answer = messages.reply_of(asked, wait_for_reply(request, timeout))
@@ -295,6 +297,8 @@ class WorkerRuntime:
             direct.hand_over(held)  # the driver waits for them with the rest
         streams = [[r._stream_id, r._next_index] for r in refs if isinstance(r, ObjectRefGenerator)]
         asked = Wait(keys, num_returns, timeout, streams)
+        if direct is not None:
+            direct.lending.borrowers.away_from(self.connection)
         ready = set(messages.reply_of(asked, wait_for_reply(messages.request(self.connection, asked), None)).ready)
         ready_refs = [r for r, k in zip(refs, keys) if k in ready][:num_returns]
         chosen = {id(r) for r in ready_refs}
