@@ -4,7 +4,7 @@ lent the buffer, and the learner borrows them from the buffer, which keeps borro
 the rollout, as a Ray borrower passes on what it borrowed. The driver hears nothing of it while
 the refs stay between workers; a ref the learner passes on otherwise is handed over along the
 chain. Real worker processes on the embedded cluster; the driver's handlers are watched to see
-what it hears. The unit tests at the end check `LentRefs` and `Borrowers` alone."""
+what it hears. The unit tests at the end check `LentRefs`, `Borrowers` and `Lending` alone."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from fray_ray._private import messages
 from fray_ray._private.core import runtime_slot
 from fray_ray._private.messages import CallDone
 from fray_ray._private.objects.serialization import serialize
-from fray_ray._private.workers.lent_out import Borrowers
+from fray_ray._private.workers.lent_out import Borrowers, Lending
 from fray_ray._private.workers.lent_refs import LentRefs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
@@ -362,3 +362,65 @@ def test_a_lender_reading_one_link_hands_the_others_it_lent_over_to_their_reader
         borrowers.kept(other, [b"b" * 28])
     borrowers.away_from(reading)
     assert (reading.handed_to_standby, other.handed_to_standby, unlent.handed_to_standby) == (0, 1, 0)
+
+
+class _Results:
+    """`lent_out.OwnResults` standing in for a host's `DirectCalls`: it may lend `lendable`."""
+
+    def __init__(self, lendable: list[bytes], lent_by_caller: list[bytes] = ()) -> None:
+        self.lent = mock.Mock(spec=LentRefs)
+        self.lent.lent_by.side_effect = lambda object_id, caller: object_id in lent_by_caller
+        self.lent.holder_of.return_value = None
+        self._lendable = lendable
+        self.escapes: list[bytes] = []
+
+    def lendable(self, object_ids: Any) -> list[bytes]:
+        return [oid for oid in object_ids if oid in self._lendable]
+
+    def ready_value(self, object_id: bytes) -> Any:
+        return serialize(b"v")
+
+    def escaped(self, *object_ids: bytes) -> None:
+        self.escapes.extend(object_ids)
+
+
+def _lending(results: _Results) -> Lending:
+    references = mock.Mock()
+    return Lending(results, mock.Mock(), references)
+
+
+def test_an_answer_lends_on_what_the_host_may_lend_and_hands_over_the_rest() -> None:
+    mine, callers, other = b"m" * 28, b"c" * 28, b"o" * 28
+    results = _Results([mine, callers], lent_by_caller=[callers])
+    lending, caller, done = _lending(results), _Link(), CallDone(b"c" * 16, [])
+    with mock.patch("fray_ray._private.workers.lent_out.ObjectRef"):
+        lending.with_answer(done, [mine, callers, other], caller)
+    assert done.lent == [mine] and len(done.lent_values) == 1  # the caller's own object needs nothing
+    assert results.escapes == [other]
+    assert list(lending.borrowers._by_link[caller]) == [mine]
+
+
+def test_an_answer_to_the_driver_hands_everything_over() -> None:
+    results = _Results([b"m" * 28])
+    done = CallDone(b"c" * 16, [])
+    _lending(results).with_answer(done, [b"m" * 28], None)
+    assert done.lent == [] and results.escapes == [b"m" * 28]
+
+
+def test_an_answer_lent_to_a_caller_that_went_meanwhile_is_handed_over_instead() -> None:
+    results = _Results([b"m" * 28])
+    lending, caller, done = _lending(results), _Link(), CallDone(b"c" * 16, [])
+    with mock.patch("fray_ray._private.workers.lent_out.ObjectRef"):
+        lending.with_answer(done, [b"m" * 28], caller)
+        lending.answer_not_lent(done, caller)
+    assert done.lent == [] and done.lent_values == [] and results.escapes == [b"m" * 28]
+    assert caller not in lending.borrowers._by_link
+
+
+def test_a_caller_closed_before_its_loan_was_recorded_keeps_nothing() -> None:
+    results = _Results([b"m" * 28])
+    lending, caller, done = _lending(results), _Link(), CallDone(b"c" * 16, [])
+    caller.closed = True  # its close callback ran before the loan was recorded
+    with mock.patch("fray_ray._private.workers.lent_out.ObjectRef"):
+        lending.with_answer(done, [b"m" * 28], caller)
+    assert caller not in lending.borrowers._by_link
