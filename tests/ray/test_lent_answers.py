@@ -149,6 +149,14 @@ class Learner:
         self.taken = fray_ray.get(buffer.make_own.remote(size), timeout=60)
         return len(self.taken)
 
+    def take_twice(self, buffer: Any) -> int:
+        """The same ref sampled by two calls: one loan, returned once both are dropped."""
+        fray_ray.get(buffer.lent_here.remote(), timeout=60)
+        first = fray_ray.get(buffer.sample.remote(1), timeout=60)
+        self.taken = fray_ray.get(buffer.sample.remote(1), timeout=60)
+        assert first == self.taken
+        return len(first)
+
     def read_taken(self) -> list[int]:
         return [len(fray_ray.get(ref, timeout=60)) for ref in self.taken]
 
@@ -224,6 +232,18 @@ def test_a_sampled_ref_is_borrowed_from_the_buffer_which_borrows_it_from_the_rol
              what="the rollout to let go once the buffer did")
     assert fray_ray.get(buffer.lent_here.remote(), timeout=60) == 0
     assert fray_ray.get(learner.borrowed_here.remote(), timeout=60) == 0
+
+
+def test_a_ref_sampled_twice_stays_borrowed_until_both_are_dropped(session: fray_ray.RayContext) -> None:
+    rollout, buffer, learner = rollout_buffer_learner()
+    made = fray_ray.get(rollout.lend.remote(LARGE, True), timeout=60)
+    assert fray_ray.get(learner.take_twice.remote(buffer), timeout=60) == 1  # the first sample is dropped
+    fray_ray.get(buffer.drop.remote(), timeout=60)
+    assert fray_ray.get(buffer.holds.remote(made), timeout=60)  # for the learner's second
+    assert fray_ray.get(learner.read_taken.remote(), timeout=60) == [LARGE]
+    fray_ray.get(learner.drop.remote(), timeout=60)
+    wait_for(lambda: not fray_ray.get(rollout.holds.remote(made), timeout=60), timeout=30,
+             what="the rollout to let go once the learner dropped both")
 
 
 def test_a_ref_sampled_back_by_its_own_lender_is_its_own(session: fray_ray.RayContext) -> None:
@@ -342,6 +362,18 @@ def test_an_answer_lends_what_this_process_does_not_have_and_returns_the_rest() 
         assert lent.returned([b"a" * 28]) == []
     assert [message.ids for message in link.sent][-1] == [b"a" * 28]
     assert not lent.holds(b"a" * 28)
+
+
+def test_a_second_loan_of_the_same_object_from_the_same_host_is_the_same_loan() -> None:
+    link, other = _Link(), _Link()
+    lent = LentRefs()
+    with mock.patch.object(messages, "notify", lambda connection, message: connection.sent.append(message)):
+        for _ in range(2):  # two answers of the host name it (it counts this process once)
+            lent.lent_with_answer(link, _answer([b"a" * 28], []), taken=True, known=lambda object_id: False)
+        lent.lent_with_answer(other, _answer([b"a" * 28], []), taken=True, known=lambda object_id: True)
+        assert link.sent == [] and [message.ids for message in other.sent] == [[b"a" * 28]]
+        assert lent.returned([b"a" * 28]) == []
+    assert [message.ids for message in link.sent] == [[b"a" * 28]]  # returned to it once
 
 
 def test_an_answer_nobody_wants_returns_everything_it_lent() -> None:

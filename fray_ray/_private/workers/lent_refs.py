@@ -131,7 +131,11 @@ class LentRefs:
             for index, object_id in enumerate(ids):
                 if not isinstance(object_id, bytes):
                     continue
-                if not taken or object_id in self._lent or known(object_id):
+                entry = self._lent.get(object_id)
+                if taken and entry is not None and entry.lender is lender and not entry.lost:
+                    entry.kept = True  # lent again by the same host: it counts this process once
+                    continue
+                if not taken or entry is not None or known(object_id):
                     back.append(object_id)
                     continue
                 value = values[index] if index < len(values) and isinstance(values[index], SerializedValue) else None
