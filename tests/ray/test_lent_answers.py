@@ -26,6 +26,7 @@ from fray_ray._private.workers.lent_refs import LentRefs
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shared test helpers
 
 from driver_watch import driver_hears  # noqa: E402
+from latches import Latch  # noqa: E402
 from waiting import wait_for  # noqa: E402
 
 LARGE = 1 << 20  # over the inline limit: never sent with a call or an answer
@@ -53,6 +54,10 @@ class Source:
     def make(self, size: int = 8) -> bytes:
         return b"x" * size
 
+    def make_after(self, go: Any) -> bytes:
+        fray_ray.get(go.wait.remote())
+        return b"late"
+
 
 @fray_ray.remote(num_cpus=0)
 class Rollout:
@@ -73,6 +78,12 @@ class Rollout:
         del ref  # the buffer's is the last ref
         fray_ray.put(None)  # an API call: sends what was released
         return made
+
+    def lend_pending(self, go: Any) -> None:
+        """Lends the buffer a result whose call waits for `go`."""
+        fray_ray.get([self.source.make.remote(), self.buffer.keep.remote([])])
+        self.pending = self.source.make_after.remote(go)
+        fray_ray.get(self.buffer.keep.remote([self.pending]), timeout=60)
 
     def lend_and_sample(self, size: int) -> int:
         """Lends a result to the buffer and gets it back from it: its own object again."""
@@ -156,6 +167,11 @@ class Learner:
         self.taken = fray_ray.get(buffer.sample.remote(1), timeout=60)
         assert first == self.taken
         return len(first)
+
+    def wait_taken(self, timeout: float) -> int:
+        """How many of the taken refs `ray.wait` finds ready within `timeout`."""
+        ready, _ = fray_ray.wait(self.taken, num_returns=len(self.taken), timeout=timeout)
+        return len(ready)
 
     def read_taken(self) -> list[int]:
         return [len(fray_ray.get(ref, timeout=60)) for ref in self.taken]
@@ -244,6 +260,20 @@ def test_a_ref_sampled_twice_stays_borrowed_until_both_are_dropped(session: fray
     fray_ray.get(learner.drop.remote(), timeout=60)
     wait_for(lambda: not fray_ray.get(rollout.holds.remote(made), timeout=60), timeout=30,
              what="the rollout to let go once the learner dropped both")
+
+
+def test_a_wait_for_a_sampled_ref_is_answered_by_the_buffer_not_the_driver(session: fray_ray.RayContext) -> None:
+    rollout, buffer, learner = rollout_buffer_learner()
+    go = Latch.remote()
+    fray_ray.get(rollout.lend_pending.remote(go), timeout=60)
+    fray_ray.get(learner.take.remote(buffer, 1), timeout=60)
+    with driver_hears() as heard:
+        assert fray_ray.get(learner.wait_taken.remote(0.3), timeout=60) == 0  # its call still runs
+        assert fray_ray.get(learner.wait_taken.remote(0), timeout=60) == 0
+        fray_ray.get(go.open.remote(), timeout=60)
+        assert fray_ray.get(learner.wait_taken.remote(60), timeout=60) == 1
+        assert fray_ray.get(learner.read_taken.remote(), timeout=60) == [4]
+    assert "hand_over" not in heard, heard
 
 
 def test_a_ref_sampled_back_by_its_own_lender_is_its_own(session: fray_ray.RayContext) -> None:
@@ -362,6 +392,19 @@ def test_an_answer_lends_what_this_process_does_not_have_and_returns_the_rest() 
         assert lent.returned([b"a" * 28]) == []
     assert [message.ids for message in link.sent][-1] == [b"a" * 28]
     assert not lent.holds(b"a" * 28)
+
+
+def test_a_value_asked_of_its_lender_is_asked_once_until_it_answers() -> None:
+    link = _Link()
+    lent = LentRefs()
+    answer: Any = mock.Mock()
+    with mock.patch.object(messages, "notify", lambda connection, message: connection.sent.append(message)), \
+            mock.patch.object(messages, "request", lambda connection, message: connection.sent.append(message) or answer):
+        lent.lent_with_answer(link, _answer([b"a" * 28], []), taken=True, known=lambda object_id: False)
+        first = lent.ask_lenders([b"a" * 28])
+        again = lent.ask_lenders([b"a" * 28])  # a wait that polls
+    assert len(link.sent) == 1 and first == again and not first[0].done()
+    assert lent.awaitable(b"a" * 28)
 
 
 def test_a_second_loan_of_the_same_object_from_the_same_host_is_the_same_loan() -> None:

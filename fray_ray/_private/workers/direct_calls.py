@@ -443,6 +443,8 @@ class DirectCalls:
         deadline = None if timeout is None else time.monotonic() + timeout
         announced = False
         self.lending.borrowers.away_from(None)  # this thread reads no link meanwhile
+        for asked in self.lent.ask_lenders(object_ids):  # lent values not here yet: their lenders say when
+            asked.add_done_callback(self._wake_waiters)
         try:
             while True:
                 with self._changed:
@@ -467,7 +469,11 @@ class DirectCalls:
     def _answers_here(self, object_id: bytes) -> bool:
         if object_id in self._producers:
             return object_id not in self._released
-        return self._streams.holds(object_id) or self.lent.ready(object_id)
+        return self._streams.holds(object_id) or self.lent.awaitable(object_id)
+
+    def _wake_waiters(self, _: object = None) -> None:
+        with self._changed:
+            self._changed.notify_all()
 
     # ---- refs leaving the process, and forgetting ----------------------------------------
 

@@ -27,7 +27,8 @@ of its own calls, or objects lent to it by others: a replay buffer's `sample`) l
 that caller (`CallDone.lent`, with the values it has), and keeps a ref for that connection until
 the caller returns them; the caller borrows them from the host as a callee borrows from its
 caller (`lent_with_answer`), and its first refs to them are not announced to the driver. The
-caller's own objects sent back to it need nothing.
+caller's own objects sent back to it need nothing. A `wait` for lent values asks their lenders
+as a read does (one `ReadLent` outstanding per object) and ends here once they answer.
 
 A callee asks the caller to hand the objects over first (`AdoptLent`, answered once the driver
 has them; `adopt`), after which they are ordinary refs the driver counts, only to pass the ref
@@ -80,6 +81,8 @@ class _Lent:
     lost: bool = False  # its lender was gone when asked to hand it over (`value` says so)
     kept: bool = False  # held past the answer of a call that lent it: borrowed from the lender
     held: tuple[str, int] | None = None  # (holder address, size): where its value is served
+    unanswered: bool = False  # its lender was asked and sent neither (the driver must take it over)
+    asked: concurrent.futures.Future[Any] | None = None  # a `ReadLent` for it not answered yet
 
 
 class LentRefs:
@@ -256,27 +259,40 @@ class LentRefs:
         if not self._lent:
             return []
         by_lender: dict[Connection, list[bytes]] = {}
+        asked: dict[int, concurrent.futures.Future[Any]] = {}  # one per request, asked before or now
         with self._lock:
             for object_id in dict.fromkeys(object_ids):
                 entry = self._lent.get(object_id)
-                if entry is not None and entry.value is None and entry.held is None and not entry.lost:
-                    by_lender.setdefault(entry.lender, []).append(object_id)
-        asked = []
-        for lender, ids in by_lender.items():
-            recorded: concurrent.futures.Future[Any] = concurrent.futures.Future()
+                if entry is None or entry.value is not None or entry.held is not None or entry.lost:
+                    continue
+                if entry.asked is not None:  # asked already (a wait that polls): that answer will do
+                    asked[id(entry.asked)] = entry.asked
+                    continue
+                by_lender.setdefault(entry.lender, []).append(object_id)
+            requests = []
+            for lender, ids in by_lender.items():
+                recorded: concurrent.futures.Future[Any] = concurrent.futures.Future()
+                for object_id in ids:
+                    self._lent[object_id].asked = recorded
+                requests.append((lender, ids, recorded))
+        for lender, ids, recorded in requests:
             try:
                 request = messages.request(lender, ReadLent(ids))
             except ConnectionClosed:
+                self._record(None, ids, recorded)
                 continue
             request.add_done_callback(lambda done, ids=ids, recorded=recorded: self._record(done, ids, recorded))
-            asked.append(recorded)
-        return asked
+            asked[id(recorded)] = recorded
+        return list(asked.values())
 
-    def _record(self, done: concurrent.futures.Future[Any], ids: list[bytes],
+    def _record(self, done: concurrent.futures.Future[Any] | None, ids: list[bytes],
                 recorded: concurrent.futures.Future[Any]) -> None:
-        """Record a lender's `LentValues` (on the link's reader thread); `recorded` is done
-        whatever it said: what it did not answer well is asked to be handed over instead."""
+        """Record a lender's `LentValues` (on the link's reader thread; `done` None: the
+        request could not be sent); `recorded` is done whatever it said: what it did not answer
+        well is asked to be handed over instead."""
         try:
+            if done is None:
+                raise ConnectionClosed("the lender's link is closed")
             answer = messages.reply_of(ReadLent(ids), done.result())
             held = _held_at(answer.held)
             with self._lock:
@@ -290,7 +306,19 @@ class LentRefs:
         except Exception:  # noqa: BLE001 - a malformed answer must not leave the reader waiting
             logger.warning("a lender's answer to ReadLent was malformed", exc_info=True)
         finally:
+            with self._lock:
+                for object_id in ids:
+                    entry = self._lent.get(object_id)
+                    if entry is not None and entry.asked is recorded:
+                        entry.asked = None
+                        entry.unanswered = entry.value is None and entry.held is None
             recorded.set_result(None)
+
+    def awaitable(self, object_id: bytes) -> bool:
+        """Whether a wait for `object_id`, lent here, ends here: its value or holder came, or
+        its lender may still send them (`ask_lenders`)."""
+        entry = self._lent.get(object_id)
+        return entry is not None and not entry.lost and not entry.unanswered
 
     def read_held(self, object_ids: Sequence[bytes],
                   fetch: Callable[[list[tuple[bytes, str]]], dict[bytes, SerializedValue]]) -> None:
