@@ -9,6 +9,7 @@ what it hears. The unit tests at the end check `LentRefs`, `Borrowers` and `Lend
 from __future__ import annotations
 
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -20,6 +21,7 @@ from fray_ray._private import messages
 from fray_ray._private.core import runtime_slot
 from fray_ray._private.messages import CallDone
 from fray_ray._private.objects.serialization import serialize
+from fray_ray._private.workers import lent_out
 from fray_ray._private.workers.lent_out import Borrowers, Lending
 from fray_ray._private.workers.lent_refs import LentRefs
 
@@ -96,6 +98,11 @@ class Rollout:
 
     def holds(self, made: str) -> bool:
         return _holds(made)
+
+    def die(self) -> None:
+        import os
+
+        os._exit(1)
 
 
 @fray_ray.remote(num_cpus=0)
@@ -333,13 +340,21 @@ def test_a_sample_the_driver_asks_for_is_handed_over_to_it(session: fray_ray.Ray
     assert ref.hex() == made and fray_ray.get(ref, timeout=60) == b"x" * 8
 
 
-def test_a_sampled_ref_whose_buffer_died_before_it_was_read_fails_as_owner_died(
-        session: fray_ray.RayContext) -> None:
+def test_a_sampled_ref_whose_buffer_died_is_read_from_its_owner(session: fray_ray.RayContext) -> None:
     rollout, buffer, learner = rollout_buffer_learner()
     fray_ray.get(rollout.lend.remote(LARGE, True), timeout=60)  # its value is not sent with the sample
     fray_ray.get(learner.take.remote(buffer, 1), timeout=60)
     with pytest.raises(fray_ray.exceptions.RayActorError):
         fray_ray.get(buffer.die.remote(), timeout=60)
+    assert fray_ray.get(learner.read_taken_or_error.remote(), timeout=60) == [LARGE]  # the rollout lives
+
+
+def test_a_sampled_ref_whose_owner_died_fails_as_owner_died(session: fray_ray.RayContext) -> None:
+    rollout, buffer, learner = rollout_buffer_learner()
+    fray_ray.get(rollout.lend.remote(LARGE, True), timeout=60)
+    fray_ray.get(learner.take.remote(buffer, 1), timeout=60)
+    with pytest.raises(fray_ray.exceptions.RayActorError):
+        fray_ray.get(rollout.die.remote(), timeout=60)
     assert fray_ray.get(learner.read_taken_or_error.remote(), timeout=60) == "OwnerDiedError"
 
 
@@ -499,3 +514,25 @@ def test_a_caller_closed_before_its_loan_was_recorded_keeps_nothing() -> None:
     with mock.patch("fray_ray._private.workers.lent_out.ObjectRef"):
         lending.with_answer(done, [b"m" * 28], caller)
     assert caller not in lending.borrowers._by_link
+
+
+def test_a_broken_links_borrows_are_kept_for_a_grace_then_let_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lent_out, "BROKEN_LINK_GRACE_S", 0.2)
+    made: list[weakref.ref[Any]] = []
+
+    class Ref:  # an ObjectRef's stand-in: alive while the lender keeps it
+        def __init__(self, object_id: bytes, _announced: bool = False) -> None:
+            made.append(weakref.ref(self))
+
+    monkeypatch.setattr(lent_out, "ObjectRef", Ref)
+    flushed: list[int] = []
+    borrowers = Borrowers(lambda: flushed.append(1))
+    link, ended = _Link(), _Link()
+    borrowers.kept(link, [b"a" * 28])
+    borrowers.kept(ended, [b"b" * 28])
+    borrowers.gone(link)
+    assert made[0]() is not None and not flushed  # a borrower that lives on may still ask
+    wait_for(lambda: flushed and made[0]() is None, timeout=30, what="the grace to end")
+    borrowers.close()  # this process ends: links closing now let go at once
+    borrowers.gone(ended)
+    assert made[1]() is None and len(flushed) == 2

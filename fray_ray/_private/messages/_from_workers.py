@@ -176,6 +176,7 @@ class CallDone(Message):
     lent: list[bytes] = field(default_factory=list)
     lent_values: list[SerializedValue] = values(default_factory=list)
     lent_held: list[list[Any]] = field(default_factory=list)
+    lent_owners: list[bytes] = field(default_factory=list)  # as `CallMethod.lent_owners`
 
 
 @_message

@@ -163,6 +163,9 @@ class CallMethod(Message):
     #: [index in `lent`, holder address, size]: those of `lent` (lent to the caller itself) whose
     #: own lender said which holder serves them; the callee fetches them there
     lent_held: list[list[Any]] = field(default_factory=list)
+    #: the worker id of each of `lent`'s owner (the process that made it, however many loans
+    #: away): asked through the driver (`AdoptFor`) if the link to the lender breaks
+    lent_owners: list[bytes] = field(default_factory=list)
     #: a generator the driver calls: its large items stay in the actor's process, as its
     #: results do (`Yield.held`)
     keep_items: bool = False

@@ -107,7 +107,7 @@ class DirectCalls:
         self._streams = DirectStreams(self._lock, self._changed, self._take_item, self._send_stream,
                                       lambda item_id: ObjectRef(item_id, _announced=True), self._answer_refs.let_go)
         self.lent = LentRefs(session, notices.borrow_now)  # what the callers of the calls this process runs lent it
-        self.lending = lent_out.Lending(self, notices, references)  # who borrows what this process lent them
+        self.lending = lent_out.Lending(self, notices, references, worker_id)  # who borrows what this process lent them
         self.sent = 0  # calls sent straight to hosts (tests read it)
         object_ref.set_escape_hook(self.escaped)
 
@@ -203,6 +203,7 @@ class DirectCalls:
                 self._producers[oid] = spec.call_id
         message = CallMethod.of(spec, self.ready_value)
         call.lent = lent_out.lend(message, self.lendable(escaped), self.ready_value, self.lent.holder_of)
+        message.lent_owners = self.lent.owners(call.lent, self._worker_id)
         self.escaped(*[oid for oid in escaped if oid not in call.lent])
         message.events = call.events = way.task_events if spec.task_events is None else spec.task_events
         if call.keep:
@@ -291,7 +292,7 @@ class DirectCalls:
         try:
             message = CallMethod.of(replace(call.spec, attempt=call.spec.attempt + 1), self.ready_value)
             lent_out.lend(message, call.lent, self.ready_value, self.lent.holder_of)
-            message.events = call.events
+            message.lent_owners, message.events = self.lent.owners(call.lent, self._worker_id), call.events
             messages.notify(link.connection, message, defer=True)
         except MessageTooLarge:  # arguments since made ready no longer fit in one frame
             return False
@@ -587,6 +588,7 @@ class DirectCalls:
         to the driver first (an executor ends: in Ray, a worker that owns objects would not)."""
         if hand_off:
             self.lending.hand_off()
+        self.lending.close()  # before the links close: nothing waits for a borrower any more
         object_ref.set_escape_hook(None)
         with self._lock:
             links = list(self._links.values())

@@ -26,6 +26,10 @@ TAKE_LENT_TIMEOUT_S = 60.0
 #: Values up to this size answer a `ReadLent` themselves (one transfer, no copy into the holder);
 #: larger ones are fetched from the holder, which a reader on the same host maps instead.
 READ_INLINE_LIMIT = 8 << 20
+#: How long a lender keeps what a borrower held once the link to it broke: the borrower, if it
+#: lives on, or one it lent the object on to, asks the owner through the driver meanwhile
+#: (`AdoptFor`), as a Ray borrower whose lender died still reads from the owner.
+BROKEN_LINK_GRACE_S = 60.0
 
 
 def lend(call: CallMethod, ours: Sequence[bytes], value_of: Callable[[bytes], SerializedValue | None],
@@ -152,9 +156,10 @@ def after_all(futures: Sequence[concurrent.futures.Future[Any]], then: Callable[
 
 
 class Borrowers:
-    """The lender's side: a ref to each of this process's objects a host kept past the call
-    that lent it (`CallDone.kept`), held for that host until it returns the object or its link
-    closes. Thread-safe."""
+    """The lender's side: a ref to each of this process's objects a borrower kept past the
+    call that lent it (`CallDone.kept`), or was lent with an answer (`CallDone.lent`), held for
+    that borrower until it returns the object, or `BROKEN_LINK_GRACE_S` after its link closed.
+    Thread-safe."""
 
     def __init__(self, flush: Callable[[], None] = lambda: None) -> None:
         """`flush()` applies the releases of dropped refs at once (an idle process makes no
@@ -162,6 +167,8 @@ class Borrowers:
         self._flush = flush
         self._lock = threading.Lock()
         self._by_link: dict[Connection, dict[bytes, ObjectRef[Any]]] = {}
+        self._graces: set[threading.Timer] = set()  # links that closed: their refs, let go when each fires
+        self._closed = False
 
     def kept(self, link: Connection, object_ids: Sequence[bytes]) -> None:
         """The host on `link` keeps these (the call that lent them holds refs meanwhile)."""
@@ -182,12 +189,35 @@ class Borrowers:
             self._flush()
 
     def gone(self, link: Connection) -> None:
-        """The link closed: its host is gone, or out of reach, which counts the same."""
+        """The link closed: its borrower is gone, or out of reach. What it held is kept
+        `BROKEN_LINK_GRACE_S` longer, for whoever borrowed it through that link to ask for it
+        through the driver."""
         with self._lock:
-            dropped = self._by_link.pop(link, None)
-        if dropped:
-            del dropped
-            self._flush()
+            refs = self._by_link.pop(link, None)
+            if not refs:
+                return
+            grace = None if self._closed else threading.Timer(BROKEN_LINK_GRACE_S, self._let_go, (refs,))
+            if grace is not None:
+                grace.daemon = True
+                self._graces.add(grace)
+        if grace is not None:
+            grace.start()  # it holds the refs until then
+        else:
+            self._let_go(refs)
+
+    def _let_go(self, refs: dict[bytes, ObjectRef[Any]]) -> None:
+        with self._lock:
+            self._graces = {grace for grace in self._graces if grace.is_alive() and grace is not threading.current_thread()}
+        refs.clear()
+        self._flush()
+
+    def close(self) -> None:
+        """This process ends: no grace runs on, and links closing from now on let go at once."""
+        with self._lock:
+            self._closed = True
+            graces, self._graces = self._graces, set()
+        for grace in graces:
+            grace.cancel()
 
     def away_from(self, reading: Connection | None) -> None:
         """This thread reads `reading` (or nothing) for a while: connections whose borrowers
@@ -244,8 +274,11 @@ class Lending:
     with its calls, callers it lent them to with its answers) and what it answers them.
     Thread-safe."""
 
-    def __init__(self, results: OwnResults, notices: DriverNotices, references: LocalReferenceCounter) -> None:
+    def __init__(self, results: OwnResults, notices: DriverNotices, references: LocalReferenceCounter,
+                 own_id: bytes = b"") -> None:
+        """`own_id`: this process's worker id, which borrowers name as the owner of its own results."""
         self._results = results
+        self._own_id = own_id
         self._notices = notices
         self._references = references
         self.borrowers = Borrowers(references.flush)
@@ -272,6 +305,7 @@ class Lending:
         if lent:
             self.borrowers.kept(caller, lent)
             lend_with_answer(done, lent, self._results.ready_value, self._results.lent.holder_of)
+            done.lent_owners = self._results.lent.owners(done.lent, self._own_id)
             if caller.closed:  # its close may have come first: nobody would return these
                 self.borrowers.gone(caller)
 
@@ -287,6 +321,9 @@ class Lending:
         """This process ends on purpose: what others borrow from it goes to the driver first,
         and they borrow it from there (`Borrowers.hand_off`)."""
         self.borrowers.hand_off(lambda ids: self._results.hand_over(ids, inline=True), self._notices)
+
+    def close(self) -> None:
+        self.borrowers.close()
 
     def served(self, object_ids: Sequence[bytes]) -> list[bytes]:
         """Those of `object_ids` (results of its own it dropped) its holder served to

@@ -17,8 +17,9 @@ the caller, as a Ray borrower reports to the owner what it still holds when its 
 answer names it (`CallDone.kept`), the caller keeps a ref for that host (`Borrowers`) until the
 host says it dropped it (`LentReturned`), and the driver still hears nothing. A caller whose
 process ends on purpose (an executor retired) hands such objects to the driver first and has
-the host borrow them from there (`TakeLent`). A link that breaks counts as the borrower's end,
-as a Ray owner counts a borrower it cannot reach. A callee may lend such a ref on, in the
+the host borrow them from there (`TakeLent`). A link that breaks keeps the borrower's loans a
+grace period longer (`lent_out.BROKEN_LINK_GRACE_S`), for it to ask through the driver. A
+callee may lend such a ref on, in the
 arguments of its own direct call (a pipeline stage): it is then that host's lender, and keeps
 borrowing the object from its own lender while the host does.
 
@@ -35,9 +36,11 @@ has them; `adopt`), after which they are ordinary refs the driver counts, only t
 on otherwise (pickled into a task's arguments, a put, a result, an item), to read a value that
 names refs, or when its lender cannot answer.
 
-If the gate connection to the caller broke while both live, the callee asks the driver, which
-asks the caller on its own session (`AdoptFor`). If the caller is gone, the value reads as
-`OwnerDiedError`, as in Ray; if it let the object go when the link broke, as `ObjectLostError`.
+Every loan names the object's owner (`lent_owners`: the process that made it, however many
+loans away). If the link to the lender broke, or the lender is gone, the borrower asks the
+driver, which asks that owner on its own session (`AdoptFor`), as a Ray borrower reads from the
+owner whoever passed it the ref. If the owner is gone, the value reads as `OwnerDiedError`, as in
+Ray; if it let the object go (its grace after the link broke ended), as `ObjectLostError`.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ from fray_ray._private.messages import (
 )
 from fray_ray._private.objects.holder_clients import HolderLost
 from fray_ray._private.objects.serialization import SerializedValue, serialize_error
-from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
+from fray_ray._private.stream.protocol import Connection, ConnectionClosed
 from fray_ray._private.workers.task_interrupts import wait_for_reply
 from fray_ray.exceptions import ObjectLostError, OwnerDiedError
 
@@ -75,7 +78,7 @@ logger = logging.getLogger(__name__)
 @dataclass(eq=False)
 class _Lent:
     lender: Connection  # the caller's gate connection, where `AdoptLent` goes
-    owner: bytes | None  # the caller's worker id, as its greeting said (for `AdoptFor`)
+    owner: bytes | None  # its owner's worker id (for `AdoptFor`): the lender's, or the one it named
     value: SerializedValue | None  # None: not sent (pending or large)
     calls: int = 1  # calls that lent it and have not ended
     lost: bool = False  # its lender was gone when asked to hand it over (`value` says so)
@@ -104,13 +107,14 @@ class LentRefs:
         """`call` came from `lender` (before its arguments are read)."""
         values = call.lent_values
         held = _held_at(call.lent_held)
-        owner = lender.peer_info.get("caller")
-        owner = owner if isinstance(owner, bytes) else None
+        caller = lender.peer_info.get("caller")
+        owners = _owners(call.lent_owners, len(call.lent), caller if isinstance(caller, bytes) else None)
         with self._lock:
             self._calls[call.call] = (lender, call.lent)
             for index, object_id in enumerate(call.lent):
                 entry = self._lent.get(object_id)
                 value = values[index] if index < len(values) else call.args.inlined.get(object_id)
+                owner = owners[index]
                 if entry is None:
                     self._lent[object_id] = _Lent(lender, owner, value, held=held.get(index))
                 else:
@@ -129,6 +133,7 @@ class LentRefs:
         ids, values, held = done.lent, done.lent_values, _held_at(done.lent_held)
         if not isinstance(ids, list) or not isinstance(values, list):
             return  # malformed: the host keeps them until the link closes
+        owners = _owners(done.lent_owners, len(ids), None)
         back: list[bytes] = []
         with self._lock:
             for index, object_id in enumerate(ids):
@@ -142,9 +147,15 @@ class LentRefs:
                     back.append(object_id)
                     continue
                 value = values[index] if index < len(values) and isinstance(values[index], SerializedValue) else None
-                self._lent[object_id] = _Lent(lender, None, value, calls=0, kept=True, held=held.get(index))
+                self._lent[object_id] = _Lent(lender, owners[index], value, calls=0, kept=True, held=held.get(index))
         if back:
             _tell(lender, LentReturned(back))
+
+    def owners(self, object_ids: Sequence[bytes], own_id: bytes) -> list[bytes]:
+        """The owner of each of `object_ids` this process lends on: its lender's for one lent
+        here, else this process (`own_id`), which made it."""
+        return [entry.owner if (entry := self._lent.get(oid)) is not None and entry.owner else own_id
+                for oid in object_ids]
 
     def lent_by(self, object_id: bytes, lender: Connection) -> bool:
         """Whether `lender` lent `object_id` here (it is that caller's own, or borrowed by it)."""
@@ -277,8 +288,10 @@ class LentRefs:
                 requests.append((lender, ids, recorded))
         for lender, ids, recorded in requests:
             try:
-                request = messages.request(lender, ReadLent(ids))
+                request = None if lender.closed else messages.request(lender, ReadLent(ids))
             except ConnectionClosed:
+                request = None
+            if request is None:
                 self._record(None, ids, recorded)
                 continue
             request.add_done_callback(lambda done, ids=ids, recorded=recorded: self._record(done, ids, recorded))
@@ -291,8 +304,10 @@ class LentRefs:
         request could not be sent); `recorded` is done whatever it said: what it did not answer
         well is asked to be handed over instead."""
         try:
-            if done is None:
-                raise ConnectionClosed("the lender's link is closed")
+            # A failed request is looked at, never raised: its traceback would hold this stack,
+            # and the refs of the `get` that asked, until the cycle collector ran.
+            if done is None or done.exception() is not None:
+                return
             answer = messages.reply_of(ReadLent(ids), done.result())
             held = _held_at(answer.held)
             with self._lock:
@@ -301,8 +316,8 @@ class LentRefs:
                     if entry is not None and entry.value is None and isinstance(value, SerializedValue):
                         entry.held = held.get(index)
                         entry.value = None if entry.held is not None else value
-        except (ConnectionClosed, RemoteError, MessageError):
-            pass  # the lender is gone or refused
+        except MessageError:
+            pass  # the lender refused
         except Exception:  # noqa: BLE001 - a malformed answer must not leave the reader waiting
             logger.warning("a lender's answer to ReadLent was malformed", exc_info=True)
         finally:
@@ -406,18 +421,16 @@ class LentRefs:
 
     def _ask(self, lender: Connection, owner: bytes | None, ids: list[bytes]) -> Adopted | None:
         """`AdoptLent` to the lender, or through the driver if its link broke; None: it is gone."""
-        try:
-            return messages.call(lender, AdoptLent(ids))
-        except ConnectionClosed:  # the link broke: the lender may live on, and the driver can ask it
-            pass
-        except RemoteError:
-            return None
+        answer = _call_quietly(lender, AdoptLent(ids))
+        if isinstance(answer, Adopted):
+            return answer
+        if not isinstance(answer, ConnectionClosed):
+            return None  # refused, or malformed
+        # The link broke: the lender may live on, and the driver can ask it (or the owner it named).
         if owner is None or self._driver is None:
             return None
-        try:
-            return messages.call(self._driver, AdoptFor(owner, ids))
-        except (ConnectionClosed, RemoteError):  # the lender is gone too
-            return None
+        answer = _call_quietly(self._driver, AdoptFor(owner, ids))
+        return answer if isinstance(answer, Adopted) else None  # else the lender is gone too
 
     def _lost(self, ids: list[bytes], error: type[ObjectLostError]) -> None:
         if not ids:
@@ -437,6 +450,31 @@ def _held_at(entries: Any) -> dict[int, tuple[str, int]]:
                 and isinstance(entry[2], int):
             held[entry[0]] = (entry[1], entry[2])
     return held
+
+
+def _owners(named: Any, count: int, default: bytes | None) -> list[bytes | None]:
+    """`count` owners from a message's `lent_owners` (`default` for those it leaves out or
+    names badly: the lender itself)."""
+    named = named if isinstance(named, list) else []
+    return [owner if index < len(named) and isinstance(owner := named[index], bytes) and owner else default
+            for index in range(count)]
+
+
+def _call_quietly(connection: Connection, message: messages.Message) -> Any:
+    """`messages.call`, with a failure returned instead of raised: a raised one's traceback
+    would hold the reading thread's stack, and the refs of the `get` that asked, until the
+    cycle collector ran (a late release)."""
+    if connection.closed:
+        return ConnectionClosed(f"{connection.name}: connection closed")
+    future = messages.request(connection, message)
+    concurrent.futures.wait([future])
+    failure = future.exception()
+    if failure is not None:
+        return failure
+    try:
+        return messages.reply_of(message, future.result())
+    except MessageError as exc:
+        return exc
 
 
 def _tell(connection: Connection, message: messages.Message) -> None:
