@@ -218,10 +218,11 @@ class Gate:
 
 
 def without_blocking(ref):
-    """The value of `ref`, waited for with `ray.wait` (which, unlike `get`, does not lend the
-    task's CPU to others while it waits)."""
-    while not ray.wait([ref], timeout=1)[0]:
-        pass
+    """The value of `ref`, polled with `ray.wait(timeout=0)`, so the task never counts as
+    blocked: a `get` or `wait` that blocks on an actor's answer for over 10 ms lends the task's
+    CPU to others, as Ray's do, and another task could then take its worker."""
+    while not ray.wait([ref], timeout=0)[0]:
+        time.sleep(0.01)
     return ray.get(ref)
 
 
