@@ -167,7 +167,8 @@ class Borrowers:
         self._flush = flush
         self._lock = threading.Lock()
         self._by_link: dict[Connection, dict[bytes, ObjectRef[Any]]] = {}
-        self._graces: set[threading.Timer] = set()  # links that closed: their refs, let go when each fires
+        #: links that closed: the refs each held, let go when its timer fires
+        self._graces: dict[threading.Timer, dict[bytes, ObjectRef[Any]]] = {}
         self._closed = False
 
     def kept(self, link: Connection, object_ids: Sequence[bytes]) -> None:
@@ -199,7 +200,7 @@ class Borrowers:
             grace = None if self._closed else threading.Timer(BROKEN_LINK_GRACE_S, self._let_go, (refs,))
             if grace is not None:
                 grace.daemon = True
-                self._graces.add(grace)
+                self._graces[grace] = refs
         if grace is not None:
             grace.start()  # it holds the refs until then
         else:
@@ -207,7 +208,7 @@ class Borrowers:
 
     def _let_go(self, refs: dict[bytes, ObjectRef[Any]]) -> None:
         with self._lock:
-            self._graces = {grace for grace in self._graces if grace.is_alive() and grace is not threading.current_thread()}
+            self._graces = {grace: kept for grace, kept in self._graces.items() if kept is not refs}
         refs.clear()
         self._flush()
 
@@ -215,9 +216,10 @@ class Borrowers:
         """This process ends: no grace runs on, and links closing from now on let go at once."""
         with self._lock:
             self._closed = True
-            graces, self._graces = self._graces, set()
-        for grace in graces:
+            graces, self._graces = self._graces, {}
+        for grace, refs in graces.items():
             grace.cancel()
+            refs.clear()
 
     def away_from(self, reading: Connection | None) -> None:
         """This thread reads `reading` (or nothing) for a while: connections whose borrowers
