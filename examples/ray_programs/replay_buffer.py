@@ -2,9 +2,9 @@
 
 Rollout tasks ask an environment actor for trajectories (numpy arrays, every other one larger
 than 100 KiB) and hand the refs, unread, to a replay buffer actor that keeps the most recent
-ones. The learner asks the buffer for a batch: the buffer passes the refs on, still unread, and
-the learner reads them. The driver only starts the work and prints what the learner saw: the
-trajectories go from the workers that made them to the learner.
+ones. The learner asks the buffer for a batch: the buffer's answer passes the refs on, still
+unread, and the learner reads them. The driver only starts the work and prints what the learner
+saw: the trajectories go from the workers that made them to the learner.
 """
 
 import numpy as np
@@ -32,9 +32,9 @@ class ReplayBuffer:
         del self.refs[:-self.capacity]  # the oldest are let go
         return len(self.refs)
 
-    def feed(self, learner, size):
-        # The newest refs go on to the learner unread: it fetches the trajectories itself.
-        return ray.get(learner.train.remote(self.refs[-size:]))
+    def sample(self, size):
+        # The newest refs go to the learner unread: it fetches the trajectories itself.
+        return self.refs[-size:]
 
 
 @ray.remote
@@ -43,8 +43,8 @@ class Learner:
         self.seen = 0
         self.total = 0.0
 
-    def train(self, refs):
-        batch = ray.get(refs)
+    def train(self, buffer, size):
+        batch = ray.get(ray.get(buffer.sample.remote(size)))
         self.seen += len(batch)
         self.total += sum(float(trajectory["rewards"].sum()) for trajectory in batch)
         return [(trajectory["worker"], trajectory["step"], len(trajectory["rewards"])) for trajectory in batch]
@@ -69,7 +69,7 @@ def main():
     for worker in range(3):
         kept = ray.get(rollout.remote(environments[worker % 2], buffer, worker, 4))
         print(f"worker {worker} done, buffer holds {kept}")
-        print("batch", ray.get(buffer.feed.remote(learner, 3)))
+        print("batch", ray.get(learner.train.remote(buffer, 3)))
     seen, total = ray.get(learner.summary.remote())
     print(f"learner saw {seen} trajectories, reward total {total:.1f}")
     ray.shutdown()
