@@ -202,8 +202,7 @@ class DirectCalls:
             for oid in spec.return_ids:
                 self._producers[oid] = spec.call_id
         message = CallMethod.of(spec, self.ready_value)
-        call.lent = lent_out.lend(message, self.lendable(escaped), self.ready_value, self.lent.holder_of)
-        message.lent_owners = self.lent.owners(call.lent, self._worker_id)
+        call.lent = lent_out.lend(message, self.lendable(escaped), self.ready_value, self.lent, self._worker_id)
         self.escaped(*[oid for oid in escaped if oid not in call.lent])
         message.events = call.events = way.task_events if spec.task_events is None else spec.task_events
         if call.keep:
@@ -291,8 +290,8 @@ class DirectCalls:
         if it cannot be (it then ends with the exception it raised)."""
         try:
             message = CallMethod.of(replace(call.spec, attempt=call.spec.attempt + 1), self.ready_value)
-            lent_out.lend(message, call.lent, self.ready_value, self.lent.holder_of)
-            message.lent_owners, message.events = self.lent.owners(call.lent, self._worker_id), call.events
+            lent_out.lend(message, call.lent, self.ready_value, self.lent, self._worker_id)
+            message.events = call.events
             messages.notify(link.connection, message, defer=True)
         except MessageTooLarge:  # arguments since made ready no longer fit in one frame
             return False

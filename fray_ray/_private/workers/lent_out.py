@@ -1,8 +1,8 @@
 """A worker's side as a lender (`lent_refs.py` tells the whole story): what a direct call lends
-(`lend`), what a host's answer to a worker lends on (`lend_with_answer`), the processes that
-keep what it lent (`Borrowers`), and what it answers them (`lender_handlers`: hand objects to
-the driver, take back what a borrower dropped, give values the calls did not carry, once
-ready). `Lending` is all of it for one process."""
+(`lend`), the processes that keep what it lent (`Borrowers`), and `Lending`, all of it for one
+process: what a host's answer to a worker lends on, and what it answers its borrowers (hand
+objects to the driver, take back what a borrower dropped, give values the calls did not carry,
+once ready)."""
 
 from __future__ import annotations
 
@@ -33,31 +33,25 @@ BROKEN_LINK_GRACE_S = 60.0
 
 
 def lend(call: CallMethod, ours: Sequence[bytes], value_of: Callable[[bytes], SerializedValue | None],
-         holder_of: Callable[[bytes], tuple[str, int] | None] = lambda object_id: None) -> list[bytes]:
+         lent: LentRefs, own_id: bytes) -> list[bytes]:
     """Lend with `call` every one of `ours` (the caller's own results its arguments name, or
     objects lent to it), and return them. Values that are ready and small go along, once (a
     top-level argument's travels as the argument's); for an object lent to the caller, where a
-    holder serves it if its own lender said (`holder_of`). The callee asks for the others'
-    values as it reads them (`ReadLent`: a top-level argument's as the call starts)."""
+    holder serves it if its own lender said. The callee asks for the others' values as it
+    reads them (`ReadLent`: a top-level argument's as the call starts)."""
     if not ours:  # the usual call: nothing to lend
         return []
-    call.lent, call.lent_values, call.lent_held = _packed(ours, value_of, holder_of, call.args.inlined,
-                                                          set(call.args.top_level))
+    call.lent, call.lent_values, call.lent_held, call.lent_owners = _packed(
+        ours, value_of, lent, own_id, call.args.inlined, set(call.args.top_level))
     return call.lent
 
 
-def lend_with_answer(done: CallDone, ours: Sequence[bytes], value_of: Callable[[bytes], SerializedValue | None],
-                     holder_of: Callable[[bytes], tuple[str, int] | None]) -> None:
-    """Lend on to a caller, with the answer `done` whose results name them, objects lent to
-    this host by others (a replay buffer's `sample`): their values as `lend` sends a call's."""
-    if ours:
-        done.lent, done.lent_values, done.lent_held = _packed(ours, value_of, holder_of, {}, set())
-
-
-def _packed(ours: Sequence[bytes], value_of: Callable[[bytes], SerializedValue | None],
-            holder_of: Callable[[bytes], tuple[str, int] | None], inlined: Mapping[bytes, Any],
-            top_level: Set[bytes]) -> tuple[list[bytes], list[SerializedValue], list[list[Any]]]:
-    """(ids, the values of the first of them, [index, holder address, size] of others)."""
+def _packed(ours: Sequence[bytes], value_of: Callable[[bytes], SerializedValue | None], lent: LentRefs,
+            own_id: bytes, inlined: Mapping[bytes, Any] | None = None, top_level: Set[bytes] = frozenset(),
+            ) -> tuple[list[bytes], list[SerializedValue], list[list[Any]], list[bytes]]:
+    """A loan's fields: (ids, the values of the first of them, [index, holder address, size]
+    of others whose holder `lent` knows, the owner of each: `own_id` for this process's own)."""
+    inlined = inlined or {}
     sent: list[bytes] = []
     values: list[SerializedValue] = []
     rest: list[bytes] = []
@@ -73,41 +67,12 @@ def _packed(ours: Sequence[bytes], value_of: Callable[[bytes], SerializedValue |
             values.append(value)
         else:
             rest.append(object_id)
-            if (where := holder_of(object_id)) is not None:
+            if (where := lent.holder_of(object_id)) is not None:
                 held.append((object_id, where))
-    lent = sent + rest
-    index = {object_id: number for number, object_id in enumerate(lent)}
-    return lent, values, [[index[object_id], address, size] for object_id, (address, size) in held]
-
-
-def lender_handlers(hand_over: Callable[[list[bytes]], None], notices: DriverNotices, borrowers: Borrowers,
-                    let_go: Callable[[list[bytes]], list[bytes]],
-                    read: Callable[[list[bytes], Callable[[LentValues], None]], None] | None = None,
-                    ) -> dict[type[messages.Message], messages.MessageHandler]:
-    """The lender's handlers of what a host says on its link (on the link's reader thread).
-    `AdoptLent`: hand the objects to the driver, and answer once the driver has them;
-    `let_go(ids)`: those this process no longer refers to (it may have freed them).
-    `ReadLent`: `read(ids, answer)` answers with their values once they are ready."""
-
-    def adopt(connection: Connection, message_id: int | None, asked: AdoptLent) -> None:
-        missing = let_go(asked.ids)
-        hand_over(asked.ids)
-        notices.confirm()
-        if message_id is not None:
-            messages.reply(connection, message_id, Adopted(missing))
-
-    def returned(connection: Connection, message_id: int | None, back: LentReturned) -> None:
-        borrowers.returned(connection, back.ids)
-
-    def read_lent(connection: Connection, message_id: int | None, asked: ReadLent) -> None:
-        if message_id is None:
-            return
-        if read is None or not isinstance(asked.ids, list):
-            messages.reply(connection, message_id, LentValues())  # nothing here: the host has them handed over
-            return
-        read(asked.ids, lambda values: messages.reply(connection, message_id, values))
-
-    return {AdoptLent: adopt, LentReturned: returned, ReadLent: read_lent}
+    ids = sent + rest
+    index = {object_id: number for number, object_id in enumerate(ids)}
+    return (ids, values, [[index[object_id], address, size] for object_id, (address, size) in held],
+            lent.owners(ids, own_id))
 
 
 def held_for_lending(object_id: bytes, value: SerializedValue) -> tuple[str, int] | None:
@@ -288,10 +253,29 @@ class Lending:
         self._held: set[bytes] = set()  # results of its own its holder serves to borrowers
 
     def handlers(self) -> dict[type[messages.Message], messages.MessageHandler]:
-        """What it answers borrowers on their connections (`AdoptLent`, also on its session
-        when a link broke; `LentReturned`, `ReadLent`)."""
-        return lender_handlers(self._results.hand_over, self._notices, self.borrowers,
-                               lambda ids: [oid for oid in ids if not self._references.count(oid)], self._read)
+        """What it answers borrowers on their connections (on their reader threads): `AdoptLent`
+        (also on its session when a link broke), `LentReturned`, `ReadLent`."""
+        return {AdoptLent: self._on_adopt, LentReturned: self._on_returned, ReadLent: self._on_read}
+
+    def _on_adopt(self, connection: Connection, message_id: int | None, asked: AdoptLent) -> None:
+        """Hand the objects to the driver, and answer once it has them, naming those this
+        process no longer refers to (it may have freed them)."""
+        missing = [oid for oid in asked.ids if not self._references.count(oid)]
+        self._results.hand_over(asked.ids)
+        self._notices.confirm()
+        if message_id is not None:
+            messages.reply(connection, message_id, Adopted(missing))
+
+    def _on_returned(self, connection: Connection, message_id: int | None, back: LentReturned) -> None:
+        self.borrowers.returned(connection, back.ids)
+
+    def _on_read(self, connection: Connection, message_id: int | None, asked: ReadLent) -> None:
+        if message_id is None:
+            return
+        if not isinstance(asked.ids, list):
+            messages.reply(connection, message_id, LentValues())  # nothing to read: it is handed over instead
+            return
+        self._read(asked.ids, lambda values: messages.reply(connection, message_id, values))
 
     def with_answer(self, done: CallDone, named: Sequence[bytes], caller: Connection | None) -> None:
         """The refs a host's answer names (`named`, pickled into its results): those it may
@@ -306,8 +290,8 @@ class Lending:
         lent = [oid for oid in ours if not self._results.lent.lent_by(oid, caller)]
         if lent:
             self.borrowers.kept(caller, lent)
-            lend_with_answer(done, lent, self._results.ready_value, self._results.lent.holder_of)
-            done.lent_owners = self._results.lent.owners(done.lent, self._own_id)
+            done.lent, done.lent_values, done.lent_held, done.lent_owners = _packed(
+                lent, self._results.ready_value, self._results.lent, self._own_id)
             if caller.closed:  # its close may have come first: nobody would return these
                 self.borrowers.gone(caller)
 
@@ -317,7 +301,7 @@ class Lending:
         if done.lent:
             self.borrowers.returned(caller, done.lent)
             self._results.escaped(*done.lent)
-            done.lent, done.lent_values, done.lent_held = [], [], []
+            done.lent, done.lent_values, done.lent_held, done.lent_owners = [], [], [], []
 
     def hand_off(self) -> None:
         """This process ends on purpose: what others borrow from it goes to the driver first,
