@@ -173,8 +173,15 @@ class LentRefs:
     def on_take_lent(self, lender: Connection, message_id: int | None, take: TakeLent) -> None:
         """`lender`'s process ends and the driver has these (`Borrowers.hand_off`): borrow
         what this process kept of them from the driver instead, then say so."""
+        ids: list[bytes] = []
         if isinstance(take.ids, list):
-            self.take(lender, take.ids)
+            with self._lock:
+                ids = [oid for oid in take.ids if (entry := self._lent.get(oid)) is not None and entry.kept
+                       and entry.lender is lender]
+                for object_id in ids:
+                    self._unkeep_locked(object_id, self._lent[object_id])
+        if ids:
+            self._borrow_now(ids)
         if message_id is not None:
             messages.reply(lender, message_id, LentTaken())
 
@@ -225,16 +232,6 @@ class LentRefs:
         for lender, ids in by_lender.items():
             _tell(lender, LentReturned(ids))
         return rest
-
-    def take(self, lender: Connection, object_ids: Sequence[bytes]) -> None:
-        """`lender`'s process ends and the driver has these: borrow those kept here from it."""
-        with self._lock:
-            ids = [oid for oid in object_ids if (entry := self._lent.get(oid)) is not None and entry.kept
-                   and entry.lender is lender]
-            for object_id in ids:
-                self._unkeep_locked(object_id, self._lent[object_id])
-        if ids:
-            self._borrow_now(ids)
 
     def _unkeep_locked(self, object_id: bytes, entry: _Lent) -> None:
         """No longer borrowed from its lender past its calls: forgotten unless a call still lends it."""
