@@ -12,7 +12,7 @@ import hashlib
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from fray_ray._private.core.cached_hash import CachedHash
 from fray_ray._private.core.object_ref import ObjectRef
@@ -106,6 +106,9 @@ _NONE = Arguments(_NO_ARGUMENTS)
 
 @dataclass
 class TaskSpec:
+    #: what differs between the tasks of one function and options (`messages/_spec_templates.py`)
+    PER_CALL_FIELDS: ClassVar[tuple[str, ...]] = ("task_id", "return_ids", "parent_task_id", "rebuilding")
+
     task_id: bytes
     function: CodeBlob
     arguments: Arguments
@@ -181,6 +184,9 @@ def gang_member_id(base: bytes, index: int) -> bytes:
 
 @dataclass
 class ActorCallSpec:
+    #: what differs between the calls of one method and options (`messages/_spec_templates.py`)
+    PER_CALL_FIELDS: ClassVar[tuple[str, ...]] = ("call_id", "return_ids", "submitted_at", "started_at", "attempt")
+
     actor_id: bytes
     call_id: bytes
     method: str

@@ -76,6 +76,9 @@ class TaskWithdrawals(ExecutorPool):
         """Idle executors of a pool with room on the ledger take over tasks queued behind
         other executors' long-running tasks: withdraw as many as they can hold. Tasks queued
         behind running tasks still young get a look again once those have run long."""
+        queueing = [e for e in self._executors.values() if e.state is ExecutorState.BUSY and len(e.tasks) > 1]
+        if not queueing:  # the usual case: nothing waits behind a running task
+            return []
         idle: dict[PoolKey, int] = {}
         for executor in self._executors.values():
             if executor.state is ExecutorState.IDLE and executor.connection is not None:
@@ -85,8 +88,8 @@ class TaskWithdrawals(ExecutorPool):
         now = time.monotonic()
         long_since = now - LONG_RUNNING_S
         sources: dict[PoolKey, list[ExecutorRecord]] = {}
-        for executor in self._executors.values():
-            if executor.state is ExecutorState.BUSY and len(executor.tasks) > 1 and executor.pool in idle:
+        for executor in queueing:
+            if executor.pool in idle:
                 sources.setdefault(executor.pool, []).append(executor)
         withdrawals: Withdrawals = []
         recheck: float | None = None

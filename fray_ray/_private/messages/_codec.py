@@ -13,7 +13,8 @@ from typing import Any, ClassVar, TypeVar
 
 import cloudpickle
 
-from fray_ray._private.core.task_spec import CallArguments, CodeBlob
+from fray_ray._private.core.task_spec import Arguments, CallArguments, CodeBlob
+from fray_ray._private.messages._spec_templates import per_call_fields, pickled_template, spec_from_template
 from fray_ray._private.objects.serialization import HeaderBudget, SerializedValue
 from fray_ray._private.stream.protocol import Connection, Handler
 
@@ -250,29 +251,35 @@ def decode(cls: type[M], body: Any, buffers: Sequence[bytearray]) -> M:
 
 
 def _pack_spec(task_spec: Any, buffers: list[Any], budget: HeaderBudget) -> list[Any]:
-    """A spec pickled without its argument value and its code, which travel as buffers (a
-    pickled function may be larger than a frame's header may be)."""
-    code_fields = [f.name for f in dataclasses.fields(task_spec) if isinstance(getattr(task_spec, f.name), CodeBlob)]
-    stripped_code = {name: dataclasses.replace(getattr(task_spec, name), payload=b"") for name in code_fields}
-    buffers.extend(getattr(task_spec, name).payload for name in code_fields)
+    """A spec as its template's pickle (`_spec_templates`), its per-call fields, and its
+    argument value and code as buffers (a pickled function may be larger than a frame's header
+    may be)."""
+    overrides: dict[str, Any] = {}
+    code_fields = []
+    for name, item in task_spec.__dict__.items():
+        if type(item) is CodeBlob:
+            code_fields.append(name)
+            buffers.append(item.payload)
+            overrides[name] = dataclasses.replace(item, payload=b"")
     argument_values = getattr(task_spec, "arguments", None)
-    if argument_values is None:
-        stripped = dataclasses.replace(task_spec, **stripped_code)
-        return [cloudpickle.dumps(stripped), None, code_fields]
-    stripped = dataclasses.replace(
-        task_spec, arguments=type(argument_values)(SerializedValue(b""), argument_values.top_level), **stripped_code
-    )
-    return [cloudpickle.dumps(stripped), argument_values.value.to_wire(buffers, budget), code_fields]
+    description = top_level = None
+    if argument_values is not None:
+        overrides["arguments"] = None
+        description = argument_values.value.to_wire(buffers, budget)
+        top_level = list(argument_values.top_level)
+    per_call = [getattr(task_spec, name) for name in per_call_fields(type(task_spec))]
+    return [pickled_template(task_spec, overrides), per_call, description, top_level, code_fields]
 
 
 def _unpack_spec(raw: Sequence[Any], buffers: Sequence[bytearray], offset: int) -> tuple[Any, int]:
-    pickled_spec, description, code_fields = raw
-    task_spec = cloudpickle.loads(pickled_spec)
+    template, per_call, description, top_level, code_fields = raw
+    task_spec = spec_from_template(template, per_call)
     for name in code_fields:  # specs are mutable dataclasses
         setattr(task_spec, name, dataclasses.replace(getattr(task_spec, name), payload=bytes(buffers[offset])))
         offset += 1
     if description is not None:
-        task_spec.arguments.value, offset = SerializedValue.from_wire(description, buffers, offset)
+        argument_value, offset = SerializedValue.from_wire(description, buffers, offset)
+        task_spec.arguments = Arguments(argument_value, tuple(top_level))
     return task_spec, offset
 
 
