@@ -118,6 +118,13 @@ def test_the_caches_keep_at_most_their_bound(monkeypatch: pytest.MonkeyPatch) ->
     assert len(templates._pickled) == 3 and len(templates._unpickled) == 3
 
 
+def test_a_large_template_is_pickled_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(templates, "TEMPLATE_MAX_BYTES", 100)
+    got = _through_the_wire(SubmitTask(_task(1))).spec  # type: ignore[attr-defined]
+    assert got.max_retries == 3
+    assert len(templates._pickled) == 0 and len(templates._unpickled) == 0
+
+
 def test_per_call_values_that_do_not_fit_their_template_are_a_message_error() -> None:
     body, buffers = _wire(SubmitTask(_task(1)))
     body["spec"][1] = body["spec"][1][:2]

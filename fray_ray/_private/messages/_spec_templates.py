@@ -13,7 +13,7 @@ A template is looked up by what its fields hold, compared by content: scalars (b
 1, 1.0 and True pickle apart), tuples and dicts of such values, frozen fray_ray key types, and
 classes. A template holding any other object (a scheduling strategy, say), which could change
 in place, is pickled every time, as before. Both caches keep at most `TEMPLATES_KEPT`
-templates, the oldest dropped first.
+templates of at most `TEMPLATE_MAX_BYTES` each, the oldest dropped first.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ from fray_ray._private.core.task_spec import CodeBlob
 
 #: Distinct templates each cache keeps (a program has a handful: one per function and options).
 TEMPLATES_KEPT = 256
+#: A template pickled larger than this (a runtime env with a large environment, say) is not
+#: kept: it would cost more memory than its pickling costs time.
+TEMPLATE_MAX_BYTES = 64 << 10
 
 _SCALARS = (type(None), bool, int, float, str, bytes)
 
@@ -103,7 +106,7 @@ def pickled_template(spec: Any, overrides: dict[str, Any]) -> bytes:
     if key is not None and (found := _pickled.get(key)) is not None:
         return found  # type: ignore[no-any-return]
     blob = cloudpickle.dumps(dataclasses.replace(spec, **overrides, **dict.fromkeys(per_call)))
-    if key is not None:
+    if key is not None and len(blob) <= TEMPLATE_MAX_BYTES:
         _pickled.put(key, blob)
     return blob
 
@@ -119,7 +122,8 @@ def spec_from_template(blob: bytes, values: Sequence[Any]) -> Any:
             if values:
                 raise ValueError(f"a {type(template).__name__} has no per-call fields")
             return template  # a template of its own: used as it is
-        _unpickled.put(bytes(blob), template)
+        if len(blob) <= TEMPLATE_MAX_BYTES:
+            _unpickled.put(bytes(blob), template)
     per_call = per_call_fields(type(template))
     if len(values) != len(per_call):
         raise ValueError(f"a {type(template).__name__} needs {len(per_call)} per-call values, not {len(values)}")
