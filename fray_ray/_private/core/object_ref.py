@@ -5,7 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import threading
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from fray_ray._private.core import runtime_slot
@@ -35,24 +35,27 @@ def escapes_held() -> contextlib.AbstractContextManager[None]:
     """The escape hook is not told of refs pickled on this thread meanwhile: an actor call's
     arguments wait until the call is routed (a worker lends its own results to a host it calls
     directly, `take_held_escapes`). Those not taken are told as the block ends."""
-    return _NOTHING_HELD if _escape_hook is None else _holding_escapes()
+    return _NOTHING_HELD if _escape_hook is None else _HoldingEscapes()
 
 
 _NOTHING_HELD = contextlib.nullcontext()  # nobody listens (the driver): nothing to hold
 
 
-@contextlib.contextmanager
-def _holding_escapes() -> Iterator[None]:
-    outer = getattr(_held, "ids", None)
-    held: list[bytes] = []
-    _held.ids = held
-    try:
-        yield
-    finally:
-        _held.ids = outer
+class _HoldingEscapes:
+    """`escapes_held` where a hook listens (a class: every actor call's answer enters one)."""
+
+    __slots__ = ("_outer", "_held")
+
+    def __enter__(self) -> None:
+        self._outer = getattr(_held, "ids", None)
+        self._held: list[bytes] = []
+        _held.ids = self._held
+
+    def __exit__(self, *exc_info: object) -> None:
+        _held.ids = self._outer
         hook = _escape_hook
         if hook is not None:
-            for object_id in held:
+            for object_id in self._held:
                 hook(object_id)
 
 
