@@ -283,27 +283,21 @@ class LentRefs:
                 for object_id in ids:
                     self._lent[object_id].asked = recorded
                 requests.append((lender, ids, recorded))
-        for lender, ids, recorded in requests:
-            try:
-                request = None if lender.closed else messages.request(lender, ReadLent(ids))
-            except ConnectionClosed:
-                request = None
-            if request is None:
-                self._record(None, ids, recorded)
-                continue
+        for lender, ids, recorded in requests:  # a closed link's request fails at once: recorded unanswered
+            request = messages.request(lender, ReadLent(ids))
             request.add_done_callback(lambda done, ids=ids, recorded=recorded: self._record(done, ids, recorded))
             asked[id(recorded)] = recorded
         return list(asked.values())
 
-    def _record(self, done: concurrent.futures.Future[Any] | None, ids: list[bytes],
+    def _record(self, done: concurrent.futures.Future[Any], ids: list[bytes],
                 recorded: concurrent.futures.Future[Any]) -> None:
-        """Record a lender's `LentValues` (on the link's reader thread; `done` None: the
-        request could not be sent); `recorded` is done whatever it said: what it did not answer
-        well is asked to be handed over instead."""
+        """Record a lender's `LentValues` (on the link's reader thread, or at once if the link
+        was closed); `recorded` is done whatever it said: what it did not answer well is asked
+        to be handed over instead."""
         try:
             # A failed request is looked at, never raised: its traceback would hold this stack,
             # and the refs of the `get` that asked, until the cycle collector ran.
-            if done is None or done.exception() is not None:
+            if done.exception() is not None:
                 return
             answer = messages.reply_of(ReadLent(ids), done.result())
             held = _held_at(answer.held)
@@ -461,9 +455,7 @@ def _call_quietly(connection: Connection, message: messages.Message) -> Any:
     """`messages.call`, with a failure returned instead of raised: a raised one's traceback
     would hold the reading thread's stack, and the refs of the `get` that asked, until the
     cycle collector ran (a late release)."""
-    if connection.closed:
-        return ConnectionClosed(f"{connection.name}: connection closed")
-    future = messages.request(connection, message)
+    future = messages.request(connection, message)  # on a closed connection: failed with ConnectionClosed
     concurrent.futures.wait([future])
     failure = future.exception()
     if failure is not None:
