@@ -19,7 +19,7 @@ import pytest
 import fray_ray
 from fray_ray._private import messages
 from fray_ray._private.core import runtime_slot
-from fray_ray._private.messages import CallDone
+from fray_ray._private.messages import CallDone, Loans
 from fray_ray._private.objects.serialization import serialize
 from fray_ray._private.workers import lent_out
 from fray_ray._private.workers.lent_out import Borrowers, Lending
@@ -390,9 +390,7 @@ class _Link:
 
 
 def _answer(ids: list[Any], values: list[Any]) -> CallDone:
-    done = CallDone(b"c" * 16, [])
-    done.lent, done.lent_values = ids, values
-    return done
+    return CallDone(b"c" * 16, [], loans=Loans(ids, values))
 
 
 def test_an_answer_lends_what_this_process_does_not_have_and_returns_the_rest() -> None:
@@ -485,7 +483,7 @@ def test_an_answer_lends_on_what_the_host_may_lend_and_hands_over_the_rest() -> 
     lending, caller, done = _lending(results), _Link(), CallDone(b"c" * 16, [])
     with mock.patch("fray_ray._private.workers.lent_out.ObjectRef"):
         lending.with_answer(done, [mine, callers, other], caller)
-    assert done.lent == [mine] and len(done.lent_values) == 1  # the caller's own object needs nothing
+    assert done.loans is not None and done.loans.ids == [mine] and len(done.loans.values) == 1  # the caller's own object needs nothing
     assert results.escapes == [other]
     assert list(lending.borrowers._by_link[caller]) == [mine]
 
@@ -494,7 +492,7 @@ def test_an_answer_to_the_driver_hands_everything_over() -> None:
     results = _Results([b"m" * 28])
     done = CallDone(b"c" * 16, [])
     _lending(results).with_answer(done, [b"m" * 28], None)
-    assert done.lent == [] and results.escapes == [b"m" * 28]
+    assert done.loans is None and results.escapes == [b"m" * 28]
 
 
 def test_an_answer_lent_to_a_caller_that_went_meanwhile_is_handed_over_instead() -> None:
@@ -503,7 +501,7 @@ def test_an_answer_lent_to_a_caller_that_went_meanwhile_is_handed_over_instead()
     with mock.patch("fray_ray._private.workers.lent_out.ObjectRef"):
         lending.with_answer(done, [b"m" * 28], caller)
         lending.answer_not_lent(done, caller)
-    assert done.lent == [] and done.lent_values == [] and results.escapes == [b"m" * 28]
+    assert done.loans is None and results.escapes == [b"m" * 28]
     assert caller not in lending.borrowers._by_link
 
 

@@ -21,7 +21,7 @@ import fray_ray
 from fray_ray._private import messages
 from fray_ray._private.core import runtime_slot
 from fray_ray._private.core.task_spec import CallArguments
-from fray_ray._private.messages import CallMethod, LentValues
+from fray_ray._private.messages import CallMethod, LentValues, Loans
 from fray_ray._private.objects.serialization import SerializedValue
 from fray_ray._private.workers.lent_refs import LentRefs
 
@@ -588,7 +588,7 @@ class _LenderStandIn:
 def _lent_by(lender: _LenderStandIn, object_id: bytes) -> LentRefs:
     lent = LentRefs()
     call = CallMethod(call=b"\x05" * 24, method="read", returns=[], num_returns=1,
-                      args=CallArguments(SerializedValue(b"")), lent=[object_id])
+                      args=CallArguments(SerializedValue(b"")), loans=Loans([object_id]))
     lent.arrived(lender, call)  # type: ignore[arg-type]
     return lent
 

@@ -123,6 +123,7 @@ from fray_ray._private.messages._to_workers import (
     Exit,
     HostActor,
     InstanceOptions,
+    Loans,
     Withdraw,
 )
 
@@ -182,6 +183,7 @@ __all__ = [
     "InstanceOptions",
     "KillActor",
     "ListNamedActors",
+    "Loans",
     "Log",
     "MetricsReport",
     "Message",

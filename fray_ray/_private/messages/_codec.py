@@ -33,6 +33,7 @@ class _Codec(enum.Enum):
     SPEC = "spec"  # a task, actor-creation or actor-call spec
     PICKLED = "pickled"  # any Python value, through cloudpickle
     RECORD = "record"  # a frozen dataclass of plain fields, as a map
+    NESTED = "nested"  # another message (or None), as a map within the body
     BLOB = "blob"  # bytes (or None) carried as an out-of-band buffer, whatever their size
 
 
@@ -74,6 +75,12 @@ def blob(**kwargs: Any) -> Any:
 def record(cls: type) -> Any:
     """A field holding a frozen dataclass `cls` whose fields are plain msgpack values."""
     return field(metadata={"codec": _Codec.RECORD, "record": cls})
+
+
+def nested(cls: type) -> Any:
+    """A field holding a message of class `cls`, or None (the default): fields that most
+    messages leave empty travel as one, and cost nothing while it is None."""
+    return field(default=None, metadata={"codec": _Codec.NESTED, "record": cls})
 
 
 @dataclass(repr=False, eq=False)
@@ -153,15 +160,22 @@ def _layout(cls: type[Message]) -> _Layout:
 
 def encode(message: Message) -> tuple[dict[str, Any], list[Any]]:
     """A message as a frame's body and its out-of-band buffers."""
-    body: dict[str, Any] = dict(message.__dict__)  # the plain fields as they are; the rest below
     buffers: list[Any] = []
     budget = HeaderBudget()  # pickle streams beyond it travel as buffers: the header stays small
-    for name, codec, _, _ in _layout(type(message)).special:
+    return _encode_body(message, buffers, budget), buffers
+
+
+def _encode_body(message: Message, buffers: list[Any], budget: HeaderBudget) -> dict[str, Any]:
+    body: dict[str, Any] = dict(message.__dict__)  # the plain fields as they are; the rest below
+    for name, codec, _, _ in _layout(type(message)).special:  # (the commonest codecs first)
         item = body[name]
-        if codec is _Codec.VALUE:
-            body[name] = item.to_wire(buffers, budget)
+        if codec is _Codec.NESTED:
+            if item is not None:  # None, the usual value, stays as it is
+                body[name] = _encode_body(item, buffers, budget)
         elif codec is _Codec.VALUES:
-            body[name] = [v.to_wire(buffers, budget) for v in item]
+            body[name] = [v.to_wire(buffers, budget) for v in item] if item else []
+        elif codec is _Codec.VALUE:
+            body[name] = item.to_wire(buffers, budget)
         elif codec is _Codec.ARGUMENTS:
             inlined = item.inlined
             body[name] = [
@@ -180,11 +194,19 @@ def encode(message: Message) -> tuple[dict[str, Any], list[Any]]:
                 buffers.append(item)
         else:
             body[name] = cloudpickle.dumps(item)
-    return body, buffers
+    return body
 
 
 def decode(cls: type[M], body: Any, buffers: Sequence[bytearray]) -> M:
     """The message of type `cls` a frame's body and buffers describe; MessageError if they do not."""
+    message, offset = _decode_body(cls, body, buffers, 0)
+    if offset != len(buffers):
+        raise MessageError(f"a {cls.__name__} describes {offset} buffers but its frame carries {len(buffers)}")
+    return message
+
+
+def _decode_body(cls: type[M], body: Any, buffers: Sequence[bytearray], offset: int) -> tuple[M, int]:
+    """The message a body describes, and the offset of the first buffer after its own."""
     if type(body) is not dict and not isinstance(body, Mapping):
         raise MessageError(f"a {cls.__name__} must be a map, not {type(body).__name__}")
     layout = _layout(cls)
@@ -199,13 +221,15 @@ def decode(cls: type[M], body: Any, buffers: Sequence[bytearray]) -> M:
     fields: dict[str, Any] = dict(body) if complete or layout.names.issuperset(body) else {
         name: raw for name, raw in body.items() if name in layout.names
     }
-    offset = 0
     try:
         for name, codec, _, record_type in layout.special:
             if name not in fields:
                 continue
             raw = fields[name]
-            if codec is _Codec.VALUE:
+            if codec is _Codec.NESTED:
+                if raw is not None:
+                    fields[name], offset = _decode_body(record_type, raw, buffers, offset)
+            elif codec is _Codec.VALUE:
                 fields[name], offset = SerializedValue.from_wire(raw, buffers, offset)
             elif codec is _Codec.VALUES:
                 decoded = []
@@ -214,12 +238,11 @@ def decode(cls: type[M], body: Any, buffers: Sequence[bytearray]) -> M:
                     decoded.append(item)
                 fields[name] = decoded
             elif codec is _Codec.ARGUMENTS:
-                description, top_level, inlined_descriptions, *rest = raw
-                argument_value, offset = SerializedValue.from_wire(description, buffers, offset)
+                argument_value, offset = SerializedValue.from_wire(raw[0], buffers, offset)
                 inlined = {}
-                for object_id, inlined_description in inlined_descriptions:
+                for object_id, inlined_description in raw[2]:
                     inlined[object_id], offset = SerializedValue.from_wire(inlined_description, buffers, offset)
-                stored = rest[0] if rest else None
+                top_level, stored = raw[1], raw[3] if len(raw) > 3 else None
                 if stored is not None and not isinstance(stored, bytes):
                     raise MessageError(f"stored arguments must be an object id, not {type(stored).__name__}")
                 fields[name] = CallArguments(argument_value, list(top_level), inlined, stored)
@@ -241,13 +264,11 @@ def decode(cls: type[M], body: Any, buffers: Sequence[bytearray]) -> M:
         raise
     except (TypeError, ValueError, KeyError, IndexError) as exc:
         raise MessageError(f"a malformed {cls.__name__}: {exc}") from exc
-    if offset != len(buffers):
-        raise MessageError(f"a {cls.__name__} describes {offset} buffers but its frame carries {len(buffers)}")
     if complete:
         message = cls.__new__(cls)
         message.__dict__.update(fields)
-        return message
-    return cls(**fields)
+        return message, offset
+    return cls(**fields), offset
 
 
 def _pack_spec(task_spec: Any, buffers: list[Any], budget: HeaderBudget) -> list[Any]:

@@ -8,7 +8,7 @@ stream of a generator call is handed over whole (`HandOverStream`) when the call
 together with objects the driver has, or loses the host's gate. Calls whose host died under
 them go back to the driver (`HandBack`), which applies Ray's restart and retry rules as for
 its own calls. A caller's results passed in the arguments of its next direct call are lent
-to the callee rather than handed over (`CallMethod.lent`); a callee that keeps one past its
+to the callee rather than handed over (`CallMethod.loans`); a callee that keeps one past its
 answer borrows it from the caller (`CallDone.kept`, until `LentReturned`), and asks for it to
 be handed over (`AdoptLent`) only when it passes it on or reads a value the call did not carry.
 """
@@ -81,7 +81,7 @@ class Adopted(Message):
 @dataclass(repr=False, eq=False)
 class AdoptLent(Message):
     """Callee to caller, on the caller's gate connection: hand these objects the caller lent
-    with a call (`CallMethod.lent`) to the driver, and answer once the driver has them; the
+    with a call (`CallMethod.loans`) to the driver, and answer once the driver has them; the
     callee needs more of them than the call gave (to read a value not sent, to pass one on,
     or to keep one past its answer)."""
 

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from fray_ray._private.core.task_spec import ActorCallSpec, ActorCreationSpec, TaskSpec
-from fray_ray._private.messages._codec import Message, _message, pickled, spec, value, values
+from fray_ray._private.messages._codec import Message, _message, nested, pickled, spec, value, values
+from fray_ray._private.messages._to_workers import Loans
 from fray_ray._private.objects.serialization import SerializedValue
 from fray_ray._private.stream.stream_server import HELLO
 
@@ -169,14 +170,9 @@ class CallDone(Message):
     held: list[list[Any]] = field(default_factory=list)
     #: objects the caller lent with a direct call that the host keeps past it, borrowed from the caller
     kept: list[bytes] = field(default_factory=list)
-    #: objects other callers lent the host that its results name, lent on to this caller, which
-    #: borrows them from the host (`workers/lent_refs.py`); the first `len(lent_values)` come
-    #: with their values, and `lent_held` ([index in `lent`, holder address, size]) says which
-    #: holder serves others
-    lent: list[bytes] = field(default_factory=list)
-    lent_values: list[SerializedValue] = values(default_factory=list)
-    lent_held: list[list[Any]] = field(default_factory=list)
-    lent_owners: list[bytes] = field(default_factory=list)  # as `CallMethod.lent_owners`
+    #: objects its results name that the host may lend on (lent to it by other callers, or its
+    #: own results), lent to this caller, which borrows them from the host (`workers/lent_refs.py`)
+    loans: Loans | None = nested(Loans)
 
 
 @_message

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from fray_ray._private.core.task_spec import ActorCallSpec, CallArguments, TaskSpec, inline_arguments
-from fray_ray._private.messages._codec import Message, _message, arguments, blob, record, values
+from fray_ray._private.messages._codec import Message, _message, arguments, blob, nested, record, values
 from fray_ray._private.objects.serialization import INLINE_LIMIT, SerializedValue
 
 # ---- driver to executor --------------------------------------------------------------------
@@ -142,6 +142,23 @@ class CreateInstance(Message):
     capture_child_tasks: bool = False
 
 
+@dataclass(repr=False, eq=False)
+class Loans(Message):
+    """Refs one worker lends another with a direct call or its answer, rather than hand them
+    to the driver (`workers/lent_refs.py`): the borrower reads them from the lender. Most calls
+    lend nothing and carry None instead (`CallMethod.loans`, `CallDone.loans`)."""
+
+    ids: list[bytes]
+    #: the values of the first `len(values)` of `ids`
+    values: list[SerializedValue] = values(default_factory=list)
+    #: [index in `ids`, holder address, size]: those (lent to the lender itself) whose own
+    #: lender said which holder serves them; the borrower fetches them there
+    held: list[list[Any]] = field(default_factory=list)
+    #: the worker id of each one's owner (the process that made it, however many loans away):
+    #: asked through the driver (`AdoptFor`) if the link to the lender breaks
+    owners: list[bytes] = field(default_factory=list)
+
+
 @_message
 @dataclass(repr=False, eq=False)
 class CallMethod(Message):
@@ -156,16 +173,8 @@ class CallMethod(Message):
     args: CallArguments = arguments()
     group: str | None = None
     events: bool = True  # listed by the state API (`enable_task_events`; a direct call's host records it)
-    #: the caller's own results its arguments name, lent rather than handed to the driver
-    #: (`workers/lent_refs.py`); the first `len(lent_values)` of them come with their values
-    lent: list[bytes] = field(default_factory=list)
-    lent_values: list[SerializedValue] = values(default_factory=list)
-    #: [index in `lent`, holder address, size]: those of `lent` (lent to the caller itself) whose
-    #: own lender said which holder serves them; the callee fetches them there
-    lent_held: list[list[Any]] = field(default_factory=list)
-    #: the worker id of each of `lent`'s owner (the process that made it, however many loans
-    #: away): asked through the driver (`AdoptFor`) if the link to the lender breaks
-    lent_owners: list[bytes] = field(default_factory=list)
+    #: the caller's results (and refs lent to it) its arguments name, lent to the callee
+    loans: Loans | None = nested(Loans)
     #: a generator the driver calls: its large items stay in the actor's process, as its
     #: results do (`Yield.held`)
     keep_items: bool = False

@@ -261,14 +261,14 @@ class DirectCalls:
 
     def _answered(self, link: HostLink, answers: Sequence[CallDone]) -> None:
         ended, unwanted = [], []
-        if any(done.lent for done in answers):
+        if any(done.loans for done in answers):
             self._references.flush()  # which refs this process still holds (`lent_with_answer`)
         with link.lock:
             for done in answers:
                 call = link.in_flight.get(done.call)
                 if done.kept and call is not None and isinstance(done.kept, list):  # before the call's own refs go
                     self.lending.borrowers.kept(link.connection, [oid for oid in done.kept if isinstance(oid, bytes) and oid in call.lent])
-                if done.lent:  # borrowed from the host from now on, unless this process has them already
+                if done.loans:  # borrowed from the host from now on, unless this process has them already
                     self.lent.lent_with_answer(link.connection, done, taken=call is not None and not call.cancelled,
                                                known=lambda oid: self._references.count(oid) > 0 or oid in self._producers)
                 if call is not None and call.retries_left and not call.cancelled and not link.closed \

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from fray_ray._private import messages
 from fray_ray._private.core.object_ref import ObjectRef
-from fray_ray._private.messages import Adopted, AdoptLent, CallDone, CallMethod, LentReturned, LentValues, ReadLent, TakeLent
+from fray_ray._private.messages import Adopted, AdoptLent, CallDone, CallMethod, LentReturned, LentValues, Loans, ReadLent, TakeLent
 from fray_ray._private.objects.refcount import LocalReferenceCounter
 from fray_ray._private.objects.serialization import INLINE_LIMIT, SerializedValue
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed, RemoteError
@@ -41,16 +41,14 @@ def lend(call: CallMethod, ours: Sequence[bytes], value_of: Callable[[bytes], Se
     reads them (`ReadLent`: a top-level argument's as the call starts)."""
     if not ours:  # the usual call: nothing to lend
         return []
-    call.lent, call.lent_values, call.lent_held, call.lent_owners = _packed(
-        ours, value_of, lent, own_id, call.args.inlined, set(call.args.top_level))
-    return call.lent
+    call.loans = _loans(ours, value_of, lent, own_id, call.args.inlined, set(call.args.top_level))
+    return call.loans.ids
 
 
-def _packed(ours: Sequence[bytes], value_of: Callable[[bytes], SerializedValue | None], lent: LentRefs,
-            own_id: bytes, inlined: Mapping[bytes, Any] | None = None, top_level: Set[bytes] = frozenset(),
-            ) -> tuple[list[bytes], list[SerializedValue], list[list[Any]], list[bytes]]:
-    """A loan's fields: (ids, the values of the first of them, [index, holder address, size]
-    of others whose holder `lent` knows, the owner of each: `own_id` for this process's own)."""
+def _loans(ours: Sequence[bytes], value_of: Callable[[bytes], SerializedValue | None], lent: LentRefs,
+           own_id: bytes, inlined: Mapping[bytes, Any] | None = None, top_level: Set[bytes] = frozenset()) -> Loans:
+    """The loan of `ours`: their ids, the values of the first of them, [index, holder address,
+    size] of others whose holder `lent` knows, the owner of each (`own_id` for this process's own)."""
     inlined = inlined or {}
     sent: list[bytes] = []
     values: list[SerializedValue] = []
@@ -71,8 +69,8 @@ def _packed(ours: Sequence[bytes], value_of: Callable[[bytes], SerializedValue |
                 held.append((object_id, where))
     ids = sent + rest
     index = {object_id: number for number, object_id in enumerate(ids)}
-    return (ids, values, [[index[object_id], address, size] for object_id, (address, size) in held],
-            lent.owners(ids, own_id))
+    return Loans(ids, values, [[index[object_id], address, size] for object_id, (address, size) in held],
+                 lent.owners(ids, own_id))
 
 
 def held_for_lending(object_id: bytes, value: SerializedValue) -> tuple[str, int] | None:
@@ -122,7 +120,7 @@ def after_all(futures: Sequence[concurrent.futures.Future[Any]], then: Callable[
 
 class Borrowers:
     """The lender's side: a ref to each of this process's objects a borrower kept past the
-    call that lent it (`CallDone.kept`), or was lent with an answer (`CallDone.lent`), held for
+    call that lent it (`CallDone.kept`), or was lent with an answer (`CallDone.loans`), held for
     that borrower until it returns the object, or `BROKEN_LINK_GRACE_S` after its link closed.
     Thread-safe."""
 
@@ -290,18 +288,17 @@ class Lending:
         lent = [oid for oid in ours if not self._results.lent.lent_by(oid, caller)]
         if lent:
             self.borrowers.kept(caller, lent)
-            done.lent, done.lent_values, done.lent_held, done.lent_owners = _packed(
-                lent, self._results.ready_value, self._results.lent, self._own_id)
+            done.loans = _loans(lent, self._results.ready_value, self._results.lent, self._own_id)
             if caller.closed:  # its close may have come first: nobody would return these
                 self.borrowers.gone(caller)
 
     def answer_not_lent(self, done: CallDone, caller: Connection) -> None:
         """`done` did not reach `caller` after all (it goes to the driver, or fails): the
         driver takes over what it lent."""
-        if done.lent:
-            self.borrowers.returned(caller, done.lent)
-            self._results.escaped(*done.lent)
-            done.lent, done.lent_values, done.lent_held, done.lent_owners = [], [], [], []
+        if done.loans is not None:
+            self.borrowers.returned(caller, done.loans.ids)
+            self._results.escaped(*done.loans.ids)
+            done.loans = None
 
     def hand_off(self) -> None:
         """This process ends on purpose: what others borrow from it goes to the driver first,

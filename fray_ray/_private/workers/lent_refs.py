@@ -5,7 +5,7 @@ A worker keeps the results of its direct calls (`direct_calls.py`). A ref to one
 the process used to make the driver their owner first (`HandOver`, its value, a `Sync`, and a
 `Release` later: four messages for every result passed on). Passed in the arguments of another
 direct call, it is lent instead, as a Ray owner keeps the arguments of a task it submitted: the
-call names it in `CallMethod.lent`, with its value when that is ready and small (at most
+call names it in `CallMethod.loans`, with its value when that is ready and small (at most
 `INLINE_LIMIT`, naming no refs), and the caller keeps the object alive until the call ends. A
 callee that reads a value the call did not carry (large, or not ready) asks the caller
 (`ReadLent`), which answers once it has it (`LentValues`: one over 8 MiB by where its holder
@@ -25,7 +25,7 @@ borrowing the object from its own lender while the host does.
 
 Loans also go the other way. A host whose answer to a worker names objects it may lend (results
 of its own calls, or objects lent to it by others: a replay buffer's `sample`) lends them on to
-that caller (`CallDone.lent`, with the values it has), and keeps a ref for that connection until
+that caller (`CallDone.loans`, with the values it has), and keeps a ref for that connection until
 the caller returns them; the caller borrows them from the host as a callee borrows from its
 caller (`lent_with_answer`), and its first refs to them are not announced to the driver. The
 caller's own objects sent back to it need nothing. A `wait` for lent values asks their lenders
@@ -36,7 +36,7 @@ has them; `adopt`), after which they are ordinary refs the driver counts, only t
 on otherwise (pickled into a task's arguments, a put, a result, an item), to read a value that
 names refs, or when its lender cannot answer.
 
-Every loan names the object's owner (`lent_owners`: the process that made it, however many
+Every loan names the object's owner (`Loans.owners`: the process that made it, however many
 loans away). If the link to the lender broke, or the lender is gone, the borrower asks the
 driver, which asks that owner on its own session (`AdoptFor`), as a Ray borrower reads from the
 owner whoever passed it the ref. If the owner is gone, the value reads as `OwnerDiedError`, as in
@@ -104,14 +104,17 @@ class LentRefs:
         self._calls: dict[bytes, tuple[Connection, list[bytes]]] = {}
 
     def arrived(self, lender: Connection, call: CallMethod) -> None:
-        """`call` came from `lender` (before its arguments are read)."""
-        values = call.lent_values
-        held = _held_at(call.lent_held)
+        """`call`, which lends refs (`call.loans`), came from `lender` (before its arguments are read)."""
+        loans = call.loans
+        if loans is None:
+            return
+        values = loans.values
+        held = _held_at(loans.held)
         caller = lender.peer_info.get("caller")
-        owners = _owners(call.lent_owners, len(call.lent), caller if isinstance(caller, bytes) else None)
+        owners = _owners(loans.owners, len(loans.ids), caller if isinstance(caller, bytes) else None)
         with self._lock:
-            self._calls[call.call] = (lender, call.lent)
-            for index, object_id in enumerate(call.lent):
+            self._calls[call.call] = (lender, loans.ids)
+            for index, object_id in enumerate(loans.ids):
                 entry = self._lent.get(object_id)
                 value = values[index] if index < len(values) else call.args.inlined.get(object_id)
                 owner = owners[index]
@@ -127,13 +130,15 @@ class LentRefs:
     def lent_with_answer(self, lender: Connection, done: CallDone, *, taken: bool,
                          known: Callable[[bytes], bool]) -> None:
         """`done`, an answer from the host on `lender`, lends on what its results name
-        (`CallDone.lent`): borrowed from that host from now on, as kept refs are. Those this
+        (`CallDone.loans`): borrowed from that host from now on, as kept refs are. Those this
         process has already (`known`), or all if the call is no longer wanted (not `taken`),
         go back to the host at once."""
-        ids, values, held = done.lent, done.lent_values, _held_at(done.lent_held)
+        if done.loans is None:
+            return
+        ids, values, held = done.loans.ids, done.loans.values, _held_at(done.loans.held)
         if not isinstance(ids, list) or not isinstance(values, list):
             return  # malformed: the host keeps them until the link closes
-        owners = _owners(done.lent_owners, len(ids), None)
+        owners = _owners(done.loans.owners, len(ids), None)
         back: list[bytes] = []
         with self._lock:
             for index, object_id in enumerate(ids):
@@ -434,7 +439,7 @@ class LentRefs:
 
 def _held_at(entries: Any) -> dict[int, tuple[str, int]]:
     """Index -> (holder address, size), from [index, holder address, size] entries
-    (`CallMethod.lent_held`, `LentValues.held`; malformed ones left out)."""
+    (`Loans.held`, `LentValues.held`; malformed ones left out)."""
     held: dict[int, tuple[str, int]] = {}
     for entry in entries if isinstance(entries, list) else ():
         if isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], int) and isinstance(entry[1], str) \
@@ -444,7 +449,7 @@ def _held_at(entries: Any) -> dict[int, tuple[str, int]]:
 
 
 def _owners(named: Any, count: int, default: bytes | None) -> list[bytes | None]:
-    """`count` owners from a message's `lent_owners` (`default` for those it leaves out or
+    """`count` owners from a loan's `owners` (`default` for those it leaves out or
     names badly: the lender itself)."""
     named = named if isinstance(named, list) else []
     return [owner if index < len(named) and isinstance(owner := named[index], bytes) and owner else default
