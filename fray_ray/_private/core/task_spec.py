@@ -233,7 +233,9 @@ class CallArguments:
     def names_refs(self) -> bool:
         """Whether the callee makes refs as it reads these arguments (nested ones, those inside
         inlined values, or what the stored object holds)."""
-        return bool(self.value.contained_refs or self.stored or any(v.contained_refs for v in self.inlined.values()))
+        if self.value.contained_refs or self.stored:
+            return True
+        return bool(self.inlined) and any(v.contained_refs for v in self.inlined.values())
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not CallArguments:

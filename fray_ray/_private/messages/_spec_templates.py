@@ -27,14 +27,13 @@ import cloudpickle
 
 from fray_ray._private.core.cached_hash import CachedHash
 from fray_ray._private.core.task_spec import CodeBlob
+from fray_ray._private.objects.serialization import SCALAR_TYPES
 
 #: Distinct templates each cache keeps (a program has a handful: one per function and options).
 TEMPLATES_KEPT = 256
 #: A template pickled larger than this (a runtime env with a large environment, say) is not
 #: kept: it would cost more memory than its pickling costs time.
 TEMPLATE_MAX_BYTES = 64 << 10
-
-_SCALARS = (type(None), bool, int, float, str, bytes)
 
 
 class _NotComparable(Exception):
@@ -44,7 +43,7 @@ class _NotComparable(Exception):
 def _key_part(value: Any) -> Any:
     """A hashable stand-in for `value` that is equal only for values that pickle alike."""
     kind = type(value)
-    if kind in _SCALARS:
+    if kind in SCALAR_TYPES:
         return kind, value  # 1, 1.0 and True are equal but pickle differently
     if kind is tuple:
         return kind, tuple(_key_part(item) for item in value)

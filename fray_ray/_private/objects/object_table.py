@@ -156,7 +156,7 @@ class ObjectTable:
         others) if one was fulfilled already, unless the session has shut down meanwhile (its
         pending objects were failed then, and a result still arriving is dropped)."""
         held_values = [self._hold_result(object_id, value) for object_id, value in results]
-        unwanted: list[HeldValue] = []
+        unwanted: list[tuple[bytes, HeldValue]] = []
         done: list[tuple[bytes, list[DoneCallback] | None]] = []
         to_free: list[bytes] = []
         foreign: list[bytes] = []
@@ -165,7 +165,7 @@ class ObjectTable:
             for (object_id, _), held in zip(results, held_values):
                 entry = self._entries.get(object_id)
                 if entry is None or entry.state is not ObjectState.PENDING:
-                    unwanted.append(held)  # nobody refers to it any more: the value was never visible
+                    unwanted.append((object_id, held))  # nobody refers to it any more: the value was never visible
                     if entry is not None and entry.state is not ObjectState.FREED and not self._shut_down:
                         twice = object_id
                     continue
@@ -180,7 +180,7 @@ class ObjectTable:
                 if entry.references <= 0:
                     to_free.append(object_id)
         if unwanted:
-            self._release(list(zip([object_id for object_id, _ in results], held_values)), unwanted)
+            self._release(unwanted)
         if foreign:
             self._forward_incref(foreign)
         for object_id, callbacks in done:
@@ -436,8 +436,7 @@ class ObjectTable:
     def _free(self, object_ids: list[bytes]) -> None:
         """Drop the entries among `object_ids` that nothing refers to any more, and their values
         (a value that holds refs releases them in turn)."""
-        freed: list[HeldValue] = []
-        freed_ids: list[bytes] = []
+        freed: list[tuple[bytes, HeldValue]] = []
         inner: list[bytes] = []
         with self._lock:
             for object_id in object_ids:
@@ -450,14 +449,13 @@ class ObjectTable:
                 entry.state = ObjectState.FREED
                 entry.value = None
                 if value is not None:
-                    freed.append(value)
-                    freed_ids.append(object_id)
+                    freed.append((object_id, value))
                     if value.contained_refs:
                         inner.extend(value.contained_refs)
         if freed:
-            self._release(list(zip(freed_ids, freed)), freed)
+            self._release(freed)
             if self.on_values_dropped is not None:
-                self.on_values_dropped(freed_ids)
+                self.on_values_dropped([object_id for object_id, _ in freed])
         if inner:
             self.decref(inner)
 
@@ -528,13 +526,16 @@ class ObjectTable:
         if remote and self.on_remote_freed is not None:
             self.on_remote_freed(remote)
 
-    def _release(self, named: list[tuple[bytes, HeldValue]], values: list[HeldValue]) -> None:
-        """Give `values` back: the store's to the store, the held ones' ids to their holders
-        (`named` pairs each value with its object id)."""
-        wanted = {id(value) for value in values}
-        remote = [(held.holder, object_id) for object_id, held in named
-                  if type(held) is RemoteValue and id(held) in wanted]
-        local = [held for held in values if type(held) is not RemoteValue]
+    def _release(self, named: list[tuple[bytes, HeldValue]]) -> None:
+        """Give these values back: the store's to the store, the ids of those held elsewhere to
+        their holders."""
+        local: list[HeldValue] = []
+        remote: list[tuple[str, bytes]] = []
+        for object_id, held in named:
+            if type(held) is RemoteValue:
+                remote.append((held.holder, object_id))
+            else:
+                local.append(held)
         if local:
             self.store.release_all(local)
         if remote and self.on_remote_freed is not None:

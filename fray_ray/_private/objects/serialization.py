@@ -140,14 +140,14 @@ class HeaderBudget:
 
 
 #: Values the standard pickler writes exactly as cloudpickle would, holding no ref and no code.
-_SCALARS = frozenset({int, float, str, bytes, bool, type(None)})
+SCALAR_TYPES = frozenset({int, float, str, bytes, bool, type(None)})
 
 
 def _is_plain(value: Any, depth: int = 0) -> bool:
     """True for scalars, and small tuples, lists and str-keyed dicts of them (two levels deep):
     the common shape of call arguments, which needs neither cloudpickle nor a ref scan."""
     kind = type(value)
-    if kind in _SCALARS:
+    if kind in SCALAR_TYPES:
         return True
     if depth >= 2:
         return False

@@ -49,7 +49,7 @@ from fray_ray._private.messages import (
     HandOffHeld,
     Message,
 )
-from fray_ray._private.objects.serialization import SerializedValue, serialize_error
+from fray_ray._private.objects.serialization import SCALAR_TYPES, SerializedValue, serialize_error
 from fray_ray._private.observe.logs import flush_forwarded, forward_output
 from fray_ray._private.stream.frames import MessageTooLarge
 from fray_ray._private.stream.protocol import Connection, ConnectionClosed
@@ -65,7 +65,7 @@ from fray_ray._private.workers.call_endings import (
 from fray_ray._private.workers.call_threads import CallThreads
 from fray_ray._private.workers.foreign_calls import ForeignCallGate
 from fray_ray._private.workers.group_loops import GroupLoop
-from fray_ray._private.workers.held_results import HAND_OFF_TIMEOUT_S, WORKER_HOLDER
+from fray_ray._private.workers.held_results import HAND_OFF_TIMEOUT_S, WORKER_HOLDER, has_large
 from fray_ray._private.workers.runtime import WorkerRuntime, open_session
 from fray_ray._private.workers.task_interrupts import interrupt_thread
 from fray_ray._private.workers.unplanned_exits import end_own_job, guard_process_exits, plan_exit
@@ -267,8 +267,10 @@ class RayActorHost(ActorStateRow, ActorServiceCalls):
             raise ActorExit()  # a graceful end, queued behind earlier calls
         if self._creation_error is not None or self._instance is None:
             raise creation_failed(self._class_name)
-        refs = call.args.names_refs()  # their borrows are announced as it is answered
-        with self._runtime.notices.borrows_deferred(self._deferred_borrows, call.call) if refs else contextlib.nullcontext():
+        if call.args.names_refs():  # their borrows are announced as it is answered
+            with self._runtime.notices.borrows_deferred(self._deferred_borrows, call.call):
+                args, kwargs = resolve_call_arguments(call.args, self._runtime.fetch)
+        else:
             args, kwargs = resolve_call_arguments(call.args, self._runtime.fetch)
         call.args = _RESOLVED  # the frame's buffers are the arguments' memory: held only by them now
         method = actor_method(self._instance, call.method)
@@ -395,9 +397,12 @@ class RayActorHost(ActorStateRow, ActorServiceCalls):
 
     def _results(self, call: CallMethod, result: Any) -> tuple[list[SerializedValue], None, list[bytes]]:
         """(the results, no error, the refs they name: lent on with the answer, or handed over)."""
-        with object_ref.escapes_held():
-            packaged = package_results(result, call.num_returns, call.method)
-            named = object_ref.take_held_escapes()
+        if type(result) in SCALAR_TYPES:  # the commonest result names no ref: nothing to hold
+            packaged, named = package_results(result, call.num_returns, call.method), []
+        else:
+            with object_ref.escapes_held():
+                packaged = package_results(result, call.num_returns, call.method)
+                named = object_ref.take_held_escapes()
         return within_store(packaged, self._runtime.object_store_memory, call.method), None, named
 
     def _wrap(self, exc: BaseException, call: CallMethod) -> BaseException:
@@ -426,7 +431,7 @@ class RayActorHost(ActorStateRow, ActorServiceCalls):
             if self._foreign is None or not self._foreign.answer(done):
                 if caller is not None and direct is not None:  # its caller went meanwhile
                     direct.lending.answer_not_lent(done, caller)
-                if error is None and not self._in_process:  # large results stay here, as a task's do
+                if error is None and not self._in_process and has_large(done.results):  # they stay here, as a task's do
                     done.results, done.held = WORKER_HOLDER.keep_large(done.results, call.returns)
                 self._send(done, defer=self._has_other_calls(call))
         except MessageTooLarge as exc:  # the caller hears which limit its results exceed
@@ -446,6 +451,9 @@ class RayActorHost(ActorStateRow, ActorServiceCalls):
         out with theirs, written by the connection's writer thread."""
         if len(self._running) > 1:  # a glance without the lock: a stale answer only delays or hurries a write
             return True
+        if self._is_async:
+            group = self._loops.get(call.group) or self._loops[None]
+            return group.backlog() > 0
         pool = self._pool(call.group)
         return pool is not None and (pool.backlog() > 0 or self._runtime.connection.lender_has_input())
 

@@ -118,7 +118,9 @@ class ForeignCallGate:
         self._server: StreamServer | None = None
         self._token = ""
         self._callers: dict[bytes, _Caller] = {}  # calls that came through the gate, until answered
-        #: calls still running whose gate closed, or that the owner claimed: answered to the owner
+        #: calls still running whose gate closed, or that the owner claimed: answered to the owner.
+        #: A call moves here from `_callers` by being added before it is removed, so `answer`
+        #: may look for it in the two without the lock
         self._orphaned: set[bytes] = set()
         self._generators: set[bytes] = set()  # calls of generator methods, while they run
         #: generator calls whose caller is gone, not claimed yet: their items and end, kept
@@ -175,8 +177,9 @@ class ForeignCallGate:
         kept: list[Yield | CallDone] = []
         with self._lock:  # held while the kept messages go: a later item must not overtake them
             for call_id in claim.calls:
-                if self._callers.pop(call_id, None) is not None:
+                if call_id in self._callers:
                     self._orphaned.add(call_id)
+                    del self._callers[call_id]  # after: `answer` looks without the lock
             claimed = [call_id for call_id in claim.calls if call_id in self._orphaned]
             for call_id in claim.calls:
                 if call_id not in self._held:
@@ -228,8 +231,8 @@ class ForeignCallGate:
         with self._lock:
             self._connections.discard(connection)
             for call_id in [c for c, caller in self._callers.items() if caller.connection is connection]:
-                del self._callers[call_id]
                 self._orphaned.add(call_id)  # its answer goes to the owner
+                del self._callers[call_id]  # after: `answer` looks without the lock
                 if call_id in self._generators:
                     self._keep_for_owner(call_id)  # once the owner has claimed it
             if self._closed or not any(caller is connection for caller, _ in self._pinned.values()):
@@ -250,7 +253,7 @@ class ForeignCallGate:
             self._released()
 
     def _on_call(self, connection: Connection, message_id: int | None, call: CallMethod) -> None:
-        if call.lent and (lent := self._lent()) is not None:
+        if call.loans and (lent := self._lent()) is not None:
             lent.arrived(connection, call)
         with self._lock:
             self._callers[call.call] = _Caller(connection, call.method, time.time(), call.events, call.args.names_refs())
@@ -354,6 +357,8 @@ class ForeignCallGate:
 
     def answer(self, done: CallDone) -> bool:
         """Send `done` to the driver its call came from; False if it came from the owner."""
+        if done.call not in self._callers and done.call not in self._orphaned:
+            return False  # the owner's call, as most are: nothing here knows of it
         if (lent := self._lent()) is not None:
             lent.ended(done.call)
         with self._lock:
