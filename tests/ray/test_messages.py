@@ -22,11 +22,13 @@ from fray_ray._private.core.task_spec import (
     inline_arguments,
 )
 from fray_ray._private.messages import (
+    CallDone,
     CallMethod,
     CreateInstance,
     ExecuteTask,
     Hello,
     InstanceOptions,
+    Loans,
     MessageError,
     Put,
     Stored,
@@ -149,6 +151,40 @@ def test_the_messages_to_workers_round_trip() -> None:
                             InstanceOptions(name="n", max_concurrency=4, concurrency_groups={"io": 2}, restarted=True))
     assert _through_the_wire(create) == dataclasses.replace(create, args=_through_the_wire(create).args)
     assert _through_the_wire(create).options == create.options
+
+
+def test_loans_travel_nested_with_their_values_buffers_in_order() -> None:
+    # The call's argument and a lent value are both large: their buffers share the frame, the
+    # argument's first (fields in declaration order), and each comes back to its own field.
+    argument, lent_value = np.arange(50_000), np.arange(60_000)
+    call_id = ids.new_task_id()
+    call = ActorCallSpec(ids.new_actor_id(), call_id, "m", Arguments.pack((argument,), {}),
+                         (ids.object_id_for(call_id, 1),), 1)
+    method = CallMethod.of(call, {}.get)
+    method.loans = Loans([b"a" * 28, b"b" * 28], [serialize(lent_value)], [[1, "10.0.0.7:4000", 1 << 20]], [b"w" * 16, b""])
+    body, buffers = messages.encode(method)
+    assert len(buffers) >= 2 and set(body["loans"]) == {"ids", "values", "held", "owners"}
+    back = _through_the_wire(method)
+    np.testing.assert_array_equal(deserialize(back.args.value)[0][0], argument)
+    assert back.loans is not None and back.loans.ids == [b"a" * 28, b"b" * 28]
+    np.testing.assert_array_equal(deserialize(back.loans.values[0]), lent_value)
+    assert back.loans.held == [[1, "10.0.0.7:4000", 1 << 20]] and back.loans.owners == [b"w" * 16, b""]
+
+
+def test_a_call_that_lends_nothing_carries_no_loans() -> None:
+    done = CallDone(b"c" * 16, [serialize("ok")])
+    body, _ = messages.encode(done)
+    assert body["loans"] is None and _through_the_wire(done).loans is None
+
+
+def test_malformed_loans_are_a_message_error() -> None:
+    body, buffers = messages.encode(CallDone(b"c" * 16, [serialize("ok")], loans=Loans([b"a" * 28])))
+    with pytest.raises(MessageError):
+        messages.decode(CallDone, {**body, "loans": ["not", "a", "map"]}, buffers)
+    with pytest.raises(MessageError):
+        messages.decode(CallDone, {**body, "loans": {"values": []}}, buffers)  # no ids
+    with pytest.raises(MessageError):  # a lent value whose buffer is missing
+        messages.decode(CallDone, {**body, "loans": {"ids": [b"a" * 28], "values": [[None, 0, [], False]]}}, buffers)
 
 
 def test_a_body_that_does_not_describe_its_message_is_a_message_error() -> None:
