@@ -261,34 +261,31 @@ def _worker_spin_setting() -> dict[str, Any]:
 
     connection = runtime_state.current().connection
     poll = getattr(connection._raw, "_poll", None)  # made when the worker first waited on its session
-    return {"env": os.environ.get(SPIN_ENV), "budget": None if poll is None else poll.budget_s}
+    return {"env": os.environ.get(SPIN_ENV), "budget": None if poll is None else poll.budget_s,
+            "cpus": len(os.sched_getaffinity(0))}
 
 
 def test_workers_take_the_drivers_setting(monkeypatch: pytest.MonkeyPatch, fresh_shutdown: None) -> None:
     monkeypatch.setenv(SPIN_ENV, "0")
     fray_ray.init(num_cpus=1)
     setting = fray_ray.get(fray_ray.remote(_worker_spin_setting).remote(), timeout=120)
-    assert setting == {"env": "0", "budget": 0.0}
-
-
-def _spins_while_idle() -> bool:
-    from fray_ray._private.core import runtime_state
-
-    return bool(runtime_state.current().connection._raw.spin)
+    assert {key: setting[key] for key in ("env", "budget")} == {"env": "0", "budget": 0.0}
 
 
 @fray_ray.remote
 class _SyncActor:
-    def spins_while_idle(self) -> bool:
-        return _spins_while_idle()
+    def spin_setting(self) -> dict[str, Any]:
+        return _worker_spin_setting()
 
 
-def test_a_sync_actor_spins_for_its_next_call_and_an_executor_not_for_its_next_task(fresh_shutdown: None) -> None:
-    """Between the tasks of a batch an executor's spin would take CPU from the driver."""
+def test_a_sync_actor_and_an_executor_both_look_for_their_next_call_before_they_sleep(
+        monkeypatch: pytest.MonkeyPatch, fresh_shutdown: None) -> None:
+    monkeypatch.delenv(SPIN_ENV, raising=False)
     fray_ray.init(num_cpus=1)
-    assert fray_ray.get(fray_ray.remote(_spins_while_idle).remote(), timeout=120) is False
-    actor = _SyncActor.remote()
-    assert fray_ray.get(actor.spins_while_idle.remote(), timeout=120) is True
+    executor = fray_ray.get(fray_ray.remote(_worker_spin_setting).remote(), timeout=120)
+    actor = fray_ray.get(_SyncActor.remote().spin_setting.remote(), timeout=120)
+    expected = spin_wait.DEFAULT_SPIN_US / 1e6 if executor["cpus"] >= 2 else 0.0  # one CPU: nothing spins
+    assert executor["budget"] == actor["budget"] == expected
 
 
 @fray_ray.remote

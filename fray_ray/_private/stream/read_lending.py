@@ -60,7 +60,6 @@ class LendableSocket(io.RawIOBase):
         self.interruptible = False
         self.poll_timeout: float | None = None  # seconds an interruptible read may wait
         self.only_ready = False  # a read returns what has arrived, without waiting
-        self.spin = True  # an interruptible read may look for input before it sleeps
         #: (a weak reference to) what to call when an interruptible read finds nothing to read,
         #: before it waits
         self.before_sleep: Callable[[], Callable[[], None] | None] | None = None
@@ -105,7 +104,7 @@ class LendableSocket(io.RawIOBase):
         before_sleep = self.before_sleep() if self.before_sleep is not None else None
         if before_sleep is not None and not self._poll.ready_now():
             before_sleep()
-        ready = self._poll.poll(timeout, spin=self.spin)
+        ready = self._poll.poll(timeout)
         if not ready:
             raise Woken()  # the time is up: the lender looks at its deadline
         for fd, _ in ready:
@@ -159,12 +158,11 @@ class ReadLending:
 
     # ---- the lending thread --------------------------------------------------------------
 
-    def serve_until(self, done: Callable[[], bool], timeout: float | None = None, *, spin: bool = True) -> bool:
+    def serve_until(self, done: Callable[[], bool], timeout: float | None = None) -> bool:
         """Read and dispatch frames on this thread until `done()` (looked at after every frame
         and every `wake_lender()`), `timeout` seconds pass or the connection closes. While the
         standby reads, this waits for it to hand reading back. False, at once, if another
-        thread is serving the connection: the caller then waits its own way. `spin=False`:
-        never look for a frame without sleeping (`spin_wait.py`)."""
+        thread is serving the connection: the caller then waits its own way."""
         me = threading.get_ident()
         with self._role_lock:
             if self._lender_present or self._closed:
@@ -177,7 +175,6 @@ class ReadLending:
             self._lender = me
             self._lender_present = True
             self._handoff = False  # an earlier absence's request for the standby: back before it came
-            self._raw.spin = spin
         deadline = None if timeout is None else time.monotonic() + timeout
         interrupts = _DeferredInterrupts.on_this_thread()
         try:

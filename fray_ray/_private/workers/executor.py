@@ -198,9 +198,10 @@ class Executor:
         calls = 0
         while True:
             # This thread reads the session while it waits, so a task runs where it was read. It
-            # does not spin: between the tasks of a batch that would take CPU from the driver
-            # handing them out (1000-task batches ran about 15% slower).
-            self.runtime.connection.serve_until(self._has_work, spin=False)
+            # looks for the next task a while before it sleeps (`spin_wait.py`): waking a
+            # sleeping executor cost a synchronous task about a fifth of its time. A spin stops
+            # when the machine has no CPU to spare, so a driver handing out a batch keeps its own.
+            self.runtime.connection.serve_until(self._has_work)
             task = self._take_next()
             if task is None:
                 return
