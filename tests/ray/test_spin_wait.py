@@ -89,6 +89,39 @@ def test_a_wait_longer_than_the_budget_turns_spinning_off_until_a_short_one(
     assert poller.timeouts == [0]  # the short wait turned spinning back on
 
 
+def test_a_wait_that_began_a_budget_ago_sleeps_at_once_however_soon_its_frames_come(
+    sockets: tuple[socket.socket, socket.socket],
+) -> None:
+    # A driver thread waiting for a long task's result reads the other frames of its connection
+    # as they come: each comes soon after the last, but the wait itself is long.
+    ours, theirs = sockets
+    poller = _RecordingPoller(ours)
+    waiting = SpinningPoll(poller, BUDGET_S, IDLE_MACHINE)
+    began = time.perf_counter()
+    theirs.send(b"x")
+    assert waiting.poll(1.0, since=began)  # within the budget of the wait: it looks first
+    assert poller.timeouts == [0]
+    ours.recv(16)
+
+    time.sleep(2 * BUDGET_S)
+    poller.timeouts.clear()
+    theirs.send(b"y")
+    assert waiting.poll(1.0, since=began)  # the same wait, past its budget: no look without sleeping
+    assert poller.spins() == 0 and poller.timeouts and poller.timeouts[0] > 0
+    ours.recv(16)
+
+    poller.timeouts.clear()
+    theirs.send(b"z")
+    assert waiting.poll(1.0)  # the next wait sleeps at once: the last one was long
+    assert poller.spins() == 0
+    ours.recv(16)
+
+    poller.timeouts.clear()
+    theirs.send(b"w")
+    assert waiting.poll(1.0)  # ...and a short one turns looking back on
+    assert poller.timeouts == [0]
+
+
 def test_the_spin_never_outlasts_the_timeout(sockets: tuple[socket.socket, socket.socket]) -> None:
     ours, _ = sockets
     poller = _RecordingPoller(ours)

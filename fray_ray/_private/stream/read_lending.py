@@ -59,6 +59,7 @@ class LendableSocket(io.RawIOBase):
         self._sock = sock
         self.interruptible = False
         self.poll_timeout: float | None = None  # seconds an interruptible read may wait
+        self.waiting_since: float | None = None  # when the lender's wait began (`spin_wait.ShortWaits`)
         self.only_ready = False  # a read returns what has arrived, without waiting
         #: (a weak reference to) what to call when an interruptible read finds nothing to read,
         #: before it waits
@@ -104,7 +105,7 @@ class LendableSocket(io.RawIOBase):
         before_sleep = self.before_sleep() if self.before_sleep is not None else None
         if before_sleep is not None and not self._poll.ready_now():
             before_sleep()
-        ready = self._poll.poll(timeout)
+        ready = self._poll.poll(timeout, self.waiting_since)
         if not ready:
             raise Woken()  # the time is up: the lender looks at its deadline
         for fd, _ in ready:
@@ -175,6 +176,7 @@ class ReadLending:
             self._lender = me
             self._lender_present = True
             self._handoff = False  # an earlier absence's request for the standby: back before it came
+            self._raw.waiting_since = time.perf_counter()  # the other frames it reads are part of this wait
         deadline = None if timeout is None else time.monotonic() + timeout
         interrupts = _DeferredInterrupts.on_this_thread()
         try:

@@ -13,7 +13,10 @@ measured again, 1000-task batches ran 0 to 4% slower, within the noise, and sync
 
 The spin is adaptive: after a wait that outlasted the budget, the next wait sleeps at once, so
 a thread whose frames come seldom costs nothing; a wait that ended within the budget turns
-spinning back on. A spin also stops as soon as the machine has more runnable threads than CPUs
+spinning back on. A wait is what its thread waits for, not each frame: a driver thread that
+waits for a long task's result reads the other frames of that worker's connection meanwhile
+(the tasks it submits, its `get`s), and looks for them without sleeping only in the first
+budget of its wait (`since`), not for ever because each came soon after the one before. A spin also stops as soon as the machine has more runnable threads than CPUs
 (the running count of `/proc/loadavg`, about 1 µs to read, looked at between polls): it would
 take CPU from a thread that works, perhaps the one that sends the awaited frame. Nothing spins
 where the process may use only one CPU, nor in a session whose workers are threads of the
@@ -107,21 +110,25 @@ class ShortWaits:
         self._cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
         self._last_wait_short = True
 
-    def wait(self, look: Callable[[], Ready], block: Callable[[float | None], Ready], timeout_s: float | None) -> Ready:
+    def wait(self, look: Callable[[], Ready], block: Callable[[float | None], Ready], timeout_s: float | None,
+             since: float | None = None) -> Ready:
         """What `look()` finds, or else what `block(seconds left)` returns once `timeout_s`
-        seconds passed (None: no limit)."""
+        seconds passed (None: no limit). `since`: when the wait this is part of began (a
+        `perf_counter` time; None: now): the looking ends a budget after it."""
         started = time.perf_counter()
         budget = self.budget_s
+        began = started if since is None else since
+        spin_end = began + budget if timeout_s is None else min(began + budget, started + timeout_s)
         left = timeout_s
-        if budget and self._last_wait_short and timeout_s != 0:
-            ready = look_until(look, started + (budget if timeout_s is None else min(budget, timeout_s)), self._cpus)
+        if budget and self._last_wait_short and timeout_s != 0 and spin_end > started:
+            ready = look_until(look, spin_end, self._cpus)
             if ready:
                 return ready
             if timeout_s is not None:
                 left = max(0.0, timeout_s - (time.perf_counter() - started))
         ready = block(left)
         if budget:
-            self._last_wait_short = time.perf_counter() - started <= self.budget_s
+            self._last_wait_short = time.perf_counter() - began <= budget
         return ready
 
 
@@ -141,11 +148,12 @@ class SpinningPoll:
         """Whether anything is ready, without waiting."""
         return bool(self._poller.poll(0))
 
-    def poll(self, timeout_s: float | None) -> list[tuple[int, int]]:
-        """The ready (fd, events) pairs, or [] once `timeout_s` seconds passed (None: no limit)."""
+    def poll(self, timeout_s: float | None, since: float | None = None) -> list[tuple[int, int]]:
+        """The ready (fd, events) pairs, or [] once `timeout_s` seconds passed (None: no
+        limit); `since`: as `ShortWaits.wait`'s."""
         poll = self._poller.poll
         return self._waits.wait(  # type: ignore[no-any-return]
-            lambda: poll(0), lambda left: poll(None if left is None else left * 1000), timeout_s)
+            lambda: poll(0), lambda left: poll(None if left is None else left * 1000), timeout_s, since)
 
 
 class SpinningSelector(selectors.DefaultSelector):
