@@ -16,7 +16,8 @@ a thread whose frames come seldom costs nothing; a wait that ended within the bu
 spinning back on. A wait is what its thread waits for, not each frame: a driver thread that
 waits for a long task's result reads the other frames of that worker's connection meanwhile
 (the tasks it submits, its `get`s), and looks for them without sleeping only in the first
-budget of its wait (`since`), not for ever because each came soon after the one before. A spin also stops as soon as the machine has more runnable threads than CPUs
+budget of its wait (`since`), not for ever because each came soon after the one before. A
+spin also stops as soon as the machine has more runnable threads than CPUs
 (the running count of `/proc/loadavg`, about 1 µs to read, looked at between polls): it would
 take CPU from a thread that works, perhaps the one that sends the awaited frame. Nothing spins
 where the process may use only one CPU, nor in a session whose workers are threads of the
