@@ -1,7 +1,8 @@
 """The items a gate keeps for a generator call whose caller is gone, until the owner claims the
 call: bounded in bytes and in time, and a claim after they were dropped ends the stream with an
 error; and the objects answers named, let go a while after their caller's connection closed
-(one layer: the gate, with stand-in connections)."""
+(one layer: the gate, with stand-in connections); and where an answer goes: to the caller,
+or to the owner for its own calls and for calls whose caller is gone."""
 
 from __future__ import annotations
 
@@ -110,3 +111,29 @@ def test_a_gate_closing_stops_its_timers_and_a_live_callers_pins_stay() -> None:
     gate.close()
     timer.join(5)
     assert not timer.is_alive() and CALL in gate._pinned  # cancelled: it let nothing go
+
+
+def _gate_with_call(call_id: bytes) -> tuple[ForeignCallGate, _Link]:
+    gate = ForeignCallGate(lambda *args: None, bind_host="127.0.0.1", advertise_host="127.0.0.1")
+    caller = _Link()
+    call = CallMethod(call_id, "ping", [call_id + b"\x01" * 4], 1, CallArguments(serialize(((), {}))))
+    gate._on_call(caller, None, call)  # type: ignore[arg-type]
+    return gate, caller
+
+
+def test_an_answer_to_a_call_the_gate_never_saw_goes_to_the_owner() -> None:
+    gate, caller = _gate_with_call(CALL)
+    assert gate.answer(CallDone(b"\x08" * 24, [serialize("ok")])) is False  # the owner's own call
+    assert caller.sent == [] and CALL in gate._callers  # the gate's own call is untouched
+
+
+def test_an_answer_goes_to_its_caller_or_to_the_owner_once_the_caller_is_gone() -> None:
+    gate, caller = _gate_with_call(CALL)
+    assert gate.answer(CallDone(CALL, [serialize("ok")])) is True
+    assert [deserialize(done.results[0]) for done in caller.sent] == ["ok"] and CALL not in gate._callers
+
+    gate, caller = _gate_with_call(CALL)
+    gate._forget(caller)  # its connection closed while the call ran: the answer is the owner's
+    assert CALL in gate._orphaned and CALL not in gate._callers
+    assert gate.answer(CallDone(CALL, [serialize("ok")])) is False
+    assert caller.sent == [] and CALL not in gate._orphaned  # answered: the gate forgets it
