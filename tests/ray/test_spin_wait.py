@@ -143,14 +143,41 @@ def test_without_a_budget_it_only_sleeps(sockets: tuple[socket.socket, socket.so
     assert poller.spins() == 0
 
 
-def test_a_machine_without_a_spare_cpu_is_not_spun_on(sockets: tuple[socket.socket, socket.socket]) -> None:
+def test_a_machine_without_a_spare_cpu_is_spun_on_only_for_the_grace(
+    sockets: tuple[socket.socket, socket.socket], monkeypatch: pytest.MonkeyPatch,
+) -> None:
     ours, _ = sockets
     poller = _RecordingPoller(ours)
     waiting = SpinningPoll(poller, 1.0, cpus=0)  # the caller alone is more runnable threads than that
+    monkeypatch.setattr(spin_wait, "CROWDED_GRACE_S", 0.0)
     started = time.monotonic()
     assert waiting.poll(0.05) == []
-    assert poller.spins() == 1  # one look, then it slept
+    assert poller.spins() == 2  # a look, one more once the machine was seen crowded, then it slept
     assert time.monotonic() - started < 0.9
+
+    poller.timeouts.clear()
+    monkeypatch.setattr(spin_wait, "CROWDED_GRACE_S", 0.2)
+    started = time.monotonic()
+    assert waiting.poll(0.5) == []  # crowded throughout: it looks for the grace, then sleeps
+    assert poller.spins() > 2 and poller.timeouts[-1] > 0
+    assert time.monotonic() - started < 0.9
+
+
+def test_a_brief_crowd_does_not_end_the_spin(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The thread that brings the frame (a reader handing a call to an event loop) is runnable
+    # for a moment: the spin goes on through it.
+    crowded = iter([False, False, True, True])
+    monkeypatch.setattr(spin_wait, "machine_has_spare_cpu", lambda cpus: next(crowded, True))
+    monkeypatch.setattr(spin_wait, "CROWDED_GRACE_S", 10.0)  # however slowly this machine runs the test
+    looks = 0
+
+    def look() -> bool:
+        nonlocal looks
+        looks += 1
+        return looks == 5
+
+    assert spin_wait.look_until(look, time.perf_counter() + 10.0, cpus=2)
+    assert looks == 5
 
 
 def test_the_running_count_is_read_from_the_machine() -> None:
