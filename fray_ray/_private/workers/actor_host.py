@@ -65,7 +65,7 @@ from fray_ray._private.workers.call_endings import (
 from fray_ray._private.workers.call_threads import CallThreads
 from fray_ray._private.workers.foreign_calls import ForeignCallGate
 from fray_ray._private.workers.group_loops import GroupLoop
-from fray_ray._private.workers.held_results import HAND_OFF_TIMEOUT_S, WORKER_HOLDER, has_large
+from fray_ray._private.workers.held_results import HAND_OFF_TIMEOUT_S, WORKER_HOLDER
 from fray_ray._private.workers.runtime import WorkerRuntime, open_session
 from fray_ray._private.workers.task_interrupts import interrupt_thread
 from fray_ray._private.workers.unplanned_exits import end_own_job, guard_process_exits, plan_exit
@@ -240,7 +240,7 @@ class RayActorHost(ActorStateRow, ActorServiceCalls):
 
     def _on_call(self, connection: Connection, message_id: int | None, call: CallMethod) -> None:
         if self._is_async:
-            group = self._loops.get(call.group) or self._loops[None]
+            group = self._loop(call.group)
             group.spawn(lambda: self._run_async_call(call, group.semaphore))
         else:
             self._submit_sync(call.group, self._run_sync_call, call)
@@ -248,6 +248,10 @@ class RayActorHost(ActorStateRow, ActorServiceCalls):
     def _pool(self, group: str | None) -> CallThreads | None:
         """The threads that run a sync call of concurrency group `group` (None: async actors)."""
         return (self._group_pools.get(group) if group else None) or self._default_pool
+
+    def _loop(self, group: str | None) -> GroupLoop:
+        """The event loop that runs an async actor's call of concurrency group `group`."""
+        return self._loops.get(group) or self._loops[None]
 
     def _submit_sync(self, group: str | None, fn: Any, *args: Any) -> None:
         pool = self._pool(group)
@@ -431,7 +435,7 @@ class RayActorHost(ActorStateRow, ActorServiceCalls):
             if self._foreign is None or not self._foreign.answer(done):
                 if caller is not None and direct is not None:  # its caller went meanwhile
                     direct.lending.answer_not_lent(done, caller)
-                if error is None and not self._in_process and has_large(done.results):  # they stay here, as a task's do
+                if error is None and not self._in_process:  # large results stay here, as a task's do
                     done.results, done.held = WORKER_HOLDER.keep_large(done.results, call.returns)
                 self._send(done, defer=self._has_other_calls(call))
         except MessageTooLarge as exc:  # the caller hears which limit its results exceed
@@ -452,8 +456,7 @@ class RayActorHost(ActorStateRow, ActorServiceCalls):
         if len(self._running) > 1:  # a glance without the lock: a stale answer only delays or hurries a write
             return True
         if self._is_async:
-            group = self._loops.get(call.group) or self._loops[None]
-            return group.backlog() > 0
+            return self._loop(call.group).backlog() > 0
         pool = self._pool(call.group)
         return pool is not None and (pool.backlog() > 0 or self._runtime.connection.lender_has_input())
 

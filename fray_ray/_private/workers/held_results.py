@@ -37,7 +37,7 @@ DEFAULT_HELD_MEMORY = 1 << 30
 HAND_OFF_TIMEOUT_S = 300.0
 
 
-def has_large(values: Sequence[SerializedValue]) -> bool:
+def _has_large(values: Sequence[SerializedValue]) -> bool:
     """Whether any of `values` is a value larger than `INLINE_LIMIT` (not an error): one this
     process would keep. Most answers carry none, and then skip the holder altogether."""
     for value in values:
@@ -98,7 +98,7 @@ class WorkerHolder:
         and sent as an empty value, and the entries that say where those are."""
         sent = list(values)
         held: list[list[Any]] = []
-        if len(returns) != len(sent) or not has_large(sent):
+        if len(returns) != len(sent) or not _has_large(sent):
             return sent, held
         for index, (object_id, value) in enumerate(zip(returns, sent)):
             if value.is_error or value.size <= INLINE_LIMIT:
